@@ -1,0 +1,30 @@
+// Package fence enforces fencing tokens at the resource, where writes land.
+//
+// A lease service decides who owns a scope; it cannot stop a paused process
+// or a delayed packet from writing after its lease is gone. A Guard can: it
+// applies a mutation for scope S only if the presented token is at least the
+// highest token it has accepted for S, and then remembers the new token
+// (invariant I5). The check and the mutation are atomic with respect to other
+// mutations of the same scope.
+//
+// Guarantees:
+//   - A mutation presented with token t for scope S runs only if no mutation
+//     with a token greater than t has been accepted for S.
+//   - The highest token is recorded only when the mutation succeeds, and it is
+//     exactly as durable as the guard's store: memory for NewMemory, the file
+//     for the durable guard (see OpenBolt).
+//   - Scopes are independent: a token for one scope never fences another.
+//   - Rejections return a *StaleTokenError that matches ErrStaleToken.
+//
+// Non-guarantees:
+//   - A Guard protects only mutations routed through it. Writes that bypass
+//     the guard are not fenced.
+//   - The in-memory guard forgets everything when the process exits; use it
+//     only when the resource it protects is itself in memory, or when the
+//     resource rebuilds its highest tokens on start.
+//   - A guard does not know about leases. It trusts the token order; the
+//     lease service is what makes tokens increase per key.
+//
+// Equal tokens are accepted: the current holder writes many times with the
+// same token.
+package fence
