@@ -1,0 +1,74 @@
+// Package testenv finds the external services that tests run against.
+//
+// Tests that need PostgreSQL, MariaDB/MySQL or Redis call the helpers here.
+// When a service is unreachable the test is skipped with a message, unless
+// the environment variable FENCED_REQUIRE_SERVICES=1 is set (as CI does), in
+// which case the test fails.
+//
+// Addresses default to the local services and can be overridden with
+// FENCED_TEST_POSTGRES (a pgx connection string), FENCED_TEST_MYSQL (a
+// go-sql-driver DSN) and FENCED_TEST_REDIS (host:port).
+package testenv
+
+import (
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+const (
+	defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	defaultMySQL    = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
+	defaultRedis    = "127.0.0.1:6379"
+)
+
+// PostgresURL returns the connection string of the test PostgreSQL.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	dsn := env("FENCED_TEST_POSTGRES", defaultPostgres)
+	require(t, "PostgreSQL", "127.0.0.1:5432", "FENCED_TEST_POSTGRES")
+	return dsn
+}
+
+// MySQLDSN returns the go-sql-driver DSN of the test MariaDB/MySQL.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	dsn := env("FENCED_TEST_MYSQL", defaultMySQL)
+	require(t, "MariaDB/MySQL", "127.0.0.1:3306", "FENCED_TEST_MYSQL")
+	return dsn
+}
+
+// RedisAddr returns host:port of the test Redis.
+func RedisAddr(t testing.TB) string {
+	t.Helper()
+	addr := env("FENCED_TEST_REDIS", defaultRedis)
+	require(t, "Redis", addr, "FENCED_TEST_REDIS")
+	return addr
+}
+
+// Required reports whether missing services fail tests instead of skipping.
+func Required() bool { return os.Getenv("FENCED_REQUIRE_SERVICES") == "1" }
+
+func require(t testing.TB, name, defaultAddr, override string) {
+	t.Helper()
+	if os.Getenv(override) != "" {
+		return // the caller's own address; the test reports failures itself
+	}
+	conn, err := net.DialTimeout("tcp", defaultAddr, 2*time.Second)
+	if err == nil {
+		conn.Close()
+		return
+	}
+	if Required() {
+		t.Fatalf("%s is required (FENCED_REQUIRE_SERVICES=1) but unreachable at %s: %v", name, defaultAddr, err)
+	}
+	t.Skipf("%s unreachable at %s (%v); set FENCED_REQUIRE_SERVICES=1 to fail instead", name, defaultAddr, err)
+}
+
+func env(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
