@@ -1,0 +1,30 @@
+// Package lease is the lease state machine of fenced: the deterministic core
+// that every node applies in log order.
+//
+// The state machine grants, releases and expires leases. It never reads a
+// clock and does no I/O: whatever depends on time (lease IDs, the decision to
+// expire) is decided by the leader and carried in the Command. Applying the
+// same commands at the same log indexes to the same snapshot always yields
+// the same state and results.
+//
+// Fencing tokens are log indexes: the token of a grant is the index of the
+// log entry that made it. Log indexes only grow, across restarts, snapshots
+// and leader changes, so every grant of a key gets a token greater than all
+// tokens issued before for any key (invariant I1), and no per-key counter has
+// to be remembered. That is what lets the state machine forget idle keys: it
+// keeps the last token of at most MaxIdleKeys recently freed keys, for Get,
+// and drops the oldest beyond that without weakening I1.
+//
+// Guarantees:
+//   - At most one current lease per key (I3).
+//   - Tokens strictly increase per key, and in fact across all keys.
+//   - Release and expiry take effect only for the lease ID they name (I4): a
+//     stale holder's release or a late expiry never ends a newer lease.
+//
+// Non-guarantees:
+//   - Tokens are not dense: consecutive grants of a key may differ by more
+//     than one.
+//   - LastToken of a key freed long ago may be 0 once the key was forgotten.
+//   - Renewal is not a command: deadlines live with the leader, outside the
+//     state machine.
+package lease

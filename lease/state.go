@@ -1,0 +1,185 @@
+package lease
+
+import (
+	"sort"
+	"strings"
+)
+
+// EventType says what a transition did to a lease.
+type EventType uint8
+
+const (
+	Acquired EventType = 1
+	Released EventType = 2
+	Expired  EventType = 3
+)
+
+func (t EventType) String() string {
+	switch t {
+	case Acquired:
+		return "acquired"
+	case Released:
+		return "released"
+	case Expired:
+		return "expired"
+	}
+	return "unknown"
+}
+
+// Event is a transition made by one applied command.
+type Event struct {
+	Type     EventType
+	Lease    Lease
+	Revision uint64 // log index of the command
+}
+
+// Result is the outcome of applying one command.
+type Result struct {
+	// Event is the transition the command made; Event.Type is 0 when the
+	// command changed nothing (then Err says why).
+	Event Event
+	// Err is a *HeldError for an acquisition of a held key, ErrNotHeld for a
+	// release or expiry of a lease that is not current.
+	Err error
+}
+
+// DefaultMaxIdleKeys bounds how many freed keys keep their last token.
+const DefaultMaxIdleKeys = 100_000
+
+// State is the lease state machine. It is not safe for concurrent use: the
+// caller serializes Apply and guards reads against it.
+type State struct {
+	leases  map[string]*Lease
+	idle    map[string]uint64 // last token of recently freed keys
+	queue   []idleKey         // idle keys in the order they were freed
+	head    int               // queue[:head] are evicted
+	maxIdle int
+	applied uint64
+}
+
+type idleKey struct {
+	key   string
+	token uint64
+}
+
+// New returns an empty state machine that remembers the last token of at most
+// maxIdle freed keys (DefaultMaxIdleKeys when maxIdle <= 0). Every node of a
+// cluster must use the same maxIdle.
+func New(maxIdle int) *State {
+	if maxIdle <= 0 {
+		maxIdle = DefaultMaxIdleKeys
+	}
+	return &State{leases: make(map[string]*Lease), idle: make(map[string]uint64), maxIdle: maxIdle}
+}
+
+// Apply applies c, written at log index index. Indexes must increase from
+// call to call; an index at or below Applied is ignored, which makes
+// re-delivery after a restore harmless.
+func (s *State) Apply(index uint64, c Command) Result {
+	if index <= s.applied {
+		return Result{Err: ErrBadCommand}
+	}
+	s.applied = index
+	switch c.Op {
+	case OpAcquire:
+		if l, ok := s.leases[c.Key]; ok {
+			return Result{Err: &HeldError{Key: l.Key, Owner: l.Owner, Token: l.Token}}
+		}
+		l := &Lease{Key: c.Key, ID: c.ID, Owner: c.Owner, Token: index, TTL: c.TTL}
+		s.leases[c.Key] = l
+		delete(s.idle, c.Key)
+		return Result{Event: Event{Type: Acquired, Lease: *l, Revision: index}}
+	case OpRelease, OpExpire:
+		l, ok := s.leases[c.Key]
+		if !ok || l.ID != c.ID {
+			return Result{Err: ErrNotHeld}
+		}
+		delete(s.leases, c.Key)
+		s.remember(l.Key, l.Token)
+		typ := Released
+		if c.Op == OpExpire {
+			typ = Expired
+		}
+		return Result{Event: Event{Type: typ, Lease: *l, Revision: index}}
+	}
+	return Result{Err: ErrBadCommand}
+}
+
+func (s *State) remember(key string, token uint64) {
+	s.idle[key] = token
+	s.queue = append(s.queue, idleKey{key, token})
+	for len(s.idle) > s.maxIdle {
+		old := s.queue[s.head]
+		s.queue[s.head] = idleKey{}
+		s.head++
+		if t, ok := s.idle[old.key]; ok && t == old.token {
+			delete(s.idle, old.key)
+		}
+	}
+	// Entries of keys acquired again stay in the queue until they reach the
+	// head; compact once half the queue is dead weight.
+	if s.head > len(s.queue)/2 && s.head > 1024 {
+		s.queue = append([]idleKey(nil), s.queue[s.head:]...)
+		s.head = 0
+	}
+}
+
+// Get returns the current lease of key.
+func (s *State) Get(key string) (Lease, bool) {
+	l, ok := s.leases[key]
+	if !ok {
+		return Lease{}, false
+	}
+	return *l, true
+}
+
+// LastToken returns the last token issued for key, or 0 if key is unknown or
+// was forgotten.
+func (s *State) LastToken(key string) uint64 {
+	if l, ok := s.leases[key]; ok {
+		return l.Token
+	}
+	return s.idle[key]
+}
+
+// Len returns the number of current leases.
+func (s *State) Len() int { return len(s.leases) }
+
+// Applied returns the log index of the last applied command.
+func (s *State) Applied() uint64 { return s.applied }
+
+// List returns up to limit current leases whose keys start with prefix,
+// sorted by key. It scans every lease.
+func (s *State) List(prefix string, limit int) []Lease {
+	var out []Lease
+	for k, l := range s.leases {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, *l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// Each calls fn for every current lease, in no particular order, until fn
+// returns false.
+func (s *State) Each(fn func(Lease) bool) {
+	for _, l := range s.leases {
+		if !fn(*l) {
+			return
+		}
+	}
+}
+
+// Current returns the lease of key if id is its current lease, and
+// ErrNotHeld otherwise. Renewal uses it: a renewed lease keeps its token.
+func (s *State) Current(key, id string) (Lease, error) {
+	l, ok := s.leases[key]
+	if !ok || l.ID != id {
+		return Lease{}, ErrNotHeld
+	}
+	return *l, nil
+}

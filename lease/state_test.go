@@ -1,0 +1,199 @@
+package lease_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fencedio/fenced/lease"
+	"pgregory.net/rapid"
+)
+
+// TestStateProperties drives the state machine with random commands, with
+// snapshot and restore in between, against a simple model.
+func TestStateProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		maxIdle := rapid.IntRange(1, 4).Draw(t, "maxIdle")
+		s := lease.New(maxIdle)
+		keys := []string{"a", "b", "c", "orders/7", "ü/κ"}
+		var (
+			index   uint64
+			nextID  int
+			holder  = map[string]lease.Lease{}   // model: current lease per key
+			last    = map[string]uint64{}        // highest token ever granted per key
+			issued  = map[string][]lease.Lease{} // every grant, to replay stale IDs
+			maxSeen uint64
+		)
+		steps := rapid.IntRange(1, 200).Draw(t, "steps")
+		for i := 0; i < steps; i++ {
+			key := rapid.SampledFrom(keys).Draw(t, "key")
+			switch rapid.IntRange(0, 5).Draw(t, "op") {
+			case 0, 1: // acquire
+				index += uint64(rapid.IntRange(1, 3).Draw(t, "gap")) // other entries in between
+				nextID++
+				id := fmt.Sprintf("id%d", nextID)
+				res := s.Apply(index, lease.Command{Op: lease.OpAcquire, Key: key, ID: id, Owner: "o", TTL: time.Second})
+				if cur, held := holder[key]; held {
+					var he *lease.HeldError
+					if !errors.As(res.Err, &he) || he.Token != cur.Token || he.Owner != cur.Owner {
+						t.Fatalf("acquire of held %q: got %v, want HeldError for token %d", key, res.Err, cur.Token)
+					}
+					continue
+				}
+				if res.Err != nil || res.Event.Type != lease.Acquired {
+					t.Fatalf("acquire of free %q: %+v", key, res)
+				}
+				got := res.Event.Lease
+				if got.Token <= last[key] || got.Token <= maxSeen {
+					t.Fatalf("token %d for %q not above previous %d (max %d)", got.Token, key, last[key], maxSeen)
+				}
+				last[key], maxSeen = got.Token, got.Token
+				holder[key] = got
+				issued[key] = append(issued[key], got)
+			case 2, 3: // release or expire, with the current or a stale ID
+				index++
+				op := lease.OpRelease
+				if rapid.Bool().Draw(t, "expire") {
+					op = lease.OpExpire
+				}
+				id := "never-issued"
+				if past := issued[key]; len(past) > 0 {
+					id = rapid.SampledFrom(past).Draw(t, "lease").ID
+				}
+				res := s.Apply(index, lease.Command{Op: op, Key: key, ID: id})
+				if cur, held := holder[key]; held && cur.ID == id {
+					if res.Err != nil || res.Event.Lease.Token != cur.Token {
+						t.Fatalf("release of current lease: %+v", res)
+					}
+					delete(holder, key)
+				} else if !errors.Is(res.Err, lease.ErrNotHeld) {
+					t.Fatalf("release with stale id %q of %q: got %v, want ErrNotHeld", id, key, res.Err)
+				}
+			case 4: // renew: only the current ID, and the token never changes
+				for _, l := range issued[key] {
+					got, err := s.Current(key, l.ID)
+					if cur, held := holder[key]; held && cur.ID == l.ID {
+						if err != nil || got.Token != cur.Token {
+							t.Fatalf("renew of current lease %q: %v, token %d want %d", l.ID, err, got.Token, cur.Token)
+						}
+					} else if !errors.Is(err, lease.ErrNotHeld) {
+						t.Fatalf("renew with stale id %q: %v", l.ID, err)
+					}
+				}
+			case 5: // snapshot and restore
+				var buf bytes.Buffer
+				if _, err := s.Snapshot().WriteTo(&buf); err != nil {
+					t.Fatal(err)
+				}
+				restored, err := lease.Restore(&buf, maxIdle)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s = restored
+			}
+			// At most one holder per key, and it is the model's.
+			if s.Len() != len(holder) {
+				t.Fatalf("state has %d leases, model %d", s.Len(), len(holder))
+			}
+			for k, want := range holder {
+				if got, ok := s.Get(k); !ok || got != want {
+					t.Fatalf("Get(%q) = %+v, %v; want %+v", k, got, ok, want)
+				}
+				if s.LastToken(k) != want.Token {
+					t.Fatalf("LastToken(%q) = %d, want %d", k, s.LastToken(k), want.Token)
+				}
+			}
+			if s.Applied() != index {
+				t.Fatalf("Applied = %d, want %d", s.Applied(), index)
+			}
+		}
+	})
+}
+
+func TestForgetsIdleKeys(t *testing.T) {
+	const keys = 1_000_000
+	s := lease.New(1000)
+	var index uint64
+	for i := 0; i < keys; i++ {
+		k := fmt.Sprintf("k%d", i)
+		index++
+		if r := s.Apply(index, lease.Command{Op: lease.OpAcquire, Key: k, ID: "x", TTL: time.Second}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		index++
+		if r := s.Apply(index, lease.Command{Op: lease.OpRelease, Key: k, ID: "x"}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	snap := s.Snapshot()
+	var buf bytes.Buffer
+	if _, err := snap.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	// 1000 remembered keys of ~8 bytes plus tokens; far from a million entries.
+	if buf.Len() > 64<<10 {
+		t.Fatalf("snapshot after %d idle keys is %d bytes; idle keys are not forgotten", keys, buf.Len())
+	}
+	if got := s.LastToken("k0"); got != 0 {
+		t.Fatalf("oldest key still remembered with token %d", got)
+	}
+	if got := s.LastToken(fmt.Sprintf("k%d", keys-1)); got != index-1 {
+		t.Fatalf("newest key LastToken = %d, want %d", got, index-1)
+	}
+	// A forgotten key still gets a token above every token issued before.
+	index++
+	r := s.Apply(index, lease.Command{Op: lease.OpAcquire, Key: "k0", ID: "y", TTL: time.Second})
+	if r.Err != nil || r.Event.Lease.Token <= 2 {
+		t.Fatalf("reacquire forgotten key: %+v", r)
+	}
+}
+
+func TestCommandRoundTrip(t *testing.T) {
+	for _, c := range []lease.Command{
+		{Op: lease.OpAcquire, Key: "orders/7", ID: "0123456789abcdef0123456789abcdef", Owner: "A", TTL: 10 * time.Second},
+		{Op: lease.OpRelease, Key: "k", ID: "id"},
+		{Op: lease.OpExpire, Key: "ü", ID: "id"},
+	} {
+		b, err := c.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got lease.Command
+		if err := got.UnmarshalBinary(b); err != nil || got != c {
+			t.Fatalf("round trip of %+v: %+v, %v", c, got, err)
+		}
+		for i := 0; i < len(b); i++ {
+			var short lease.Command
+			if err := short.UnmarshalBinary(b[:i]); !errors.Is(err, lease.ErrBadCommand) {
+				t.Fatalf("truncated to %d bytes: %v", i, err)
+			}
+		}
+	}
+}
+
+func TestRestoreRejectsGarbage(t *testing.T) {
+	for _, in := range []string{"", "nope", "fenced\x00\x01\xff"} {
+		if _, err := lease.Restore(bytes.NewBufferString(in), 0); !errors.Is(err, lease.ErrBadSnapshot) {
+			t.Errorf("Restore(%q) = %v, want ErrBadSnapshot", in, err)
+		}
+	}
+}
+
+func BenchmarkApplyAcquireRelease(b *testing.B) {
+	s := lease.New(0)
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench/%d", i)
+	}
+	var index uint64
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		k := keys[i%len(keys)]
+		index++
+		s.Apply(index, lease.Command{Op: lease.OpAcquire, Key: k, ID: "id", TTL: time.Second})
+		index++
+		s.Apply(index, lease.Command{Op: lease.OpRelease, Key: k, ID: "id"})
+	}
+}
