@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/lease"
+	"github.com/hashicorp/raft"
+)
+
+var (
+	// errInvalid marks bad input: invalid_argument, nothing changed.
+	errInvalid = errors.New("invalid argument")
+	// errTooManyLeases refuses grants beyond Config.MaxLeases.
+	errTooManyLeases = errors.New("too many leases")
+	// errNotReady is returned while this node cannot serve: no leader yet,
+	// not the leader, or shutting down.
+	errNotReady = errors.New("not ready to serve: not the leader, or no leader yet")
+)
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, args...))
+}
+
+// connectError maps domain errors to Connect codes. It is the only place
+// that does.
+func connectError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var held *lease.HeldError
+	switch {
+	case errors.As(err, &held):
+		ce := connect.NewError(connect.CodeFailedPrecondition, err)
+		if d, derr := connect.NewErrorDetail(&fencedv1.LeaseHeld{
+			Key: held.Key, Owner: held.Owner, Token: held.Token, RemainingMs: held.Remaining.Milliseconds(),
+		}); derr == nil {
+			ce.AddDetail(d)
+		}
+		return ce
+	case errors.Is(err, lease.ErrNotHeld):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, errInvalid):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, errTooManyLeases):
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout):
+		return connect.NewError(connect.CodeUnavailable, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/fencedio/fenced/lease"
+	"github.com/hashicorp/raft"
+)
+
+// fsm adapts lease.State to raft. Apply is called by raft's single FSM
+// goroutine, in log order; reads come from request goroutines under mu.
+type fsm struct {
+	mu      sync.RWMutex
+	state   *lease.State
+	maxIdle int
+
+	// onEvent sees every transition in log order, after mu is released.
+	onEvent func(lease.Event)
+	// onRestore sees the state after a snapshot replaced it, with mu held
+	// for reading.
+	onRestore func(*lease.State)
+}
+
+var (
+	_ raft.FSM         = (*fsm)(nil)
+	_ raft.BatchingFSM = (*fsm)(nil)
+)
+
+func newFSM(maxIdle int) *fsm {
+	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, onEvent: func(lease.Event) {}, onRestore: func(*lease.State) {}}
+}
+
+// Apply applies one log entry and returns its lease.Result.
+func (f *fsm) Apply(l *raft.Log) any {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch applies consecutive entries under one lock.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	results := make([]any, len(logs))
+	events := make([]lease.Event, 0, len(logs))
+	f.mu.Lock()
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		var c lease.Command
+		if err := c.UnmarshalBinary(l.Data); err != nil {
+			results[i] = lease.Result{Err: fmt.Errorf("log index %d: %w", l.Index, err)}
+			continue
+		}
+		res := f.state.Apply(l.Index, c)
+		results[i] = res
+		if res.Event.Type != 0 {
+			events = append(events, res.Event)
+		}
+	}
+	f.mu.Unlock()
+	for _, ev := range events {
+		f.onEvent(ev)
+	}
+	return results
+}
+
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return fsmSnapshot{f.state.Snapshot()}, nil
+}
+
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	s, err := lease.Restore(rc, f.maxIdle)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.state = s
+	f.mu.Unlock()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	f.onRestore(s)
+	return nil
+}
+
+// read runs fn with the state locked for reading.
+func (f *fsm) read(fn func(*lease.State)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.state)
+}
+
+type fsmSnapshot struct{ snap *lease.Snapshot }
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.snap.WriteTo(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (fsmSnapshot) Release() {}

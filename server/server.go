@@ -1,0 +1,407 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/lease"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Server is one fenced node: the lease state machine replicated by raft,
+// the leader's expiry and wait queues, and the HTTP API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	fsm     *fsm
+	raft    *raft.Raft
+	store   *raftboltdb.BoltStore
+	trans   *raft.NetworkTransport
+	expirer *expirer
+	waiters *waitQueues
+	hub     *hub
+	metrics *metrics
+
+	// ready is true while this node is the leader and has applied every
+	// entry of earlier terms, so its state and deadlines are current.
+	notify <-chan bool
+
+	ready    atomic.Bool
+	leaderMu sync.Mutex // orders changes of ready with leadership changes
+
+	done     chan struct{} // closed by Close
+	wg       sync.WaitGroup
+	closeMu  sync.Mutex
+	closed   bool
+	listener net.Listener
+	http     *http.Server
+}
+
+// New opens (or creates) the node's data directory and starts raft. A node
+// whose directory holds no raft state bootstraps a cluster of one.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		fsm:     newFSM(cfg.MaxIdleKeys),
+		waiters: newWaitQueues(),
+		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
+		done:    make(chan struct{}),
+	}
+	s.expirer = newExpirer(s.submitExpire)
+	var err error
+	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	s.fsm.onEvent = s.applied
+	s.fsm.onRestore = s.restored
+	if err := s.startRaft(); err != nil {
+		s.closeRaft()
+		return nil, err
+	}
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.expirer.run(s.done) }()
+	go func() { defer s.wg.Done(); s.watchLeadership() }()
+	return s, nil
+}
+
+func (s *Server) startRaft() error {
+	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: s.cfg.RaftLog})
+	var err error
+	s.store, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(s.cfg.DataDir, "raft.db"),
+		BoltOptions: &bolt.Options{Timeout: 2 * time.Second},
+	})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return fmt.Errorf("data dir %s is in use by another fenced process", s.cfg.DataDir)
+		}
+		return fmt.Errorf("open raft log: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(s.cfg.DataDir, 2, hlog)
+	if err != nil {
+		return fmt.Errorf("open snapshots: %w", err)
+	}
+	addr, err := net.ResolveTCPAddr("tcp", s.cfg.RaftListen)
+	if err != nil {
+		return fmt.Errorf("raft address: %w", err)
+	}
+	s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftListen, addr, 3, 10*time.Second, hlog)
+	if err != nil {
+		return fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(s.cfg.NodeID)
+	rc.Logger = hlog
+	rc.HeartbeatTimeout = s.cfg.HeartbeatTimeout
+	rc.ElectionTimeout = s.cfg.HeartbeatTimeout
+	rc.LeaderLeaseTimeout = s.cfg.HeartbeatTimeout / 2
+	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
+	rc.TrailingLogs = s.cfg.SnapshotThreshold
+	// Group commit: the leader takes every queued apply (up to
+	// MaxAppendEntries) into one disk write and one fsync.
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 512
+	notify := make(chan bool, 16)
+	rc.NotifyCh = notify
+
+	logs, err := raft.NewLogCache(1024, s.store)
+	if err != nil {
+		return err
+	}
+	existing, err := raft.HasExistingState(logs, s.store, snaps)
+	if err != nil {
+		return fmt.Errorf("read raft state: %w", err)
+	}
+	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.store, snaps, s.trans)
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	s.notify = notify
+	if !existing {
+		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{
+			{ID: rc.LocalID, Address: s.trans.LocalAddr()},
+		}}).Error()
+		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	return nil
+}
+
+// watchLeadership keeps ready and the expirer in step with leadership.
+func (s *Server) watchLeadership() {
+	stop := func() {}
+	defer func() { stop() }()
+	for {
+		select {
+		case <-s.done:
+			return
+		case leader := <-s.notify:
+			s.leaderMu.Lock()
+			stop()
+			s.ready.Store(false)
+			s.expirer.setActive(false)
+			s.leaderMu.Unlock()
+			if !leader {
+				s.log.Info("lost leadership")
+				continue
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			stop = cancel
+			s.wg.Add(1)
+			go func() { defer s.wg.Done(); s.becomeLeader(ctx) }()
+		}
+	}
+}
+
+// becomeLeader waits until every earlier entry is applied, then gives every
+// lease a full TTL and starts serving.
+func (s *Server) becomeLeader(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := s.raft.Barrier(0).Error(); err != nil {
+			s.log.Warn("leader barrier failed", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.cfg.HeartbeatTimeout / 4):
+				continue
+			}
+		}
+		break
+	}
+	var leases []lease.Lease
+	s.fsm.read(func(st *lease.State) {
+		leases = make([]lease.Lease, 0, st.Len())
+		st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
+	})
+	s.expirer.reset(leases, time.Now())
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	s.expirer.setActive(true)
+	s.ready.Store(true)
+	s.waiters.freedAll()
+	s.log.Info("serving as leader", "leases", len(leases), "term", s.raft.Stats()["term"])
+}
+
+// applied sees every transition, in log order, on every node.
+func (s *Server) applied(ev lease.Event) {
+	l := ev.Lease
+	switch ev.Type {
+	case lease.Acquired:
+		s.expirer.add(l, time.Now())
+		s.metrics.tokens.Inc()
+		s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token, "ttl", l.TTL)
+	case lease.Released:
+		s.expirer.remove(l.Key, l.ID)
+		s.waiters.freed(l.Key)
+		s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+	case lease.Expired:
+		s.expirer.remove(l.Key, l.ID)
+		s.waiters.freed(l.Key)
+		s.metrics.expirations.Inc()
+		s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+	}
+	s.hub.publish(ev)
+}
+
+func (s *Server) restored(st *lease.State) {
+	leases := make([]lease.Lease, 0, st.Len())
+	st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
+	s.expirer.reset(leases, time.Now())
+	s.hub.restored(st.Applied())
+	s.waiters.freedAll()
+}
+
+// submitExpire writes the expiry of a lease to the log. It does not wait:
+// if leadership is lost meanwhile, the next leader tracks the lease anew.
+func (s *Server) submitExpire(key, id string) {
+	data, _ := lease.Command{Op: lease.OpExpire, Key: key, ID: id}.MarshalBinary()
+	f := s.raft.Apply(data, 0)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := f.Error(); err != nil {
+			s.log.Warn("expire not applied", "scope", key, "lease_id", id, "err", err)
+		}
+	}()
+}
+
+// apply writes c to the log and returns its result once applied, which
+// implies committed and fsynced.
+func (s *Server) apply(c lease.Command) (lease.Result, error) {
+	if !s.ready.Load() {
+		return lease.Result{}, errNotReady
+	}
+	data, err := c.MarshalBinary()
+	if err != nil {
+		return lease.Result{}, err
+	}
+	f := s.raft.Apply(data, 0)
+	if err := f.Error(); err != nil {
+		return lease.Result{}, err
+	}
+	return f.Response().(lease.Result), nil
+}
+
+func newLeaseID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Handler returns the HTTP handler of the lease API, /healthz and /metrics.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	path, h := fencedv1connect.NewLeaseServiceHandler(&service{s: s}, s.handlerOptions()...)
+	mux.Handle(path, limitBody(h, s.cfg.MaxBodyBytes))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready.Load() {
+		http.Error(w, "not serving acquisitions: no leader yet, or not the leader", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// Ready reports whether this node serves acquisitions.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// WaitReady blocks until the node serves acquisitions or ctx ends.
+func (s *Server) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !s.ready.Load() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for leadership: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Serve listens on Config.Listen and serves until ctx ends or Close is
+// called, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
+	}
+	return s.ServeListener(ctx, ln)
+}
+
+// ServeListener is Serve on an existing listener.
+func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	s.closeMu.Lock()
+	s.listener = ln
+	s.http = &http.Server{
+		Handler:           s.Handler(),
+		Protocols:         protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return s.baseContext() },
+	}
+	srv := s.http
+	s.closeMu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		return s.Close()
+	case <-s.done:
+		return nil
+	}
+}
+
+// baseContext is cancelled by Close, which ends open Watch streams.
+func (s *Server) baseContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-s.done; cancel() }()
+	return ctx
+}
+
+// Addr returns the address the API listens on, once serving.
+func (s *Server) Addr() net.Addr {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.listener == nil {
+		return nil
+	}
+	return s.listener.Addr()
+}
+
+// Close stops serving, lets in-flight requests finish for up to 5 seconds,
+// and shuts raft down. Every acknowledged grant is already on disk.
+func (s *Server) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	srv := s.http
+	s.closeMu.Unlock()
+	s.ready.Store(false)
+	close(s.done)
+	var errs []error
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, srv.Shutdown(ctx))
+		cancel()
+	}
+	errs = append(errs, s.closeRaft())
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (s *Server) closeRaft() error {
+	var errs []error
+	if s.raft != nil {
+		errs = append(errs, s.raft.Shutdown().Error())
+	}
+	if s.trans != nil {
+		errs = append(errs, s.trans.Close())
+	}
+	if s.store != nil {
+		errs = append(errs, s.store.Close())
+	}
+	return errors.Join(errs...)
+}

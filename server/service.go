@@ -1,0 +1,403 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/lease"
+)
+
+// Input limits of the wire contract.
+const (
+	MaxKeyBytes   = 512
+	MaxOwnerBytes = 256
+	maxIDBytes    = 64
+)
+
+type service struct{ s *Server }
+
+var _ fencedv1connect.LeaseServiceHandler = (*service)(nil)
+
+func (s *Server) handlerOptions() []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
+		connect.WithInterceptors(s.observeRequests()),
+	}
+}
+
+// observeRequests records latency per method and counts results.
+func (s *Server) observeRequests() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			start := time.Now()
+			resp, err := next(ctx, req)
+			method := req.Spec().Procedure[strings.LastIndexByte(req.Spec().Procedure, '/')+1:]
+			s.metrics.requests.WithLabelValues(method).Observe(time.Since(start).Seconds())
+			return resp, err
+		}
+	})
+}
+
+func result(err error, ok string) string {
+	var held *lease.HeldError
+	switch {
+	case err == nil:
+		return ok
+	case errors.As(err, &held):
+		return "held"
+	case errors.Is(err, lease.ErrNotHeld):
+		return "not_found"
+	case errors.Is(err, errInvalid):
+		return "invalid"
+	}
+	return "error"
+}
+
+func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
+	l, err := v.s.Acquire(ctx, req.Msg)
+	v.s.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.toProto(l)}), nil
+}
+
+func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
+	l, err := v.s.Renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	v.s.metrics.renewals.WithLabelValues(result(err, "renewed")).Inc()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: v.s.toProto(l)}), nil
+}
+
+func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
+	err := v.s.Release(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	v.s.metrics.releases.WithLabelValues(result(err, "renewed")).Inc()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&fencedv1.ReleaseResponse{}), nil
+}
+
+func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
+	key := req.Msg.GetKey()
+	if err := validateKey(key); err != nil {
+		return nil, connectError(err)
+	}
+	var (
+		l    lease.Lease
+		ok   bool
+		last uint64
+	)
+	v.s.fsm.read(func(st *lease.State) {
+		l, ok = st.Get(key)
+		last = st.LastToken(key)
+	})
+	resp := &fencedv1.GetResponse{LastToken: last}
+	if ok {
+		resp.Lease = v.s.toProto(l)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
+	prefix, limit := req.Msg.GetPrefix(), int(req.Msg.GetLimit())
+	if len(prefix) > 0 {
+		if err := validateKey(prefix); err != nil {
+			return nil, connectError(fmt.Errorf("prefix: %w", err))
+		}
+	}
+	if limit < 0 {
+		return nil, connectError(invalidf("limit %d is negative", limit))
+	}
+	if limit == 0 || limit > v.s.cfg.ListLimit {
+		limit = v.s.cfg.ListLimit
+	}
+	var leases []lease.Lease
+	v.s.fsm.read(func(st *lease.State) { leases = st.List(prefix, limit) })
+	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases))}
+	for i, l := range leases {
+		resp.Leases[i] = v.s.toProto(l)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
+	prefix := req.Msg.GetPrefix()
+	if len(prefix) > 0 {
+		if err := validateKey(prefix); err != nil {
+			return connectError(fmt.Errorf("prefix: %w", err))
+		}
+	}
+	send := func(ev *fencedv1.Event) error {
+		return stream.Send(&fencedv1.WatchResponse{Event: ev})
+	}
+	resync := func() error {
+		var rev uint64
+		v.s.fsm.read(func(st *lease.State) { rev = st.Applied() })
+		return send(&fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: rev})
+	}
+	sub, replay, complete := v.s.hub.subscribe(prefix, req.Msg.GetAfterRevision())
+	defer func() { v.s.hub.unsubscribe(sub) }()
+	if !complete {
+		if err := resync(); err != nil {
+			return err
+		}
+	}
+	for _, ev := range replay {
+		if err := send(v.s.eventToProto(ev)); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-sub.events:
+			if err := send(v.s.eventToProto(ev)); err != nil {
+				return err
+			}
+		case <-sub.lost:
+			// Fell behind: deliver what was buffered, then say so and start
+			// again from now.
+			for drained := false; !drained; {
+				select {
+				case ev := <-sub.events:
+					if err := send(v.s.eventToProto(ev)); err != nil {
+						return err
+					}
+				default:
+					drained = true
+				}
+			}
+			sub, _, _ = v.s.hub.subscribe(prefix, 0)
+			if err := resync(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *Server) toProto(l lease.Lease) *fencedv1.Lease {
+	return &fencedv1.Lease{
+		Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token, TtlMs: l.TTL.Milliseconds(),
+		RemainingMs: s.expirer.remaining(l.Key, time.Now()).Milliseconds(),
+	}
+}
+
+func (s *Server) eventToProto(ev lease.Event) *fencedv1.Event {
+	l := ev.Lease
+	e := &fencedv1.Event{Revision: ev.Revision, Lease: &fencedv1.Lease{
+		Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token, TtlMs: l.TTL.Milliseconds(),
+	}}
+	switch ev.Type {
+	case lease.Acquired:
+		e.Type = fencedv1.Event_ACQUIRED
+	case lease.Released:
+		e.Type = fencedv1.Event_RELEASED
+	case lease.Expired:
+		e.Type = fencedv1.Event_EXPIRED
+	}
+	return e
+}
+
+// Acquire grants req.Key or, with WaitMs, waits in line for it.
+//
+// If ctx ends while the grant is being written, the grant may still take
+// effect; the lease then expires after its TTL.
+func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lease.Lease, error) {
+	key, owner := req.GetKey(), req.GetOwner()
+	if err := validateKey(key); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := validateOwner(owner); err != nil {
+		return lease.Lease{}, err
+	}
+	ttl := time.Duration(req.GetTtlMs()) * time.Millisecond
+	switch {
+	case req.GetTtlMs() <= 0:
+		return lease.Lease{}, invalidf("ttlMs is required and must be positive, got %d", req.GetTtlMs())
+	case ttl < s.cfg.MinTTL || ttl > s.cfg.MaxTTL || req.GetTtlMs() > int64(s.cfg.MaxTTL/time.Millisecond):
+		return lease.Lease{}, invalidf("ttlMs %d is outside the allowed range %d..%d", req.GetTtlMs(),
+			s.cfg.MinTTL.Milliseconds(), s.cfg.MaxTTL.Milliseconds())
+	}
+	wait := time.Duration(req.GetWaitMs()) * time.Millisecond
+	if req.GetWaitMs() < 0 || req.GetWaitMs() > int64(s.cfg.MaxWait/time.Millisecond) {
+		return lease.Lease{}, invalidf("waitMs %d is outside the allowed range 0..%d", req.GetWaitMs(), s.cfg.MaxWait.Milliseconds())
+	}
+	c := lease.Command{Op: lease.OpAcquire, Key: key, Owner: owner, TTL: ttl}
+	if wait == 0 {
+		return s.tryAcquire(c)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	w := s.waiters.enqueue(key)
+	defer s.waiters.leave(key, w)
+	var lastErr error = &lease.HeldError{Key: key}
+	for {
+		if s.waiters.isHead(key, w) {
+			l, err := s.tryAcquire(c)
+			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, errNotReady) {
+				return l, err
+			}
+			lastErr = err
+		}
+		select {
+		case <-w.ready:
+		case <-ctx.Done():
+			if errors.Is(lastErr, lease.ErrHeld) {
+				return lease.Lease{}, s.refreshHeld(key, lastErr)
+			}
+			return lease.Lease{}, lastErr
+		}
+	}
+}
+
+func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
+	var (
+		cur   lease.Lease
+		held  bool
+		count int
+	)
+	s.fsm.read(func(st *lease.State) {
+		cur, held = st.Get(c.Key)
+		count = st.Len()
+	})
+	if held {
+		return lease.Lease{}, &lease.HeldError{Key: cur.Key, Owner: cur.Owner, Token: cur.Token,
+			Remaining: s.expirer.remaining(cur.Key, time.Now())}
+	}
+	if count >= s.cfg.MaxLeases {
+		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
+	}
+	c.ID = newLeaseID()
+	res, err := s.apply(c)
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	if res.Err != nil {
+		return lease.Lease{}, s.refreshHeld(c.Key, res.Err)
+	}
+	return res.Event.Lease, nil
+}
+
+// refreshHeld fills in the remaining TTL of a held error.
+func (s *Server) refreshHeld(key string, err error) error {
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		var cur lease.Lease
+		var ok bool
+		s.fsm.read(func(st *lease.State) { cur, ok = st.Get(key) })
+		if ok {
+			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.remaining(key, time.Now())}
+		}
+	}
+	return err
+}
+
+// Renew extends lease id of key by its TTL. It is not written to the log:
+// the leader confirms it still leads, then moves the deadline.
+func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error) {
+	if err := validateKey(key); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := validateID(id); err != nil {
+		return lease.Lease{}, err
+	}
+	if !s.ready.Load() {
+		return lease.Lease{}, errNotReady
+	}
+	start := time.Now()
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		return lease.Lease{}, err
+	}
+	// The deadline counts from before the leadership check: a renewal never
+	// outlives what the confirmed leadership covers.
+	return s.expirer.renew(key, id, start)
+}
+
+// Release ends lease id of key.
+func (s *Server) Release(ctx context.Context, key, id string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := validateID(id); err != nil {
+		return err
+	}
+	var err error
+	s.fsm.read(func(st *lease.State) { _, err = st.Current(key, id) })
+	if err != nil {
+		return err
+	}
+	res, err := s.apply(lease.Command{Op: lease.OpRelease, Key: key, ID: id})
+	if err != nil {
+		return err
+	}
+	return res.Err
+}
+
+func validateKey(key string) error {
+	if len(key) == 0 {
+		return invalidf("key is required")
+	}
+	if len(key) > MaxKeyBytes {
+		return invalidf("key is %d bytes, the limit is %d", len(key), MaxKeyBytes)
+	}
+	return validateText("key", key)
+}
+
+func validateOwner(owner string) error {
+	if len(owner) > MaxOwnerBytes {
+		return invalidf("owner is %d bytes, the limit is %d", len(owner), MaxOwnerBytes)
+	}
+	return validateText("owner", owner)
+}
+
+func validateID(id string) error {
+	if id == "" {
+		return invalidf("leaseId is required")
+	}
+	if len(id) > maxIDBytes {
+		return invalidf("leaseId is %d bytes, the limit is %d", len(id), maxIDBytes)
+	}
+	return validateText("leaseId", id)
+}
+
+// validateText accepts printable UTF-8: no control characters, no NUL.
+func validateText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return invalidf("%s is not valid UTF-8", field)
+	}
+	for i, r := range s {
+		if !unicode.IsGraphic(r) {
+			return invalidf("%s has a non-printable character %U at byte %d", field, r, i)
+		}
+	}
+	return nil
+}
+
+// limitBody refuses declared request bodies above max with
+// invalid_argument before anything is read. Bodies without a declared
+// length are bounded by connect's read limit instead.
+func limitBody(next http.Handler, max int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprintf(w, `{"code":"invalid_argument","message":"request body of %d bytes exceeds the limit of %d bytes"}`, r.ContentLength, max)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
