@@ -104,11 +104,8 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)
 	}
-	addr, err := net.ResolveTCPAddr("tcp", s.cfg.RaftListen)
-	if err != nil {
-		return fmt.Errorf("raft address: %w", err)
-	}
-	s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftListen, addr, 3, 10*time.Second, hlog)
+	// Peers reach this node at the address it listens on.
+	s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftListen, nil, 3, 10*time.Second, hlog)
 	if err != nil {
 		return fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
 	}
