@@ -27,4 +27,10 @@
 //
 // Equal tokens are accepted: the current holder writes many times with the
 // same token.
+//
+// The durable guard's Bolt.Do applies the mutation before it records the
+// token, so a crash in between leaves the mutation applied and the token
+// unrecorded; Bolt.DoTx, for data kept in the same file, commits both in one
+// transaction. NewSlogObserver and NewPrometheusObserver turn decisions into
+// logs and metrics.
 package fence

@@ -1,0 +1,329 @@
+package fence
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// BoltBucket is the bucket in which a Bolt guard keeps the highest token of
+// each scope: key = scope, value = token as 8 bytes, big-endian. Data kept in
+// the same file (see Bolt.DoTx) must live in other buckets.
+const BoltBucket = "fence.highest"
+
+// DefaultBoltTimeout is how long OpenBolt waits for the file lock held by
+// another process before giving up, unless WithBoltOptions says otherwise.
+const DefaultBoltTimeout = 5 * time.Second
+
+// WithBoltOptions passes o to bbolt.Open. It is used only by OpenBolt.
+// Default: bbolt's defaults with Timeout = DefaultBoltTimeout. OpenBolt
+// refuses NoSync and ReadOnly, which would break its durability promise.
+func WithBoltOptions(o *bbolt.Options) Option {
+	return func(opts *options) { opts.bolt = o }
+}
+
+// Bolt is a durable Guard that keeps the highest token per scope in a bbolt
+// file. A token is written and fsynced before Do or DoTx reports success, so
+// an acknowledged mutation's token survives a crash of the process (kill -9)
+// or of the machine, as far as the disk honours fsync.
+//
+// There are two ways to apply a mutation, with different crash behaviour:
+//
+//   - Do runs apply outside any bbolt transaction, then records the token.
+//     The mutation and the token are not atomic: a crash after apply and
+//     before the token is on disk leaves the resource changed but the highest
+//     token not raised. After a restart, a writer whose token is below the
+//     lost one but not below the recorded one is then accepted, and may
+//     overwrite the newer write. Do never acknowledges a mutation whose token
+//     is not on disk, and a crash never lowers a recorded token. Use Do when
+//     the resource lives elsewhere and that window is acceptable.
+//   - DoTx runs the mutation inside the same bbolt transaction that checks
+//     and records the token, so both commit or neither does. Use it for data
+//     kept in the same file.
+//
+// Mutations of one scope are serialized by an in-memory lock per scope, which
+// is held while apply runs. bbolt allows one write transaction at a time, so
+// recording tokens of different scopes is serialized too: each raising of a
+// highest token costs a commit and an fsync, and those do not overlap. Do
+// skips the write when the token equals the highest already recorded, so a
+// holder writing repeatedly with its token pays for one fsync only. (bbolt's
+// DB.Batch would coalesce commits of concurrent scopes, but it delays every
+// lone commit by up to its batch delay and may run a function more than once,
+// which the caller's function in DoTx cannot be expected to tolerate.)
+//
+// Only one process can open the file at a time (bbolt takes an exclusive
+// file lock).
+type Bolt struct {
+	db       *bbolt.DB
+	locks    *scopeLocks
+	observer Observer
+
+	// Close waits for mutations in progress: closing the file between a
+	// successful apply and the recording of its token would lose the token.
+	mu       sync.Mutex
+	idle     sync.Cond // signalled when inflight drops to 0 after closed
+	inflight int
+	closed   bool
+}
+
+var _ Guard = (*Bolt)(nil)
+
+// OpenBolt opens or creates the bbolt file at path and prepares it to hold
+// highest tokens. Close releases it.
+func OpenBolt(path string, opts ...Option) (*Bolt, error) {
+	o := newOptions(opts)
+	bo := bbolt.Options{Timeout: DefaultBoltTimeout}
+	if o.bolt != nil {
+		bo = *o.bolt
+	}
+	if bo.NoSync {
+		return nil, fmt.Errorf("fence: open %s: bbolt NoSync would lose acknowledged tokens", path)
+	}
+	if bo.ReadOnly {
+		return nil, fmt.Errorf("fence: open %s: a guard cannot be read-only", path)
+	}
+	db, err := bbolt.Open(path, 0o600, &bo)
+	if err != nil {
+		return nil, fmt.Errorf("fence: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists([]byte(BoltBucket))
+		return err
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("fence: open %s: create bucket: %w", path, err)
+	}
+	g := &Bolt{db: db, locks: newScopeLocks(), observer: o.observer}
+	g.idle.L = &g.mu
+	return g, nil
+}
+
+// Close waits for mutations in progress, including their apply, then closes
+// the file. Later mutations fail with an error matching
+// bbolt/errors.ErrDatabaseNotOpen.
+func (b *Bolt) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	for b.inflight > 0 {
+		b.idle.Wait()
+	}
+	b.mu.Unlock()
+	if err := b.db.Close(); err != nil {
+		return fmt.Errorf("fence: close: %w", err)
+	}
+	return nil
+}
+
+// DB returns the underlying database, for data kept next to the tokens and
+// for backups. Callers must not write to BoltBucket nor turn on NoSync, and
+// must not write data protected by a scope except through DoTx.
+func (b *Bolt) DB() *bbolt.DB { return b.db }
+
+// Do implements Guard; see Bolt for what a crash in the middle does. It
+// waits for earlier mutations of scope to finish and returns ctx.Err()
+// without calling apply if ctx ends first.
+//
+// If apply succeeds but the token cannot be recorded (a disk error, a closed
+// database), Do returns an error although the mutation was applied.
+func (b *Bolt) Do(ctx context.Context, scope string, token uint64, apply func(ctx context.Context) error) error {
+	d, report, err := b.run(ctx, scope, token, func() (Decision, bool, error) {
+		return b.do(ctx, scope, token, apply)
+	})
+	if report && b.observer != nil {
+		b.observer.Observe(ctx, d)
+	}
+	return err
+}
+
+func (b *Bolt) do(ctx context.Context, scope string, token uint64, apply func(context.Context) error) (Decision, bool, error) {
+	var highest uint64
+	err := b.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		highest, err = readHighest(tx, scope)
+		return err
+	})
+	if err != nil {
+		return Decision{}, false, fmt.Errorf("fence: read highest token of %q: %w", scope, err)
+	}
+	if err := Check(scope, token, highest); err != nil {
+		return Decision{Scope: scope, Presented: token, Highest: highest}, true, err
+	}
+	if err := apply(ctx); err != nil {
+		return Decision{}, false, err
+	}
+	if token > highest {
+		err := b.db.Update(func(tx *bbolt.Tx) error {
+			// The scope lock keeps other guard calls out, so the stored value
+			// is still highest; comparing again costs nothing and keeps the
+			// token from ever going down.
+			cur, err := readHighest(tx, scope)
+			if err != nil || token <= cur {
+				return err
+			}
+			return writeHighest(tx, scope, token)
+		})
+		if err != nil {
+			return Decision{}, false, fmt.Errorf("fence: record token %d of %q after applying: %w", token, scope, err)
+		}
+	}
+	return Decision{Scope: scope, Presented: token, Highest: highest, Accepted: true}, true, nil
+}
+
+// DoTx is Do with the mutation inside the bbolt write transaction that
+// checks and records the token: apply's writes and the new highest token
+// commit together, durably, or not at all. If the token is stale, apply is
+// not called. If apply returns an error, the transaction is rolled back and
+// the error is returned as is.
+//
+// While apply runs, the database accepts no other write, so apply should be
+// quick. It must not call Commit or Rollback, must not write BoltBucket, and
+// must not call back into the guard (that would deadlock).
+func (b *Bolt) DoTx(ctx context.Context, scope string, token uint64, apply func(tx *bbolt.Tx) error) error {
+	d, report, err := b.run(ctx, scope, token, func() (Decision, bool, error) {
+		return b.doTx(scope, token, apply)
+	})
+	if report && b.observer != nil {
+		b.observer.Observe(ctx, d)
+	}
+	return err
+}
+
+func (b *Bolt) doTx(scope string, token uint64, apply func(*bbolt.Tx) error) (Decision, bool, error) {
+	var (
+		highest uint64
+		stale   bool
+	)
+	err := b.db.Update(func(tx *bbolt.Tx) error {
+		var err error
+		if highest, err = readHighest(tx, scope); err != nil {
+			return err
+		}
+		if err := Check(scope, token, highest); err != nil {
+			stale = true
+			return err
+		}
+		if err := apply(tx); err != nil {
+			return err
+		}
+		if token > highest {
+			return writeHighest(tx, scope, token)
+		}
+		return nil
+	})
+	switch {
+	case stale:
+		return Decision{Scope: scope, Presented: token, Highest: highest}, true, err
+	case err != nil:
+		return Decision{}, false, err
+	}
+	return Decision{Scope: scope, Presented: token, Highest: highest, Accepted: true}, true, nil
+}
+
+// run validates the input and calls fn while holding the lock of scope. The
+// scope lock is taken for DoTx too: without it, a DoTx with a higher token
+// could commit while a Do with a lower one is between its check and its
+// apply.
+func (b *Bolt) run(ctx context.Context, scope string, token uint64, fn func() (Decision, bool, error)) (Decision, bool, error) {
+	if err := validateBoltScope(scope); err != nil {
+		return Decision{}, false, err
+	}
+	if err := Check(scope, token, 0); err != nil {
+		return Decision{}, false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, false, err
+	}
+	if err := b.enter(); err != nil {
+		return Decision{}, false, err
+	}
+	defer b.leave()
+	if err := b.locks.lock(ctx, scope); err != nil {
+		return Decision{}, false, err
+	}
+	defer b.locks.unlock(scope)
+	return fn()
+}
+
+func (b *Bolt) enter() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("fence: %w", berrors.ErrDatabaseNotOpen)
+	}
+	b.inflight++
+	return nil
+}
+
+func (b *Bolt) leave() {
+	b.mu.Lock()
+	b.inflight--
+	if b.closed && b.inflight == 0 {
+		b.idle.Broadcast()
+	}
+	b.mu.Unlock()
+}
+
+// Highest implements Guard. It reads the recorded token without waiting for
+// a mutation in progress.
+func (b *Bolt) Highest(ctx context.Context, scope string) (uint64, error) {
+	if err := validateBoltScope(scope); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var highest uint64
+	err := b.db.View(func(tx *bbolt.Tx) error {
+		var err error
+		highest, err = readHighest(tx, scope)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("fence: read highest token of %q: %w", scope, err)
+	}
+	return highest, nil
+}
+
+// validateBoltScope refuses scopes bbolt could not store as a key; finding
+// out only when recording the token would be after apply has run.
+func validateBoltScope(scope string) error {
+	switch {
+	case scope == "":
+		return ErrInvalidScope
+	case len(scope) > bbolt.MaxKeySize:
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidScope, len(scope), bbolt.MaxKeySize)
+	}
+	return nil
+}
+
+var errNoBucket = errors.New("bucket " + BoltBucket + " is missing")
+
+func readHighest(tx *bbolt.Tx, scope string) (uint64, error) {
+	bk := tx.Bucket([]byte(BoltBucket))
+	if bk == nil {
+		return 0, errNoBucket
+	}
+	v := bk.Get([]byte(scope))
+	switch len(v) {
+	case 0:
+		return 0, nil
+	case 8:
+		return binary.BigEndian.Uint64(v), nil
+	}
+	return 0, fmt.Errorf("corrupt token of %q: %d bytes", scope, len(v))
+}
+
+func writeHighest(tx *bbolt.Tx, scope string, token uint64) error {
+	bk := tx.Bucket([]byte(BoltBucket))
+	if bk == nil {
+		return errNoBucket
+	}
+	return bk.Put([]byte(scope), binary.BigEndian.AppendUint64(make([]byte, 0, 8), token))
+}
