@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencedio/fenced/client"
+	"github.com/spf13/cobra"
+)
+
+// leaseJSON is the machine-readable form of a lease.
+type leaseJSON struct {
+	Key         string `json:"key"`
+	LeaseID     string `json:"leaseId"`
+	Owner       string `json:"owner"`
+	Token       uint64 `json:"token"`
+	TTLMs       int64  `json:"ttlMs"`
+	RemainingMs int64  `json:"remainingMs"`
+}
+
+func toJSON(i client.Info) leaseJSON {
+	return leaseJSON{Key: i.Key, LeaseID: i.ID, Owner: i.Owner, Token: i.Token, TTLMs: i.TTL.Milliseconds(), RemainingMs: i.Remaining.Milliseconds()}
+}
+
+func printLeases(w io.Writer, leases []client.Info) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tOWNER\tTOKEN\tTTL\tEXPIRES IN\tLEASE ID")
+	for _, l := range leases {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", l.Key, l.Owner, l.Token, human(l.TTL), human(l.Remaining), l.ID)
+	}
+	tw.Flush()
+}
+
+func acquireCmd(g *globals) *cobra.Command {
+	var (
+		ttl, wait, killAfter time.Duration
+		owner                string
+		execute              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "acquire KEY [--exec -- COMMAND [ARG...]]",
+		Short: "Acquire a lease, print its token and hold it until interrupted",
+		Long: `Acquire KEY, print the fencing token and keep renewing the lease until
+Ctrl-C (then release it) or until the lease is lost (exit status 75).
+
+With --exec, run COMMAND while holding the lease, with FENCING_TOKEN,
+FENCING_SCOPE and FENCING_LEASE_ID in its environment. If the lease is lost,
+COMMAND gets SIGTERM, then SIGKILL after --kill-after. Exit status:
+  COMMAND's own status   COMMAND finished while the lease was held
+  75                     the lease was lost; COMMAND stopped after SIGTERM
+  76                     the lease was lost; COMMAND had to be killed (SIGKILL)
+  2                      KEY was held by someone else
+  1                      any other error`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if execute {
+				if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
+					return errors.New("usage: fencectl acquire KEY --exec -- COMMAND [ARG...]")
+				}
+				return nil
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(client.Config{TTL: ttl, Owner: owner})
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			l, err := c.Acquire(ctx, args[0], client.WithWait(wait))
+			if err != nil {
+				if errors.Is(err, client.ErrHeld) {
+					return &exitError{code: 2, err: err}
+				}
+				return err
+			}
+			if execute {
+				return runUnderLease(ctx, l, args[1:], killAfter)
+			}
+			return hold(ctx, cmd.OutOrStdout(), g, l)
+		},
+	}
+	cmd.Flags().DurationVar(&ttl, "ttl", 10*time.Second, "lease TTL")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for a held key")
+	cmd.Flags().StringVar(&owner, "owner", "", "owner name (default hostname/pid)")
+	cmd.Flags().BoolVar(&execute, "exec", false, "run a command while holding the lease")
+	cmd.Flags().DurationVar(&killAfter, "kill-after", 5*time.Second, "with --exec: SIGKILL this long after SIGTERM")
+	return cmd
+}
+
+// hold prints the lease and keeps it until ctx ends or the lease is lost.
+func hold(ctx context.Context, out io.Writer, g *globals, l *client.Lease) error {
+	info := client.Info{Key: l.Key(), ID: l.ID(), Owner: l.Owner(), Token: l.Token(), TTL: l.TTL()}
+	if g.json {
+		printJSON(out, toJSON(info))
+	} else {
+		fmt.Fprintf(out, "%d\n", l.Token())
+		fmt.Fprintf(os.Stderr, "holding %q as %s (lease %s, ttl %s); Ctrl-C releases\n", l.Key(), l.Owner(), l.ID(), human(l.TTL()))
+	}
+	select {
+	case <-ctx.Done():
+		rctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+		defer cancel()
+		if err := l.Release(rctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "released %q\n", l.Key())
+		return nil
+	case <-l.Done():
+		return &exitError{code: exitLost, err: l.Err()}
+	}
+}
+
+func renewCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "renew KEY LEASE_ID",
+		Short: "Renew a lease once",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(client.Config{})
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.requestContext(cmd.Context())
+			defer cancel()
+			info, err := c.Renew(ctx, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), toJSON(info))
+			}
+			printLeases(cmd.OutOrStdout(), []client.Info{info})
+			return nil
+		},
+	}
+}
+
+func releaseCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "release KEY LEASE_ID",
+		Short: "Release a lease",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(client.Config{})
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.requestContext(cmd.Context())
+			defer cancel()
+			if err := c.Release(ctx, args[0], args[1]); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), map[string]string{"released": args[0]})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "released %q\n", args[0])
+			return nil
+		},
+	}
+}
+
+func getCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get KEY",
+		Short: "Show the current lease of a key and its last token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(client.Config{})
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.requestContext(cmd.Context())
+			defer cancel()
+			info, ok, last, err := c.Get(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.json {
+				v := struct {
+					Lease     *leaseJSON `json:"lease,omitempty"`
+					LastToken uint64     `json:"lastToken"`
+				}{LastToken: last}
+				if ok {
+					j := toJSON(info)
+					v.Lease = &j
+				}
+				return printJSON(out, v)
+			}
+			if !ok {
+				fmt.Fprintf(out, "%q is free (last token %d)\n", args[0], last)
+				return nil
+			}
+			printLeases(out, []client.Info{info})
+			return nil
+		},
+	}
+}
+
+func listCmd(g *globals) *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list [PREFIX]",
+		Short: "List current leases",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(client.Config{})
+			if err != nil {
+				return err
+			}
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			ctx, cancel := g.requestContext(cmd.Context())
+			defer cancel()
+			leases, err := c.List(ctx, prefix, limit)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				out := make([]leaseJSON, len(leases))
+				for i, l := range leases {
+					out[i] = toJSON(l)
+				}
+				return printJSON(cmd.OutOrStdout(), map[string]any{"leases": out})
+			}
+			printLeases(cmd.OutOrStdout(), leases)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many leases (0: server default)")
+	return cmd
+}
+
+func watchCmd(g *globals) *cobra.Command {
+	var after uint64
+	cmd := &cobra.Command{
+		Use:   "watch [PREFIX]",
+		Short: "Print lease transitions as they happen",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client(client.Config{})
+			if err != nil {
+				return err
+			}
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			out := cmd.OutOrStdout()
+			err = c.Watch(cmd.Context(), prefix, after, func(ev client.Event) error {
+				if g.json {
+					return printJSON(out, map[string]any{"type": ev.Type, "revision": ev.Revision, "lease": toJSON(ev.Lease)})
+				}
+				if ev.Type == client.Resync {
+					_, err := fmt.Fprintf(out, "%s  RESYNC    events were missed; re-list (revision %d)\n", time.Now().Format("15:04:05.000"), ev.Revision)
+					return err
+				}
+				_, err := fmt.Fprintf(out, "%s  %-9s %s  token=%d owner=%s lease=%s rev=%d\n", time.Now().Format("15:04:05.000"),
+					ev.Type, ev.Lease.Key, ev.Lease.Token, ev.Lease.Owner, ev.Lease.ID, ev.Revision)
+				return err
+			})
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().Uint64Var(&after, "after", 0, "replay events after this revision first")
+	return cmd
+}
