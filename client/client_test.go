@@ -1,0 +1,193 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/fence"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/fencedtest"
+)
+
+func waitDone(t *testing.T, l *client.Lease, within time.Duration) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(within):
+		t.Fatalf("lease %q not ended within %v", l.Key(), within)
+	}
+}
+
+func TestLostWhenRenewalRefused(t *testing.T) {
+	srv := fencedtest.Start(t)
+	c := srv.Client(t, client.Config{TTL: 600 * time.Millisecond})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "jobs/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone with the lease ID ends the lease behind the holder's back.
+	if err := c.Release(ctx, l.Key(), l.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, l, 2*time.Second)
+	if err := l.Err(); !errors.Is(err, client.ErrLost) || !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("cause = %v, want ErrLost and ErrNotHeld", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("release of a lost lease = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestLostReportedByGuard(t *testing.T) {
+	srv := fencedtest.Start(t)
+	c := srv.Client(t, client.Config{TTL: 5 * time.Second})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "jobs/2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := &fence.StaleTokenError{Scope: "jobs/2", Presented: l.Token(), Highest: l.Token() + 1}
+	l.Lost(stale)
+	waitDone(t, l, time.Second)
+	if err := context.Cause(l.Context()); !errors.Is(err, client.ErrLost) || !errors.Is(err, fence.ErrStaleToken) {
+		t.Fatalf("cause = %v, want ErrLost and ErrStaleToken", err)
+	}
+	// Lost does not release: the server still shows the lease, and the
+	// client does not re-acquire on its own.
+	info, ok, _, err := c.Get(ctx, "jobs/2")
+	if err != nil || !ok || info.ID != l.ID() || info.Token != l.Token() {
+		t.Fatalf("after Lost: %+v %v %v", info, ok, err)
+	}
+}
+
+func TestRenewalKeepsTokenPastTTL(t *testing.T) {
+	srv := fencedtest.Start(t)
+	c := srv.Client(t, client.Config{TTL: 300 * time.Millisecond})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "jobs/3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	// Wait for three TTLs' worth of renewals by watching the deadline move.
+	first := l.Deadline()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Deadline().Before(first.Add(900*time.Millisecond)) && time.Now().Before(deadline) {
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost while renewing: %v", l.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	info, ok, _, err := c.Get(ctx, "jobs/3")
+	if err != nil || !ok || info.Token != l.Token() || info.ID != l.ID() {
+		t.Fatalf("after renewals: %+v %v %v, want token %d", info, ok, err, l.Token())
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, cfg := range []client.Config{
+		{TTL: time.Second, RenewInterval: time.Second},
+		{TTL: time.Second, RenewInterval: -1},
+		{TTL: time.Microsecond},
+		{RequestTimeout: -time.Second},
+	} {
+		if _, err := client.New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+}
+
+// fakeService answers in process, so the client can run inside a synctest
+// bubble where time is simulated.
+type fakeService struct {
+	fencedv1connect.UnimplementedLeaseServiceHandler
+	mu       sync.Mutex
+	failFrom time.Time     // renewals at or after this fail as unavailable
+	delay    time.Duration // each renewal takes this long to answer
+	renewals []time.Time   // when each successful renewal arrived
+}
+
+func (f *fakeService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
+	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: &fencedv1.Lease{
+		Key: req.Msg.Key, LeaseId: "0123456789abcdef0123456789abcdef", Token: 7, TtlMs: req.Msg.TtlMs,
+	}}), nil
+}
+
+func (f *fakeService) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
+	arrived := time.Now()
+	f.mu.Lock()
+	failing := !f.failFrom.IsZero() && !arrived.Before(f.failFrom)
+	delay := f.delay
+	if !failing {
+		f.renewals = append(f.renewals, arrived)
+	}
+	f.mu.Unlock()
+	time.Sleep(delay)
+	if failing {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("partitioned"))
+	}
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: &fencedv1.Lease{Key: req.Msg.Key, LeaseId: req.Msg.LeaseId, Token: 7}}), nil
+}
+
+type inProcess struct{ h http.Handler }
+
+func (p inProcess) Do(req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	p.h.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}
+
+// TestLocalDeadlineCountsFromSend: when renewals stop succeeding, the lease
+// is lost exactly one TTL after the last successful renewal was sent, even
+// though its answer arrived later.
+func TestLocalDeadlineCountsFromSend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 3 * time.Second
+		fake := &fakeService{delay: 200 * time.Millisecond}
+		_, h := fencedv1connect.NewLeaseServiceHandler(fake)
+		c, err := client.New(client.Config{Endpoint: "http://fenced.test", HTTPClient: inProcess{h}, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		l, err := c.Acquire(context.Background(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.mu.Lock()
+		fake.failFrom = start.Add(5 * time.Second)
+		fake.mu.Unlock()
+
+		<-l.Done()
+		lostAt := time.Now()
+		fake.mu.Lock()
+		last := fake.renewals[len(fake.renewals)-1]
+		n := len(fake.renewals)
+		fake.mu.Unlock()
+		if n < 2 {
+			t.Fatalf("only %d successful renewals before failures began", n)
+		}
+		if want := last.Add(ttl); !lostAt.Equal(want) {
+			t.Fatalf("lost at %v after start, want %v (last successful renewal sent at %v)",
+				lostAt.Sub(start), want.Sub(start), last.Sub(start))
+		}
+		if !errors.Is(l.Err(), client.ErrLost) {
+			t.Fatalf("cause %v, want ErrLost", l.Err())
+		}
+		// Let the renewal in flight answer, so the renewer sees the loss
+		// and returns before the bubble ends.
+		time.Sleep(time.Second)
+		synctest.Wait()
+	})
+}
