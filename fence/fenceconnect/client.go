@@ -1,0 +1,100 @@
+package fenceconnect
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+
+	"github.com/fencedio/fenced/fence/fencehttp"
+)
+
+// Lease is the holder's side of a lease: *client.Lease satisfies it. It has
+// the same method set as fencehttp.Lease, so one value serves both.
+//
+// Implementations must be safe for concurrent use. Lost may be called more
+// than once (once per stale answer) and must be cheap and non-blocking.
+type Lease interface {
+	// Key returns the lease key, which is the fencing scope.
+	Key() string
+	// Token returns the fencing token of the lease.
+	Token() uint64
+	// Lost marks authority as lost and cancels the lease's context.
+	Lost(err error)
+}
+
+// NewClientInterceptor returns a client-side interceptor that sends the
+// lease's key and token as the fencing-scope and fencing-token headers on
+// every call (unary and streaming), replacing values set by the caller, and
+// calls lease.Lost with the *fence.StaleTokenError when an answer is a
+// stale-token rejection (see StaleFromError). The error is still returned to
+// the caller. It never retries.
+//
+// For a stream, Lost is called at most once, for the first stale error any
+// of its methods returns. Calls are not stopped after Lost; make them with
+// the lease's context so that they are cancelled.
+//
+// The interceptor does nothing on the handler side; see NewInterceptor.
+func NewClientInterceptor(lease Lease) connect.Interceptor {
+	if lease == nil {
+		panic("fenceconnect: NewClientInterceptor with a nil Lease")
+	}
+	return &clientInterceptor{lease: lease}
+}
+
+type clientInterceptor struct{ lease Lease }
+
+var _ connect.Interceptor = (*clientInterceptor)(nil)
+
+func (c *clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if !req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		c.attach(req.Header())
+		resp, err := next(ctx, req)
+		if stale, ok := StaleFromError(err); ok {
+			c.lease.Lost(stale)
+		}
+		return resp, err
+	}
+}
+
+func (c *clientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		// Headers go out with the first Send, which the caller has not made yet.
+		c.attach(conn.RequestHeader())
+		return &clientConn{StreamingClientConn: conn, lease: c.lease}
+	}
+}
+
+func (c *clientInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func (c *clientInterceptor) attach(h http.Header) {
+	h.Set(fencehttp.HeaderScope, c.lease.Key())
+	h.Set(fencehttp.HeaderToken, strconv.FormatUint(c.lease.Token(), 10))
+}
+
+// clientConn watches a stream's errors for a stale rejection.
+type clientConn struct {
+	connect.StreamingClientConn
+	lease Lease
+	lost  atomic.Bool // the read and write sides may report concurrently
+}
+
+func (c *clientConn) check(err error) error {
+	if stale, ok := StaleFromError(err); ok && c.lost.CompareAndSwap(false, true) {
+		c.lease.Lost(stale)
+	}
+	return err
+}
+
+func (c *clientConn) Send(msg any) error    { return c.check(c.StreamingClientConn.Send(msg)) }
+func (c *clientConn) Receive(msg any) error { return c.check(c.StreamingClientConn.Receive(msg)) }
+func (c *clientConn) CloseRequest() error   { return c.check(c.StreamingClientConn.CloseRequest()) }
+func (c *clientConn) CloseResponse() error  { return c.check(c.StreamingClientConn.CloseResponse()) }

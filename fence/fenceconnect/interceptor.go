@@ -1,0 +1,151 @@
+package fenceconnect
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencehttp"
+)
+
+// Option configures NewInterceptor.
+type Option func(*serverInterceptor)
+
+// WithProcedures fences only the procedures for which fenced returns true;
+// the others pass through without a token. fenced gets the full procedure
+// name, such as "/acme.store.v1.StoreService/Put". Default: every procedure
+// is fenced, so a read that should not need a token must be exempted here.
+func WithProcedures(fenced func(procedure string) bool) Option {
+	return func(i *serverInterceptor) { i.fenced = fenced }
+}
+
+// NewInterceptor returns a handler-side interceptor that runs every fenced
+// call inside g.Do with the scope and token from the fencing-scope and
+// fencing-token request headers (gRPC metadata for gRPC clients).
+//
+// Missing or malformed headers fail with invalid_argument, a stale token
+// with failed_precondition carrying a detail that StaleFromError decodes,
+// and a failing guard with unavailable; in all these cases the handler is
+// not called. An error returned by the handler is passed on unchanged and
+// the token is not recorded.
+//
+// Unary calls: the handler runs inside g.Do; the token is recorded when it
+// returns without error.
+//
+// Streaming calls (client, server and bidirectional streams): the token is
+// checked once, from the headers at the start of the stream, and the whole
+// handler runs inside g.Do; the token is recorded when it returns nil. The
+// scope stays locked for the life of the stream, so other writers of the
+// scope wait until it ends. This keeps every effect of the stream fenced;
+// checking only at the start would let a stream keep writing after a newer
+// holder has written. Give streams deadlines, and exempt long-lived reads
+// (watches) with WithProcedures.
+//
+// A panic in a handler is recovered inside g.Do, so the guard records
+// nothing and releases the scope, and is then raised again.
+//
+// The interceptor does nothing on the client side; see NewClientInterceptor.
+func NewInterceptor(g fence.Guard, opts ...Option) connect.Interceptor {
+	if g == nil {
+		panic("fenceconnect: NewInterceptor with a nil Guard")
+	}
+	i := &serverInterceptor{guard: g, fenced: func(string) bool { return true }}
+	for _, opt := range opts {
+		opt(i)
+	}
+	return i
+}
+
+type serverInterceptor struct {
+	guard  fence.Guard
+	fenced func(procedure string) bool
+}
+
+var _ connect.Interceptor = (*serverInterceptor)(nil)
+
+func (i *serverInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		spec := req.Spec()
+		if spec.IsClient || !i.fenced(spec.Procedure) {
+			return next(ctx, req)
+		}
+		var resp connect.AnyResponse
+		err := i.do(ctx, req.Header(), func(ctx context.Context) (err error) {
+			resp, err = next(ctx, req)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+}
+
+func (i *serverInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i *serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if !i.fenced(conn.Spec().Procedure) {
+			return next(ctx, conn)
+		}
+		return i.do(ctx, conn.RequestHeader(), func(ctx context.Context) error {
+			return next(ctx, conn)
+		})
+	}
+}
+
+// errHandlerPanicked makes the guard skip recording while a panic from the
+// handler is carried past it.
+var errHandlerPanicked = errors.New("fenceconnect: handler panicked")
+
+// do runs handler under the guard and returns the error to answer with.
+func (i *serverInterceptor) do(ctx context.Context, h http.Header, handler func(context.Context) error) error {
+	scope, token, err := fencehttp.FromHeader(h)
+	if err != nil {
+		return NewError(err)
+	}
+	var (
+		ran, panicked bool
+		handlerErr    error
+		panicVal      any
+	)
+	err = i.guard.Do(ctx, scope, token, func(ctx context.Context) error {
+		ran = true
+		panicked, panicVal, handlerErr = callRecovering(ctx, handler)
+		if panicked {
+			return errHandlerPanicked
+		}
+		return handlerErr
+	})
+	if panicked {
+		panic(panicVal)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case ran && handlerErr != nil:
+		return handlerErr // the handler's own answer, untouched
+	default:
+		// Refused before the handler ran, or the guard failed to record
+		// after it succeeded: either way the client must not see success.
+		return NewError(err)
+	}
+}
+
+// callRecovering reports a panic instead of unwinding through the guard,
+// whose locking need not be panic-safe.
+func callRecovering(ctx context.Context, f func(context.Context) error) (panicked bool, val any, err error) {
+	panicked = true
+	defer func() {
+		if panicked {
+			val = recover()
+		}
+	}()
+	err = f(ctx)
+	return false, nil, err
+}

@@ -1,0 +1,62 @@
+// Package fencehttp enforces fencing tokens on HTTP resources and attaches
+// them on the client side, following the wire contract of DESIGN.md
+// section 4.
+//
+// On the server, Middleware checks every mutating request against a
+// fence.Guard: the client sends its lease key in Fencing-Scope and its token
+// in Fencing-Token, and the next handler runs inside Guard.Do, so a request
+// with a token lower than one already accepted for its scope never reaches
+// the handler. Answers that the middleware gives itself are RFC 9457 problem
+// details (application/problem+json):
+//
+//	missing Fencing-Token                      428 Precondition Required
+//	malformed token, missing/malformed scope   400 Bad Request
+//	token below the highest accepted           409 Conflict, with scope,
+//	                                           presentedToken, highestToken
+//	guard failure                              503 Service Unavailable
+//
+// A token is 1*DIGIT in 1..2^64-1 (see ParseToken); a scope is 1 to 512
+// bytes of UTF-8 without control characters (see ValidateScope). Tokens in
+// problem bodies are JSON numbers with the full uint64 range. FromHeader,
+// ProblemFor and WriteProblem let other servers give identical answers.
+//
+// On the client, Transport adds both headers from a Lease and calls
+// Lease.Lost when a resource answers that the token is stale, which cancels
+// the lease's context (invariant I7).
+//
+// Guarantees:
+//   - A fenced request reaches the handler only if its token is at least the
+//     highest accepted for its scope, and while the handler runs no other
+//     fenced request of that scope is checked or handled (invariant I5, as
+//     far as the guard provides it).
+//   - Nothing reaches the handler, and no token is recorded, for a request
+//     answered 400, 428, 409 or 503 by the middleware.
+//   - A handler whose final status counts as failed (by default >= 500), or
+//     that panics, does not raise the highest token.
+//   - Equal tokens are accepted: a holder writes many times with one token.
+//   - Transport never retries, never modifies the caller's request, returns
+//     every response it receives, and calls Lost for every stale answer.
+//
+// Non-guarantees:
+//   - The server cannot tell whether a token was issued for the scope it is
+//     presented with; it trusts the client's Fencing-Scope (or the mapping
+//     given with WithScopeFunc). Scopes are independent (invariant I6) only
+//     as long as clients name them truthfully.
+//   - Safe methods (GET, HEAD, OPTIONS, TRACE) are neither checked nor
+//     serialized with writes. A handler that mutates on GET is not fenced.
+//   - The handler's answer goes to the client as it is written. If the guard
+//     fails to record the token after the handler answered (possible with
+//     guards that commit to a database), the client has seen success but
+//     older tokens are not fenced by this write; the middleware logs it at
+//     error level and can do nothing else.
+//   - A handler that answers 4xx still records the token; one that answers
+//     5xx may have changed the resource partly even though the token is not
+//     recorded. Handlers should fail before they change anything.
+//   - Handlers run while their scope is locked: a slow handler delays every
+//     other writer of its scope, and streaming or hijacking an answer from a
+//     mutating request keeps the scope locked until the handler returns.
+//   - JavaScript clients reading highestToken with JSON.parse lose precision
+//     above 2^53.
+//   - Transport does not stop sending after Lost; use the lease's context
+//     on requests for that.
+package fencehttp

@@ -1,0 +1,133 @@
+package fencehttp
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/fencedio/fenced/fence"
+)
+
+// Header names of the fencing contract (DESIGN.md section 4). HTTP header
+// names are case-insensitive, so gRPC metadata keys "fencing-scope" and
+// "fencing-token" are the same headers.
+const (
+	HeaderScope = "Fencing-Scope"
+	HeaderToken = "Fencing-Token"
+)
+
+// MaxScopeBytes is the longest scope accepted, the same limit as a lease key.
+const MaxScopeBytes = 512
+
+// ErrInvalidToken is matched (with errors.Is) by every rejection of a
+// Fencing-Token value that is present but not a token: not 1*DIGIT, 0, or
+// above the uint64 range. An absent or empty value matches fence.ErrNoToken
+// instead, because the two get different answers (400 and 428).
+var ErrInvalidToken = errors.New("invalid fencing token")
+
+// ParseToken parses a Fencing-Token value: one or more ASCII digits (leading
+// zeros allowed, as in Content-Length) denoting a value from 1 to
+// 2^64-1. Signs, whitespace, underscores and other bases are refused: the
+// header is compared by machines, so there is one grammar and no guessing.
+//
+// The empty string returns an error matching fence.ErrNoToken; anything
+// else that is not a token returns an error matching ErrInvalidToken.
+func ParseToken(s string) (uint64, error) {
+	if s == "" {
+		return 0, fmt.Errorf("%s: %w", HeaderToken, fence.ErrNoToken)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("%w: %s is not a decimal number", ErrInvalidToken, quote(s))
+		}
+	}
+	t, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		// Only a range error is possible after the digit check.
+		return 0, fmt.Errorf("%w: %s exceeds the uint64 range", ErrInvalidToken, quote(s))
+	}
+	if t == 0 {
+		return 0, fmt.Errorf("%w: 0 is never issued", ErrInvalidToken)
+	}
+	return t, nil
+}
+
+// ValidateScope checks a fencing scope against the lease key rules: 1 to
+// MaxScopeBytes bytes of valid UTF-8 without control characters. Errors
+// match fence.ErrInvalidScope.
+//
+// HTTP/1.1 strips leading and trailing spaces from header values, so a scope
+// that starts or ends with a space cannot travel in Fencing-Scope; derive
+// such scopes with WithScopeFunc instead.
+func ValidateScope(s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty", fence.ErrInvalidScope)
+	case len(s) > MaxScopeBytes:
+		return fmt.Errorf("%w: %d bytes, longer than %d", fence.ErrInvalidScope, len(s), MaxScopeBytes)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: not valid UTF-8", fence.ErrInvalidScope)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: contains control character %U", fence.ErrInvalidScope, r)
+		}
+	}
+	return nil
+}
+
+// FromHeader reads and validates the fencing scope and token of a request.
+// Errors match fence.ErrNoToken (no Fencing-Token, or an empty one),
+// ErrInvalidToken or fence.ErrInvalidScope, checked in that order, so a
+// request without any fencing headers is reported as missing its token. A
+// header given more than once is invalid: which value was meant is unknown.
+func FromHeader(h http.Header) (scope string, token uint64, err error) {
+	token, err = TokenFromHeader(h)
+	if err != nil {
+		return "", 0, err
+	}
+	scope, err = single(h, HeaderScope)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %w", fence.ErrInvalidScope, err)
+	}
+	if err := ValidateScope(scope); err != nil {
+		return "", 0, err
+	}
+	return scope, token, nil
+}
+
+// TokenFromHeader reads and parses the Fencing-Token header alone, for
+// servers that derive the scope from something else (see WithScopeFunc).
+func TokenFromHeader(h http.Header) (uint64, error) {
+	v, err := single(h, HeaderToken)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	}
+	return ParseToken(v)
+}
+
+// single returns the only value of header name, "" when absent.
+func single(h http.Header, name string) (string, error) {
+	vs := h.Values(name)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	default:
+		return "", fmt.Errorf("%s given %d times", name, len(vs))
+	}
+}
+
+// quote keeps attacker-sized header values out of error messages and
+// responses while leaving enough to recognise the mistake.
+func quote(s string) string {
+	const max = 40
+	if len(s) > max {
+		return strconv.Quote(s[:max]) + "..."
+	}
+	return strconv.Quote(s)
+}

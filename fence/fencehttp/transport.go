@@ -1,0 +1,79 @@
+package fencehttp
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+)
+
+// Lease is the holder's side of a lease: *client.Lease satisfies it.
+//
+// Implementations must be safe for concurrent use. Lost may be called more
+// than once (once per stale answer) and must be cheap and non-blocking; it
+// is called on the goroutine that made the request.
+type Lease interface {
+	// Key returns the lease key, which is the fencing scope.
+	Key() string
+	// Token returns the fencing token of the lease.
+	Token() uint64
+	// Lost marks authority as lost and cancels the lease's context.
+	Lost(err error)
+}
+
+// Transport is an http.RoundTripper that fences the requests it carries with
+// a lease, and gives up the lease when a resource reports its token stale
+// (invariant I7).
+//
+// It sets Fencing-Scope to Lease.Key() and Fencing-Token to Lease.Token() on
+// every request, replacing any values the caller set: servers fence only
+// mutating methods, and sending the headers on reads too keeps a server
+// that fences some POST-for-read endpoint working. It does not modify the
+// caller's request.
+//
+// When the answer is a stale-token problem (see StaleFromResponse) it calls
+// Lease.Lost with the *fence.StaleTokenError, then returns the response to
+// the caller unchanged (the body is still readable from the start). It never
+// retries: a stale request must not be sent again, with this token or with a
+// newer one, by anything but a new decision of the caller.
+//
+// Transport does not stop requests after the lease is lost; make requests
+// with the lease's context so that they are cancelled.
+type Transport struct {
+	// Base carries the requests. Default: http.DefaultTransport.
+	Base http.RoundTripper
+	// Lease supplies the headers and is told about stale answers. Required.
+	Lease Lease
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// NewTransport returns a Transport for lease over base (nil for
+// http.DefaultTransport).
+func NewTransport(lease Lease, base http.RoundTripper) *Transport {
+	return &Transport{Base: base, Lease: lease}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.Lease == nil {
+		if req.Body != nil {
+			req.Body.Close() // RoundTrip always closes the body
+		}
+		return nil, errors.New("fencehttp: Transport without a Lease")
+	}
+	out := req.Clone(req.Context())
+	out.Header.Set(HeaderScope, t.Lease.Key())
+	out.Header.Set(HeaderToken, strconv.FormatUint(t.Lease.Token(), 10))
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	resp, err := base.RoundTrip(out)
+	if err != nil {
+		return resp, err
+	}
+	if stale, ok := StaleFromResponse(resp); ok {
+		t.Lease.Lost(stale)
+	}
+	return resp, nil
+}
