@@ -1,7 +1,64 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fencedio/fenced/store"
+	"github.com/spf13/cobra"
+)
 
 func storeCmd() *cobra.Command {
-	return &cobra.Command{Use: "store", Short: "Serve the reference fenced store"}
+	var (
+		cfg    store.Config
+		listen string
+		logs   logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "store",
+		Short: "Serve the reference fenced store",
+		Long: `Serve the reference fenced store: a small durable object store that
+checks fencing tokens on every write.
+
+  PUT    /v1/objects/{name}   body = value; headers Fencing-Scope, Fencing-Token
+  DELETE /v1/objects/{name}   headers Fencing-Scope, Fencing-Token
+  GET    /v1/objects/{name}   value, with the Fencing-Token of its write
+
+A stale token gets 409 (application/problem+json), a missing one 428, a
+malformed one 400; nothing is applied in any of these. Objects, the highest
+token per scope and an audit of accepted writes (GET /v1/audit) are written
+in one transaction of one embedded database.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, err := store.Open(cfg)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			log.Info("fenced store serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir, "no_fencing", cfg.NoFencing)
+			if err := s.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+				return err
+			}
+			log.Info("fenced store stopped")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cfg.DataDir, "data-dir", "fenced-store-data", "directory of the store's database")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address to serve on")
+	cmd.Flags().BoolVar(&cfg.NoFencing, "no-fencing", false, "accept every write, ignoring tokens (a negative control for demos and tests)")
+	logs.register(cmd)
+	return cmd
 }

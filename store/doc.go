@@ -1,0 +1,66 @@
+// Package store is the reference fenced store: a small durable object store
+// that refuses writes carrying a stale fencing token. It is the "custom
+// service" that `fenced store` serves, and the target of the demo and the
+// torture tests.
+//
+// Objects, the highest accepted token per scope, and an append-only audit of
+// every accepted write live in one bbolt file. Each write is one read-write
+// transaction that checks the highest token, writes the object, raises the
+// highest token and appends the audit record; the transaction is fsynced
+// before the writer gets its answer.
+//
+// HTTP contract (DESIGN.md section 4):
+//
+//	PUT    /v1/objects/{name}  body = value        -> 204 No Content
+//	DELETE /v1/objects/{name}                      -> 204 No Content, 404 if absent
+//	GET    /v1/objects/{name}                      -> 200 value, 404 if absent
+//	GET    /v1/audit?after=SEQ&limit=N             -> 200 {"records": [...], "next": SEQ}
+//	GET    /v1/rejections                          -> 200 recent stale rejections (JSON)
+//	GET    /rejections                             -> 200 the same as an HTML page
+//	GET    /healthz                                -> 200 "ok"
+//	GET    /metrics                                -> Prometheus exposition
+//
+// PUT and DELETE need the headers Fencing-Scope (the lease key) and
+// Fencing-Token (a decimal uint64 above 0); they are parsed and rejected by
+// package fence/fencehttp, so the store answers exactly like the fencehttp
+// middleware. An absent or empty Fencing-Token gives 428 Precondition
+// Required; a malformed token, or a missing or malformed scope, gives 400 Bad
+// Request; a token below the highest accepted for the scope gives 409
+// Conflict with an RFC 9457 application/problem+json body carrying scope,
+// presentedToken and highestToken. A body above the configured limit gives
+// 413, an invalid object name 400. Nothing is applied or recorded in any of
+// these cases. The fencing check comes before the existence check, so a
+// stale DELETE of an absent object is 409, not 404. A DELETE of an absent object
+// with an acceptable token answers 404 and records nothing, not even the
+// token: only writes that change data raise the highest token. Successful
+// writes and reads carry an Audit-Seq header with the sequence number of the
+// audit record of the write; reads also carry the Fencing-Scope and
+// Fencing-Token of that write.
+//
+// Guarantees:
+//   - A write is acknowledged only after its transaction is on disk: an
+//     acknowledged write survives kill -9 and power loss (as far as fsync
+//     does), and a write is either wholly applied (object, highest token,
+//     audit record) or not at all.
+//   - For each scope, accepted tokens never decrease in audit order, unless
+//     the store runs with NoFencing.
+//   - The audit is append-only and ordered by commit; sequence numbers start
+//     at 1, increase by one and are never reused.
+//   - Scopes are independent, and a scope is not tied to an object name: the
+//     store fences whatever scope the writer names.
+//
+// Non-guarantees:
+//   - The store does not talk to the lease service. It trusts the token
+//     order: a writer that presents a token it never held is accepted if the
+//     token is high enough.
+//   - A write whose answer was lost (connection cut, timeout) may or may not
+//     have been applied; read the object or the audit to find out.
+//   - The recent rejections list, the rejection count in logs and the
+//     Prometheus counters live in memory and start over when the process
+//     restarts. Rejections are never written to the database.
+//   - With NoFencing the store accepts stale tokens (it still requires and
+//     validates both headers, and still audits every write). It exists only
+//     as a negative control for demos and torture tests.
+//   - Writes are serialized by bbolt's single writer; throughput is bounded
+//     by fsync latency.
+package store
