@@ -11,8 +11,11 @@ type metrics struct {
 	renewals     *prometheus.CounterVec // result: renewed, not_found, invalid, error
 	releases     *prometheus.CounterVec // result: released, not_found, invalid, error
 	expirations  prometheus.Counter
+	takeovers    prometheus.Counter
 	tokens       prometheus.Counter
 	requests     *prometheus.HistogramVec // method
+	apply        prometheus.Histogram     // submit to applied, for writes of this node
+	fsync        prometheus.Histogram     // one raft log write, including fsync
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
@@ -29,6 +32,17 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		expirations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenced_expirations_total", Help: "Leases expired by the leader.",
 		}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fenced_takeovers_total", Help: "Grants of keys whose previous lease had expired rather than been released.",
+		}),
+		apply: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fenced_raft_apply_duration_seconds", Help: "Time from submitting a command to the log until it is applied.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fenced_raft_log_write_duration_seconds", Help: "Time to write a batch of raft log entries, fsync included.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}),
 		tokens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenced_tokens_issued_total", Help: "Fencing tokens issued (grants applied on this node).",
 		}),
@@ -41,10 +55,12 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, r := range []string{"granted", "held", "invalid", "error"} {
 		m.acquisitions.WithLabelValues(r)
 	}
-	for _, r := range []string{"renewed", "not_found", "invalid", "error"} {
+	for _, r := range []string{"not_found", "invalid", "error"} {
 		m.renewals.WithLabelValues(r)
 		m.releases.WithLabelValues(r)
 	}
+	m.renewals.WithLabelValues("renewed")
+	m.releases.WithLabelValues("released")
 	leaderGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_is_leader", Help: "1 while this node is the leader and serving acquisitions.",
 	}, func() float64 {
@@ -63,7 +79,9 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_waiters", Help: "Acquisitions waiting for a held key.",
 	}, func() float64 { return float64(s.waiters.len()) })
-	for _, c := range []prometheus.Collector{m.acquisitions, m.renewals, m.releases, m.expirations, m.tokens, m.requests, leaderGauge, active, waiters} {
+	collectors := []prometheus.Collector{m.acquisitions, m.renewals, m.releases, m.expirations, m.takeovers,
+		m.tokens, m.requests, m.apply, m.fsync, leaderGauge, active, waiters}
+	for _, c := range append(collectors, raftCollectors(s)...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -36,6 +36,8 @@ type Server struct {
 	expirer *expirer
 	waiters *waitQueues
 	hub     *hub
+	expired recentlyExpired
+	counts  transitions
 	metrics *metrics
 
 	// ready is true while this node is the leader and has applied every
@@ -125,7 +127,7 @@ func (s *Server) startRaft() error {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	logs, err := raft.NewLogCache(1024, s.store)
+	logs, err := raft.NewLogCache(1024, &timedLogStore{LogStore: s.store, fsync: s.metrics.fsync})
 	if err != nil {
 		return err
 	}
@@ -214,13 +216,25 @@ func (s *Server) applied(ev lease.Event) {
 	case lease.Acquired:
 		s.expirer.add(l, time.Now())
 		s.metrics.tokens.Inc()
-		s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token, "ttl", l.TTL)
+		s.counts.acquired.Add(1)
+		if prev, ok := s.expired.take(l.Key); ok {
+			s.metrics.takeovers.Inc()
+			s.counts.takeovers.Add(1)
+			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token,
+				"previous_owner", prev.Owner, "previous_token", prev.Token)
+		} else {
+			s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token, "ttl", l.TTL)
+		}
 	case lease.Released:
 		s.expirer.remove(l.Key, l.ID)
+		s.expired.take(l.Key)
+		s.counts.released.Add(1)
 		s.waiters.freed(l.Key)
 		s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
 	case lease.Expired:
 		s.expirer.remove(l.Key, l.ID)
+		s.expired.put(l)
+		s.counts.expired.Add(1)
 		s.waiters.freed(l.Key)
 		s.metrics.expirations.Inc()
 		s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
@@ -260,10 +274,12 @@ func (s *Server) apply(c lease.Command) (lease.Result, error) {
 	if err != nil {
 		return lease.Result{}, err
 	}
+	start := time.Now()
 	f := s.raft.Apply(data, 0)
 	if err := f.Error(); err != nil {
 		return lease.Result{}, err
 	}
+	s.metrics.apply.Observe(time.Since(start).Seconds())
 	return f.Response().(lease.Result), nil
 }
 
@@ -279,6 +295,7 @@ func (s *Server) Handler() http.Handler {
 	path, h := fencedv1connect.NewLeaseServiceHandler(&service{s: s}, s.handlerOptions()...)
 	mux.Handle(path, limitBody(h, s.cfg.MaxBodyBytes))
 	mux.HandleFunc("GET /healthz", s.healthz)
+	s.registerDashboard(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	return mux
 }

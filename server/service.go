@@ -82,7 +82,7 @@ func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.Renew
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
 	err := v.s.Release(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
-	v.s.metrics.releases.WithLabelValues(result(err, "renewed")).Inc()
+	v.s.metrics.releases.WithLabelValues(result(err, "released")).Inc()
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -324,7 +324,11 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 	}
 	// The deadline counts from before the leadership check: a renewal never
 	// outlives what the confirmed leadership covers.
-	return s.expirer.renew(key, id, start)
+	l, err := s.expirer.renew(key, id, start)
+	if err == nil {
+		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+	}
+	return l, err
 }
 
 // Release ends lease id of key.

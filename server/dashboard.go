@@ -1,0 +1,165 @@
+package server
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencedio/fenced/lease"
+)
+
+//go:embed ui
+var uiFiles embed.FS
+
+// transitions counts applied transitions since this process started.
+type transitions struct {
+	acquired, released, expired, takeovers atomic.Uint64
+}
+
+// leaseJSON is a lease as the dashboard endpoints write it. Tokens are
+// strings because JavaScript numbers lose precision above 2^53.
+type leaseJSON struct {
+	Key         string `json:"key"`
+	LeaseID     string `json:"leaseId"`
+	Owner       string `json:"owner"`
+	Token       string `json:"token"`
+	TTLMs       int64  `json:"ttlMs"`
+	RemainingMs int64  `json:"remainingMs"`
+}
+
+func (s *Server) leaseJSON(l lease.Lease, now time.Time) leaseJSON {
+	return leaseJSON{Key: l.Key, LeaseID: l.ID, Owner: l.Owner, Token: strconv.FormatUint(l.Token, 10),
+		TTLMs: l.TTL.Milliseconds(), RemainingMs: s.expirer.remaining(l.Key, now).Milliseconds()}
+}
+
+// Stats is what GET /v1/stats answers.
+type Stats struct {
+	Ready        bool   `json:"ready"`
+	Leases       int    `json:"leases"`
+	Waiters      int    `json:"waiters"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commitIndex"`
+	AppliedIndex uint64 `json:"appliedIndex"`
+	// Transitions applied since this process started.
+	Acquired  uint64 `json:"acquired"`
+	Released  uint64 `json:"released"`
+	Expired   uint64 `json:"expired"`
+	Takeovers uint64 `json:"takeovers"`
+}
+
+// Stats returns a summary of the node for people and dashboards.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		Ready: s.ready.Load(), Waiters: s.waiters.len(),
+		Term: s.raft.CurrentTerm(), CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(),
+		Acquired: s.counts.acquired.Load(), Released: s.counts.released.Load(),
+		Expired: s.counts.expired.Load(), Takeovers: s.counts.takeovers.Load(),
+	}
+	s.fsm.read(func(ls *lease.State) { st.Leases = ls.Len() })
+	return st
+}
+
+func (s *Server) registerDashboard(mux *http.ServeMux) {
+	ui, _ := fs.Sub(uiFiles, "ui")
+	mux.Handle("GET /{$}", http.FileServerFS(ui))
+	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(ui)))
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(s.Stats())
+	})
+	mux.HandleFunc("GET /v1/events", s.serveEvents)
+}
+
+// serveEvents streams lease transitions as server-sent events: first a
+// "snapshot" event with every current lease under ?prefix= (at most
+// ListLimit), then one "lease" event per transition after it. A watcher that
+// falls behind gets a "resync" event and should reconnect.
+func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	prefix := r.URL.Query().Get("prefix")
+	if prefix != "" {
+		if err := validateKey(prefix); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	sub, _, _ := s.hub.subscribe(prefix, 0)
+	defer s.hub.unsubscribe(sub)
+	var (
+		leases   []lease.Lease
+		revision uint64
+	)
+	s.fsm.read(func(st *lease.State) {
+		leases = st.List(prefix, s.cfg.ListLimit)
+		revision = st.Applied()
+	})
+	now := time.Now()
+	snap := struct {
+		Revision uint64      `json:"revision"`
+		Leases   []leaseJSON `json:"leases"`
+	}{Revision: revision, Leases: make([]leaseJSON, len(leases))}
+	for i, l := range leases {
+		snap.Leases[i] = s.leaseJSON(l, now)
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	send := func(event string, v any) bool {
+		b, _ := json.Marshal(v)
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+			return false
+		}
+		flusher.Flush()
+		return true
+	}
+	if !send("snapshot", snap) {
+		return
+	}
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keepalive.C:
+			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+				return
+			}
+			flusher.Flush()
+		case <-sub.lost:
+			send("resync", struct{}{})
+			return
+		case ev := <-sub.events:
+			if ev.Revision <= revision {
+				continue // already in the snapshot
+			}
+			if !send("lease", struct {
+				Type     string    `json:"type"`
+				Revision uint64    `json:"revision"`
+				Lease    leaseJSON `json:"lease"`
+			}{eventTypeName(ev.Type), ev.Revision, s.leaseJSON(ev.Lease, time.Now())}) {
+				return
+			}
+		}
+	}
+}
+
+func eventTypeName(t lease.EventType) string {
+	switch t {
+	case lease.Acquired:
+		return "ACQUIRED"
+	case lease.Released:
+		return "RELEASED"
+	case lease.Expired:
+		return "EXPIRED"
+	}
+	return "UNKNOWN"
+}
