@@ -72,7 +72,7 @@ func rootCmd() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&g.endpoint, "endpoint", def, "fenced base URL (env FENCED_ENDPOINT)")
 	cmd.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	cmd.PersistentFlags().DurationVar(&g.timeout, "timeout", 5*time.Second, "timeout of one-shot requests")
-	cmd.AddCommand(acquireCmd(g), renewCmd(g), releaseCmd(g), getCmd(g), listCmd(g), watchCmd(g), benchCmd(g), demoCmd())
+	cmd.AddCommand(acquireCmd(g), renewCmd(g), releaseCmd(g), getCmd(g), listCmd(g), watchCmd(g), benchCmd(g), demoCmd(), statusCmd(g))
 	return cmd
 }
 

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/server"
+	"github.com/spf13/cobra"
+)
+
+func statusCmd(g *globals) *cobra.Command {
+	var top int
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the node's state and the leases closest to expiry",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.requestContext(cmd.Context())
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.endpoint+"/v1/stats", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s/v1/stats: %s", g.endpoint, resp.Status)
+			}
+			var st server.Stats
+			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+				return fmt.Errorf("decode stats: %w", err)
+			}
+			c, err := g.client(client.Config{})
+			if err != nil {
+				return err
+			}
+			leases, err := c.List(ctx, "", 0)
+			if err != nil {
+				return err
+			}
+			sort.SliceStable(leases, func(i, j int) bool { return leases[i].Remaining < leases[j].Remaining })
+			if top >= 0 && len(leases) > top {
+				leases = leases[:top]
+			}
+			out := cmd.OutOrStdout()
+			if g.json {
+				ls := make([]leaseJSON, len(leases))
+				for i, l := range leases {
+					ls[i] = toJSON(l)
+				}
+				return printJSON(out, map[string]any{"stats": st, "expiringSoonest": ls})
+			}
+			state := "not serving (no leader yet, or not the leader)"
+			if st.Ready {
+				state = "serving as leader"
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "node\t%s\t%s, term %d\n", g.endpoint, state, st.Term)
+			fmt.Fprintf(tw, "log\tcommitted %d\tapplied %d\n", st.CommitIndex, st.AppliedIndex)
+			fmt.Fprintf(tw, "leases\t%d current\t%d waiting to acquire\n", st.Leases, st.Waiters)
+			fmt.Fprintf(tw, "since start\tacquired %d, released %d\texpired %d, taken over %d\n", st.Acquired, st.Released, st.Expired, st.Takeovers)
+			tw.Flush()
+			if len(leases) > 0 {
+				fmt.Fprintf(out, "\nexpiring soonest:\n")
+				printLeases(out, leases)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&top, "top", 10, "show this many leases closest to expiry")
+	return cmd
+}
