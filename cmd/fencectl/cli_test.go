@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,4 +71,4 @@ func TestCommands(t *testing.T) {
 	}
 }
 
-func itoa(v uint64) string { b, _ := json.Marshal(v); return string(b) }
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
