@@ -335,4 +335,3 @@ func (e *demoEnv) final(ctx context.Context, key string, newest uint64) (int, er
 	e.story.say("result", "%q = %q (token %s): STALE OVERWRITE of the newest holder's data (token %d)", key, body, token, newest)
 	return 1, nil
 }
-
