@@ -56,6 +56,10 @@ type Config struct {
 	// Default 16384.
 	SnapshotThreshold uint64
 
+	// Profiling serves net/http/pprof under /debug/pprof/ on the API port.
+	// Off by default: profiles expose internals and cost CPU while taken.
+	Profiling bool
+
 	// Logger receives one record per lease transition. Default slog.Default().
 	Logger *slog.Logger
 	// RaftLog receives raft's own log at warning level and above.

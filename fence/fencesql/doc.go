@@ -1,0 +1,155 @@
+// Package fencesql enforces fencing tokens in PostgreSQL, MySQL/MariaDB and
+// SQLite, inside the same transaction as the writes they protect.
+//
+// It offers two patterns. Both work through database/sql, so one code path
+// serves the three databases: open PostgreSQL with the pgx driver
+// (github.com/jackc/pgx/v5/stdlib; a program built on a *pgxpool.Pool gets
+// a *sql.DB over the same pool from stdlib.OpenDBFromPool), MySQL or
+// MariaDB with github.com/go-sql-driver/mysql and SQLite with
+// modernc.org/sqlite.
+//
+// # Scope table (Guard)
+//
+// A table holds, per scope (usually the lease key), the highest token
+// accepted so far. Guard.Check runs inside the caller's transaction: it
+// locks the scope's row, compares, and raises the highest token. The lock
+// lasts until the transaction ends, so the caller's writes commit or roll
+// back together with the token, and no other transaction can check or write
+// under the same scope in between. Guard.Do wraps begin, check, callback and
+// commit.
+//
+//	err := guard.Do(ctx, "orders/7", lease.Token(), func(ctx context.Context, tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, `UPDATE orders SET status = $1 WHERE id = $2`, "paid", 7)
+//		return err
+//	})
+//	if errors.Is(err, fence.ErrStaleToken) {
+//		// Authority is lost: stop, do not retry with the same token.
+//	}
+//
+// The table (default name fence_scopes; see CreateTableSQL and
+// Guard.Migrate):
+//
+//	-- PostgreSQL
+//	CREATE TABLE IF NOT EXISTS "fence_scopes" (
+//	    scope         varchar(512) PRIMARY KEY,
+//	    highest_token bigint NOT NULL CHECK (highest_token >= 0)
+//	)
+//
+//	-- MySQL / MariaDB
+//	CREATE TABLE IF NOT EXISTS `fence_scopes` (
+//	    scope         VARBINARY(512) NOT NULL PRIMARY KEY,
+//	    highest_token BIGINT NOT NULL
+//	) ENGINE=InnoDB
+//
+//	-- SQLite
+//	CREATE TABLE IF NOT EXISTS "fence_scopes" (
+//	    scope         TEXT NOT NULL PRIMARY KEY,
+//	    highest_token BIGINT NOT NULL
+//	) WITHOUT ROWID
+//
+// On MySQL the scope is VARBINARY because the usual collations compare
+// case-insensitively and ignore trailing spaces, which would make "Orders/7"
+// and "orders/7 " one scope.
+//
+// What Check runs, with token t for scope s:
+//
+//	-- PostgreSQL
+//	SELECT highest_token FROM fence_scopes WHERE scope = $1 FOR UPDATE
+//	-- no row: INSERT ... VALUES ($1, $2) ON CONFLICT (scope) DO NOTHING
+//	--         (0 rows: a concurrent transaction created it; read again)
+//	-- t < highest: stale, nothing written
+//	-- t > highest: UPDATE fence_scopes SET highest_token = $1 WHERE scope = $2
+//
+//	-- MySQL / MariaDB
+//	INSERT INTO fence_scopes (scope, highest_token) VALUES (?, 0)
+//	    ON DUPLICATE KEY UPDATE highest_token = highest_token   -- create or lock
+//	SELECT highest_token FROM fence_scopes WHERE scope = ? FOR UPDATE
+//	-- then compare and UPDATE as above
+//
+//	-- SQLite
+//	INSERT INTO fence_scopes (scope, highest_token) VALUES (?, 0)
+//	    ON CONFLICT (scope) DO NOTHING                          -- take the write lock
+//	SELECT highest_token FROM fence_scopes WHERE scope = ?
+//	-- then compare and UPDATE as above
+//
+// ExternalGuard adapts a Guard to fence.Guard for resources outside the
+// database; its apply runs while the row is locked, but its effect is not
+// atomic with the commit of the token (see ExternalGuard).
+//
+// # Row-level tokens (RowFence)
+//
+// When the protected data are rows that already exist, each row can carry
+// its own token instead, in a column added with
+//
+//	ALTER TABLE orders ADD COLUMN fence_token BIGINT NOT NULL DEFAULT 0
+//
+// RowFence.Update then runs one statement (PostgreSQL shown; ? on the others)
+//
+//	UPDATE "orders" SET "status" = $1, "fence_token" = $2
+//	WHERE "id" = $3 AND "fence_token" <= $2
+//
+// and, when no row matched, reads the row's token to return either
+// ErrRowNotFound or a *fence.StaleTokenError. The update is atomic by
+// itself and needs no transaction. Its scope is the row: a token fences
+// updates of that row only. It cannot fence inserts (a stale client could
+// create a row) or deletes (a deleted row forgets its token); use the scope
+// table for those, or mark rows deleted with an update.
+//
+// # Guarantees
+//
+//   - A write made through Guard.Do, or in a transaction after Guard.Check
+//     returned nil, commits only if no transaction that committed before it
+//     accepted a higher token for the scope, and commits atomically with the
+//     raised highest token (invariant I5). A transaction that rolls back or
+//     whose client dies changes nothing; the database releases its lock.
+//   - Stale tokens return *fence.StaleTokenError (errors.Is
+//     fence.ErrStaleToken) with Highest read from the database; token 0
+//     returns fence.ErrNoToken; tokens above math.MaxInt64 return
+//     ErrTokenOutOfRange; in all three cases nothing changes.
+//   - Equal tokens are accepted; scopes are independent.
+//   - The highest token is exactly as durable as the database's commits.
+//   - Table and column names are validated identifiers; every value is a
+//     bind parameter.
+//
+// # Non-guarantees and caveats
+//
+//   - Only writes made in the checked transaction (or through RowFence) are
+//     fenced. Writes that bypass the guard, in another transaction or
+//     another table, are not.
+//   - Check holds the scope's row lock until the caller's transaction ends;
+//     transactions for one scope are serialized, and a slow transaction
+//     delays the others. Checking several scopes in one transaction in
+//     different orders can deadlock, like any row locks.
+//   - Under PostgreSQL REPEATABLE READ or SERIALIZABLE, Check fails with a
+//     serialization error (40001) when the row changed after the
+//     transaction's snapshot. InnoDB may report a deadlock (1213) when the
+//     caller's own statements lock rows in conflicting orders, and in rare
+//     interleavings of its own; MariaDB with innodb_snapshot_isolation (the
+//     default from 11.6) reports 1020 when the row changed after the
+//     transaction's snapshot. SQLite reports SQLITE_BUSY when the busy
+//     timeout expires, or at once when a transaction that already read
+//     becomes a writer after another writer committed. In every such case
+//     nothing was committed and the transaction must be rolled back (the
+//     database may already have done so), so running the whole transaction
+//     again is safe: Retryable recognizes these errors, and Config.Retries
+//     makes Do retry them. Check avoids the usual causes itself: it reads
+//     with locks, so the default isolation levels (READ COMMITTED on
+//     PostgreSQL, REPEATABLE READ on MySQL) give no serialization errors;
+//     on MySQL it takes no gap locks, so creating new scopes concurrently
+//     does not deadlock; on SQLite it writes before it reads.
+//   - SQLite needs a busy timeout for concurrent writers, for instance the
+//     DSN "file:app.db?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)".
+//     Without one, a second writer fails at once with SQLITE_BUSY. Calling
+//     Check first in the transaction, or beginning transactions with the
+//     DSN option _txlock=immediate, avoids the immediate SQLITE_BUSY of a
+//     reader turning writer.
+//   - The scope table keeps one row per scope forever. Deleting a row
+//     forgets its highest token and lets older tokens through again; prune
+//     only scopes whose lease keys can never be used again.
+//   - A commit whose connection breaks has an unknown outcome: the writes
+//     and the token are then either both committed or both not.
+//   - Check cannot report acceptances to the Observer, since the caller
+//     commits; Do and ExternalGuard.Do report them after the commit.
+//   - Tokens are not tied to leases here: the guard trusts the token order
+//     that the lease service provides.
+package fencesql

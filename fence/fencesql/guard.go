@@ -1,0 +1,360 @@
+package fencesql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/fencedio/fenced/fence"
+)
+
+// Config configures a Guard.
+type Config struct {
+	// Dialect is the SQL dialect of the database. Required.
+	Dialect Dialect
+
+	// Table is the scope table, optionally qualified as "schema.table".
+	// Default DefaultTable ("fence_scopes"). It must be a plain identifier
+	// (see ErrInvalidIdentifier).
+	Table string
+
+	// Observer, if set, is told of every decision: a rejection as soon as
+	// Check finds it (Do: after its transaction is rolled back), an
+	// acceptance only by Do and ExternalGuard.Do, after the commit. Check
+	// alone cannot report acceptances because the caller commits. Default:
+	// none.
+	Observer fence.Observer
+
+	// TxOptions are the options Do uses to begin its transactions. Default
+	// nil, the driver's default: READ COMMITTED on PostgreSQL, REPEATABLE
+	// READ on MySQL/MariaDB, a deferred transaction on SQLite. All three
+	// are correct; see the package documentation for stricter levels.
+	TxOptions *sql.TxOptions
+
+	// Retries is how many more times Do runs the whole transaction (begin,
+	// check, callback, commit) when an attempt fails with an error for which
+	// Retryable is true: a deadlock, serialization failure or busy SQLite
+	// database. The database has then rolled the attempt back, so nothing
+	// of it is committed, but the callback runs again; leave Retries at 0
+	// unless the callback's only effects are through its transaction.
+	// ExternalGuard.Do retries only attempts that failed before apply ran.
+	// Default 0. Stale tokens are never retried.
+	Retries int
+}
+
+// Validate checks the configuration; New calls it.
+func (c Config) Validate() error {
+	if err := c.Dialect.valid(); err != nil {
+		return err
+	}
+	table := c.Table
+	if table == "" {
+		table = DefaultTable
+	}
+	if _, err := c.Dialect.quoteTable(table); err != nil {
+		return err
+	}
+	if c.Retries < 0 {
+		return fmt.Errorf("fencesql: Retries is %d, must not be negative", c.Retries)
+	}
+	return nil
+}
+
+// Guard enforces fencing tokens with a scope table in a SQL database: one
+// row per scope holding the highest token accepted for it. A Guard is safe
+// for concurrent use; it holds no state besides its configuration, so any
+// number of processes may guard the same table.
+type Guard struct {
+	db  *sql.DB
+	cfg Config
+
+	createSQL  string
+	lockSQL    string // PostgreSQL: read and lock the row
+	insertSQL  string // PostgreSQL: create the row with the token
+	ensureSQL  string // MySQL, SQLite: create or lock the row before reading it
+	readSQL    string // MySQL, SQLite: read the row (locked by ensureSQL)
+	raiseSQL   string
+	highestSQL string
+}
+
+// New returns a Guard for the scope table in db. It does not touch the
+// database; call Migrate, or create the table with CreateTableSQL.
+func New(db *sql.DB, cfg Config) (*Guard, error) {
+	if db == nil {
+		return nil, errors.New("fencesql: nil *sql.DB")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	d := cfg.Dialect
+	t, _ := d.quoteTable(cfg.Table) // checked by Validate
+	create, _ := CreateTableSQL(d, cfg.Table)
+	g := &Guard{
+		db:         db,
+		cfg:        cfg,
+		createSQL:  create,
+		raiseSQL:   "UPDATE " + t + " SET highest_token = " + d.placeholder(1) + " WHERE scope = " + d.placeholder(2),
+		highestSQL: "SELECT highest_token FROM " + t + " WHERE scope = " + d.placeholder(1),
+	}
+	switch d {
+	case Postgres:
+		// SELECT ... FOR UPDATE first: for an existing scope, the common
+		// case, one statement both reads and locks. PostgreSQL takes no gap
+		// locks, so a miss costs nothing; the INSERT then waits for any
+		// concurrent creator of the same scope and reports 0 rows if it won.
+		g.lockSQL = "SELECT highest_token FROM " + t + " WHERE scope = $1 FOR UPDATE"
+		g.insertSQL = "INSERT INTO " + t + " (scope, highest_token) VALUES ($1, $2) ON CONFLICT (scope) DO NOTHING"
+	case MySQL:
+		// A locking read of a missing key takes a gap lock under REPEATABLE
+		// READ, and two transactions that both miss and then insert into the
+		// same gap deadlock. Creating-or-locking the row first takes only a
+		// record lock (the primary key is unique), so new scopes created
+		// concurrently do not deadlock. The no-op update still locks the row.
+		g.ensureSQL = "INSERT INTO " + t + " (scope, highest_token) VALUES (?, 0) ON DUPLICATE KEY UPDATE highest_token = highest_token"
+		// A locking read sees the latest committed row, not the REPEATABLE
+		// READ snapshot, which may predate the last accepted token.
+		g.readSQL = "SELECT highest_token FROM " + t + " WHERE scope = ? FOR UPDATE"
+	case SQLite:
+		// SQLite locks the whole database for writing. Writing first makes
+		// the transaction a writer before it reads, so no other writer can
+		// change the row between the read and the update; a transaction whose
+		// earlier reads are outdated gets SQLITE_BUSY here instead of a stale
+		// answer.
+		g.ensureSQL = "INSERT INTO " + t + " (scope, highest_token) VALUES (?, 0) ON CONFLICT (scope) DO NOTHING"
+		g.readSQL = "SELECT highest_token FROM " + t + " WHERE scope = ?"
+	}
+	return g, nil
+}
+
+// Dialect returns the guard's dialect.
+func (g *Guard) Dialect() Dialect { return g.cfg.Dialect }
+
+// Table returns the scope table's name.
+func (g *Guard) Table() string { return g.cfg.Table }
+
+// CreateTableSQL returns the statement Migrate runs.
+func (g *Guard) CreateTableSQL() string { return g.createSQL }
+
+// Migrate creates the scope table if it does not exist.
+func (g *Guard) Migrate(ctx context.Context) error {
+	if _, err := g.db.ExecContext(ctx, g.createSQL); err != nil {
+		return fmt.Errorf("fencesql: create table %s: %w", g.cfg.Table, err)
+	}
+	return nil
+}
+
+// Check decides, inside the caller's transaction tx, whether token may write
+// to scope, and if so raises the scope's highest token to token.
+//
+// On success the scope's row stays locked until tx commits or rolls back,
+// so no other Check of the scope (and no other write under it) can pass
+// in between, and the caller's own writes in tx commit or roll back together
+// with the new highest token. A token lower than the highest returns a
+// *fence.StaleTokenError with the highest read from the table; token 0
+// returns fence.ErrNoToken, a token above math.MaxInt64 ErrTokenOutOfRange,
+// and a bad scope fence.ErrInvalidScope, all before any statement runs.
+//
+// After any error the caller must roll tx back (after a stale token nothing
+// was changed, but the row stays locked until the transaction ends). Errors
+// for which Retryable is true mean the database aborted the transaction;
+// run it again from the start.
+func (g *Guard) Check(ctx context.Context, tx *sql.Tx, scope string, token uint64) error {
+	tok, err := validate(scope, token)
+	if err != nil {
+		return err
+	}
+	_, err = g.check(ctx, tx, scope, tok)
+	var stale *fence.StaleTokenError
+	if errors.As(err, &stale) {
+		g.observe(ctx, stale.Scope, stale.Presented, stale.Highest, false)
+	}
+	return err
+}
+
+// check returns the highest token before this check.
+func (g *Guard) check(ctx context.Context, tx *sql.Tx, scope string, tok int64) (uint64, error) {
+	if tx == nil {
+		return 0, errors.New("fencesql: nil *sql.Tx")
+	}
+	if g.cfg.Dialect != Postgres {
+		if _, err := tx.ExecContext(ctx, g.ensureSQL, scope); err != nil {
+			return 0, fmt.Errorf("fencesql: lock scope %q: %w", scope, err)
+		}
+		var h int64
+		if err := tx.QueryRowContext(ctx, g.readSQL, scope).Scan(&h); err != nil {
+			return 0, fmt.Errorf("fencesql: read scope %q: %w", scope, err)
+		}
+		return g.raise(ctx, tx, scope, tok, h)
+	}
+	// A miss followed by a lost insert race means that a concurrent
+	// transaction created the row and committed; the next read sees it. More
+	// than a few rounds only happen if rows are deleted concurrently.
+	for range 3 {
+		var h int64
+		err := tx.QueryRowContext(ctx, g.lockSQL, scope).Scan(&h)
+		if err == nil {
+			return g.raise(ctx, tx, scope, tok, h)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("fencesql: lock scope %q: %w", scope, err)
+		}
+		res, err := tx.ExecContext(ctx, g.insertSQL, scope, tok)
+		if err != nil {
+			return 0, fmt.Errorf("fencesql: create scope %q: %w", scope, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("fencesql: create scope %q: %w", scope, err)
+		}
+		if n == 1 {
+			return 0, nil
+		}
+	}
+	return 0, fmt.Errorf("fencesql: scope %q row keeps disappearing (deleted concurrently?)", scope)
+}
+
+// raise compares tok with the locked row's highest h and raises it.
+func (g *Guard) raise(ctx context.Context, tx *sql.Tx, scope string, tok, h int64) (uint64, error) {
+	highest, err := tokenFromDB(h)
+	if err != nil {
+		return 0, err
+	}
+	if err := fence.Check(scope, uint64(tok), highest); err != nil {
+		return highest, err
+	}
+	if tok > h {
+		if _, err := tx.ExecContext(ctx, g.raiseSQL, tok, scope); err != nil {
+			return highest, fmt.Errorf("fencesql: raise scope %q to %d: %w", scope, tok, err)
+		}
+	}
+	return highest, nil
+}
+
+// Do runs fn in a new transaction after Check accepted token for scope, and
+// commits. The transaction is rolled back if the check, fn or the commit
+// fails, and fn's error is returned as is. fn must use tx for the writes
+// that the token protects; they commit atomically with the new highest
+// token. fn must not commit or roll back tx.
+//
+// A commit error leaves the outcome unknown if the connection broke during
+// the commit: the writes and the token may or may not be committed, always
+// together.
+func (g *Guard) Do(ctx context.Context, scope string, token uint64, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	tok, err := validate(scope, token)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		_, err := g.attempt(ctx, scope, tok, fn)
+		if err == nil || !Retryable(err) || attempt >= g.cfg.Retries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// attempt runs one transaction, reports the decision once it is final and
+// tells whether fn was called.
+func (g *Guard) attempt(ctx context.Context, scope string, tok int64, fn func(context.Context, *sql.Tx) error) (called bool, err error) {
+	var (
+		highest uint64
+		stale   *fence.StaleTokenError
+	)
+	defer func() {
+		// Deferred so that it runs after the rollback below: observers are
+		// told of a decision only once no lock is held.
+		switch {
+		case err == nil:
+			g.observe(ctx, scope, uint64(tok), highest, true)
+		case stale != nil:
+			g.observe(ctx, scope, uint64(tok), stale.Highest, false)
+		}
+	}()
+	tx, err := g.db.BeginTx(ctx, g.cfg.TxOptions)
+	if err != nil {
+		return false, fmt.Errorf("fencesql: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it only reports sql.ErrTxDone
+	highest, err = g.check(ctx, tx, scope, tok)
+	if err != nil {
+		errors.As(err, &stale)
+		return false, err
+	}
+	if err := fn(ctx, tx); err != nil {
+		return true, err
+	}
+	if err := tx.Commit(); err != nil {
+		return true, fmt.Errorf("fencesql: commit scope %q token %d: %w", scope, tok, err)
+	}
+	return true, nil
+}
+
+// Highest returns the highest token accepted for scope, 0 if none. It reads
+// the last committed value without locking.
+func (g *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
+	if err := validScope(scope); err != nil {
+		return 0, err
+	}
+	var h int64
+	err := g.db.QueryRowContext(ctx, g.highestSQL, scope).Scan(&h)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fencesql: read scope %q: %w", scope, err)
+	}
+	return tokenFromDB(h)
+}
+
+func (g *Guard) observe(ctx context.Context, scope string, presented, highest uint64, accepted bool) {
+	if g.cfg.Observer == nil {
+		return
+	}
+	g.cfg.Observer.Observe(ctx, fence.Decision{Scope: scope, Presented: presented, Highest: highest, Accepted: accepted})
+}
+
+// External returns a fence.Guard that keeps its highest tokens in g's table
+// but protects a resource outside the database. See ExternalGuard.
+func (g *Guard) External() *ExternalGuard { return &ExternalGuard{g: g} }
+
+// ExternalGuard adapts a Guard to fence.Guard for mutations that do not go
+// through the database, for instance a file or a remote API, when the
+// tokens should live in a shared database. Do begins a transaction, checks
+// the token (locking the scope's row), runs apply while the row stays
+// locked, and commits the new highest token only if apply succeeded. Calls
+// for one scope are therefore serialized across every process using the
+// table.
+//
+// Unlike Guard.Do, apply's effect and the token are not atomic: if the
+// commit fails after apply succeeded, the effect stands while the token may
+// not be recorded, and a later token between the old highest and this one
+// would still be accepted. Do returns the commit error in that case. Prefer
+// Guard.Do when the protected data is in the same database.
+type ExternalGuard struct{ g *Guard }
+
+var _ fence.Guard = (*ExternalGuard)(nil)
+
+// Do implements fence.Guard. A transaction that fails with a Retryable error
+// before apply runs is retried as Config.Retries allows; once apply has run,
+// never.
+func (e *ExternalGuard) Do(ctx context.Context, scope string, token uint64, apply func(ctx context.Context) error) error {
+	tok, err := validate(scope, token)
+	if err != nil {
+		return err
+	}
+	fn := func(ctx context.Context, _ *sql.Tx) error { return apply(ctx) }
+	for attempt := 0; ; attempt++ {
+		called, err := e.g.attempt(ctx, scope, tok, fn)
+		if err == nil || called || !Retryable(err) || attempt >= e.g.cfg.Retries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// Highest implements fence.Guard.
+func (e *ExternalGuard) Highest(ctx context.Context, scope string) (uint64, error) {
+	return e.g.Highest(ctx, scope)
+}
