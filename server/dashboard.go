@@ -120,6 +120,8 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		flusher.Flush()
 		return true
 	}
+	// Reconnect a second after a lost connection (browsers default to 3s).
+	fmt.Fprint(w, "retry: 1000\n\n")
 	if !send("snapshot", snap) {
 		return
 	}
