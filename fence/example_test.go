@@ -8,10 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"go.etcd.io/bbolt"
 
+	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/internal/fencedtest"
 )
 
 func ExampleNewMemory() {
@@ -130,4 +133,74 @@ func ExampleNewSlogObserver() {
 	// Output:
 	// level=WARN msg="stale fencing token rejected" scope=orders/7 presented_token=41 highest_token=42 rejections=1
 	// level=WARN msg="stale fencing token rejected" scope=orders/7 presented_token=40 highest_token=42 rejections=2
+}
+
+// The tokens come from real leases: A's lease expires on the server while A
+// is paused, B acquires the key, and A's write after the pause is rejected.
+func ExampleMemory_Do_lease() {
+	// An in-process fenced node; in production, Endpoint names yours.
+	t := &fencedtest.ExampleTB{}
+	defer t.Close()
+	srv := fencedtest.Start(t)
+
+	ctx := context.Background()
+	a, err := client.New(client.Config{Endpoint: srv.URL, Owner: "A", TTL: 300 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := client.New(client.Config{Endpoint: srv.URL, Owner: "B"})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	g := fence.NewMemory()
+	balance := ""
+	deposit := func(l *client.Lease, by string) string {
+		err := g.Do(ctx, l.Key(), l.Token(), func(context.Context) error {
+			balance = "written by " + by
+			return nil
+		})
+		var stale *fence.StaleTokenError
+		switch {
+		case errors.As(err, &stale):
+			return "rejected (stale)"
+		case err != nil:
+			return err.Error()
+		}
+		return "accepted"
+	}
+
+	leaseA, err := a.Acquire(ctx, "accounts/7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("A writes with its token:", deposit(leaseA, "A"))
+
+	// A pauses (GC, VM freeze) and sends no renewals. Lost stands in for the
+	// pause: it stops the renewals without releasing, so the server expires
+	// the lease after its TTL, and B, waiting, gets the key.
+	leaseA.Lost(errors.New("paused"))
+	leaseB, err := b.Acquire(ctx, "accounts/7", client.WithWait(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer leaseB.Release(ctx)
+	fmt.Println("B's token is higher:", leaseB.Token() > leaseA.Token())
+	fmt.Println("B writes with its token:", deposit(leaseB, "B"))
+
+	// A resumes and writes with the token it acquired.
+	fmt.Println("A's late write:", deposit(leaseA, "A"))
+	highest, err := g.Highest(ctx, "accounts/7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("highest accepted is B's token:", highest == leaseB.Token())
+	fmt.Println("balance:", balance)
+	// Output:
+	// A writes with its token: accepted
+	// B's token is higher: true
+	// B writes with its token: accepted
+	// A's late write: rejected (stale)
+	// highest accepted is B's token: true
+	// balance: written by B
 }

@@ -12,8 +12,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/internal/fencedtest"
 	"github.com/fencedio/fenced/store"
 )
 
@@ -111,4 +114,80 @@ func ExampleStore_Put() {
 	// token 42: seq 1 <nil>
 	// token 41: rejected, highest is 42
 	// stored: "shipped by B" (token 42)
+}
+
+// The tokens come from real leases: A's lease expires on the server while A
+// is paused, B acquires the key, and A's write after the pause is rejected.
+func ExampleStore_Put_lease() {
+	// An in-process fenced node; in production, Endpoint names yours.
+	t := &fencedtest.ExampleTB{}
+	defer t.Close()
+	srv := fencedtest.Start(t)
+
+	ctx := context.Background()
+	a, err := client.New(client.Config{Endpoint: srv.URL, Owner: "A", TTL: 300 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := client.New(client.Config{Endpoint: srv.URL, Owner: "B"})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	dir, err := os.MkdirTemp("", "fenced-store-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	s, err := store.Open(store.Config{DataDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+
+	// The lease key is the fencing scope of the object's writes.
+	put := func(l *client.Lease, value string) string {
+		_, err := s.Put(ctx, l.Key(), l.Token(), "orders/7/state", []byte(value))
+		var stale *fence.StaleTokenError
+		switch {
+		case errors.As(err, &stale):
+			return "rejected (stale)"
+		case err != nil:
+			return err.Error()
+		}
+		return "accepted"
+	}
+
+	leaseA, err := a.Acquire(ctx, "orders/7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("A writes with its token:", put(leaseA, "paid by A"))
+
+	// A pauses (GC, VM freeze) and sends no renewals. Lost stands in for the
+	// pause: it stops the renewals without releasing, so the server expires
+	// the lease after its TTL, and B, waiting, gets the key.
+	leaseA.Lost(errors.New("paused"))
+	leaseB, err := b.Acquire(ctx, "orders/7", client.WithWait(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer leaseB.Release(ctx)
+	fmt.Println("B's token is higher:", leaseB.Token() > leaseA.Token())
+	fmt.Println("B writes with its token:", put(leaseB, "shipped by B"))
+
+	// A resumes and writes with the token it acquired.
+	fmt.Println("A's late write:", put(leaseA, "cancelled by A"))
+
+	obj, err := s.Get(ctx, "orders/7/state")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("stored: %q, with B's token: %v\n", obj.Value, obj.Token == leaseB.Token())
+	// Output:
+	// A writes with its token: accepted
+	// B's token is higher: true
+	// B writes with its token: accepted
+	// A's late write: rejected (stale)
+	// stored: "shipped by B", with B's token: true
 }

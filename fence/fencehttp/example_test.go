@@ -1,15 +1,20 @@
 package fencehttp_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/internal/fencedtest"
 )
 
 func ExampleMiddleware() {
@@ -85,4 +90,88 @@ func ExampleTransport() {
 	// token 42 -> 200 OK
 	// lease 41 lost: stale fencing token for scope "orders/7": presented 41, highest accepted 42
 	// token 41 -> 409 Conflict
+}
+
+// With a real lease: the resource's stale answer to A's late write ends A's
+// lease context, so whatever A still runs under it stops.
+func ExampleTransport_lease() {
+	// An in-process fenced node; in production, Endpoint names yours.
+	t := &fencedtest.ExampleTB{}
+	defer t.Close()
+	fenced := fencedtest.Start(t)
+
+	ctx := context.Background()
+	newClient := func(owner string) *client.Client {
+		c, err := client.New(client.Config{Endpoint: fenced.URL, Owner: owner, TTL: 30 * time.Second})
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
+	a, b, operator := newClient("A"), newClient("B"), newClient("operator")
+
+	// The resource: stores the body of each write whose token is current.
+	var value string
+	resource := httptest.NewServer(fencehttp.Middleware(fence.NewMemory())(http.HandlerFunc(
+		func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			value = string(body)
+		})))
+	defer resource.Close()
+
+	// Requests carry the lease's key and token, and its context.
+	write := func(l *client.Lease, body string) string {
+		hc := &http.Client{Transport: fencehttp.NewTransport(l, resource.Client().Transport)}
+		req, err := http.NewRequestWithContext(l.Context(), http.MethodPut, resource.URL+"/orders/7", strings.NewReader(body))
+		if err != nil {
+			panic(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		resp.Body.Close()
+		return resp.Status
+	}
+
+	leaseA, err := a.Acquire(ctx, "orders/7")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("A writes with its token:", write(leaseA, "paid by A"))
+
+	// The lease ends on the server without A noticing, as when it expires
+	// while A is paused. Releasing it by its ID stands in for the expiry; A's
+	// next renewal, seconds away, would be the first to find out.
+	if err := operator.Release(ctx, leaseA.Key(), leaseA.ID()); err != nil {
+		panic(err)
+	}
+	leaseB, err := b.Acquire(ctx, "orders/7")
+	if err != nil {
+		panic(err)
+	}
+	defer leaseB.Release(ctx)
+	fmt.Println("B's token is higher:", leaseB.Token() > leaseA.Token())
+	fmt.Println("B writes with its token:", write(leaseB, "shipped by B"))
+
+	// A, its context still live, writes late; the 409 makes the transport
+	// call leaseA.Lost.
+	fmt.Println("A's late write:", write(leaseA, "cancelled by A"))
+	<-leaseA.Done()
+	cause := context.Cause(leaseA.Context())
+	fmt.Println("A's lease lost:", errors.Is(cause, client.ErrLost))
+	fmt.Println("because its token is stale:", errors.Is(cause, fence.ErrStaleToken))
+	fmt.Println("stored value:", value)
+	// Output:
+	// A writes with its token: 200 OK
+	// B's token is higher: true
+	// B writes with its token: 200 OK
+	// A's late write: 409 Conflict
+	// A's lease lost: true
+	// because its token is stale: true
+	// stored value: shipped by B
 }
