@@ -94,7 +94,7 @@ func (s *Server) startRaft() error {
 	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: s.cfg.RaftLog})
 	var err error
 	s.store, err = raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(s.cfg.DataDir, "raft.db"),
+		Path: filepath.Join(s.cfg.DataDir, "raft.db"),
 		// As etcd does: the freelist is rebuilt on open instead of being
 		// written with every commit, which makes each fsynced commit smaller.
 		BoltOptions: &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType},

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -394,15 +396,31 @@ func validateText(field, s string) error {
 	return nil
 }
 
-// limitBody refuses declared request bodies above max with
-// invalid_argument before anything is read. Bodies without a declared
-// length are bounded by connect's read limit instead.
+// limitBody refuses request bodies above max with invalid_argument before
+// any of it reaches a handler. Bodies of unknown length are read up to the
+// limit first. gRPC requests are left to connect's read limit, which answers
+// resource_exhausted as gRPC clients expect.
 func limitBody(next http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > max && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		size := r.ContentLength
+		if size < 0 && r.Body != nil {
+			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+			if err != nil {
+				http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			size = int64(len(body))
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = size
+		}
+		if size > max {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprintf(w, `{"code":"invalid_argument","message":"request body of %d bytes exceeds the limit of %d bytes"}`, r.ContentLength, max)
+			fmt.Fprintf(w, `{"code":"invalid_argument","message":"request body exceeds the limit of %d bytes"}`, max)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -1,0 +1,76 @@
+package server
+
+import "testing"
+
+func TestWaitQueues(t *testing.T) {
+	signalled := func(w *waiter) bool {
+		select {
+		case <-w.ready:
+			return true
+		default:
+			return false
+		}
+	}
+	t.Run("fifo", func(t *testing.T) {
+		q := newWaitQueues()
+		a, b, c := q.enqueue("k"), q.enqueue("k"), q.enqueue("k")
+		other := q.enqueue("other")
+		if q.len() != 4 {
+			t.Fatalf("len = %d, want 4", q.len())
+		}
+		if !q.isHead("k", a) || q.isHead("k", b) || q.isHead("k", c) || !q.isHead("other", other) || q.isHead("other", a) {
+			t.Fatal("wrong heads after enqueue")
+		}
+		// A freed key wakes its head only.
+		q.freed("k")
+		q.freed("k") // signals coalesce; freed never blocks
+		if !signalled(a) || signalled(a) || signalled(b) || signalled(c) || signalled(other) {
+			t.Fatal("freed did not wake exactly the head, once")
+		}
+		// The head leaving hands the turn to the next in line.
+		q.leave("k", a)
+		if !q.isHead("k", b) || !signalled(b) || signalled(c) {
+			t.Fatal("leave of the head did not make and wake the next waiter")
+		}
+		q.leave("k", b)
+		if !q.isHead("k", c) || !signalled(c) {
+			t.Fatal("leave of the head did not make and wake the last waiter")
+		}
+		q.leave("k", c)
+		if q.isHead("k", c) || q.len() != 1 {
+			t.Fatalf("after everyone left: len %d", q.len())
+		}
+		q.freed("k") // an empty queue is fine
+		q.leave("other", other)
+		if q.len() != 0 || len(q.queues) != 0 {
+			t.Fatalf("queues not emptied: len %d, %d keys", q.len(), len(q.queues))
+		}
+	})
+	t.Run("leave from the middle keeps order and wakes nobody", func(t *testing.T) {
+		q := newWaitQueues()
+		a, b, c := q.enqueue("k"), q.enqueue("k"), q.enqueue("k")
+		q.leave("k", b)
+		if signalled(a) || signalled(b) || signalled(c) || !q.isHead("k", a) {
+			t.Fatal("leave from the middle disturbed the queue")
+		}
+		q.leave("k", a)
+		if !q.isHead("k", c) || !signalled(c) {
+			t.Fatal("c is not next after a")
+		}
+		// Leaving twice, or a queue one is not in, changes nothing.
+		q.leave("k", a)
+		q.leave("nope", c)
+		if q.len() != 1 || !q.isHead("k", c) {
+			t.Fatalf("len %d after spurious leaves", q.len())
+		}
+	})
+	t.Run("freedAll wakes every head", func(t *testing.T) {
+		q := newWaitQueues()
+		a1, a2 := q.enqueue("a"), q.enqueue("a")
+		b1 := q.enqueue("b")
+		q.freedAll()
+		if !signalled(a1) || signalled(a2) || !signalled(b1) {
+			t.Fatal("freedAll did not wake exactly the heads")
+		}
+	})
+}
