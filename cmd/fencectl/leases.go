@@ -115,27 +115,34 @@ func hold(ctx context.Context, out io.Writer, g *globals, l *client.Lease) error
 	}
 }
 
+// oneShot runs fn with a client and a context bounded by --timeout.
+func (g *globals) oneShot(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
+	c, err := g.client(client.Config{})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := g.requestContext(cmd.Context())
+	defer cancel()
+	return fn(ctx, c)
+}
+
 func renewCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "renew KEY LEASE_ID",
 		Short: "Renew a lease once",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(client.Config{})
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.requestContext(cmd.Context())
-			defer cancel()
-			info, err := c.Renew(ctx, args[0], args[1])
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), toJSON(info))
-			}
-			printLeases(cmd.OutOrStdout(), []client.Info{info})
-			return nil
+			return g.oneShot(cmd, func(ctx context.Context, c *client.Client) error {
+				info, err := c.Renew(ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(cmd.OutOrStdout(), toJSON(info))
+				}
+				printLeases(cmd.OutOrStdout(), []client.Info{info})
+				return nil
+			})
 		},
 	}
 }
@@ -146,20 +153,16 @@ func releaseCmd(g *globals) *cobra.Command {
 		Short: "Release a lease",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(client.Config{})
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.requestContext(cmd.Context())
-			defer cancel()
-			if err := c.Release(ctx, args[0], args[1]); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), map[string]string{"released": args[0]})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "released %q\n", args[0])
-			return nil
+			return g.oneShot(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := c.Release(ctx, args[0], args[1]); err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(cmd.OutOrStdout(), map[string]string{"released": args[0]})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "released %q\n", args[0])
+				return nil
+			})
 		},
 	}
 }
@@ -170,34 +173,30 @@ func getCmd(g *globals) *cobra.Command {
 		Short: "Show the current lease of a key and its last token",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(client.Config{})
-			if err != nil {
-				return err
-			}
-			ctx, cancel := g.requestContext(cmd.Context())
-			defer cancel()
-			info, ok, last, err := c.Get(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if g.json {
-				v := struct {
-					Lease     *leaseJSON `json:"lease,omitempty"`
-					LastToken uint64     `json:"lastToken"`
-				}{LastToken: last}
-				if ok {
-					j := toJSON(info)
-					v.Lease = &j
+			return g.oneShot(cmd, func(ctx context.Context, c *client.Client) error {
+				info, ok, last, err := c.Get(ctx, args[0])
+				if err != nil {
+					return err
 				}
-				return printJSON(out, v)
-			}
-			if !ok {
-				fmt.Fprintf(out, "%q is free (last token %d)\n", args[0], last)
+				out := cmd.OutOrStdout()
+				if g.json {
+					v := struct {
+						Lease     *leaseJSON `json:"lease,omitempty"`
+						LastToken uint64     `json:"lastToken"`
+					}{LastToken: last}
+					if ok {
+						j := toJSON(info)
+						v.Lease = &j
+					}
+					return printJSON(out, v)
+				}
+				if !ok {
+					fmt.Fprintf(out, "%q is free (last token %d)\n", args[0], last)
+					return nil
+				}
+				printLeases(out, []client.Info{info})
 				return nil
-			}
-			printLeases(out, []client.Info{info})
-			return nil
+			})
 		},
 	}
 }
@@ -209,33 +208,33 @@ func listCmd(g *globals) *cobra.Command {
 		Short: "List current leases",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client(client.Config{})
-			if err != nil {
-				return err
-			}
-			prefix := ""
-			if len(args) == 1 {
-				prefix = args[0]
-			}
-			ctx, cancel := g.requestContext(cmd.Context())
-			defer cancel()
-			leases, err := c.List(ctx, prefix, limit)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				out := make([]leaseJSON, len(leases))
-				for i, l := range leases {
-					out[i] = toJSON(l)
+			return g.oneShot(cmd, func(ctx context.Context, c *client.Client) error {
+				leases, err := c.List(ctx, optionalArg(args), limit)
+				if err != nil {
+					return err
 				}
-				return printJSON(cmd.OutOrStdout(), map[string]any{"leases": out})
-			}
-			printLeases(cmd.OutOrStdout(), leases)
-			return nil
+				if g.json {
+					out := make([]leaseJSON, len(leases))
+					for i, l := range leases {
+						out[i] = toJSON(l)
+					}
+					return printJSON(cmd.OutOrStdout(), map[string]any{"leases": out})
+				}
+				printLeases(cmd.OutOrStdout(), leases)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many leases (0: server default)")
 	return cmd
+}
+
+// optionalArg returns the first argument, or "" when there is none.
+func optionalArg(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
 }
 
 func watchCmd(g *globals) *cobra.Command {
@@ -249,12 +248,8 @@ func watchCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			prefix := ""
-			if len(args) == 1 {
-				prefix = args[0]
-			}
 			out := cmd.OutOrStdout()
-			err = c.Watch(cmd.Context(), prefix, after, func(ev client.Event) error {
+			err = c.Watch(cmd.Context(), optionalArg(args), after, func(ev client.Event) error {
 				if g.json {
 					return printJSON(out, map[string]any{"type": ev.Type, "revision": ev.Revision, "lease": toJSON(ev.Lease)})
 				}
