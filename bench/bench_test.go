@@ -1,0 +1,167 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestQuantile(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = i + 1
+	}
+	tests := []struct {
+		name    string
+		samples []time.Duration
+		q       float64
+		want    time.Duration
+	}{
+		{"empty", nil, 0.5, 0},
+		{"one", ms(7), 0.99, 7 * time.Millisecond},
+		{"median of odd", ms(1, 2, 3), 0.5, 2 * time.Millisecond},
+		{"median of even takes the lower", ms(1, 2, 3, 4), 0.5, 2 * time.Millisecond},
+		{"p99 of 1..100", ms(hundred...), 0.99, 99 * time.Millisecond},
+		{"p50 of 1..100", ms(hundred...), 0.50, 50 * time.Millisecond},
+		{"q=1 is the max", ms(hundred...), 1, 100 * time.Millisecond},
+		{"q=0 is the min", ms(hundred...), 0, 1 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := quantile(tt.samples, tt.q); got != tt.want {
+				t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMedian(t *testing.T) {
+	runs := func(ops ...float64) []RunResult {
+		out := make([]RunResult, len(ops))
+		for i, o := range ops {
+			out[i] = RunResult{OpsPerSec: o, P50Ms: o / 10, P99Ms: o / 5, Errors: 1}
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		runs    []RunResult
+		wantOps float64
+	}{
+		{"none", nil, 0},
+		{"one", runs(5), 5},
+		{"odd count, unsorted", runs(30, 10, 20), 20},
+		{"even count averages the middle two", runs(40, 10, 30, 20), 25},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := median(tt.runs)
+			if m.OpsPerSec != tt.wantOps || m.P50Ms != tt.wantOps/10 || m.P99Ms != tt.wantOps/5 {
+				t.Errorf("median = %+v, want ops %v", m, tt.wantOps)
+			}
+			if m.Errors != uint64(len(tt.runs)) {
+				t.Errorf("errors = %d, want the sum %d", m.Errors, len(tt.runs))
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{"quick defaults", Config{Quick: true}, ""},
+		{"unknown workload", Config{Workloads: []string{"nope"}}, "unknown workload"},
+		{"zero clients", Config{Clients: []int{0}}, "below 1"},
+		{"negative duration", Config{Duration: -time.Second}, "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+	full := Config{}
+	if err := full.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if full.Duration != 10*time.Second || full.Rounds != 3 || full.Leases != 1_000_000 {
+		t.Errorf("full defaults = %v, %d rounds, %d leases", full.Duration, full.Rounds, full.Leases)
+	}
+}
+
+// TestQuickRun builds both servers and runs every workload in quick mode
+// against both: a smoke test of the whole harness (about 15-20 s with a
+// warm build cache).
+func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs fenced and etcd")
+	}
+	const leases = 2000
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := Run(ctx, Config{Quick: true, Duration: 200 * time.Millisecond, Leases: leases}, &progress)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	wantRows := 0
+	for _, w := range workloads {
+		wantRows += len(w.clients)
+	}
+	if len(rep.Rows) != wantRows {
+		t.Fatalf("%d rows, want %d", len(rep.Rows), wantRows)
+	}
+	for _, r := range rep.Rows {
+		for sys, m := range map[string]Median{"fenced": r.Fenced, "etcd": r.Etcd} {
+			if m.OpsPerSec <= 0 || m.P50Ms <= 0 || m.P99Ms < m.P50Ms {
+				t.Errorf("%s %d clients, %s: %+v", r.Workload, r.Clients, sys, m)
+			}
+			if m.Errors != 0 {
+				t.Errorf("%s %d clients, %s: %d errors, first %q", r.Workload, r.Clients, sys, m.Errors, m.Runs[0].FirstError)
+			}
+		}
+		if want := r.Fenced.OpsPerSec / r.Etcd.OpsPerSec; r.Ratio != want {
+			t.Errorf("%s ratio %v, want %v", r.Workload, r.Ratio, want)
+		}
+	}
+	m := rep.Memory
+	if m == nil {
+		t.Fatal("no memory result")
+	}
+	if m.Created != leases || m.ActiveGauge != leases || m.Errors != 0 {
+		t.Errorf("memory: created %d, gauge %d, errors %d; want %d, %d, 0", m.Created, m.ActiveGauge, m.Errors, leases, leases)
+	}
+	if m.RSS <= 0 || m.IdleRSS <= 0 || m.PeakRSS < m.RSS {
+		t.Errorf("memory: rss %d, idle %d, peak %d", m.RSS, m.IdleRSS, m.PeakRSS)
+	}
+
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| acquire+release | 64 |", "| contended handoff | 16 |", "| renew (unary) | 16 |", "Memory: fenced RSS"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Config configures Run. The zero value, after Validate, is the full run.
+type Config struct {
+	// Duration of one measured run of one workload against one system.
+	// Default 10s (quick: 300ms).
+	Duration time.Duration
+	// Rounds is how many times each workload runs against each system; the
+	// report shows the medians. Default 3 (quick: 1).
+	Rounds int
+	// Leases is how many live leases the memory workload creates. Default
+	// 1,000,000 (quick: 5,000).
+	Leases int
+	// Workloads selects workloads by name (see Workloads); empty means all.
+	Workloads []string
+	// Clients, when set, replaces the client counts of the acquire-release
+	// workload (default 1, 16 and 64).
+	Clients []int
+	// Quick turns every default above into its quick value, for smoke tests
+	// that take seconds. Explicitly set fields still win.
+	Quick bool
+
+	// BenchDir is the directory of the bench module, whose parent is the
+	// fenced repository. Default: found from the working directory upwards.
+	BenchDir string
+	// FencedBin and EtcdBin are prebuilt server binaries. Default: built
+	// from source into the temporary directory with `go build`.
+	FencedBin, EtcdBin string
+	// KeepTemp keeps the temporary directory (data, logs, binaries) for
+	// inspection instead of removing it.
+	KeepTemp bool
+}
+
+// Validate fills in defaults and checks the settings.
+func (c *Config) Validate() error {
+	if c.Duration == 0 {
+		c.Duration = pick(c.Quick, 300*time.Millisecond, 10*time.Second)
+	}
+	if c.Rounds == 0 {
+		c.Rounds = pick(c.Quick, 1, 3)
+	}
+	if c.Leases == 0 {
+		c.Leases = pick(c.Quick, 5_000, 1_000_000)
+	}
+	switch {
+	case c.Duration < 0:
+		return fmt.Errorf("bench config: duration %v is negative", c.Duration)
+	case c.Rounds < 0:
+		return fmt.Errorf("bench config: rounds %d is negative", c.Rounds)
+	case c.Leases < 0:
+		return fmt.Errorf("bench config: leases %d is negative", c.Leases)
+	}
+	for _, n := range c.Clients {
+		if n < 1 {
+			return fmt.Errorf("bench config: client count %d is below 1", n)
+		}
+	}
+	known := map[string]bool{memoryWorkload: true}
+	for _, w := range workloads {
+		known[w.name] = true
+	}
+	for _, name := range c.Workloads {
+		if !known[name] {
+			return fmt.Errorf("bench config: unknown workload %q; want some of %s", name, strings.Join(WorkloadNames(), ", "))
+		}
+	}
+	if c.BenchDir == "" && (c.FencedBin == "" || c.EtcdBin == "") {
+		dir, err := findBenchDir()
+		if err != nil {
+			return fmt.Errorf("bench config: %w", err)
+		}
+		c.BenchDir = dir
+	}
+	return nil
+}
+
+func (c *Config) selected(name string) bool {
+	if len(c.Workloads) == 0 {
+		return true
+	}
+	for _, w := range c.Workloads {
+		if w == name {
+			return true
+		}
+	}
+	return false
+}
+
+func pick[T any](quick bool, q, full T) T {
+	if quick {
+		return q
+	}
+	return full
+}
+
+var errNoBenchDir = errors.New("cannot find the bench module (go.mod of github.com/fencedio/fenced/bench) from the working directory; run from inside bench/ or set BenchDir")

@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/fencedio/fenced/client"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// leaseTTL is the TTL of the leases (fenced) and sessions or leases (etcd)
+// of the throughput workloads: long enough that background renewal is
+// rare, the same for both.
+const leaseTTL = 10 * time.Second
+
+// system is a lease service under test.
+type system interface {
+	name() string
+	// dial returns a new benchmark client with its own client object and
+	// connection, already connected.
+	dial(ctx context.Context) (conn, error)
+}
+
+// conn is one benchmark client. It is used by one goroutine at a time.
+type conn interface {
+	// lock acquires key. With wait it waits in line while the key is held;
+	// without, a held key is an error.
+	lock(ctx context.Context, key string, wait bool) (held, error)
+	// hold acquires key and returns a handle whose renew renews it once.
+	hold(ctx context.Context, key string) (renewable, error)
+	close()
+}
+
+type held interface {
+	release(ctx context.Context) error
+}
+
+type renewable interface {
+	held
+	renew(ctx context.Context) error
+}
+
+// fenced, through its Go client.
+
+type fencedSystem struct{ endpoint string }
+
+func (fencedSystem) name() string { return "fenced" }
+
+func (s fencedSystem) dial(ctx context.Context) (conn, error) {
+	tr := newH2CTransport()
+	c, err := client.New(client.Config{
+		Endpoint:   s.endpoint,
+		HTTPClient: &http.Client{Transport: tr},
+		Owner:      "fencedbench",
+		TTL:        leaseTTL,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Open the connection now, so that no run times a dial.
+	if _, _, _, err := c.Get(ctx, "fencedbench/warmup"); err != nil {
+		tr.CloseIdleConnections()
+		return nil, fmt.Errorf("fenced warm-up: %w", err)
+	}
+	return &fencedConn{c: c, tr: tr}, nil
+}
+
+// newH2CTransport speaks HTTP/2 without TLS, as fenced's client does by
+// default; the harness owns the transport so that it can close its
+// connection after each run.
+func newH2CTransport() *http.Transport {
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Transport{
+		Protocols:   protocols,
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+	}
+}
+
+type fencedConn struct {
+	c  *client.Client
+	tr *http.Transport
+}
+
+func (f *fencedConn) lock(ctx context.Context, key string, wait bool) (held, error) {
+	var opts []client.AcquireOption
+	if wait {
+		opts = append(opts, client.WithWait(time.Minute))
+	}
+	l, err := f.c.Acquire(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return fencedHeld{l}, nil
+}
+
+func (f *fencedConn) hold(ctx context.Context, key string) (renewable, error) {
+	l, err := f.c.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return fencedRenewable{fencedHeld{l}, f.c}, nil
+}
+
+func (f *fencedConn) close() { f.tr.CloseIdleConnections() }
+
+type fencedHeld struct{ l *client.Lease }
+
+func (h fencedHeld) release(ctx context.Context) error { return h.l.Release(ctx) }
+
+type fencedRenewable struct {
+	fencedHeld
+	c *client.Client
+}
+
+// renew is the unary Renew RPC. The lease also renews itself every TTL/3
+// in the background, which adds one request per client every few seconds.
+func (r fencedRenewable) renew(ctx context.Context) error {
+	_, err := r.c.Renew(ctx, r.l.Key(), r.l.ID())
+	return err
+}
+
+// etcd, through clientv3 and its concurrency package.
+
+type etcdSystem struct{ endpoint string }
+
+func (etcdSystem) name() string { return "etcd" }
+
+func (s etcdSystem) dial(ctx context.Context) (conn, error) {
+	cli, err := newEtcdClient(s.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	// A session is a lease kept alive by a background stream, as an etcd
+	// lock user would hold one; creating it also opens the connection.
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(leaseTTL/time.Second)), concurrency.WithContext(context.Background()))
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcd session: %w", err)
+	}
+	return &etcdConn{cli: cli, sess: sess}, nil
+}
+
+type etcdConn struct {
+	cli  *clientv3.Client
+	sess *concurrency.Session
+}
+
+func (e *etcdConn) lock(ctx context.Context, key string, wait bool) (held, error) {
+	// Lock whether or not wait is set: on a free key it costs what TryLock
+	// does (one transaction), and it is what etcd lock users call.
+	m := concurrency.NewMutex(e.sess, key)
+	if err := m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return etcdHeld{m}, nil
+}
+
+// hold grants a lease and attaches key to it, as a holder of a named lease
+// would; renew is one KeepAliveOnce.
+func (e *etcdConn) hold(ctx context.Context, key string) (renewable, error) {
+	g, err := e.cli.Grant(ctx, int64(leaseTTL/time.Second))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.cli.Put(ctx, key, "", clientv3.WithLease(g.ID)); err != nil {
+		return nil, err
+	}
+	return etcdRenewable{cli: e.cli, id: g.ID}, nil
+}
+
+func (e *etcdConn) close() {
+	e.sess.Close()
+	e.cli.Close()
+}
+
+type etcdHeld struct{ m *concurrency.Mutex }
+
+func (h etcdHeld) release(ctx context.Context) error { return h.m.Unlock(ctx) }
+
+type etcdRenewable struct {
+	cli *clientv3.Client
+	id  clientv3.LeaseID
+}
+
+func (r etcdRenewable) renew(ctx context.Context) error {
+	_, err := r.cli.KeepAliveOnce(ctx, r.id)
+	return err
+}
+
+func (r etcdRenewable) release(ctx context.Context) error {
+	_, err := r.cli.Revoke(ctx, r.id)
+	return err
+}
+
+var errDetached = errors.New("fencedbench: handle dropped, lease left to live on the server")

@@ -1,0 +1,263 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// workload is one family of rows in the report. Adding a workload is adding
+// an entry to workloads (and, when it needs an operation the systems do not
+// offer yet, a method to conn).
+type workload struct {
+	name    string // as selected with -workloads
+	title   string // as shown in the table
+	clients []int  // one row per client count
+	op      string // what one operation is: ops/s counts these
+	latency string // what p50 and p99 measure
+	// prepare readies client id for a run and returns the body of its
+	// loop, called until the run's time is up, and a cleanup run after it.
+	prepare func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (loop func(context.Context), cleanup func(), err error)
+}
+
+// memoryWorkload is not in workloads: it runs once, against fenced only.
+const memoryWorkload = "memory"
+
+var workloads = []workload{
+	{
+		name:    "acquire-release",
+		title:   "acquire+release",
+		clients: []int{1, 16, 64},
+		op:      "one acquire+release cycle, each client on its own key",
+		latency: "one whole cycle",
+		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
+			key := fmt.Sprintf("%s/%d", env.prefix, id)
+			return func(ctx context.Context) {
+				start := time.Now()
+				h, err := c.lock(ctx, key, false)
+				if err == nil {
+					err = h.release(ctx)
+				}
+				rec.op(ctx, time.Since(start), err)
+			}, nil, nil
+		},
+	},
+	{
+		name:    "contended",
+		title:   "contended handoff",
+		clients: []int{16},
+		op:      "one handoff: every client acquires one shared key, waiting in line, and releases it at once",
+		latency: "handoff gap: from the moment a holder calls release to the moment the next holder's acquire returns",
+		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
+			key := env.prefix + "/contended"
+			return func(ctx context.Context) {
+				h, err := c.lock(ctx, key, true)
+				if err != nil {
+					rec.op(ctx, -1, err)
+					return
+				}
+				granted := env.now()
+				// The lock is exclusive, so the value here is the release
+				// start of the holder before this one; 0 for the first grant.
+				if prev := env.lastRelease.Load(); prev > 0 {
+					rec.op(ctx, time.Duration(granted-prev), nil)
+				} else {
+					rec.op(ctx, -1, nil)
+				}
+				env.lastRelease.Store(env.now())
+				if err := h.release(ctx); err != nil {
+					rec.fail(ctx, err)
+				}
+			}, nil, nil
+		},
+	},
+	{
+		name:    "renew",
+		title:   "renew (unary)",
+		clients: []int{16},
+		op:      "one renewal of a held lease (fenced: Client.Renew; etcd: KeepAliveOnce)",
+		latency: "one renewal",
+		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
+			h, err := c.hold(ctx, fmt.Sprintf("%s/%d", env.prefix, id))
+			if err != nil {
+				return nil, nil, err
+			}
+			loop := func(ctx context.Context) {
+				start := time.Now()
+				err := h.renew(ctx)
+				rec.op(ctx, time.Since(start), err)
+			}
+			cleanup := func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				h.release(ctx)
+			}
+			return loop, cleanup, nil
+		},
+	},
+}
+
+// WorkloadNames lists the workloads that Config.Workloads can select.
+func WorkloadNames() []string {
+	var names []string
+	for _, w := range workloads {
+		names = append(names, w.name)
+	}
+	return append(names, memoryWorkload)
+}
+
+// runEnv is shared by the clients of one run.
+type runEnv struct {
+	prefix string    // key prefix, unique to the run
+	epoch  time.Time // the run's start, carrying the monotonic clock
+	// lastRelease is when the last holder of the contended key started
+	// releasing it, in nanoseconds since epoch.
+	lastRelease atomic.Int64
+}
+
+// now returns the monotonic time since the run's epoch, at least 1.
+func (e *runEnv) now() int64 { return max(int64(time.Since(e.epoch)), 1) }
+
+// recorder collects one client's results; it is used by one goroutine.
+type recorder struct {
+	samples  []time.Duration
+	ops      uint64
+	errs     uint64
+	firstErr error
+}
+
+// op counts one completed operation (err == nil), with its latency unless
+// lat is negative, or one failed operation.
+func (r *recorder) op(ctx context.Context, lat time.Duration, err error) {
+	if err != nil {
+		r.fail(ctx, err)
+		return
+	}
+	r.ops++
+	if lat >= 0 {
+		r.samples = append(r.samples, lat)
+	}
+}
+
+// fail counts an error, except the cancellation of an interrupted run.
+func (r *recorder) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return
+	}
+	r.errs++
+	if r.firstErr == nil {
+		r.firstErr = err
+	}
+}
+
+// RunResult is one run of one workload against one system.
+type RunResult struct {
+	Round     int     `json:"round"`
+	Seconds   float64 `json:"seconds"`
+	Ops       uint64  `json:"ops"`
+	Errors    uint64  `json:"errors"`
+	OpsPerSec float64 `json:"opsPerSec"`
+	// Latency quantiles in milliseconds, of what the workload's latency
+	// describes.
+	P50Ms      float64 `json:"p50Ms"`
+	P90Ms      float64 `json:"p90Ms"`
+	P99Ms      float64 `json:"p99Ms"`
+	MaxMs      float64 `json:"maxMs"`
+	FirstError string  `json:"firstError,omitempty"`
+}
+
+// runOnce runs w with n clients against sys for d.
+func runOnce(ctx context.Context, sys system, w workload, n int, d time.Duration) (RunResult, error) {
+	// A run that hangs (a server that stopped answering) must still end.
+	ctx, cancel := context.WithTimeout(ctx, d+2*time.Minute)
+	defer cancel()
+	env := &runEnv{prefix: fmt.Sprintf("fencedbench/%s/%d/%08x", w.name, n, rand.Uint32())}
+	conns := make([]conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.close()
+		}
+	}()
+	for range n {
+		c, err := sys.dial(ctx)
+		if err != nil {
+			return RunResult{}, fmt.Errorf("%s: dial: %w", sys.name(), err)
+		}
+		conns = append(conns, c)
+	}
+	recs := make([]recorder, n)
+	loops := make([]func(context.Context), n)
+	var cleanups []func()
+	defer func() {
+		for _, f := range cleanups {
+			f()
+		}
+	}()
+	for i, c := range conns {
+		loop, cleanup, err := w.prepare(ctx, env, c, i, &recs[i])
+		if err != nil {
+			return RunResult{}, fmt.Errorf("%s: prepare client %d: %w", sys.name(), i, err)
+		}
+		loops[i] = loop
+		if cleanup != nil {
+			cleanups = append(cleanups, cleanup)
+		}
+	}
+
+	// Every client stops starting operations at the deadline and finishes
+	// the one under way; in the contended workload the waiters still in
+	// line get their turn, which takes a few handoffs.
+	var wg sync.WaitGroup
+	env.epoch = time.Now()
+	stop := env.epoch.Add(d)
+	for i := range n {
+		wg.Go(func() {
+			for ctx.Err() == nil && time.Now().Before(stop) {
+				loops[i](ctx)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(env.epoch)
+	if err := ctx.Err(); err != nil {
+		return RunResult{}, fmt.Errorf("%s: run interrupted: %w", sys.name(), context.Cause(ctx))
+	}
+
+	var (
+		all []time.Duration
+		res = RunResult{Seconds: elapsed.Seconds()}
+	)
+	for _, r := range recs {
+		all = append(all, r.samples...)
+		res.Ops += r.ops
+		res.Errors += r.errs
+		if res.FirstError == "" && r.firstErr != nil {
+			res.FirstError = r.firstErr.Error()
+		}
+	}
+	slices.Sort(all)
+	res.OpsPerSec = float64(res.Ops) / elapsed.Seconds()
+	res.P50Ms = ms(quantile(all, 0.50))
+	res.P90Ms = ms(quantile(all, 0.90))
+	res.P99Ms = ms(quantile(all, 0.99))
+	if len(all) > 0 {
+		res.MaxMs = ms(all[len(all)-1])
+	}
+	return res, nil
+}
+
+// quantile returns the nearest-rank q-quantile of sorted samples.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.999999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
