@@ -13,9 +13,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/internal/fencedtest"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
-	"github.com/fencedio/fenced/internal/fencedtest"
 )
 
 func waitDone(t *testing.T, l *client.Lease, within time.Duration) {
