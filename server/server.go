@@ -35,6 +35,7 @@ type Server struct {
 	store   *raftboltdb.BoltStore
 	trans   *raft.NetworkTransport
 	expirer *expirer
+	leader  *leaderCheck
 	waiters *waitQueues
 	hub     *hub
 	expired recentlyExpired
@@ -143,6 +144,7 @@ func (s *Server) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	s.notify = notify
+	s.leader = &leaderCheck{verify: func() error { return s.raft.VerifyLeader().Error() }}
 	if !existing {
 		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{
 			{ID: rc.LocalID, Address: s.trans.LocalAddr()},

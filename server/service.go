@@ -324,7 +324,7 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 		return lease.Lease{}, errNotReady
 	}
 	start := time.Now()
-	if err := s.raft.VerifyLeader().Error(); err != nil {
+	if err := s.leader.confirm(); err != nil {
 		return lease.Lease{}, err
 	}
 	// The deadline counts from before the leadership check: a renewal never

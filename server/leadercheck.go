@@ -1,0 +1,53 @@
+package server
+
+import "sync"
+
+// leaderCheck coalesces leadership confirmations. Every caller waits for a
+// confirmation round that started after it arrived, so the answer covers
+// its moment; callers that arrive while a round runs share the next one.
+// Under load this turns one raft heartbeat round per renewal into one per
+// batch of renewals.
+type leaderCheck struct {
+	verify func() error // one round: raft's VerifyLeader
+
+	mu      sync.Mutex
+	next    *checkRound // the round waiting to start, joined by new callers
+	running bool
+}
+
+type checkRound struct {
+	done chan struct{}
+	err  error
+}
+
+// confirm returns nil once a round that started after the call confirmed
+// leadership.
+func (c *leaderCheck) confirm() error {
+	c.mu.Lock()
+	if c.next == nil {
+		c.next = &checkRound{done: make(chan struct{})}
+	}
+	round := c.next
+	if !c.running {
+		c.running = true
+		c.next = nil
+		go c.run(round)
+	}
+	c.mu.Unlock()
+	<-round.done
+	return round.err
+}
+
+// run runs rounds back to back until nobody is waiting.
+func (c *leaderCheck) run(round *checkRound) {
+	for round != nil {
+		round.err = c.verify()
+		close(round.done)
+		c.mu.Lock()
+		round, c.next = c.next, nil
+		if round == nil {
+			c.running = false
+		}
+		c.mu.Unlock()
+	}
+}

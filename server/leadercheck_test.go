@@ -1,0 +1,58 @@
+package server
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// roundStart is the "error" a test round answers with: when it started.
+type roundStart time.Time
+
+func (roundStart) Error() string { return "round" }
+
+// Every caller's answer comes from a round that started after it called,
+// and concurrent callers share rounds.
+func TestLeaderCheckCoalesces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var rounds atomic.Int64
+		c := &leaderCheck{verify: func() error {
+			rounds.Add(1)
+			start := time.Now()
+			time.Sleep(10 * time.Millisecond) // one heartbeat round
+			return roundStart(start)
+		}}
+		var wg sync.WaitGroup
+		for i := 0; i < 50; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(time.Duration(i) * time.Millisecond)
+				called := time.Now()
+				var start roundStart
+				if err := c.confirm(); !errors.As(err, &start) {
+					t.Errorf("confirm = %v", err)
+					return
+				}
+				if time.Time(start).Before(called) {
+					t.Errorf("caller at %v answered by a round that started at %v", called, time.Time(start))
+				}
+			}()
+		}
+		wg.Wait()
+		if n := rounds.Load(); n < 2 || n > 10 {
+			t.Fatalf("%d rounds for 50 callers over 50ms of 10ms rounds; want them shared", n)
+		}
+	})
+}
+
+func TestLeaderCheckReportsErrors(t *testing.T) {
+	lost := errors.New("leadership lost")
+	c := &leaderCheck{verify: func() error { return lost }}
+	if err := c.confirm(); !errors.Is(err, lost) {
+		t.Fatalf("confirm = %v, want %v", err, lost)
+	}
+}
