@@ -29,7 +29,11 @@ type Lease struct {
 func newLease(c *Client, info Info, sent time.Time, interval time.Duration) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lease{c: c, info: info, interval: interval, ctx: ctx, cancel: cancel, stop: make(chan struct{})}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.deadline = sent.Add(info.TTL)
+	// The timer may fire at once (a slow answer); deadlinePassed takes mu,
+	// so it waits until expiry is set.
 	l.expiry = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
 	return l
 }

@@ -57,3 +57,22 @@ func connectError(err error) error {
 	}
 	return connect.NewError(connect.CodeInternal, err)
 }
+
+// notHeldError says which lease was not current; it matches
+// lease.ErrNotHeld.
+type notHeldError struct{ key, id string }
+
+func (e *notHeldError) Error() string {
+	return fmt.Sprintf("lease %s is not the current lease of %q: it expired, was released or never existed", e.id, e.key)
+}
+
+func (e *notHeldError) Is(target error) bool { return target == lease.ErrNotHeld }
+
+// describeNotHeld replaces a bare lease.ErrNotHeld with one that names the
+// key and lease.
+func describeNotHeld(err error, key, id string) error {
+	if errors.Is(err, lease.ErrNotHeld) {
+		return &notHeldError{key: key, id: id}
+	}
+	return err
+}

@@ -330,10 +330,11 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 	// The deadline counts from before the leadership check: a renewal never
 	// outlives what the confirmed leadership covers.
 	l, err := s.expirer.renew(key, id, start)
-	if err == nil {
-		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+	if err != nil {
+		return lease.Lease{}, describeNotHeld(err, key, id)
 	}
-	return l, err
+	s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+	return l, nil
 }
 
 // Release ends lease id of key.
@@ -347,13 +348,13 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	var err error
 	s.fsm.read(func(st *lease.State) { _, err = st.Current(key, id) })
 	if err != nil {
-		return err
+		return describeNotHeld(err, key, id)
 	}
 	res, err := s.apply(lease.Command{Op: lease.OpRelease, Key: key, ID: id})
 	if err != nil {
 		return err
 	}
-	return res.Err
+	return describeNotHeld(res.Err, key, id)
 }
 
 func validateKey(key string) error {
