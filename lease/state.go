@@ -38,6 +38,9 @@ type Result struct {
 	// Event is the transition the command made; Event.Type is 0 when the
 	// command changed nothing (then Err says why).
 	Event Event
+	// Next is the grant of a handover (Command.NextID), made in the same
+	// entry right after Event; Next.Type is 0 when there was none.
+	Next Event
 	// Err is a *HeldError for an acquisition of a held key, ErrNotHeld for a
 	// release or expiry of a lease that is not current.
 	Err error
@@ -100,7 +103,14 @@ func (s *State) Apply(index uint64, c Command) Result {
 		if c.Op == OpExpire {
 			typ = Expired
 		}
-		return Result{Event: Event{Type: typ, Lease: *l, Revision: index}}
+		res := Result{Event: Event{Type: typ, Lease: *l, Revision: index}}
+		if c.NextID != "" {
+			next := &Lease{Key: c.Key, ID: c.NextID, Owner: c.Owner, Token: index, TTL: c.TTL}
+			s.leases[c.Key] = next
+			delete(s.idle, c.Key)
+			res.Next = Event{Type: Acquired, Lease: *next, Revision: index}
+		}
+		return res
 	}
 	return Result{Err: ErrBadCommand}
 }

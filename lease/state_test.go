@@ -62,14 +62,31 @@ func TestStateProperties(t *testing.T) {
 				if past := issued[key]; len(past) > 0 {
 					id = rapid.SampledFrom(past).Draw(t, "lease").ID
 				}
-				res := s.Apply(index, lease.Command{Op: op, Key: key, ID: id})
+				c := lease.Command{Op: op, Key: key, ID: id}
+				if rapid.Bool().Draw(t, "handover") {
+					nextID++
+					c.NextID, c.Owner, c.TTL = fmt.Sprintf("id%d", nextID), "next", 2*time.Second
+				}
+				res := s.Apply(index, c)
 				if cur, held := holder[key]; held && cur.ID == id {
 					if res.Err != nil || res.Event.Lease.Token != cur.Token {
 						t.Fatalf("release of current lease: %+v", res)
 					}
 					delete(holder, key)
-				} else if !errors.Is(res.Err, lease.ErrNotHeld) {
-					t.Fatalf("release with stale id %q of %q: got %v, want ErrNotHeld", id, key, res.Err)
+					if c.NextID != "" {
+						got := res.Next.Lease
+						if res.Next.Type != lease.Acquired || got.ID != c.NextID || got.Owner != "next" {
+							t.Fatalf("handover: %+v", res.Next)
+						}
+						if got.Token <= last[key] || got.Token <= maxSeen {
+							t.Fatalf("handover token %d for %q not above previous %d (max %d)", got.Token, key, last[key], maxSeen)
+						}
+						last[key], maxSeen = got.Token, got.Token
+						holder[key] = got
+						issued[key] = append(issued[key], got)
+					}
+				} else if !errors.Is(res.Err, lease.ErrNotHeld) || res.Next.Type != 0 {
+					t.Fatalf("release with stale id %q of %q: got %+v, want ErrNotHeld and no handover", id, key, res)
 				}
 			case 4: // renew: only the current ID, and the token never changes
 				for _, l := range issued[key] {
@@ -155,6 +172,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: lease.OpAcquire, Key: "orders/7", ID: "0123456789abcdef0123456789abcdef", Owner: "A", TTL: 10 * time.Second},
 		{Op: lease.OpRelease, Key: "k", ID: "id"},
 		{Op: lease.OpExpire, Key: "ü", ID: "id"},
+		{Op: lease.OpRelease, Key: "k", ID: "id", NextID: "next", Owner: "B", TTL: time.Second},
 	} {
 		b, err := c.MarshalBinary()
 		if err != nil {
@@ -195,5 +213,14 @@ func BenchmarkApplyAcquireRelease(b *testing.B) {
 		s.Apply(index, lease.Command{Op: lease.OpAcquire, Key: k, ID: "id", TTL: time.Second})
 		index++
 		s.Apply(index, lease.Command{Op: lease.OpRelease, Key: k, ID: "id"})
+	}
+}
+
+// Entries written before handovers existed (version 1) still decode.
+func TestCommandVersion1(t *testing.T) {
+	v1 := []byte{1, byte(lease.OpRelease), 1, 'k', 2, 'i', 'd', 0, 0}
+	var c lease.Command
+	if err := c.UnmarshalBinary(v1); err != nil || c != (lease.Command{Op: lease.OpRelease, Key: "k", ID: "id"}) {
+		t.Fatalf("version 1 entry: %+v, %v", c, err)
 	}
 }

@@ -56,6 +56,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		if res.Event.Type != 0 {
 			events = append(events, res.Event)
 		}
+		if res.Next.Type != 0 {
+			events = append(events, res.Next)
+		}
 	}
 	f.mu.Unlock()
 	for _, ev := range events {

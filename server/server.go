@@ -255,18 +255,33 @@ func (s *Server) restored(st *lease.State) {
 	s.waiters.freedAll()
 }
 
-// submitExpire writes the expiry of a lease to the log. It does not wait:
-// if leadership is lost meanwhile, the next leader tracks the lease anew.
+// submitExpire writes the expiry of a lease to the log, handing the key to
+// the first waiter if there is one. It does not wait: if leadership is lost
+// meanwhile, the next leader tracks the lease anew.
 func (s *Server) submitExpire(key, id string) {
-	data, _ := lease.Command{Op: lease.OpExpire, Key: key, ID: id}.MarshalBinary()
-	f := s.raft.Apply(data, 0)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := f.Error(); err != nil {
+		_, err := s.applyHandover(lease.Command{Op: lease.OpExpire, Key: key, ID: id}, s.applyAlways)
+		if err != nil {
 			s.log.Warn("expire not applied", "scope", key, "lease_id", id, "err", err)
 		}
 	}()
+}
+
+// applyHandover applies a release or expiry c, and hands the key over in the
+// same log entry to the first waiter for it, if any.
+func (s *Server) applyHandover(c lease.Command, apply func(lease.Command) (lease.Result, error)) (lease.Result, error) {
+	w := s.waiters.claim(c.Key)
+	if w != nil {
+		c.NextID, c.Owner, c.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+	}
+	res, err := apply(c)
+	if w != nil {
+		granted := err == nil && res.Next.Type == lease.Acquired
+		s.waiters.settle(w, res.Next.Lease, granted)
+	}
+	return res, err
 }
 
 // apply writes c to the log and returns its result once applied, which
@@ -275,6 +290,12 @@ func (s *Server) apply(c lease.Command) (lease.Result, error) {
 	if !s.ready.Load() {
 		return lease.Result{}, errNotReady
 	}
+	return s.applyAlways(c)
+}
+
+// applyAlways is apply without the readiness check, for the leader's own
+// expiries, which raft refuses anyway if this node no longer leads.
+func (s *Server) applyAlways(c lease.Command) (lease.Result, error) {
 	data, err := c.MarshalBinary()
 	if err != nil {
 		return lease.Result{}, err

@@ -247,7 +247,7 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w := s.waiters.enqueue(key)
+	w := s.waiters.enqueueWanting(key, &c)
 	defer s.waiters.leave(key, w)
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
@@ -259,13 +259,24 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 			lastErr = err
 		}
 		select {
+		case l := <-w.granted:
+			return l, nil
 		case <-w.ready:
+			continue
 		case <-ctx.Done():
-			if errors.Is(lastErr, lease.ErrHeld) {
-				return lease.Lease{}, s.refreshHeld(key, lastErr)
-			}
-			return lease.Lease{}, lastErr
 		}
+		if s.waiters.abandon(key, w) {
+			// The key is being handed to this waiter: take the outcome.
+			select {
+			case l := <-w.granted:
+				return l, nil
+			case <-w.ready:
+			}
+		}
+		if errors.Is(lastErr, lease.ErrHeld) {
+			return lease.Lease{}, s.refreshHeld(key, lastErr)
+		}
+		return lease.Lease{}, lastErr
 	}
 }
 
@@ -350,7 +361,7 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	if err != nil {
 		return describeNotHeld(err, key, id)
 	}
-	res, err := s.apply(lease.Command{Op: lease.OpRelease, Key: key, ID: id})
+	res, err := s.applyHandover(lease.Command{Op: lease.OpRelease, Key: key, ID: id}, s.apply)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,10 @@
 package server
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/fencedio/fenced/lease"
+)
 
 func TestWaitQueues(t *testing.T) {
 	signalled := func(w *waiter) bool {
@@ -71,6 +75,46 @@ func TestWaitQueues(t *testing.T) {
 		q.freedAll()
 		if !signalled(a1) || signalled(a2) || !signalled(b1) {
 			t.Fatal("freedAll did not wake exactly the heads")
+		}
+	})
+}
+
+func TestWaitQueueHandover(t *testing.T) {
+	want := &lease.Command{Op: lease.OpAcquire, Key: "k", Owner: "B"}
+	t.Run("only a head that wants the key is claimed, once", func(t *testing.T) {
+		q := newWaitQueues()
+		if q.claim("k") != nil {
+			t.Fatal("claimed from an empty queue")
+		}
+		plain := q.enqueue("k")
+		if q.claim("k") != nil {
+			t.Fatal("claimed a waiter that cannot take a handover")
+		}
+		q.leave("k", plain)
+		w := q.enqueueWanting("k", want)
+		if q.claim("k") != w || q.claim("k") != nil {
+			t.Fatal("want exactly one claim of the head")
+		}
+		q.settle(w, lease.Lease{Key: "k", Token: 9}, true)
+		if l := <-w.granted; l.Token != 9 {
+			t.Fatalf("granted %+v", l)
+		}
+	})
+	t.Run("a claimed waiter cannot abandon; it gets the outcome", func(t *testing.T) {
+		q := newWaitQueues()
+		w := q.enqueueWanting("k", want)
+		q.claim("k")
+		if !q.abandon("k", w) || q.len() != 1 {
+			t.Fatal("a claimed waiter left the line")
+		}
+		q.settle(w, lease.Lease{}, false)
+		select {
+		case <-w.ready:
+		default:
+			t.Fatal("a failed handover did not give the waiter its turn back")
+		}
+		if q.abandon("k", w) || q.len() != 0 {
+			t.Fatal("an unclaimed waiter could not abandon")
 		}
 	})
 }
