@@ -575,9 +575,10 @@ func TestList(t *testing.T) {
 			t.Errorf("List(%q, %d) = %q, want %q", tc.prefix, tc.limit, got, tc.want)
 		}
 	}
-	// An empty result is {} in proto3 JSON, never null or an error.
+	// An empty result is {"leases":[]}, as the wire contract shows it, never
+	// null or an error.
 	status, raw := a.post("List", `{"prefix":"nothing/"}`)
-	if status != http.StatusOK || strings.TrimSpace(string(raw)) != "{}" {
+	if status != http.StatusOK || strings.TrimSpace(string(raw)) != `{"leases":[]}` {
 		t.Fatalf("empty List: HTTP %d %s", status, raw)
 	}
 	// An empty body lists everything too.
@@ -857,7 +858,7 @@ func TestBadInput(t *testing.T) {
 		{name: "bad input on a held key", method: "Acquire", body: `{"key":"bad/held","owner":"o","ttlMs":0}`, code: invalid, msg: "ttlMs"},
 		{name: "malformed JSON", method: "Acquire", body: `{"key":"bad/k",`, code: invalid, msg: "unmarshal"},
 		{name: "not an object", method: "Acquire", body: `["bad/k"]`, code: invalid, msg: "unmarshal"},
-		{name: "empty body", method: "Acquire", body: "", code: invalid, msg: "zero-length"},
+		{name: "empty body", method: "Acquire", body: "", code: invalid, msg: "empty request body"},
 		{name: "ttl of wrong type", method: "Acquire", body: ttl(`"abc"`), code: invalid, msg: "ttlMs"},
 		{name: "ttl fractional", method: "Acquire", body: ttl("1500.5"), code: invalid, msg: "ttlMs"},
 		{name: "key of wrong type", method: "Acquire", body: `{"key":5,"owner":"o","ttlMs":5000}`, code: invalid, msg: "key"},

@@ -30,13 +30,13 @@ type service struct{ s *Server }
 var _ fencedv1connect.LeaseServiceHandler = (*service)(nil)
 
 func (s *Server) handlerOptions() []connect.HandlerOption {
-	return []connect.HandlerOption{
+	return append(jsonCodecs(),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		// Lease messages are a few hundred bytes; compressing them costs
 		// more CPU than it saves on the wire.
 		connect.WithCompressMinBytes(4 << 10),
 		connect.WithInterceptors(s.observeRequests()),
-	}
+	)
 }
 
 // observeRequests records latency per method and counts results.
