@@ -8,9 +8,9 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/fencedtest"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
-	"github.com/fencedio/fenced/internal/fencedtest"
 )
 
 // A release with a waiter in line hands the key over in the same log entry:

@@ -172,6 +172,12 @@ func TestTransitionsAreLogged(t *testing.T) {
 			t.Errorf("log lacks %q\n%s", want, out)
 		}
 	}
+	// A restart replays the log; the replayed transitions are not logged
+	// a second time.
+	srv.Restart(t)
+	if again := logs.String(); strings.Count(again, `msg="lease acquired"`) != 1 || strings.Count(again, `msg="lease released"`) != 1 {
+		t.Errorf("transitions logged again on restart:\n%s", again)
+	}
 }
 
 // TestSlowWatcherDoesNotSlowAcquisitions: a watcher that never reads its

@@ -39,8 +39,10 @@ type Server struct {
 	waiters *waitQueues
 	hub     *hub
 	expired recentlyExpired
-	counts  transitions
-	metrics *metrics
+	// replayedTo is the last log index written before this process started.
+	replayedTo uint64
+	counts     transitions
+	metrics    *metrics
 
 	// ready is true while this node is the leader and has applied every
 	// entry of earlier terms, so its state and deadlines are current.
@@ -139,6 +141,11 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
+	// Entries up to here are replayed on start; they were logged and
+	// counted when they first happened.
+	if s.replayedTo, err = logs.LastIndex(); err != nil {
+		return fmt.Errorf("read raft log: %w", err)
+	}
 	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.store, snaps, s.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
@@ -214,15 +221,22 @@ func (s *Server) becomeLeader(ctx context.Context) {
 	s.log.Info("serving as leader", "leases", len(leases), "term", s.raft.Stats()["term"])
 }
 
-// applied sees every transition, in log order, on every node.
+// applied sees every transition, in log order, on every node. Transitions
+// replayed from the log on start update the state kept beside the FSM but
+// are not logged or counted again.
 func (s *Server) applied(ev lease.Event) {
 	l := ev.Lease
+	replay := ev.Revision <= s.replayedTo
 	switch ev.Type {
 	case lease.Acquired:
 		s.expirer.add(l, time.Now())
+		prev, tookOver := s.expired.take(l.Key)
+		if replay {
+			break
+		}
 		s.metrics.tokens.Inc()
 		s.counts.acquired.Add(1)
-		if prev, ok := s.expired.take(l.Key); ok {
+		if tookOver {
 			s.metrics.takeovers.Inc()
 			s.counts.takeovers.Add(1)
 			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token,
@@ -233,16 +247,20 @@ func (s *Server) applied(ev lease.Event) {
 	case lease.Released:
 		s.expirer.remove(l.Key, l.ID)
 		s.expired.take(l.Key)
-		s.counts.released.Add(1)
 		s.waiters.freed(l.Key)
-		s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+		if !replay {
+			s.counts.released.Add(1)
+			s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+		}
 	case lease.Expired:
 		s.expirer.remove(l.Key, l.ID)
 		s.expired.put(l)
-		s.counts.expired.Add(1)
 		s.waiters.freed(l.Key)
-		s.metrics.expirations.Inc()
-		s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+		if !replay {
+			s.metrics.expirations.Inc()
+			s.counts.expired.Add(1)
+			s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+		}
 	}
 	s.hub.publish(ev)
 }

@@ -34,7 +34,7 @@ func (s *Server) handlerOptions() []connect.HandlerOption {
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		// Lease messages are a few hundred bytes; compressing them costs
 		// more CPU than it saves on the wire.
-		connect.WithCompressMinBytes(4 << 10),
+		connect.WithCompressMinBytes(4<<10),
 		connect.WithInterceptors(s.observeRequests()),
 	)
 }
@@ -99,6 +99,9 @@ func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequ
 	if err := validateKey(key); err != nil {
 		return nil, connectError(err)
 	}
+	if !v.s.ready.Load() {
+		return nil, connectError(errNotReady)
+	}
 	var (
 		l    lease.Lease
 		ok   bool
@@ -124,6 +127,9 @@ func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRe
 	}
 	if limit < 0 {
 		return nil, connectError(invalidf("limit %d is negative", limit))
+	}
+	if !v.s.ready.Load() {
+		return nil, connectError(errNotReady)
 	}
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit
@@ -249,12 +255,36 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 	defer cancel()
 	w := s.waiters.enqueueWanting(key, &c)
 	defer s.waiters.leave(key, w)
+	// giveUp leaves the line with err, unless the key was handed to this
+	// waiter meanwhile: then the grant stands and is returned.
+	giveUp := func(err error) (lease.Lease, error) {
+		if s.waiters.abandon(key, w) {
+			select {
+			case l := <-w.granted:
+				return l, nil
+			case <-w.ready:
+			}
+		} else {
+			select {
+			case l := <-w.granted:
+				return l, nil
+			default:
+			}
+		}
+		if errors.Is(err, lease.ErrHeld) {
+			err = s.refreshHeld(key, err)
+		}
+		return lease.Lease{}, err
+	}
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
 		if s.waiters.isHead(key, w) {
 			l, err := s.tryAcquire(c)
+			if err == nil {
+				return l, nil
+			}
 			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, errNotReady) {
-				return l, err
+				return giveUp(err)
 			}
 			lastErr = err
 		}
@@ -262,25 +292,16 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 		case l := <-w.granted:
 			return l, nil
 		case <-w.ready:
-			continue
 		case <-ctx.Done():
+			return giveUp(lastErr)
 		}
-		if s.waiters.abandon(key, w) {
-			// The key is being handed to this waiter: take the outcome.
-			select {
-			case l := <-w.granted:
-				return l, nil
-			case <-w.ready:
-			}
-		}
-		if errors.Is(lastErr, lease.ErrHeld) {
-			return lease.Lease{}, s.refreshHeld(key, lastErr)
-		}
-		return lease.Lease{}, lastErr
 	}
 }
 
 func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
+	if !s.ready.Load() {
+		return lease.Lease{}, errNotReady
+	}
 	var (
 		cur   lease.Lease
 		held  bool
@@ -355,6 +376,9 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	}
 	if err := validateID(id); err != nil {
 		return err
+	}
+	if !s.ready.Load() {
+		return errNotReady
 	}
 	var err error
 	s.fsm.read(func(st *lease.State) { _, err = st.Current(key, id) })
