@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/fencedio/fenced/internal/torture"
+	"github.com/spf13/cobra"
+)
+
+// exitViolations is the exit status of a torture run whose checkers found
+// violations (or, for --no-fencing, failed to find the stale overwrites).
+const exitViolations = 3
+
+func tortureCmd(g *globals) *cobra.Command {
+	var (
+		cfg        torture.Config
+		out        string
+		postgresDB string
+	)
+	cmd := &cobra.Command{
+		Use:   "torture",
+		Short: "Run the fault-injection harness and check the history",
+		Long: `Run workers as separate processes that acquire leases, write with their
+tokens to the reference store (and to PostgreSQL with --postgres), while the
+harness kills the fenced node with SIGKILL, freezes lease holders with
+SIGSTOP for longer than the TTL and delays writes past the lease's expiry.
+At the end it checks the history: no stale overwrite at any resource, every
+accepted token granted to its writer, tokens unique and increasing, every
+acknowledged write present, and the lease history linearizable (porcupine).
+
+By default the harness starts its own node and store. To test your own
+deployment pass --endpoint (and --node-kill-cmd/--node-start-cmd to crash
+it) and --store. --no-fencing is the negative control: the checkers must
+then find stale overwrites.
+
+Exit status: 0 when the run passed, 3 when a checker found violations (or
+the negative control found none), 1 for any other error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f := cmd.Flag("endpoint"); f != nil && f.Changed {
+				cfg.Endpoint = g.endpoint
+			}
+			cfg.PostgresDSN = postgresDB
+			if out == "" {
+				dir, err := os.MkdirTemp("", "fenced-torture-")
+				if err != nil {
+					return err
+				}
+				out = dir
+			}
+			cfg.OutputDir = out
+			cfg.Log = cmd.ErrOrStderr()
+			rep, err := torture.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				if err := printJSON(cmd.OutOrStdout(), rep.Summary); err != nil {
+					return err
+				}
+			} else {
+				rep.WriteText(cmd.OutOrStdout())
+			}
+			if !rep.Passed() {
+				return &exitError{code: exitViolations, err: fmt.Errorf("torture run failed; see %s", out)}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long the workers run (checking comes after)")
+	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
+	f.IntVar(&cfg.Keys, "keys", 3, "lease keys the workers contend for")
+	f.DurationVar(&cfg.TTL, "ttl", time.Second, "lease TTL")
+	f.Float64Var(&cfg.PauseProbability, "pause-probability", 0.3, "chance that a lease holder is frozen (SIGSTOP) for 1.5-3 TTL; negative disables")
+	f.Float64Var(&cfg.DelayShare, "delay-share", 0.1, "share of store writes held by the proxy for 1.5-3 TTL; negative disables")
+	f.DurationVar(&cfg.CrashInterval, "crash-interval", 8*time.Second, "mean time between kill -9 of the node")
+	f.BoolVar(&cfg.NoCrashes, "no-crashes", false, "do not crash the node")
+	f.DurationVar(&cfg.StoreCrashInterval, "store-crash-interval", 0, "also kill -9 the harness's store at this mean interval (0: never)")
+	f.BoolVar(&cfg.NoFencing, "no-fencing", false, "negative control: resources accept stale tokens; the checkers must catch it")
+	f.StringVar(&cfg.NodeKillCommand, "node-kill-cmd", "", "shell command that crashes the node at --endpoint")
+	f.StringVar(&cfg.NodeStartCommand, "node-start-cmd", "", "shell command that starts the node at --endpoint again")
+	f.StringVar(&cfg.StoreURL, "store", "", "base URL of your reference store (fenced store) instead of one started here")
+	f.StringVar(&postgresDB, "postgres", os.Getenv("FENCED_TORTURE_POSTGRES"), "PostgreSQL connection string for fenced SQL writes (env FENCED_TORTURE_POSTGRES); empty: none")
+	f.BoolVar(&cfg.KeepTables, "keep-tables", false, "keep the run's PostgreSQL tables")
+	f.StringVar(&out, "out", "", "directory for histories, logs and summary.json (default: a new temporary directory)")
+	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the random choices (default: from the clock)")
+	f.DurationVar(&cfg.CheckTimeout, "check-timeout", time.Minute, "time limit of the linearizability check")
+	for _, role := range []string{torture.RoleNode, torture.RoleWorker, torture.RoleStore} {
+		cmd.AddCommand(tortureChildCmd(role))
+	}
+	return cmd
+}
+
+// tortureChildCmd is a process role the harness starts itself as.
+func tortureChildCmd(role string) *cobra.Command {
+	var spec string
+	cmd := &cobra.Command{
+		Use:    role + " --spec JSON",
+		Short:  "Internal: the torture harness's " + role + " process",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if spec == "" {
+				return errors.New("--spec is required")
+			}
+			return torture.RunChild(cmd.Context(), role, []byte(spec), os.Stdout, os.Stderr)
+		},
+	}
+	cmd.Flags().StringVar(&spec, "spec", "", "JSON specification from the harness")
+	return cmd
+}

@@ -1,0 +1,358 @@
+package torture
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/fencedio/fenced/store"
+)
+
+// Checker names, as they appear in the summary.
+const (
+	NameStoreOrder      = "store-no-stale-overwrite"
+	NameSQLOrder        = "postgres-no-stale-overwrite"
+	NameProvenance      = "token-provenance"
+	NameTokens          = "tokens-unique-and-ordered"
+	NameAckedPresent    = "acked-writes-present"
+	NameLinearizability = "lease-linearizable"
+	NameExclusion       = "lease-exclusion"
+	// NameProcesses fails for every worker, node or store process that
+	// exited on its own (a panic in the client library, say) or with an
+	// error when asked to stop (a data race under -race, say).
+	NameProcesses = "processes-healthy"
+)
+
+// maxExamples bounds the violations listed per checker.
+const maxExamples = 20
+
+// CheckResult is one checker's verdict.
+type CheckResult struct {
+	Name string `json:"name"`
+	// Checked counts what was examined (records, grants, keys...).
+	Checked    int `json:"checked"`
+	Violations int `json:"violations"`
+	// Examples describe the first violations.
+	Examples []string `json:"examples,omitempty"`
+	// Skipped says why the checker did not run (for instance: no
+	// PostgreSQL configured).
+	Skipped string `json:"skipped,omitempty"`
+	// Note adds context, such as keys whose check timed out.
+	Note string `json:"note,omitempty"`
+}
+
+func (r *CheckResult) violation(format string, args ...any) {
+	r.Violations++
+	if len(r.Examples) < maxExamples {
+		r.Examples = append(r.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+// SQLRow is one row of the run's PostgreSQL writes table, in commit order
+// per scope (ID is taken from a sequence while the scope's row lock is held).
+type SQLRow struct {
+	ID     int64  `json:"id"`
+	Scope  string `json:"scope"`
+	Token  uint64 `json:"token"`
+	Worker int    `json:"worker"`
+	Object string `json:"object"`
+}
+
+// FinalObject is an object read back from the store at the end of a run.
+type FinalObject struct {
+	Present bool
+	Token   uint64
+	Value   []byte
+}
+
+// Evidence is what the resources hold at the end of a run.
+type Evidence struct {
+	// Audit is the store's audit log (nil: the store was not read).
+	Audit []store.AuditRecord
+	// Objects maps each object whose write was acknowledged to what the
+	// store returned for it at the end.
+	Objects map[string]FinalObject
+	// SQLRows is the PostgreSQL writes table (nil with HasSQL false).
+	SQLRows []SQLRow
+	HasSQL  bool
+	// Delayed lists the writes the delaying proxy delivered.
+	Delayed []DelayedWrite
+}
+
+// grantKey identifies a token granted to a worker for a key.
+type grantKey struct {
+	worker int
+	key    string
+	token  uint64
+}
+
+func grants(h *History) []*Op {
+	var out []*Op
+	for _, op := range h.Ops {
+		if op.Kind == KindAcquire && op.Outcome == OK {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// CheckStoreOrder checks the store's audit log: per scope, in commit order,
+// no accepted write has a token below one accepted before it, and each
+// record's HighestBefore agrees with the log.
+func CheckStoreOrder(audit []store.AuditRecord) CheckResult {
+	r := CheckResult{Name: NameStoreOrder, Checked: len(audit)}
+	recs := append([]store.AuditRecord(nil), audit...)
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+	highest := map[string]uint64{}
+	by := map[string]uint64{} // seq of the write that set highest
+	for _, rec := range recs {
+		h := highest[rec.Scope]
+		if rec.Token < h {
+			r.violation("stale overwrite: audit seq %d, scope %q, object %q: token %d accepted after token %d (seq %d)",
+				rec.Seq, rec.Scope, rec.Object, rec.Token, h, by[rec.Scope])
+		} else if rec.HighestBefore != h {
+			r.violation("audit seq %d, scope %q: highestBefore %d, but the log's highest before it is %d",
+				rec.Seq, rec.Scope, rec.HighestBefore, h)
+		}
+		if rec.Token > h {
+			highest[rec.Scope], by[rec.Scope] = rec.Token, rec.Seq
+		}
+	}
+	return r
+}
+
+// CheckSQLOrder is CheckStoreOrder for the PostgreSQL writes table.
+func CheckSQLOrder(rows []SQLRow) CheckResult {
+	r := CheckResult{Name: NameSQLOrder, Checked: len(rows)}
+	rows = append([]SQLRow(nil), rows...)
+	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
+	highest := map[string]SQLRow{}
+	for _, row := range rows {
+		h := highest[row.Scope]
+		if row.Token < h.Token {
+			r.violation("stale overwrite: row %d, scope %q, object %q: token %d committed after token %d (row %d)",
+				row.ID, row.Scope, row.Object, row.Token, h.Token, h.ID)
+		}
+		if row.Token > h.Token {
+			highest[row.Scope] = row
+		}
+	}
+	return r
+}
+
+// CheckProvenance checks that every write the resources accepted carries a
+// token that the lease service granted, for that key, to the worker that
+// sent the write.
+func CheckProvenance(h *History, ev *Evidence) CheckResult {
+	r := CheckResult{Name: NameProvenance}
+	granted := map[grantKey]bool{}
+	for _, g := range grants(h) {
+		granted[grantKey{g.Worker, g.Key, g.Token}] = true
+	}
+	writes := map[string]*Op{}
+	for _, op := range h.Ops {
+		if op.Kind == KindPut || op.Kind == KindSQL {
+			writes[string(op.Kind)+"\x00"+op.Object] = op
+		}
+	}
+	check := func(kind Kind, where, object, scope string, token uint64, worker int) {
+		r.Checked++
+		w, ok := writes[string(kind)+"\x00"+object]
+		switch {
+		case !ok:
+			r.violation("%s: %q (scope %q, token %d) was written by no worker of this run", where, object, scope, token)
+		case w.Key != scope || w.Token != token || (worker >= 0 && worker != w.Worker):
+			r.violation("%s: %q has scope %q token %d, but worker %d sent scope %q token %d",
+				where, object, scope, token, w.Worker, w.Key, w.Token)
+		case !granted[grantKey{w.Worker, scope, token}]:
+			r.violation("%s: %q: token %d for %q was never granted to worker %d", where, object, token, scope, w.Worker)
+		}
+	}
+	for _, rec := range ev.Audit {
+		check(KindPut, fmt.Sprintf("store audit seq %d", rec.Seq), rec.Object, rec.Scope, rec.Token, -1)
+	}
+	for _, row := range ev.SQLRows {
+		check(KindSQL, fmt.Sprintf("postgres row %d", row.ID), row.Object, row.Scope, row.Token, row.Worker)
+	}
+	return r
+}
+
+// CheckTokens checks the tokens of all grants: no token was granted twice
+// (for one key, or across keys, since tokens are log indexes), and per key,
+// a grant that completed before another began has the lower token.
+func CheckTokens(h *History) CheckResult {
+	gs := grants(h)
+	r := CheckResult{Name: NameTokens, Checked: len(gs)}
+	seen := map[uint64]*Op{}
+	for _, g := range gs {
+		if prev, ok := seen[g.Token]; ok {
+			r.violation("token %d granted twice: %s and %s", g.Token, prev, g)
+			continue
+		}
+		seen[g.Token] = g
+	}
+	byKey := map[string][]*Op{}
+	for _, g := range gs {
+		byKey[g.Key] = append(byKey[g.Key], g)
+	}
+	for _, list := range byKey {
+		// After sorting by return time, a grant B that began after A
+		// returned must have a higher token than A, and than every grant
+		// that returned before A too, so keeping the running maximum of
+		// returned grants is enough.
+		sort.Slice(list, func(i, j int) bool { return list[i].Call < list[j].Call })
+		byRet := append([]*Op(nil), list...)
+		sort.Slice(byRet, func(i, j int) bool { return byRet[i].Return < byRet[j].Return })
+		var best *Op
+		j := 0
+		for _, b := range list {
+			for j < len(byRet) && byRet[j].Return < b.Call {
+				if best == nil || byRet[j].Token > best.Token {
+					best = byRet[j]
+				}
+				j++
+			}
+			if best != nil && b.Token <= best.Token {
+				r.violation("key %q: %s began after %s returned, but its token is not higher", b.Key, b, best)
+			}
+		}
+	}
+	return r
+}
+
+// CheckAckedPresent checks that every write the store acknowledged (to a
+// worker, or to the delaying proxy) is in the store at the end, and that
+// every SQL write whose commit was acknowledged is in the table.
+func CheckAckedPresent(h *History, ev *Evidence) CheckResult {
+	r := CheckResult{Name: NameAckedPresent}
+	puts := map[string]*Op{}
+	for _, op := range h.Ops {
+		if op.Kind == KindPut {
+			puts[op.Object] = op
+		}
+	}
+	checkObject := func(name string, token uint64, who string) {
+		r.Checked++
+		obj, ok := ev.Objects[name]
+		switch {
+		case !ok || !obj.Present:
+			r.violation("%s: acknowledged write %q (token %d) is missing at the end", who, name, token)
+		case obj.Token != token:
+			r.violation("%s: %q holds token %d at the end, acknowledged write had %d", who, name, obj.Token, token)
+		default:
+			if p, ok := puts[name]; ok && !bytes.Equal(obj.Value, objectValue(p)) {
+				r.violation("%s: %q holds %q at the end, acknowledged write had %q", who, name, obj.Value, objectValue(p))
+			}
+		}
+	}
+	if ev.Objects != nil {
+		for _, op := range h.Ops {
+			if op.Kind == KindPut && op.Outcome == OK {
+				checkObject(op.Object, op.Token, fmt.Sprintf("w%d", op.Worker))
+			}
+		}
+		for _, d := range ev.Delayed {
+			if d.Status/100 == 2 {
+				checkObject(d.Object, d.Token, "delaying proxy")
+			}
+		}
+	}
+	if ev.HasSQL {
+		rows := map[string]bool{}
+		for _, row := range ev.SQLRows {
+			rows[row.Object] = true
+		}
+		for _, op := range h.Ops {
+			if op.Kind == KindSQL && op.Outcome == OK {
+				r.Checked++
+				if !rows[op.Object] {
+					r.violation("w%d: committed SQL write %q (token %d) is missing at the end", op.Worker, op.Object, op.Token)
+				}
+			}
+		}
+	}
+	return r
+}
+
+// exclusionTolerance absorbs the difference between the wall clock the
+// history is stamped with and the clock the server expires leases by: 2ms,
+// plus 1000 ppm of the TTL for clock-rate differences (NTP slewing, or the
+// crystal of another machine running the node).
+func exclusionTolerance(ttl time.Duration) time.Duration { return 2*time.Millisecond + ttl/1000 }
+
+// CheckExclusion checks lease timing: a lease stays exclusive at least until
+// its holder's conservative deadline. For each grant A of a key, A is
+// certainly current until the earliest of its release (once sent) and TTL
+// after the send time of its last acknowledged renewal (or of the
+// acquisition). The next grant of the key, by token, must not have
+// returned before that. A violation means that the service expired or
+// re-granted a lease while its holder was still entitled to it.
+func CheckExclusion(h *History) CheckResult {
+	gs := grants(h)
+	r := CheckResult{Name: NameExclusion, Checked: len(gs)}
+	type span struct {
+		g   *Op
+		end int64
+	}
+	lastRenew := map[string]int64{}
+	released := map[string]int64{}
+	for _, op := range h.Ops {
+		switch {
+		case op.Kind == KindRenew && op.Outcome == OK:
+			lastRenew[op.Owner] = max(lastRenew[op.Owner], op.Call)
+		case op.Kind == KindRelease && !(op.Outcome == Fail):
+			if t, ok := released[op.Owner]; !ok || op.Call < t {
+				released[op.Owner] = op.Call
+			}
+		}
+	}
+	byKey := map[string][]span{}
+	for _, g := range gs {
+		end := max(g.Call, lastRenew[g.Owner]) + g.TTLMs*int64(time.Millisecond)
+		if t, ok := released[g.Owner]; ok && t < end {
+			end = t
+		}
+		byKey[g.Key] = append(byKey[g.Key], span{g, end})
+	}
+	for key, spans := range byKey {
+		sort.Slice(spans, func(i, j int) bool { return spans[i].g.Token < spans[j].g.Token })
+		for i := 1; i < len(spans); i++ {
+			a, b := spans[i-1], spans[i]
+			if b.g.Return < a.end-int64(exclusionTolerance(time.Duration(a.g.TTLMs)*time.Millisecond)) {
+				r.violation("key %q: %s returned %v before %s (token %d) was due to end",
+					key, b.g, time.Duration(a.end-b.g.Return), a.g.Owner, a.g.Token)
+			}
+		}
+	}
+	return r
+}
+
+// CheckLinearizability runs CheckLinearizable and summarizes it.
+func CheckLinearizability(h *History, timeout time.Duration, dir string) (CheckResult, []LinearizabilityResult) {
+	res := CheckLinearizable(h, timeout, dir)
+	r := CheckResult{Name: NameLinearizability}
+	var unknown []string
+	for _, k := range res {
+		r.Checked += k.Operations
+		switch k.Result {
+		case porcupine.Illegal:
+			msg := fmt.Sprintf("key %q: history of %d operations is not linearizable", k.Key, k.Operations)
+			if k.Visualization != "" {
+				msg += "; see " + k.Visualization
+			}
+			if k.Explanation != "" {
+				msg += "\n" + k.Explanation
+			}
+			r.violation("%s", msg)
+		case porcupine.Unknown:
+			unknown = append(unknown, k.Key)
+		}
+	}
+	if len(unknown) > 0 {
+		r.Note = fmt.Sprintf("check timed out (result unknown) for keys %q", unknown)
+	}
+	return r, res
+}

@@ -1,0 +1,195 @@
+package torture
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fencedio/fenced/store"
+)
+
+func TestCheckStoreOrder(t *testing.T) {
+	rec := func(seq uint64, scope string, token, before uint64) store.AuditRecord {
+		return store.AuditRecord{Seq: seq, Scope: scope, Token: token, HighestBefore: before, Object: fmt.Sprintf("o%d", seq)}
+	}
+	tests := []struct {
+		name  string
+		audit []store.AuditRecord
+		want  int
+	}{
+		{"increasing and equal tokens", []store.AuditRecord{rec(1, "a", 3, 0), rec(2, "a", 3, 3), rec(3, "a", 7, 3)}, 0},
+		{"scopes are independent", []store.AuditRecord{rec(1, "a", 9, 0), rec(2, "b", 3, 0)}, 0},
+		{"stale overwrite", []store.AuditRecord{rec(1, "a", 9, 0), rec(2, "a", 3, 9), rec(3, "a", 4, 9)}, 2},
+		{"order is by seq, not by slice order", []store.AuditRecord{rec(2, "a", 9, 3), rec(1, "a", 3, 0)}, 0},
+		{"highestBefore disagrees with the log", []store.AuditRecord{rec(1, "a", 9, 0), rec(2, "a", 10, 2)}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := CheckStoreOrder(tt.audit)
+			if r.Violations != tt.want || r.Checked != len(tt.audit) {
+				t.Errorf("violations %d checked %d, want %d and %d: %v", r.Violations, r.Checked, tt.want, len(tt.audit), r.Examples)
+			}
+		})
+	}
+}
+
+func TestCheckSQLOrder(t *testing.T) {
+	rows := []SQLRow{{ID: 1, Scope: "a", Token: 5}, {ID: 2, Scope: "b", Token: 1}, {ID: 3, Scope: "a", Token: 4}, {ID: 4, Scope: "a", Token: 6}}
+	if r := CheckSQLOrder(rows); r.Violations != 1 || !strings.Contains(r.Examples[0], "row 3") {
+		t.Errorf("got %d violations %v, want 1 naming row 3", r.Violations, r.Examples)
+	}
+	if r := CheckSQLOrder(rows[:2]); r.Violations != 0 {
+		t.Errorf("got %d violations %v, want 0", r.Violations, r.Examples)
+	}
+}
+
+func TestCheckTokens(t *testing.T) {
+	tests := []struct {
+		name string
+		h    *hb
+		want int
+	}{
+		{"increasing", new(hb).add(0, 0, 1, acquired("a", 3)).add(1, 2, 3, acquired("b", 5)), 0},
+		{"concurrent grants may come in either order", new(hb).add(0, 0, 10, acquired("a", 5)).add(1, 1, 9, acquired("b", 3)), 0},
+		{"later grant with a lower token", new(hb).add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, acquired("b", 3)), 1},
+		{"token granted twice on one key", new(hb).add(0, 0, 1, acquired("a", 5)).add(1, 0, 1, acquired("b", 5)), 1},
+		{"token granted twice across keys", new(hb).
+			add(0, 0, 1, Op{Kind: KindAcquire, Key: "x", Owner: "a", Token: 5, Outcome: OK}).
+			add(1, 0, 1, Op{Kind: KindAcquire, Key: "y", Owner: "b", Token: 5, Outcome: OK}), 1},
+		{"lower than an earlier grant that is not the latest", new(hb).
+			add(0, 0, 1, acquired("a", 8)).add(1, 0, 2, acquired("b", 4)).add(2, 3, 4, acquired("c", 6)), 1},
+		{"refused and unknown acquisitions are not grants", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, heldBy("b", "a", 5)).add(2, 4, 0, acquireUnknown("c")), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := CheckTokens(NewHistory(tt.h.ops)); r.Violations != tt.want {
+				t.Errorf("violations %d, want %d: %v", r.Violations, tt.want, r.Examples)
+			}
+		})
+	}
+}
+
+func TestCheckProvenance(t *testing.T) {
+	put := func(token uint64, object string) Op {
+		return Op{Kind: KindPut, Token: token, Object: object, Outcome: OK}
+	}
+	h := NewHistory(new(hb).
+		add(0, 0, 1, acquired("w0-1", 5)).
+		add(0, 2, 3, put(5, "k/w0/1")).
+		add(1, 2, 3, put(5, "k/w1/1")). // worker 1 presents worker 0's token
+		add(0, 4, 5, Op{Kind: KindSQL, Token: 5, Object: "k/w0/2", Outcome: OK}).ops)
+	ev := &Evidence{
+		Audit: []store.AuditRecord{
+			{Seq: 1, Scope: "k", Token: 5, Object: "k/w0/1"},
+			{Seq: 2, Scope: "k", Token: 5, Object: "k/w1/1"},
+			{Seq: 3, Scope: "k", Token: 5, Object: "k/nobody/1"},
+			{Seq: 4, Scope: "k", Token: 6, Object: "k/w0/1"}, // not what worker 0 sent
+		},
+		SQLRows: []SQLRow{{ID: 1, Scope: "k", Token: 5, Worker: 0, Object: "k/w0/2"}, {ID: 2, Scope: "k", Token: 5, Worker: 1, Object: "k/w0/2"}},
+		HasSQL:  true,
+	}
+	r := CheckProvenance(h, ev)
+	if r.Checked != 6 || r.Violations != 4 {
+		t.Fatalf("checked %d violations %d, want 6 and 4: %v", r.Checked, r.Violations, r.Examples)
+	}
+	for i, want := range []string{"never granted to worker 1", "written by no worker", "worker 0 sent scope", "worker 0 sent scope"} {
+		if !strings.Contains(r.Examples[i], want) {
+			t.Errorf("example %d = %q, want it to mention %q", i, r.Examples[i], want)
+		}
+	}
+}
+
+func TestCheckAckedPresent(t *testing.T) {
+	ops := new(hb).
+		add(0, 0, 1, Op{Kind: KindPut, Key: "k", Token: 5, Object: "k/w0/1", Outcome: OK}).
+		add(0, 2, 3, Op{Kind: KindPut, Key: "k", Token: 5, Object: "k/w0/2", Outcome: OK}).
+		add(0, 4, 5, Op{Kind: KindPut, Key: "k", Token: 5, Object: "k/w0/3", Outcome: Unknown}).
+		add(0, 6, 7, Op{Kind: KindSQL, Key: "k", Token: 5, Object: "k/w0/4", Outcome: OK}).ops
+	h := NewHistory(ops)
+	ev := &Evidence{
+		Objects: map[string]FinalObject{
+			"k/w0/1": {Present: true, Token: 5, Value: objectValue(ops[0])},
+			"k/w0/2": {Present: true, Token: 5, Value: []byte("something else")},
+			"k/w1/9": {Present: false},
+		},
+		Delayed: []DelayedWrite{{Object: "k/w1/9", Token: 4, Status: 204}, {Object: "k/w1/8", Token: 3, Status: 409}},
+		HasSQL:  true,
+	}
+	r := CheckAckedPresent(h, ev)
+	// k/w0/2 has the wrong value, k/w1/9 (acked to the proxy) and the SQL
+	// row are missing; the unknown write and the rejected delayed write are
+	// not required.
+	if r.Checked != 4 || r.Violations != 3 {
+		t.Errorf("checked %d violations %d, want 4 and 3: %v", r.Checked, r.Violations, r.Examples)
+	}
+}
+
+func TestCheckExclusion(t *testing.T) {
+	tests := []struct {
+		name string
+		h    *hb
+		want int
+	}{
+		{"next grant after the TTL", new(hb).add(0, 0, 1, acquired("a", 5)).add(1, 500, 1001, acquired("b", 9)), 0},
+		{"next grant before the TTL", new(hb).add(0, 0, 1, acquired("a", 5)).add(1, 500, 900, acquired("b", 9)), 1},
+		{"renewal extends from its send time", new(hb).add(0, 0, 1, acquired("a", 5)).add(0, 300, 301, renewed("a", 5)).
+			add(1, 500, 1200, acquired("b", 9)), 1},
+		{"refused renewal does not extend", new(hb).add(0, 0, 1, acquired("a", 5)).add(0, 300, 301, renewRefused("a")).
+			add(1, 500, 1001, acquired("b", 9)), 0},
+		{"release ends the lease when sent", new(hb).add(0, 0, 1, acquired("a", 5)).add(0, 100, 0, released("a")).
+			add(1, 50, 150, acquired("b", 9)), 0},
+		{"ordered by token, not by time", new(hb).add(1, 0, 2000, acquired("b", 9)).add(0, 0, 1, acquired("a", 5)), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := CheckExclusion(NewHistory(tt.h.ops)); r.Violations != tt.want {
+				t.Errorf("violations %d, want %d: %v", r.Violations, tt.want, r.Examples)
+			}
+		})
+	}
+}
+
+func TestReadHistoryMergesAndToleratesTornLastLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(f, 3)
+	a := &Op{Kind: KindAcquire, Key: "k", Owner: "w3-1"}
+	rec.begin(a)
+	b := &Op{Kind: KindGet, Key: "k"}
+	rec.begin(b)
+	a.Token = 7
+	rec.end(a, OK, "", nil)
+	f.WriteString(`{"w":3,"n":3,"kind":"ren`) // killed mid-write
+	f.Close()
+	if err := rec.Err(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := ReadHistory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Ops) != 2 {
+		t.Fatalf("got %d operations, want 2", len(h.Ops))
+	}
+	if got := h.Ops[0]; got.Seq != 1 || got.Outcome != OK || got.Token != 7 || !got.Finished() {
+		t.Errorf("first op = %+v, want the acquisition's result", got)
+	}
+	if got := h.Ops[1]; got.Finished() {
+		t.Errorf("second op = %+v, want it unfinished", got)
+	}
+	if h.End < h.Ops[0].Return {
+		t.Errorf("End %d is before the last return %d", h.End, h.Ops[0].Return)
+	}
+}
+
+func readFileString(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
+}

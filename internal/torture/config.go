@@ -1,0 +1,231 @@
+package torture
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config configures a torture run. The zero value of every field means its
+// default; Validate fills the defaults in and checks the cross-field rules.
+type Config struct {
+	// Duration is how long the workers run. Checking comes after it.
+	// Default 60s.
+	Duration time.Duration
+	// Workers is the number of worker processes. Default 4.
+	Workers int
+	// Keys is the number of lease keys the workers contend for. Default 3.
+	Keys int
+	// KeyPrefix starts every key of the run. Default "torture/<run id>/",
+	// so that runs against a long-lived deployment never share keys.
+	KeyPrefix string
+	// TTL is the lease TTL the workers ask for. Default 1s.
+	TTL time.Duration
+	// Wait is how long an acquisition waits in line. Default 2×TTL.
+	Wait time.Duration
+	// TryProbability is the chance that an acquisition does not wait at
+	// all (a held key is refused at once, naming its holder). Default 0.2;
+	// negative: always wait.
+	TryProbability float64
+	// WritesMin and WritesMax bound the writes made under one lease (each
+	// is a store PUT and, with PostgreSQL, a SQL transaction). Defaults 2
+	// and 5.
+	WritesMin, WritesMax int
+	// ThinkMax bounds the random think time before each write. Default
+	// TTL/5.
+	ThinkMax time.Duration
+	// GetProbability is the chance that a worker reads a random key before
+	// an acquisition. Default 0.5; negative disables reads.
+	GetProbability float64
+	// AbandonProbability is the chance that a worker drops a lease without
+	// releasing it, leaving it to expire. Default 0.1; negative disables.
+	AbandonProbability float64
+
+	// PauseProbability is the chance that the harness freezes (SIGSTOP) a
+	// worker while it holds a lease. Default 0.3; negative disables pauses.
+	PauseProbability float64
+	// PauseMin and PauseMax bound a freeze; both must exceed TTL, so that
+	// the lease expires while its holder is frozen. Defaults 1.5×TTL and
+	// 3×TTL.
+	PauseMin, PauseMax time.Duration
+	// DelayShare is the share of store writes sent through the delaying
+	// proxy. Default 0.1; negative disables the proxy.
+	DelayShare float64
+	// DelayMin and DelayMax bound how long the proxy holds a request; both
+	// must exceed TTL. Defaults 1.5×TTL and 3×TTL.
+	DelayMin, DelayMax time.Duration
+
+	// CrashInterval is the mean time between crashes (kill -9) of a node;
+	// each gap is uniform in [CrashInterval/2, 3×CrashInterval/2]. Half of
+	// the crashes are aimed at an acquisition in flight. Default 8s.
+	CrashInterval time.Duration
+	// NoCrashes disables node crashes.
+	NoCrashes bool
+	// DownMin and DownMax bound how long a crashed node stays down.
+	// Defaults 100ms and 1s.
+	DownMin, DownMax time.Duration
+	// StoreCrashInterval, if set, also crashes the reference store (when
+	// the harness runs it) with this mean interval, to test that every
+	// acknowledged write survives. Default 0: the store is not crashed.
+	StoreCrashInterval time.Duration
+
+	// NoFencing runs the negative control: the store accepts stale tokens
+	// (store.Config.NoFencing) and SQL writes skip the guard. The checkers
+	// must then report stale overwrites.
+	NoFencing bool
+
+	// Endpoint is the lease API of a fenced deployment to test instead of
+	// nodes started by the harness. Default "": start one local node.
+	Endpoint string
+	// NodeKillCommand and NodeStartCommand, run with sh -c, crash and
+	// restart the external node at Endpoint. Without both, an external
+	// node is not crashed.
+	NodeKillCommand, NodeStartCommand string
+	// Nodes is the number of local nodes. Default 1; clusters are not
+	// supported yet.
+	Nodes int
+	// NodeMinTTL is the local node's --min-ttl. Default min(TTL, 1s).
+	NodeMinTTL time.Duration
+	// NodeHeartbeatTimeout is the local node's raft heartbeat timeout.
+	// Default 0: the server's default.
+	NodeHeartbeatTimeout time.Duration
+
+	// StoreURL is the base URL of a reference store (or of a resource with
+	// the same HTTP contract) to test instead of one started by the
+	// harness. Default "": start one.
+	StoreURL string
+	// PostgresDSN, if set, adds a fenced SQL write (fencesql) after each
+	// store write, in tables created for the run. Default "": no SQL.
+	PostgresDSN string
+	// KeepTables keeps the run's PostgreSQL tables for inspection.
+	KeepTables bool
+
+	// OutputDir receives histories, logs, summary.json and, when the
+	// linearizability check fails, its visualization. Required.
+	OutputDir string
+	// Command starts this harness's child processes: Command plus "node",
+	// "worker" or "store" and "--spec" JSON. Default: this executable with
+	// "torture" (the fencectl binary).
+	Command []string
+	// Seed seeds the harness's and workers' random choices. Default: from
+	// the clock. The interleaving of processes is not reproducible.
+	Seed uint64
+	// CheckTimeout bounds the linearizability check. Default 60s; a check
+	// that times out reports "unknown", not a violation.
+	CheckTimeout time.Duration
+	// Log receives progress lines. Default io.Discard.
+	Log io.Writer
+}
+
+// Validate fills in defaults and checks the configuration.
+func (c *Config) Validate() error {
+	if !signalsSupported {
+		return errUnsupported
+	}
+	setDefault(&c.Duration, 60*time.Second)
+	setDefault(&c.Workers, 4)
+	setDefault(&c.Keys, 3)
+	setDefault(&c.TTL, time.Second)
+	setDefault(&c.Wait, 2*c.TTL)
+	setDefault(&c.TryProbability, 0.2)
+	setDefault(&c.WritesMin, 2)
+	setDefault(&c.WritesMax, max(5, c.WritesMin))
+	setDefault(&c.ThinkMax, c.TTL/5)
+	setDefault(&c.GetProbability, 0.5)
+	setDefault(&c.AbandonProbability, 0.1)
+	setDefault(&c.PauseProbability, 0.3)
+	setDefault(&c.PauseMin, c.TTL*3/2)
+	setDefault(&c.PauseMax, 3*c.TTL)
+	setDefault(&c.DelayShare, 0.1)
+	setDefault(&c.DelayMin, c.TTL*3/2)
+	setDefault(&c.DelayMax, 3*c.TTL)
+	setDefault(&c.CrashInterval, 8*time.Second)
+	setDefault(&c.DownMin, 100*time.Millisecond)
+	setDefault(&c.DownMax, time.Second)
+	setDefault(&c.Nodes, 1)
+	setDefault(&c.NodeMinTTL, min(c.TTL, time.Second))
+	setDefault(&c.CheckTimeout, 60*time.Second)
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	if len(c.Command) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("torture config: Command: %w", err)
+		}
+		c.Command = []string{exe, "torture"}
+	}
+
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("torture config: "+format, args...)) }
+	if c.Duration < 0 {
+		bad("Duration %v is negative", c.Duration)
+	}
+	if c.Workers < 1 || c.Keys < 1 {
+		bad("Workers (%d) and Keys (%d) must be at least 1", c.Workers, c.Keys)
+	}
+	if c.TTL < 10*time.Millisecond {
+		bad("TTL %v is below 10ms", c.TTL)
+	}
+	if c.Wait < 0 || c.ThinkMax < 0 {
+		bad("Wait and ThinkMax must not be negative")
+	}
+	if c.WritesMin < 1 || c.WritesMax < c.WritesMin {
+		bad("WritesMin %d and WritesMax %d must satisfy 1 <= WritesMin <= WritesMax", c.WritesMin, c.WritesMax)
+	}
+	for name, p := range map[string]float64{"GetProbability": c.GetProbability, "TryProbability": c.TryProbability, "AbandonProbability": c.AbandonProbability,
+		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare} {
+		if p > 1 {
+			bad("%s %v is above 1", name, p)
+		}
+	}
+	// A freeze or a delay shorter than the TTL cannot outlive the lease,
+	// which is the whole point of them.
+	if c.PauseMin <= c.TTL || c.PauseMax < c.PauseMin {
+		bad("pauses must satisfy TTL %v < PauseMin %v <= PauseMax %v", c.TTL, c.PauseMin, c.PauseMax)
+	}
+	if c.DelayMin <= c.TTL || c.DelayMax < c.DelayMin {
+		bad("delays must satisfy TTL %v < DelayMin %v <= DelayMax %v", c.TTL, c.DelayMin, c.DelayMax)
+	}
+	if c.CrashInterval < 0 || c.DownMin < 0 || c.DownMax < c.DownMin || c.StoreCrashInterval < 0 {
+		bad("crash timing must satisfy CrashInterval >= 0, StoreCrashInterval >= 0, 0 <= DownMin <= DownMax")
+	}
+	if c.Nodes != 1 {
+		bad("Nodes %d: only a single node is supported so far", c.Nodes)
+	}
+	if c.Endpoint == "" && (c.NodeKillCommand != "" || c.NodeStartCommand != "") {
+		bad("NodeKillCommand and NodeStartCommand apply to an external Endpoint only")
+	}
+	if (c.NodeKillCommand == "") != (c.NodeStartCommand == "") {
+		bad("NodeKillCommand and NodeStartCommand go together")
+	}
+	if c.Endpoint != "" && !strings.HasPrefix(c.Endpoint, "http://") && !strings.HasPrefix(c.Endpoint, "https://") {
+		bad("Endpoint %q is not an http(s) URL", c.Endpoint)
+	}
+	if c.StoreURL != "" && !strings.HasPrefix(c.StoreURL, "http://") && !strings.HasPrefix(c.StoreURL, "https://") {
+		bad("StoreURL %q is not an http(s) URL", c.StoreURL)
+	}
+	if c.StoreURL != "" && c.StoreCrashInterval > 0 {
+		bad("StoreCrashInterval needs the store started by the harness, not StoreURL")
+	}
+	if c.OutputDir == "" {
+		bad("OutputDir is required")
+	}
+	return errors.Join(errs...)
+}
+
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}
+
+// enabled treats a negative probability as "disabled" (0 means default).
+func enabled(p float64) float64 { return max(p, 0) }

@@ -1,0 +1,78 @@
+// Package torture is fenced's fault-injection harness: it runs real
+// processes against a lease service and fenced resources, injects faults,
+// records a history and checks it. `fencectl torture` and the package's
+// tests drive the same engine (Run).
+//
+// # What a run does
+//
+//   - Workers are separate OS processes (`fencectl torture worker`), so
+//     that they can be frozen for real. Each loops: acquire a random key
+//     (usually waiting in line), make a few writes with its token, each a
+//     PUT to the reference store and (with PostgreSQL) a fencesql-guarded
+//     transaction, with random think time, then release the lease or
+//     abandon it to expire. A stale rejection ends the lease (Lost, I7).
+//     Workers do not check their lease's local deadline before writing, so
+//     every pause turns into a write that reaches the resource.
+//   - The harness freezes (SIGSTOP) a worker that holds a lease for 1.5-3
+//     TTL and resumes it (SIGCONT); a share of store writes goes through a
+//     proxy that holds them past the lease's expiry before delivering them,
+//     after the worker has given up and released the lease.
+//   - The node (`fencectl torture node`, the same server as cmd/fenced) is
+//     killed with SIGKILL at random moments, half of them a few
+//     milliseconds after an acquisition starts or a key is freed, and
+//     started again on the same data directory and ports. Optionally the
+//     store is crashed too. Nodes are a slice behind the Node interface so
+//     that cluster faults can be added.
+//   - Every process that exits on its own (a panic in the client, the
+//     server or the store) is a violation, and is restarted.
+//
+// # Checkers
+//
+//   - store-no-stale-overwrite, postgres-no-stale-overwrite: per scope, in
+//     commit order, no accepted write carries a token below one accepted
+//     before it.
+//   - token-provenance: every accepted write carries a token that the lease
+//     service granted, for that key, to the worker that sent it.
+//   - tokens-unique-and-ordered: no token was granted twice (restarts
+//     included); per key, a grant that returned before another began has
+//     the lower token.
+//   - acked-writes-present: every acknowledged write is in the resource at
+//     the end.
+//   - lease-linearizable: acquire, renew, release and get, per key, are
+//     linearizable (porcupine), with expiry as a nondeterministic step and
+//     acquisitions of unknown outcome pending until the end of the history;
+//     a failure writes porcupine's HTML visualization.
+//   - lease-exclusion: no lease was granted to another holder before the
+//     previous holder's conservative deadline (TTL after the send time of
+//     its last acknowledged renewal) or release.
+//   - processes-healthy: no worker, node or store process crashed on its
+//     own.
+//
+// A negative control (Config.NoFencing) runs the same workload with the
+// store's fencing off (store.Config.NoFencing) and SQL writes unguarded; the
+// stale-overwrite checkers must then fail, and the others must not.
+//
+// # Guarantees
+//
+//   - Checkers are sound with respect to the history: outcomes the harness
+//     cannot know (a request cut by a crash, a timed-out write) are treated
+//     as possibly applied, never as failed, so a violation is a real one.
+//     The only timing assumption is that all processes read one machine's
+//     clock; lease-exclusion allows 2ms plus 1000 ppm of the TTL between
+//     the wall clock of the history and the clock the server expires by.
+//   - Every child process is killed when Run returns, and by the kernel
+//     (Pdeathsig, Linux) if the harness itself dies.
+//
+// # Non-guarantees
+//
+//   - A passing run proves nothing beyond the interleavings it produced;
+//     the seed fixes the harness's random choices, not the scheduling.
+//   - Acknowledged-write durability is only meaningful for the store when
+//     it is crashed (Config.StoreCrashInterval); PostgreSQL is not crashed.
+//   - Only a single node is supported; partitions and leader failover are
+//     future faults.
+//   - A linearizability check that times out reports "unknown", not a
+//     violation.
+//   - Against an external store, the store must offer the reference
+//     store's HTTP API, including GET /v1/audit.
+package torture

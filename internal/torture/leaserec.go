@@ -1,0 +1,253 @@
+package torture
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+)
+
+// leaseRecorder is the HTTP client of a worker's lease client. It records
+// every Acquire, Renew, Release and Get at the wire, including the
+// renewals that client.Lease sends on its own, with the time the request
+// left and the time the whole answer arrived.
+type leaseRecorder struct {
+	base *http.Client
+	rec  *recorder
+
+	mu     sync.Mutex
+	owners map[string]string // lease ID -> owner name of its acquisition
+}
+
+var _ connect.HTTPClient = (*leaseRecorder)(nil)
+
+func newLeaseRecorder(rec *recorder, dialTimeout time.Duration) *leaseRecorder {
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	return &leaseRecorder{
+		base: &http.Client{Transport: &http.Transport{
+			Protocols:   protocols,
+			DialContext: (&net.Dialer{Timeout: dialTimeout}).DialContext,
+		}},
+		rec:    rec,
+		owners: map[string]string{},
+	}
+}
+
+func (r *leaseRecorder) ownerOf(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o, ok := r.owners[id]; ok {
+		return o
+	}
+	return "id:" + id
+}
+
+// Do implements connect.HTTPClient.
+func (r *leaseRecorder) Do(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	op, ok := r.decodeRequest(path.Base(req.URL.Path), req.Header.Get("Content-Encoding"), body)
+	if !ok {
+		return r.base.Do(req)
+	}
+	r.rec.begin(op)
+	resp, err := r.base.Do(req)
+	if err != nil {
+		outcome, code := transportOutcome(err)
+		r.rec.end(op, outcome, code, err)
+		return nil, err
+	}
+	data, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if rerr != nil {
+		r.rec.end(op, Unknown, CodeTransport, rerr)
+		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(data), errReader{rerr}))
+		return resp, nil
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(data))
+	r.decodeResponse(op, resp, data)
+	return resp, nil
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// transportOutcome classifies an error of a request that got no answer.
+// Only a refused connection proves that nothing was sent.
+func transportOutcome(err error) (Outcome, string) {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return Fail, CodeRefused
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return Unknown, CodeTimeout
+	}
+	return Unknown, CodeTransport
+}
+
+func (r *leaseRecorder) decodeRequest(method, encoding string, body []byte) (*Op, bool) {
+	if encoding != "" && encoding != "identity" {
+		var err error
+		if body, err = gunzip(encoding, body); err != nil {
+			return nil, false
+		}
+	}
+	switch method {
+	case "Acquire":
+		var m fencedv1.AcquireRequest
+		if proto.Unmarshal(body, &m) != nil {
+			return nil, false
+		}
+		return &Op{Kind: KindAcquire, Key: m.GetKey(), Owner: m.GetOwner(), TTLMs: m.GetTtlMs(), WaitMs: m.GetWaitMs()}, true
+	case "Renew":
+		var m fencedv1.RenewRequest
+		if proto.Unmarshal(body, &m) != nil {
+			return nil, false
+		}
+		return &Op{Kind: KindRenew, Key: m.GetKey(), LeaseID: m.GetLeaseId(), Owner: r.ownerOf(m.GetLeaseId())}, true
+	case "Release":
+		var m fencedv1.ReleaseRequest
+		if proto.Unmarshal(body, &m) != nil {
+			return nil, false
+		}
+		return &Op{Kind: KindRelease, Key: m.GetKey(), LeaseID: m.GetLeaseId(), Owner: r.ownerOf(m.GetLeaseId())}, true
+	case "Get":
+		var m fencedv1.GetRequest
+		if proto.Unmarshal(body, &m) != nil {
+			return nil, false
+		}
+		return &Op{Kind: KindGet, Key: m.GetKey()}, true
+	}
+	return nil, false
+}
+
+func gunzip(encoding string, b []byte) ([]byte, error) {
+	if encoding != "gzip" {
+		return nil, fmt.Errorf("unsupported content encoding %q", encoding)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
+}
+
+// wireError is the Connect protocol's JSON error body.
+type wireError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Details []struct {
+		Type  string `json:"type"`
+		Value string `json:"value"`
+	} `json:"details"`
+}
+
+func (r *leaseRecorder) decodeResponse(op *Op, resp *http.Response, data []byte) {
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		d, err := gunzip(enc, data)
+		if err != nil {
+			r.rec.end(op, Unknown, CodeTransport, fmt.Errorf("undecodable answer: %w", err))
+			return
+		}
+		data = d
+	}
+	if resp.StatusCode != http.StatusOK {
+		r.decodeError(op, resp.StatusCode, data)
+		return
+	}
+	var lease *fencedv1.Lease
+	switch op.Kind {
+	case KindAcquire:
+		var m fencedv1.AcquireResponse
+		if err := proto.Unmarshal(data, &m); err != nil {
+			r.rec.end(op, Unknown, CodeTransport, err)
+			return
+		}
+		lease = m.GetLease()
+		op.LeaseID, op.Token, op.TTLMs = lease.GetLeaseId(), lease.GetToken(), lease.GetTtlMs()
+		r.mu.Lock()
+		r.owners[lease.GetLeaseId()] = op.Owner
+		r.mu.Unlock()
+	case KindRenew:
+		var m fencedv1.RenewResponse
+		if err := proto.Unmarshal(data, &m); err != nil {
+			r.rec.end(op, Unknown, CodeTransport, err)
+			return
+		}
+		op.Token, op.TTLMs = m.GetLease().GetToken(), m.GetLease().GetTtlMs()
+	case KindGet:
+		var m fencedv1.GetResponse
+		if err := proto.Unmarshal(data, &m); err != nil {
+			r.rec.end(op, Unknown, CodeTransport, err)
+			return
+		}
+		op.LastToken = m.GetLastToken()
+		if l := m.GetLease(); l != nil {
+			op.HasLease, op.Holder, op.HolderToken = true, l.GetOwner(), l.GetToken()
+		}
+	}
+	r.rec.end(op, OK, "", nil)
+}
+
+func (r *leaseRecorder) decodeError(op *Op, status int, data []byte) {
+	var we wireError
+	if err := json.Unmarshal(data, &we); err != nil || we.Code == "" {
+		r.rec.end(op, Unknown, CodeTransport, fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(data)))
+		return
+	}
+	err := errors.New(we.Code + ": " + we.Message)
+	switch we.Code {
+	case "failed_precondition":
+		for _, d := range we.Details {
+			if d.Type != "fenced.v1.LeaseHeld" {
+				continue
+			}
+			raw, derr := base64.RawStdEncoding.DecodeString(strings.TrimRight(d.Value, "="))
+			var held fencedv1.LeaseHeld
+			if derr == nil && proto.Unmarshal(raw, &held) == nil {
+				op.Holder, op.HolderToken = held.GetOwner(), held.GetToken()
+			}
+		}
+		r.rec.end(op, Fail, CodeHeld, err)
+	case "not_found":
+		r.rec.end(op, Fail, CodeNotFound, err)
+	case "invalid_argument", "resource_exhausted":
+		r.rec.end(op, Fail, we.Code, err)
+	case "unavailable":
+		// Only "not ready" proves that nothing was written to the log; a
+		// leadership lost while applying leaves the outcome open.
+		if strings.Contains(we.Message, "not ready to serve") {
+			r.rec.end(op, Fail, CodeUnavailable, err)
+			return
+		}
+		r.rec.end(op, Unknown, we.Code, err)
+	default:
+		r.rec.end(op, Unknown, we.Code, err)
+	}
+}

@@ -1,0 +1,158 @@
+package torture
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// hb builds histories for one key with explicit times (milliseconds).
+type hb struct {
+	ops []*Op
+	n   int64
+}
+
+func (b *hb) add(worker int, call, ret int64, op Op) *hb {
+	b.n++
+	op.Worker, op.Seq, op.Call, op.Return = worker, b.n, call*1e6, ret*1e6
+	if op.Key == "" {
+		op.Key = "k"
+	}
+	if op.TTLMs == 0 && op.Kind == KindAcquire {
+		op.TTLMs = 1000
+	}
+	if ret == 0 {
+		op.Return = 0
+	}
+	b.ops = append(b.ops, &op)
+	return b
+}
+
+func acquired(owner string, token uint64) Op {
+	return Op{Kind: KindAcquire, Owner: owner, Token: token, Outcome: OK}
+}
+func heldBy(owner, holder string, token uint64) Op {
+	return Op{Kind: KindAcquire, Owner: owner, Outcome: Fail, Code: CodeHeld, Holder: holder, HolderToken: token}
+}
+func acquireUnknown(owner string) Op {
+	return Op{Kind: KindAcquire, Owner: owner, Outcome: Unknown, Code: CodeTransport}
+}
+func renewed(owner string, token uint64) Op {
+	return Op{Kind: KindRenew, Owner: owner, Token: token, Outcome: OK}
+}
+func renewRefused(owner string) Op {
+	return Op{Kind: KindRenew, Owner: owner, Outcome: Fail, Code: CodeNotFound}
+}
+func released(owner string) Op { return Op{Kind: KindRelease, Owner: owner, Outcome: OK} }
+func readFree(last uint64) Op  { return Op{Kind: KindGet, Outcome: OK, LastToken: last} }
+func readHeld(holder string, token uint64) Op {
+	return Op{Kind: KindGet, Outcome: OK, HasLease: true, Holder: holder, HolderToken: token, LastToken: token}
+}
+
+func TestLeaseModel(t *testing.T) {
+	tests := []struct {
+		name string
+		h    *hb
+		want porcupine.CheckResult
+	}{
+		{"acquire renew release acquire", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(0, 2, 3, renewed("a", 5)).add(0, 4, 5, released("a")).
+			add(1, 6, 7, readFree(5)).add(1, 8, 9, acquired("b", 9)), porcupine.Ok},
+		{"token not above the previous one", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(0, 2, 3, released("a")).add(1, 4, 5, acquired("b", 5)), porcupine.Illegal},
+		{"grant to another while the holder renews", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, acquired("b", 9)).add(0, 4, 5, renewed("a", 5)), porcupine.Illegal},
+		{"expiry lets another acquire", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, acquired("b", 9)).add(0, 4, 5, renewRefused("a")), porcupine.Ok},
+		{"renew returns another token", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(0, 2, 3, renewed("a", 6)), porcupine.Illegal},
+		{"read after a grant says free with last 0", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, readFree(0)), porcupine.Illegal},
+		{"read of a held key", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, readHeld("a", 5)).add(1, 4, 5, heldBy("b", "a", 5)), porcupine.Ok},
+		{"held by someone who never acquired", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, heldBy("b", "ghost", 5)), porcupine.Illegal},
+		{"concurrent grants may linearize either way", new(hb).
+			add(0, 0, 10, acquired("a", 5)).add(1, 1, 9, heldBy("b", "a", 5)), porcupine.Ok},
+		{"unknown acquisition revealed by a read", new(hb).
+			add(0, 0, 0, acquireUnknown("a")).add(1, 5, 6, readHeld("a", 7)).add(1, 7, 8, acquired("b", 11)), porcupine.Ok},
+		{"unknown acquisition revealed with a token below the last", new(hb).
+			add(1, 0, 1, acquired("b", 9)).add(1, 2, 3, released("b")).
+			add(0, 4, 0, acquireUnknown("a")).add(1, 5, 6, heldBy("c", "a", 7)), porcupine.Illegal},
+		{"unknown acquisition that never happened", new(hb).
+			add(0, 0, 0, acquireUnknown("a")).add(1, 5, 6, readFree(0)), porcupine.Ok},
+		{"free key read after an unknown grant must show its token", new(hb).
+			add(1, 0, 1, acquired("b", 3)).add(1, 1, 2, released("b")).
+			add(0, 2, 0, acquireUnknown("a")).add(1, 5, 6, readHeld("a", 7)).add(1, 8, 9, readFree(3)), porcupine.Illegal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := NewHistory(tt.h.ops)
+			res := CheckLinearizable(h, 10*time.Second, "")
+			if len(res) != 1 {
+				t.Fatalf("got %d partitions, want 1", len(res))
+			}
+			if res[0].Result != tt.want {
+				t.Errorf("result %s, want %s", res[0].Result, tt.want)
+			}
+		})
+	}
+}
+
+func TestLeaseModelPartitionsByKey(t *testing.T) {
+	// Each key alone is fine; they only look wrong if mixed together.
+	b := new(hb).add(0, 0, 1, Op{Kind: KindAcquire, Key: "x", Owner: "a", Token: 5, Outcome: OK}).
+		add(1, 2, 3, Op{Kind: KindAcquire, Key: "y", Owner: "b", Token: 7, Outcome: OK}).
+		add(0, 4, 5, Op{Kind: KindRenew, Key: "x", Owner: "a", Token: 5, Outcome: OK})
+	res := CheckLinearizable(NewHistory(b.ops), 10*time.Second, "")
+	if len(res) != 2 {
+		t.Fatalf("got %d partitions, want 2", len(res))
+	}
+	for _, r := range res {
+		if r.Result != porcupine.Ok {
+			t.Errorf("key %s: %s, want Ok", r.Key, r.Result)
+		}
+	}
+}
+
+func TestLinearizabilityFailureWritesVisualization(t *testing.T) {
+	dir := t.TempDir()
+	b := new(hb).add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, readFree(0))
+	res, _ := CheckLinearizability(NewHistory(b.ops), 10*time.Second, dir)
+	if res.Violations != 1 {
+		t.Fatalf("violations = %d, want 1 (%v)", res.Violations, res.Examples)
+	}
+	_, per := CheckLinearizability(NewHistory(b.ops), 10*time.Second, dir)
+	path := per[0].Visualization
+	if path == "" {
+		t.Fatal("no visualization written")
+	}
+	info, err := os.Stat(path)
+	if err != nil || info.Size() == 0 {
+		t.Fatalf("visualization %s: %v", path, err)
+	}
+	if ex := per[0].Explanation; !strings.Contains(ex, "impossible") || !strings.Contains(ex, "get -> free, last 0") {
+		t.Errorf("explanation does not name the stale read:\n%s", ex)
+	}
+}
+
+func TestLeaseOperationsDropUninformativeAnswers(t *testing.T) {
+	b := new(hb).
+		add(0, 0, 1, Op{Kind: KindAcquire, Owner: "a", Outcome: Fail, Code: CodeRefused}).
+		add(0, 2, 3, Op{Kind: KindRenew, Owner: "a", Outcome: Unknown}).
+		add(0, 4, 5, Op{Kind: KindRelease, Owner: "a", Outcome: Unknown}).
+		add(0, 6, 7, Op{Kind: KindGet, Outcome: Fail, Code: CodeUnavailable}).
+		add(0, 8, 9, Op{Kind: KindPut, Token: 3, Outcome: OK}).
+		add(0, 10, 0, Op{Kind: KindAcquire, Owner: "b"}) // invoked, never answered
+	h := NewHistory(b.ops)
+	ops := leaseOperations(h)
+	if len(ops) != 1 {
+		t.Fatalf("kept %d operations, want only the unanswered acquisition: %+v", len(ops), ops)
+	}
+	if ops[0].Output.(leaseOutput).Result != resUnknown || ops[0].Return <= h.End {
+		t.Errorf("unanswered acquisition = %+v, want unknown and pending past the end (%d)", ops[0], h.End)
+	}
+}

@@ -1,0 +1,273 @@
+package torture
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// Counts tallies operations by outcome.
+type Counts struct {
+	Total   int `json:"total"`
+	OK      int `json:"ok"`
+	Refused int `json:"refused"` // held (acquire), not found (renew, release), stale (writes)
+	Failed  int `json:"failed"`  // certainly not applied for another reason
+	Unknown int `json:"unknown"` // no answer: may or may not have taken effect
+}
+
+func (c *Counts) add(op *Op, refusal string) {
+	c.Total++
+	switch {
+	case op.Outcome == OK:
+		c.OK++
+	case op.Outcome == Fail && op.Code == refusal:
+		c.Refused++
+	case op.Outcome == Fail:
+		c.Failed++
+	default:
+		c.Unknown++
+	}
+}
+
+// DelayedCounts describes the writes sent through the delaying proxy.
+type DelayedCounts struct {
+	Delivered int `json:"delivered"`
+	Accepted  int `json:"accepted"`
+	Stale     int `json:"stale"`
+	Other     int `json:"other"` // another answer, or delivery failed
+}
+
+// Summary is the outcome of a run, as written to summary.json.
+type Summary struct {
+	RunID     string  `json:"runId"`
+	Seed      uint64  `json:"seed"`
+	Seconds   float64 `json:"seconds"`
+	Workers   int     `json:"workers"`
+	Keys      int     `json:"keys"`
+	TTLMs     int64   `json:"ttlMs"`
+	NoFencing bool    `json:"noFencing"`
+	Endpoint  string  `json:"endpoint"`
+	StoreURL  string  `json:"storeUrl"`
+	Postgres  bool    `json:"postgres"`
+	OutputDir string  `json:"outputDir"`
+
+	// Operations counts every recorded operation: lease calls and writes.
+	Operations   int    `json:"operations"`
+	Acquisitions Counts `json:"acquisitions"` // OK = grants
+	Renewals     Counts `json:"renewals"`
+	Releases     Counts `json:"releases"`
+	Gets         Counts `json:"gets"`
+	StoreWrites  Counts `json:"storeWrites"` // Refused = stale rejections seen by workers
+	SQLWrites    Counts `json:"sqlWrites"`
+	// DelayedWrites are store writes that went through the proxy (also
+	// counted in StoreWrites, where most are unknown: the worker gave up).
+	DelayedWrites DelayedCounts `json:"delayedWrites"`
+	FaultStats
+	// StaleRejections counts every write refused as stale: by the store
+	// (to workers and to the proxy) and by PostgreSQL.
+	StaleRejections int `json:"staleRejections"`
+
+	Checks []CheckResult `json:"checks"`
+	// Violations is the total over all checkers; ViolationsByChecker
+	// has it per checker.
+	Violations          int            `json:"violations"`
+	ViolationsByChecker map[string]int `json:"violationsByChecker"`
+	// Linearizability has porcupine's result per key.
+	Linearizability []LinearizabilityResult `json:"linearizability"`
+}
+
+// Report is what Run returns.
+type Report struct {
+	Summary
+}
+
+// Check returns the named checker's result (zero if it did not run).
+func (r *Report) Check(name string) CheckResult {
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	return CheckResult{}
+}
+
+// expectedToFail are the checkers that a run without fencing must fail.
+func expectedToFail(name string) bool { return name == NameStoreOrder || name == NameSQLOrder }
+
+// Passed reports the verdict. A run in which no lease was granted tested
+// nothing and fails. A normal run passes with no violation at all.
+// A negative control (NoFencing) passes when the store checker caught stale
+// overwrites and every checker that does not depend on fencing found
+// nothing.
+func (r *Report) Passed() bool {
+	if r.Acquisitions.OK == 0 {
+		return false // nothing was tested
+	}
+	if !r.NoFencing {
+		return r.Violations == 0
+	}
+	for _, c := range r.Checks {
+		if !expectedToFail(c.Name) && c.Violations > 0 {
+			return false
+		}
+	}
+	return r.Check(NameStoreOrder).Violations > 0
+}
+
+func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report {
+	cfg := &e.cfg
+	s := Summary{
+		RunID: e.runID, Seed: cfg.Seed, Seconds: elapsed.Seconds(), Workers: cfg.Workers, Keys: cfg.Keys,
+		TTLMs: cfg.TTL.Milliseconds(), NoFencing: cfg.NoFencing, Endpoint: e.nodes[0].Endpoint(), StoreURL: e.storeURL,
+		Postgres: ev.HasSQL, OutputDir: cfg.OutputDir,
+	}
+	e.mu.Lock()
+	s.FaultStats = e.stats
+	e.mu.Unlock()
+	s.Operations = len(h.Ops)
+	for _, op := range h.Ops {
+		switch op.Kind {
+		case KindAcquire:
+			s.Acquisitions.add(op, CodeHeld)
+		case KindRenew:
+			s.Renewals.add(op, CodeNotFound)
+		case KindRelease:
+			s.Releases.add(op, CodeNotFound)
+		case KindGet:
+			s.Gets.add(op, "")
+		case KindPut:
+			s.StoreWrites.add(op, CodeStale)
+		case KindSQL:
+			s.SQLWrites.add(op, CodeStale)
+		}
+	}
+	for _, d := range ev.Delayed {
+		s.DelayedWrites.Delivered++
+		switch {
+		case d.Status/100 == 2:
+			s.DelayedWrites.Accepted++
+		case d.Status == 409:
+			s.DelayedWrites.Stale++
+		default:
+			s.DelayedWrites.Other++
+		}
+	}
+	s.StaleRejections = s.StoreWrites.Refused + s.SQLWrites.Refused + s.DelayedWrites.Stale
+
+	s.Checks = append(s.Checks, CheckStoreOrder(ev.Audit))
+	if ev.HasSQL {
+		s.Checks = append(s.Checks, CheckSQLOrder(ev.SQLRows))
+	} else {
+		s.Checks = append(s.Checks, CheckResult{Name: NameSQLOrder, Skipped: "no PostgreSQL configured"})
+	}
+	s.Checks = append(s.Checks, CheckProvenance(h, ev), CheckTokens(h), CheckAckedPresent(h, ev), CheckExclusion(h))
+	lin, res := CheckLinearizability(h, cfg.CheckTimeout, cfg.OutputDir)
+	s.Checks = append(s.Checks, lin)
+	procs := CheckResult{Name: NameProcesses, Checked: cfg.Workers + len(e.localNodes)}
+	if e.storeProc != nil {
+		procs.Checked++
+	}
+	e.mu.Lock()
+	for _, c := range e.crashed {
+		procs.violation("%s", c)
+	}
+	e.mu.Unlock()
+	s.Checks = append(s.Checks, procs)
+	s.Linearizability = res
+	s.ViolationsByChecker = map[string]int{}
+	for _, c := range s.Checks {
+		s.Violations += c.Violations
+		s.ViolationsByChecker[c.Name] = c.Violations
+	}
+	return &Report{Summary: s}
+}
+
+func (r *Report) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r.Summary, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// WriteText writes the summary in words.
+func (r *Report) WriteText(w io.Writer) {
+	s := &r.Summary
+	fencing := "fencing on"
+	if s.NoFencing {
+		fencing = "NEGATIVE CONTROL: fencing off at the resources"
+	}
+	fmt.Fprintf(w, "torture run %s (seed %d): %.1fs, %d workers, %d keys, TTL %v, %s\n",
+		s.RunID, s.Seed, s.Seconds, s.Workers, s.Keys, time.Duration(s.TTLMs)*time.Millisecond, fencing)
+	fmt.Fprintf(w, "  lease service %s: %d operations recorded\n", s.Endpoint, s.Operations)
+	fmt.Fprintf(w, "    acquisitions: %d attempts, %d grants, %d held, %d failed, %d unknown outcome\n",
+		s.Acquisitions.Total, s.Acquisitions.OK, s.Acquisitions.Refused, s.Acquisitions.Failed, s.Acquisitions.Unknown)
+	fmt.Fprintf(w, "    renewals: %d ok, %d refused, %d failed, %d unknown; releases: %d ok, %d not found, %d failed or unknown; reads: %d ok\n",
+		s.Renewals.OK, s.Renewals.Refused, s.Renewals.Failed, s.Renewals.Unknown,
+		s.Releases.OK, s.Releases.Refused, s.Releases.Failed+s.Releases.Unknown, s.Gets.OK)
+	fmt.Fprintf(w, "  faults: %d node crashes (kill -9; %d aimed at acquisitions, %d with acquisitions in flight), %d store crashes, %d pauses (SIGSTOP longer than the TTL)\n",
+		s.Crashes, s.AimedCrashes, s.CrashesDuringAcquisition, s.StoreCrashes, s.Pauses)
+	fmt.Fprintf(w, "    %d delayed writes delivered after the lease expired: %d accepted, %d rejected as stale, %d other\n",
+		s.DelayedWrites.Delivered, s.DelayedWrites.Accepted, s.DelayedWrites.Stale, s.DelayedWrites.Other)
+	fmt.Fprintf(w, "  writes: store %d acknowledged, %d stale, %d failed, %d unknown",
+		s.StoreWrites.OK, s.StoreWrites.Refused, s.StoreWrites.Failed, s.StoreWrites.Unknown)
+	if s.Postgres {
+		fmt.Fprintf(w, "; postgres %d committed, %d stale, %d failed or unknown",
+			s.SQLWrites.OK, s.SQLWrites.Refused, s.SQLWrites.Failed+s.SQLWrites.Unknown)
+	}
+	fmt.Fprintf(w, "\n  stale rejections: %d\n", s.StaleRejections)
+	fmt.Fprintln(w, "  checks:")
+	for _, c := range s.Checks {
+		status := "ok"
+		switch {
+		case c.Skipped != "":
+			status = "skip"
+		case c.Violations > 0 && s.NoFencing && expectedToFail(c.Name):
+			status = "FAIL*"
+		case c.Violations > 0:
+			status = "FAIL"
+		}
+		line := fmt.Sprintf("    %-5s %-28s %d checked, %d violations", status, c.Name, c.Checked, c.Violations)
+		if status == "FAIL*" {
+			line += " (expected without fencing)"
+		}
+		if c.Skipped != "" {
+			line = fmt.Sprintf("    %-5s %-28s %s", status, c.Name, c.Skipped)
+		}
+		fmt.Fprintln(w, line)
+		if c.Note != "" {
+			fmt.Fprintf(w, "           note: %s\n", c.Note)
+		}
+		for _, ex := range c.Examples[:min(len(c.Examples), 5)] {
+			fmt.Fprintf(w, "           - %s\n", strings.ReplaceAll(ex, "\n", "\n             "))
+		}
+		if c.Violations > 5 {
+			fmt.Fprintf(w, "           (%d more in summary.json)\n", c.Violations-min(len(c.Examples), 5))
+		}
+	}
+	var verdict string
+	switch {
+	case s.Acquisitions.OK == 0:
+		verdict = "FAIL: no lease was granted, so nothing was tested (see the workers' logs)"
+	case !s.NoFencing && r.Passed():
+		verdict = "PASS: no violations"
+	case !s.NoFencing:
+		verdict = fmt.Sprintf("FAIL: %d violations", s.Violations)
+	case r.Passed():
+		verdict = fmt.Sprintf("PASS: the checker caught %d stale overwrites, as it must without fencing", r.Check(NameStoreOrder).Violations)
+	case r.Check(NameStoreOrder).Violations == 0:
+		verdict = "FAIL: without fencing the checker found no stale overwrite (make the run longer, or the checker is broken)"
+	default:
+		var bad []string
+		for _, c := range s.Checks {
+			if c.Violations > 0 && !expectedToFail(c.Name) {
+				bad = append(bad, c.Name)
+			}
+		}
+		verdict = "FAIL: checkers that do not depend on fencing failed: " + strings.Join(bad, ", ")
+	}
+	fmt.Fprintf(w, "  result: %s\n  details: %s\n", verdict, s.OutputDir)
+}

@@ -1,0 +1,268 @@
+package torture
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/fencedtest"
+)
+
+// syncBuffer is a history sink that tests can read while it is written.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) history(t *testing.T) *History {
+	t.Helper()
+	s.mu.Lock()
+	data := append([]byte(nil), s.b.Bytes()...)
+	s.mu.Unlock()
+	path := t.TempDir() + "/h.jsonl"
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, err := ReadHistory(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// h2cServer serves HTTP/2 without TLS, as fenced does.
+func h2cServer(h http.Handler) *httptest.Server {
+	s := httptest.NewUnstartedServer(h)
+	s.Config.Protocols = new(http.Protocols)
+	s.Config.Protocols.SetHTTP1(true)
+	s.Config.Protocols.SetUnencryptedHTTP2(true)
+	s.Start()
+	return s
+}
+
+func TestLeaseRecorderRecordsTheWire(t *testing.T) {
+	srv := fencedtest.Start(t)
+	var buf syncBuffer
+	rec := newRecorder(&buf, 1)
+	lr := newLeaseRecorder(rec, time.Second)
+	c := srv.Client(t, client.Config{HTTPClient: lr, TTL: 300 * time.Millisecond})
+	ctx := context.Background()
+
+	l, err := c.Acquire(ctx, "k", client.WithOwner("w1-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, "k", client.WithOwner("w1-2")); !errors.Is(err, client.ErrHeld) {
+		t.Fatalf("second acquisition: %v, want held", err)
+	}
+	if _, _, _, err := c.Get(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for at least one renewal that the lease sends on its own.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := 0
+		for _, op := range buf.history(t).Ops {
+			if op.Kind == KindRenew && op.Outcome == OK {
+				n++
+			}
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal recorded")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Renew(ctx, "k", l.ID()); !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("renew after release: %v, want not held", err)
+	}
+
+	var acq, held, get, renew, rel, refused *Op
+	for _, op := range buf.history(t).Ops {
+		switch {
+		case op.Kind == KindAcquire && op.Outcome == OK:
+			acq = op
+		case op.Kind == KindAcquire:
+			held = op
+		case op.Kind == KindGet:
+			get = op
+		case op.Kind == KindRenew && op.Outcome == OK:
+			renew = op
+		case op.Kind == KindRenew:
+			refused = op
+		case op.Kind == KindRelease:
+			rel = op
+		}
+	}
+	for name, op := range map[string]*Op{"grant": acq, "held": held, "get": get, "renewal": renew, "release": rel, "refused renewal": refused} {
+		if op == nil {
+			t.Fatalf("no %s recorded", name)
+		}
+		if op.Call == 0 || op.Return < op.Call || op.Worker != 1 {
+			t.Errorf("%s: bad stamps %+v", name, op)
+		}
+	}
+	if acq.Owner != "w1-1" || acq.Token != l.Token() || acq.LeaseID != l.ID() || acq.TTLMs != 300 {
+		t.Errorf("grant = %+v, want owner w1-1, token %d, lease %s, ttl 300", acq, l.Token(), l.ID())
+	}
+	if held.Code != CodeHeld || held.Holder != "w1-1" || held.HolderToken != l.Token() || held.Outcome != Fail {
+		t.Errorf("held = %+v, want held by w1-1 with token %d", held, l.Token())
+	}
+	if !get.HasLease || get.Holder != "w1-1" || get.HolderToken != l.Token() || get.LastToken != l.Token() {
+		t.Errorf("get = %+v, want w1-1 holding %d", get, l.Token())
+	}
+	// Renewals and releases name the lease by its acquisition's owner.
+	if renew.Owner != "w1-1" || renew.Token != l.Token() {
+		t.Errorf("renewal = %+v, want owner w1-1 and token %d", renew, l.Token())
+	}
+	if rel.Owner != "w1-1" || rel.Outcome != OK {
+		t.Errorf("release = %+v, want owner w1-1, ok", rel)
+	}
+	if refused.Code != CodeNotFound || refused.Outcome != Fail {
+		t.Errorf("refused renewal = %+v, want not_found", refused)
+	}
+}
+
+func TestLeaseRecorderClassifiesTransportFailures(t *testing.T) {
+	// A closed port: nothing is sent, so the acquisition certainly failed.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	// A server that reads the request and hangs up: the outcome is unknown.
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hl.Close()
+	go func() {
+		for {
+			conn, err := hl.Accept()
+			if err != nil {
+				return
+			}
+			conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			io.Copy(io.Discard, conn)
+			conn.Close()
+		}
+	}()
+	hangup := "http://" + hl.Addr().String()
+	// A node that is not ready answers unavailable: nothing was applied.
+	notReady := h2cServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"code":"unavailable","message":"not ready to serve: not the leader, or no leader yet"}`)
+	}))
+	defer notReady.Close()
+	lost := h2cServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"code":"unavailable","message":"leadership lost while committing log"}`)
+	}))
+	defer lost.Close()
+
+	tests := []struct {
+		endpoint string
+		outcome  Outcome
+		code     string
+	}{
+		{closed, Fail, CodeRefused},
+		{hangup, Unknown, CodeTransport},
+		{notReady.URL, Fail, CodeUnavailable},
+		{lost.URL, Unknown, "unavailable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code, func(t *testing.T) {
+			var buf syncBuffer
+			c, err := client.New(client.Config{Endpoint: tt.endpoint, HTTPClient: newLeaseRecorder(newRecorder(&buf, 0), time.Second)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Acquire(context.Background(), "k", client.WithOwner("w0-1")); err == nil {
+				t.Fatal("acquisition succeeded")
+			}
+			ops := buf.history(t).Ops
+			if len(ops) != 1 || ops[0].Outcome != tt.outcome || ops[0].Code != tt.code {
+				t.Fatalf("recorded %+v, want one acquisition with %s/%s", ops, tt.outcome, tt.code)
+			}
+		})
+	}
+}
+
+func TestDelayProxyDeliversAfterTheClientGaveUp(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		arrived []time.Time
+	)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived = append(arrived, time.Now())
+		mu.Unlock()
+		if r.Header.Get("Fencing-Token") == "3" {
+			w.WriteHeader(http.StatusConflict)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer target.Close()
+	const hold = 150 * time.Millisecond
+	p, err := newDelayProxy(target.URL, hold, hold, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	for _, tok := range []string{"7", "3"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, p.URL()+"/v1/objects/k%2Fw0%2F"+tok, strings.NewReader("v"))
+		req.Header.Set("Fencing-Scope", "k")
+		req.Header.Set("Fencing-Token", tok)
+		if _, err := http.DefaultClient.Do(req); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("client got %v before the hold ended, want its own timeout", err)
+		}
+		cancel()
+	}
+	recs := p.drain(context.Background())
+	if len(recs) != 2 {
+		t.Fatalf("proxy delivered %d writes, want 2", len(recs))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, at := range arrived {
+		if at.Sub(sent) < hold {
+			t.Errorf("a write arrived %v after sending, before the hold of %v", at.Sub(sent), hold)
+		}
+	}
+	byToken := map[uint64]DelayedWrite{}
+	for _, r := range recs {
+		byToken[r.Token] = r
+	}
+	if r := byToken[7]; r.Status != http.StatusNoContent || r.Object != "k/w0/7" || r.Scope != "k" {
+		t.Errorf("token 7: %+v, want 204 for object k/w0/7", r)
+	}
+	if r := byToken[3]; r.Status != http.StatusConflict {
+		t.Errorf("token 3: %+v, want 409", r)
+	}
+}

@@ -1,0 +1,364 @@
+package torture
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver "pgx"
+
+	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/fence/fencesql"
+)
+
+// WorkerSpec is what a worker process is told by the harness.
+type WorkerSpec struct {
+	ID       int      `json:"id"`
+	Endpoint string   `json:"endpoint"`
+	Keys     []string `json:"keys"`
+	// StoreURL is the base URL of the reference store; ProxyURL the delaying
+	// proxy in front of it ("" disables delayed writes).
+	StoreURL string `json:"storeUrl"`
+	ProxyURL string `json:"proxyUrl,omitempty"`
+	// Postgres: DSN and the run's tables ("" disables SQL writes).
+	PostgresDSN string `json:"postgresDsn,omitempty"`
+	ScopeTable  string `json:"scopeTable,omitempty"`
+	WriteTable  string `json:"writeTable,omitempty"`
+	// NoFencing writes to PostgreSQL without the guard (negative control).
+	NoFencing bool `json:"noFencing,omitempty"`
+
+	TTL            time.Duration `json:"ttl"`
+	Wait           time.Duration `json:"wait"`
+	WritesMin      int           `json:"writesMin"`
+	WritesMax      int           `json:"writesMax"`
+	ThinkMax       time.Duration `json:"thinkMax"`
+	GetProbability float64       `json:"getProbability"`
+	TryProbability float64       `json:"tryProbability"`
+	DelayShare     float64       `json:"delayShare"`
+	// AbandonProbability is the chance that a worker drops a lease without
+	// releasing it, so that it expires on the server.
+	AbandonProbability float64       `json:"abandonProbability"`
+	WriteTimeout       time.Duration `json:"writeTimeout"`
+	// DelayedWriteTimeout is how long a worker waits for a write sent
+	// through the proxy before it gives the lease up.
+	DelayedWriteTimeout time.Duration `json:"delayedWriteTimeout"`
+	History             string        `json:"history"`
+	Seed                uint64        `json:"seed"`
+	// Incarnation counts restarts of this worker after a crash. Operation
+	// numbers, owner names and object names of each incarnation are
+	// distinct.
+	Incarnation int `json:"incarnation,omitempty"`
+}
+
+// name is the worker's name in owners and object names.
+func (s WorkerSpec) name() string {
+	if s.Incarnation == 0 {
+		return fmt.Sprintf("w%d", s.ID)
+	}
+	return fmt.Sprintf("w%d.%d", s.ID, s.Incarnation)
+}
+
+// Event is a line a worker prints on its standard output for the harness,
+// which uses them to aim pauses and crashes.
+type Event struct {
+	Type  string `json:"e"` // acquiring, holding, released, idle
+	Key   string `json:"k,omitempty"`
+	Token uint64 `json:"t,omitempty"`
+	Lease int    `json:"l,omitempty"` // per-worker lease number
+}
+
+const (
+	evAcquiring = "acquiring"
+	evHolding   = "holding"
+	evReleased  = "released"
+	evIdle      = "idle"
+)
+
+// RunWorker runs one worker loop until ctx ends: acquire a random key
+// (waiting in line), make a few fenced writes with its token to the store
+// and PostgreSQL with random think time, then release it (or, sometimes,
+// abandon it to expire). Every lease operation and write goes to the
+// history file in spec.History; events go to events.
+//
+// Workers deliberately do not consult their lease's local deadline before
+// writing: every write behaves like one from a process paused between its
+// last check and its write, so the resources' fencing is what is tested. A
+// stale rejection ends the lease (client.Lease.Lost, invariant I7) and the
+// worker goes back to acquiring; it never retries a write.
+func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
+	f, err := os.OpenFile(spec.History, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("worker %d: %w", spec.ID, err)
+	}
+	defer f.Close()
+	w := &worker{
+		spec:   spec,
+		rec:    newRecorder(f, spec.ID),
+		rng:    rand.New(rand.NewPCG(spec.Seed, uint64(spec.ID)<<32|uint64(spec.Incarnation))),
+		events: json.NewEncoder(events),
+		store: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 4,
+		},
+	}
+	w.rec.seq = int64(spec.Incarnation) * 1_000_000_000
+	w.leases = newLeaseRecorder(w.rec, 2*time.Second)
+	w.client, err = client.New(client.Config{
+		Endpoint:       spec.Endpoint,
+		HTTPClient:     w.leases,
+		Owner:          spec.name(),
+		TTL:            spec.TTL,
+		RequestTimeout: max(spec.TTL/2, 100*time.Millisecond),
+	})
+	if err != nil {
+		return fmt.Errorf("worker %d: %w", spec.ID, err)
+	}
+	if spec.PostgresDSN != "" {
+		db, err := sql.Open("pgx", spec.PostgresDSN)
+		if err != nil {
+			return fmt.Errorf("worker %d: %w", spec.ID, err)
+		}
+		defer db.Close()
+		db.SetMaxOpenConns(2)
+		w.db = db
+		w.guard, err = fencesql.New(db, fencesql.Config{Dialect: fencesql.Postgres, Table: spec.ScopeTable})
+		if err != nil {
+			return fmt.Errorf("worker %d: %w", spec.ID, err)
+		}
+	}
+	w.run(ctx)
+	return w.rec.Err()
+}
+
+type worker struct {
+	spec   WorkerSpec
+	rec    *recorder
+	rng    *rand.Rand
+	leases *leaseRecorder
+	client *client.Client
+	store  *http.Transport
+	db     *sql.DB
+	guard  *fencesql.Guard
+
+	evMu   sync.Mutex
+	events *json.Encoder
+
+	attempts int
+	held     int
+	writes   int64
+}
+
+func (w *worker) emit(ev Event) {
+	w.evMu.Lock()
+	defer w.evMu.Unlock()
+	_ = w.events.Encode(ev)
+}
+
+func (w *worker) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if w.rng.Float64() < w.spec.GetProbability {
+			w.get(w.key())
+		}
+		key := w.key()
+		w.attempts++
+		owner := fmt.Sprintf("%s-%d", w.spec.name(), w.attempts)
+		w.emit(Event{Type: evAcquiring, Key: key})
+		wait := w.spec.Wait
+		if w.rng.Float64() < w.spec.TryProbability {
+			wait = 0
+		}
+		actx, cancel := context.WithTimeout(ctx, wait+w.spec.TTL)
+		l, err := w.client.Acquire(actx, key, client.WithWait(wait), client.WithTTL(w.spec.TTL), client.WithOwner(owner))
+		cancel()
+		if err != nil {
+			w.emit(Event{Type: evIdle})
+			// Back off a little, less when the key was merely held.
+			backoff := w.spec.TTL / 4
+			if errors.Is(err, client.ErrHeld) {
+				backoff = w.spec.TTL / 20
+			}
+			w.sleep(ctx, time.Duration(w.rng.Int64N(int64(backoff)+1)))
+			continue
+		}
+		w.held++
+		w.emit(Event{Type: evHolding, Key: key, Token: l.Token(), Lease: w.held})
+		w.hold(l)
+		w.emit(Event{Type: evIdle})
+	}
+}
+
+func (w *worker) key() string { return w.spec.Keys[w.rng.IntN(len(w.spec.Keys))] }
+
+func (w *worker) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// hold makes the writes of one lease, then releases or abandons it. It
+// does not watch ctx: the harness stops workers by SIGTERM and waits for
+// the lease in hand to be finished.
+func (w *worker) hold(l *client.Lease) {
+	n := w.spec.WritesMin
+	if d := w.spec.WritesMax - w.spec.WritesMin; d > 0 {
+		n += w.rng.IntN(d + 1)
+	}
+	for range n {
+		time.Sleep(time.Duration(w.rng.Int64N(int64(w.spec.ThinkMax) + 1)))
+		delayed := w.spec.ProxyURL != "" && w.rng.Float64() < w.spec.DelayShare
+		switch w.put(l, delayed) {
+		case writeStale:
+			return // the transport called Lost already
+		case writeAbandon:
+			// A write that timed out may still land: give the lease up so
+			// that another holder's writes can overtake it.
+			w.release(l)
+			return
+		}
+		if w.guard != nil && w.sql(l) == writeStale {
+			return
+		}
+	}
+	if w.rng.Float64() < w.spec.AbandonProbability {
+		l.Lost(errors.New("abandoned by the torture worker to let it expire"))
+		return
+	}
+	w.release(l)
+}
+
+func (w *worker) release(l *client.Lease) {
+	_ = l.Release(context.Background())
+	w.emit(Event{Type: evReleased, Key: l.Key()})
+}
+
+func (w *worker) get(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(w.spec.TTL, time.Second))
+	defer cancel()
+	_, _, _, _ = w.client.Get(ctx, key)
+}
+
+type writeResult int
+
+const (
+	writeOK writeResult = iota
+	writeStale
+	writeAbandon
+	writeFailed
+)
+
+// objectName names the write uniquely, so that the checkers can tie every
+// record at the resource to the worker and token that sent it.
+func objectName(key, worker string, seq int64) string {
+	return fmt.Sprintf("%s/%s/%d", key, worker, seq)
+}
+
+// objectValue is the value a write stores; checkers recompute it.
+func objectValue(op *Op) []byte {
+	return fmt.Appendf(nil, "%s|%d|w%d|%s", op.Key, op.Token, op.Worker, op.Object)
+}
+
+func (w *worker) put(l *client.Lease, delayed bool) writeResult {
+	w.writes++
+	base, via, timeout := w.spec.StoreURL, "direct", w.spec.WriteTimeout
+	if delayed {
+		base, via, timeout = w.spec.ProxyURL, "proxy", w.spec.DelayedWriteTimeout
+	}
+	op := &Op{Kind: KindPut, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes), Via: via}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	hc := &http.Client{Transport: fencehttp.NewTransport(l, w.store)}
+	w.rec.begin(op)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut,
+		strings.TrimRight(base, "/")+"/v1/objects/"+url.PathEscape(op.Object), bytes.NewReader(objectValue(op)))
+	if err != nil {
+		w.rec.end(op, Fail, "request", err)
+		return writeFailed
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		outcome, code := transportOutcome(err)
+		w.rec.end(op, outcome, code, err)
+		if delayed && outcome == Unknown {
+			return writeAbandon
+		}
+		return writeFailed
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode/100 == 2:
+		w.rec.end(op, OK, "", nil)
+		return writeOK
+	case resp.StatusCode == http.StatusConflict:
+		w.rec.end(op, Fail, CodeStale, fmt.Errorf("HTTP 409: %s", bytes.TrimSpace(body)))
+		return writeStale
+	case resp.StatusCode >= 500:
+		w.rec.end(op, Unknown, fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("%s", bytes.TrimSpace(body)))
+		return writeFailed
+	}
+	w.rec.end(op, Fail, fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("%s", bytes.TrimSpace(body)))
+	return writeFailed
+}
+
+func (w *worker) sql(l *client.Lease) writeResult {
+	w.writes++
+	op := &Op{Kind: KindSQL, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes)}
+	ctx, cancel := context.WithTimeout(context.Background(), w.spec.WriteTimeout)
+	defer cancel()
+	insert := func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+pgIdent(w.spec.WriteTable)+` (scope, token, worker, object) VALUES ($1, $2, $3, $4)`,
+			op.Key, int64(op.Token), w.spec.ID, op.Object)
+		return err
+	}
+	w.rec.begin(op)
+	var err error
+	if w.spec.NoFencing {
+		err = unfencedTx(ctx, w.db, insert)
+	} else {
+		err = w.guard.Do(ctx, op.Key, op.Token, insert)
+	}
+	switch {
+	case err == nil:
+		w.rec.end(op, OK, "", nil)
+		return writeOK
+	case errors.Is(err, fence.ErrStaleToken):
+		w.rec.end(op, Fail, CodeStale, err)
+		l.Lost(err)
+		return writeStale
+	}
+	// The commit may have happened before the connection broke.
+	w.rec.end(op, Unknown, CodeTransport, err)
+	return writeFailed
+}
+
+func unfencedTx(ctx context.Context, db *sql.DB, fn func(context.Context, *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it only reports sql.ErrTxDone
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// pgIdent quotes a PostgreSQL identifier made by the harness.
+func pgIdent(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
