@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencedio/fenced/lease"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // Config configures a Server. The zero value of every field means its
@@ -65,8 +66,8 @@ type Config struct {
 	// RaftLog receives raft's own log at warning level and above.
 	// Default io.Discard.
 	RaftLog io.Writer
-	// Registerer receives the server's metrics. Default: a new registry,
-	// served on /metrics.
+	// Registerer receives the server's metrics. Default: a new registry
+	// with the Go runtime and process collectors, served on /metrics.
 	Registerer prometheus.Registerer
 	// Gatherer is what /metrics serves. Default: the registry above.
 	Gatherer prometheus.Gatherer
@@ -97,6 +98,7 @@ func (c *Config) Validate() error {
 	}
 	if c.Registerer == nil && c.Gatherer == nil {
 		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		c.Registerer, c.Gatherer = reg, reg
 	}
 	if c.Gatherer == nil {
