@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -18,6 +19,12 @@ import (
 )
 
 func main() {
+	// The lease state is long-lived and the per-request garbage small: a
+	// heap goal of 1.5x the live heap instead of Go's 2x keeps a node with
+	// a million leases under 1 GiB of RSS. GOGC in the environment wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
 	if err := rootCmd().Execute(); err != nil {
 		os.Exit(1)
 	}
