@@ -178,20 +178,26 @@ func runDemo(ctx context.Context, out io.Writer, noFencing bool, ttl time.Durati
 	return nil
 }
 
+// start makes the two actors of a story, A (whose network can be paused)
+// and B, and has A acquire key.
+func (e *demoEnv) start(ctx context.Context, key string) (aNet *gate, b *client.Client, la *client.Lease, err error) {
+	aNet = newGate(http.DefaultTransport)
+	a, err := client.New(client.Config{Endpoint: e.leaseURL, Owner: "A", TTL: e.ttl, HTTPClient: aNet})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if b, err = client.New(client.Config{Endpoint: e.leaseURL, Owner: "B", TTL: e.ttl}); err != nil {
+		return nil, nil, nil, err
+	}
+	la, err = a.Acquire(ctx, key)
+	return aNet, b, la, err
+}
+
 // pausedWriter replays story 1 and returns how many stale writes the
 // store accepted.
 func (e *demoEnv) pausedWriter(ctx context.Context, key string) (int, error) {
 	s := e.story
-	aNet := newGate(http.DefaultTransport)
-	a, err := client.New(client.Config{Endpoint: e.leaseURL, Owner: "A", TTL: e.ttl, HTTPClient: aNet})
-	if err != nil {
-		return 0, err
-	}
-	b, err := client.New(client.Config{Endpoint: e.leaseURL, Owner: "B", TTL: e.ttl})
-	if err != nil {
-		return 0, err
-	}
-	la, err := a.Acquire(ctx, key)
+	aNet, b, la, err := e.start(ctx, key)
 	if err != nil {
 		return 0, err
 	}
@@ -232,16 +238,7 @@ func (e *demoEnv) pausedWriter(ctx context.Context, key string) (int, error) {
 // delayedWrite replays story 2.
 func (e *demoEnv) delayedWrite(ctx context.Context, key string) (int, error) {
 	s := e.story
-	aNet := newGate(http.DefaultTransport)
-	a, err := client.New(client.Config{Endpoint: e.leaseURL, Owner: "A", TTL: e.ttl, HTTPClient: aNet})
-	if err != nil {
-		return 0, err
-	}
-	b, err := client.New(client.Config{Endpoint: e.leaseURL, Owner: "B", TTL: e.ttl})
-	if err != nil {
-		return 0, err
-	}
-	la, err := a.Acquire(ctx, key)
+	aNet, b, la, err := e.start(ctx, key)
 	if err != nil {
 		return 0, err
 	}
