@@ -191,3 +191,32 @@ func TestLocalDeadlineCountsFromSend(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+func TestKeepAliveStream(t *testing.T) {
+	srv := fencedtest.Start(t)
+	c := srv.Client(t, client.Config{TTL: 5 * time.Second})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "ka/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	ka := c.KeepAlive(ctx)
+	defer ka.Close()
+	for i := 0; i < 3; i++ {
+		info, err := ka.Renew("ka/1", l.ID())
+		if err != nil || info.Token != l.Token() || info.ID != l.ID() {
+			t.Fatalf("renewal %d: %+v, %v", i, info, err)
+		}
+	}
+	// A refused renewal is an answer, not the end of the stream.
+	if _, err := ka.Renew("ka/1", "0000"); !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("renewal of an unknown lease: %v, want ErrNotHeld", err)
+	}
+	if _, err := ka.Renew("", l.ID()); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("renewal with no key: %v, want ErrInvalid", err)
+	}
+	if info, err := ka.Renew("ka/1", l.ID()); err != nil || info.Token != l.Token() {
+		t.Fatalf("renewal after refusals: %+v, %v", info, err)
+	}
+}

@@ -432,13 +432,15 @@ func validateText(field, s string) error {
 	return nil
 }
 
-// limitBody refuses request bodies above max with invalid_argument before
-// any of it reaches a handler. Bodies of unknown length are read up to the
-// limit first. gRPC requests are left to connect's read limit, which answers
+// limitBody refuses unary request bodies above max with invalid_argument
+// before any of it reaches a handler. Bodies of unknown length are read up
+// to the limit first. Streams (gRPC, and Connect's application/connect+...)
+// are left to connect's per-message read limit, which answers
 // resource_exhausted as gRPC clients expect.
 func limitBody(next http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+		ct := r.Header.Get("Content-Type")
+		if strings.HasPrefix(ct, "application/grpc") || strings.HasPrefix(ct, "application/connect+") {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -461,4 +463,30 @@ func limitBody(next http.Handler, max int64) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// KeepAlive renews leases from a stream of requests, answering each in
+// order. A failed renewal is reported in its answer; the stream goes on.
+func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]) error {
+	for {
+		req, err := stream.Receive()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		l, err := v.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
+		v.s.metrics.renewals.WithLabelValues(result(err, "renewed")).Inc()
+		resp := &fencedv1.KeepAliveResponse{}
+		var ce *connect.Error
+		if errors.As(connectError(err), &ce) {
+			resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
+		} else {
+			resp.Lease = v.s.toProto(l)
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
 }

@@ -39,7 +39,7 @@ type BenchResult struct {
 	FirstError string `json:"firstError,omitempty"`
 }
 
-const benchWorkloads = "acquire-release (distinct keys), contended (one key, wait in line), renew"
+const benchWorkloads = "acquire-release (distinct keys), contended (one key, wait in line), renew, renew-stream"
 
 func benchCmd(g *globals) *cobra.Command {
 	var cfg benchConfig
@@ -54,7 +54,8 @@ Workloads:
                    operation is one acquire+release cycle
   contended        every client acquires one shared key, waiting in line,
                    and releases it at once; one operation is one handoff
-  renew            each client holds one lease and renews it in a loop`,
+  renew            each client holds one lease and renews it in a loop
+  renew-stream     the same over one KeepAlive stream per client`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			res, err := runBench(cmd.Context(), g, cfg)
@@ -143,6 +144,21 @@ func runBench(ctx context.Context, g *globals, cfg benchConfig) (BenchResult, er
 			return func() {
 				start := time.Now()
 				_, err := c.Renew(ctx, key, l.ID())
+				w.record(start, err)
+			}, nil
+		}
+	case "renew-stream":
+		op = func(ctx context.Context, c *client.Client, id int, w *worker) (func(), error) {
+			key := fmt.Sprintf("%s/%d", run, id)
+			l, err := c.Acquire(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			ka := c.KeepAlive(ctx)
+			go func() { <-ctx.Done(); ka.Close(); l.Release(context.Background()) }()
+			return func() {
+				start := time.Now()
+				_, err := ka.Renew(key, l.ID())
 				w.record(start, err)
 			}, nil
 		}

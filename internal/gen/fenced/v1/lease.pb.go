@@ -75,7 +75,7 @@ func (x Event_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Event_Type.Descriptor instead.
 func (Event_Type) EnumDescriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{13, 0}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{15, 0}
 }
 
 // Lease is one ownership epoch of a key.
@@ -378,6 +378,121 @@ func (x *RenewResponse) GetLease() *Lease {
 	return nil
 }
 
+type KeepAliveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveRequest) Reset() {
+	*x = KeepAliveRequest{}
+	mi := &file_fenced_v1_lease_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveRequest) ProtoMessage() {}
+
+func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fenced_v1_lease_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
+func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *KeepAliveRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeepAliveRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+type KeepAliveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The renewed lease, with the same token; absent when the renewal failed.
+	Lease *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// When the renewal failed: the Connect code Renew would have answered
+	// ("not_found", "invalid_argument", "unavailable", ...) and a message.
+	ErrorCode     string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveResponse) Reset() {
+	*x = KeepAliveResponse{}
+	mi := &file_fenced_v1_lease_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveResponse) ProtoMessage() {}
+
+func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fenced_v1_lease_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
+func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *KeepAliveResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *KeepAliveResponse) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *KeepAliveResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
 type ReleaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -388,7 +503,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[5]
+	mi := &file_fenced_v1_lease_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +515,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[5]
+	mi := &file_fenced_v1_lease_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +528,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{5}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReleaseRequest) GetKey() string {
@@ -438,7 +553,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[6]
+	mi := &file_fenced_v1_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +565,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[6]
+	mi := &file_fenced_v1_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +578,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{6}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{8}
 }
 
 type GetRequest struct {
@@ -475,7 +590,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[7]
+	mi := &file_fenced_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +602,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[7]
+	mi := &file_fenced_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +615,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -522,7 +637,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[8]
+	mi := &file_fenced_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +649,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[8]
+	mi := &file_fenced_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +662,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetResponse) GetLease() *Lease {
@@ -576,7 +691,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[9]
+	mi := &file_fenced_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +703,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[9]
+	mi := &file_fenced_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +716,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -628,7 +743,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[10]
+	mi := &file_fenced_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +755,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[10]
+	mi := &file_fenced_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +768,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListResponse) GetLeases() []*Lease {
@@ -677,7 +792,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[11]
+	mi := &file_fenced_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +804,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[11]
+	mi := &file_fenced_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +817,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -728,7 +843,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[12]
+	mi := &file_fenced_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +855,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[12]
+	mi := &file_fenced_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +868,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -777,7 +892,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[13]
+	mi := &file_fenced_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +904,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[13]
+	mi := &file_fenced_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +917,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Event) GetType() Event_Type {
@@ -839,7 +954,7 @@ type LeaseHeld struct {
 
 func (x *LeaseHeld) Reset() {
 	*x = LeaseHeld{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[14]
+	mi := &file_fenced_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +966,7 @@ func (x *LeaseHeld) String() string {
 func (*LeaseHeld) ProtoMessage() {}
 
 func (x *LeaseHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[14]
+	mi := &file_fenced_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +979,7 @@ func (x *LeaseHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseHeld.ProtoReflect.Descriptor instead.
 func (*LeaseHeld) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseHeld) GetKey() string {
@@ -918,7 +1033,15 @@ const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\"7\n" +
 	"\rRenewResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\"=\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\"?\n" +
+	"\x10KeepAliveRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\x7f\n" +
+	"\x11KeepAliveResponse\x12&\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"=\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\x11\n" +
@@ -955,14 +1078,15 @@ const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs2\x85\x03\n" +
+	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs2\xd1\x03\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.fenced.v1.AcquireRequest\x1a\x1a.fenced.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.fenced.v1.RenewRequest\x1a\x18.fenced.v1.RenewResponse\x12@\n" +
 	"\aRelease\x12\x19.fenced.v1.ReleaseRequest\x1a\x1a.fenced.v1.ReleaseResponse\x129\n" +
 	"\x03Get\x12\x15.fenced.v1.GetRequest\x1a\x16.fenced.v1.GetResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04List\x12\x16.fenced.v1.ListRequest\x1a\x17.fenced.v1.ListResponse\"\x03\x90\x02\x01\x12<\n" +
-	"\x05Watch\x12\x17.fenced.v1.WatchRequest\x1a\x18.fenced.v1.WatchResponse0\x01B<Z:github.com/fencedio/fenced/internal/gen/fenced/v1;fencedv1b\x06proto3"
+	"\x05Watch\x12\x17.fenced.v1.WatchRequest\x1a\x18.fenced.v1.WatchResponse0\x01\x12J\n" +
+	"\tKeepAlive\x12\x1b.fenced.v1.KeepAliveRequest\x1a\x1c.fenced.v1.KeepAliveResponse(\x010\x01B<Z:github.com/fencedio/fenced/internal/gen/fenced/v1;fencedv1b\x06proto3"
 
 var (
 	file_fenced_v1_lease_proto_rawDescOnce sync.Once
@@ -977,50 +1101,55 @@ func file_fenced_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_fenced_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fenced_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_fenced_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_fenced_v1_lease_proto_goTypes = []any{
-	(Event_Type)(0),         // 0: fenced.v1.Event.Type
-	(*Lease)(nil),           // 1: fenced.v1.Lease
-	(*AcquireRequest)(nil),  // 2: fenced.v1.AcquireRequest
-	(*AcquireResponse)(nil), // 3: fenced.v1.AcquireResponse
-	(*RenewRequest)(nil),    // 4: fenced.v1.RenewRequest
-	(*RenewResponse)(nil),   // 5: fenced.v1.RenewResponse
-	(*ReleaseRequest)(nil),  // 6: fenced.v1.ReleaseRequest
-	(*ReleaseResponse)(nil), // 7: fenced.v1.ReleaseResponse
-	(*GetRequest)(nil),      // 8: fenced.v1.GetRequest
-	(*GetResponse)(nil),     // 9: fenced.v1.GetResponse
-	(*ListRequest)(nil),     // 10: fenced.v1.ListRequest
-	(*ListResponse)(nil),    // 11: fenced.v1.ListResponse
-	(*WatchRequest)(nil),    // 12: fenced.v1.WatchRequest
-	(*WatchResponse)(nil),   // 13: fenced.v1.WatchResponse
-	(*Event)(nil),           // 14: fenced.v1.Event
-	(*LeaseHeld)(nil),       // 15: fenced.v1.LeaseHeld
+	(Event_Type)(0),           // 0: fenced.v1.Event.Type
+	(*Lease)(nil),             // 1: fenced.v1.Lease
+	(*AcquireRequest)(nil),    // 2: fenced.v1.AcquireRequest
+	(*AcquireResponse)(nil),   // 3: fenced.v1.AcquireResponse
+	(*RenewRequest)(nil),      // 4: fenced.v1.RenewRequest
+	(*RenewResponse)(nil),     // 5: fenced.v1.RenewResponse
+	(*KeepAliveRequest)(nil),  // 6: fenced.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil), // 7: fenced.v1.KeepAliveResponse
+	(*ReleaseRequest)(nil),    // 8: fenced.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),   // 9: fenced.v1.ReleaseResponse
+	(*GetRequest)(nil),        // 10: fenced.v1.GetRequest
+	(*GetResponse)(nil),       // 11: fenced.v1.GetResponse
+	(*ListRequest)(nil),       // 12: fenced.v1.ListRequest
+	(*ListResponse)(nil),      // 13: fenced.v1.ListResponse
+	(*WatchRequest)(nil),      // 14: fenced.v1.WatchRequest
+	(*WatchResponse)(nil),     // 15: fenced.v1.WatchResponse
+	(*Event)(nil),             // 16: fenced.v1.Event
+	(*LeaseHeld)(nil),         // 17: fenced.v1.LeaseHeld
 }
 var file_fenced_v1_lease_proto_depIdxs = []int32{
 	1,  // 0: fenced.v1.AcquireResponse.lease:type_name -> fenced.v1.Lease
 	1,  // 1: fenced.v1.RenewResponse.lease:type_name -> fenced.v1.Lease
-	1,  // 2: fenced.v1.GetResponse.lease:type_name -> fenced.v1.Lease
-	1,  // 3: fenced.v1.ListResponse.leases:type_name -> fenced.v1.Lease
-	14, // 4: fenced.v1.WatchResponse.event:type_name -> fenced.v1.Event
-	0,  // 5: fenced.v1.Event.type:type_name -> fenced.v1.Event.Type
-	1,  // 6: fenced.v1.Event.lease:type_name -> fenced.v1.Lease
-	2,  // 7: fenced.v1.LeaseService.Acquire:input_type -> fenced.v1.AcquireRequest
-	4,  // 8: fenced.v1.LeaseService.Renew:input_type -> fenced.v1.RenewRequest
-	6,  // 9: fenced.v1.LeaseService.Release:input_type -> fenced.v1.ReleaseRequest
-	8,  // 10: fenced.v1.LeaseService.Get:input_type -> fenced.v1.GetRequest
-	10, // 11: fenced.v1.LeaseService.List:input_type -> fenced.v1.ListRequest
-	12, // 12: fenced.v1.LeaseService.Watch:input_type -> fenced.v1.WatchRequest
-	3,  // 13: fenced.v1.LeaseService.Acquire:output_type -> fenced.v1.AcquireResponse
-	5,  // 14: fenced.v1.LeaseService.Renew:output_type -> fenced.v1.RenewResponse
-	7,  // 15: fenced.v1.LeaseService.Release:output_type -> fenced.v1.ReleaseResponse
-	9,  // 16: fenced.v1.LeaseService.Get:output_type -> fenced.v1.GetResponse
-	11, // 17: fenced.v1.LeaseService.List:output_type -> fenced.v1.ListResponse
-	13, // 18: fenced.v1.LeaseService.Watch:output_type -> fenced.v1.WatchResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	1,  // 2: fenced.v1.KeepAliveResponse.lease:type_name -> fenced.v1.Lease
+	1,  // 3: fenced.v1.GetResponse.lease:type_name -> fenced.v1.Lease
+	1,  // 4: fenced.v1.ListResponse.leases:type_name -> fenced.v1.Lease
+	16, // 5: fenced.v1.WatchResponse.event:type_name -> fenced.v1.Event
+	0,  // 6: fenced.v1.Event.type:type_name -> fenced.v1.Event.Type
+	1,  // 7: fenced.v1.Event.lease:type_name -> fenced.v1.Lease
+	2,  // 8: fenced.v1.LeaseService.Acquire:input_type -> fenced.v1.AcquireRequest
+	4,  // 9: fenced.v1.LeaseService.Renew:input_type -> fenced.v1.RenewRequest
+	8,  // 10: fenced.v1.LeaseService.Release:input_type -> fenced.v1.ReleaseRequest
+	10, // 11: fenced.v1.LeaseService.Get:input_type -> fenced.v1.GetRequest
+	12, // 12: fenced.v1.LeaseService.List:input_type -> fenced.v1.ListRequest
+	14, // 13: fenced.v1.LeaseService.Watch:input_type -> fenced.v1.WatchRequest
+	6,  // 14: fenced.v1.LeaseService.KeepAlive:input_type -> fenced.v1.KeepAliveRequest
+	3,  // 15: fenced.v1.LeaseService.Acquire:output_type -> fenced.v1.AcquireResponse
+	5,  // 16: fenced.v1.LeaseService.Renew:output_type -> fenced.v1.RenewResponse
+	9,  // 17: fenced.v1.LeaseService.Release:output_type -> fenced.v1.ReleaseResponse
+	11, // 18: fenced.v1.LeaseService.Get:output_type -> fenced.v1.GetResponse
+	13, // 19: fenced.v1.LeaseService.List:output_type -> fenced.v1.ListResponse
+	15, // 20: fenced.v1.LeaseService.Watch:output_type -> fenced.v1.WatchResponse
+	7,  // 21: fenced.v1.LeaseService.KeepAlive:output_type -> fenced.v1.KeepAliveResponse
+	15, // [15:22] is the sub-list for method output_type
+	8,  // [8:15] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_fenced_v1_lease_proto_init() }
@@ -1034,7 +1163,7 @@ func file_fenced_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fenced_v1_lease_proto_rawDesc), len(file_fenced_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

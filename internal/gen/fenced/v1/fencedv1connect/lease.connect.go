@@ -45,6 +45,8 @@ const (
 	LeaseServiceListProcedure = "/fenced.v1.LeaseService/List"
 	// LeaseServiceWatchProcedure is the fully-qualified name of the LeaseService's Watch RPC.
 	LeaseServiceWatchProcedure = "/fenced.v1.LeaseService/Watch"
+	// LeaseServiceKeepAliveProcedure is the fully-qualified name of the LeaseService's KeepAlive RPC.
+	LeaseServiceKeepAliveProcedure = "/fenced.v1.LeaseService/KeepAlive"
 )
 
 // LeaseServiceClient is a client for the fenced.v1.LeaseService service.
@@ -65,6 +67,10 @@ type LeaseServiceClient interface {
 	// Watch streams lease transitions for keys starting with prefix, in the
 	// order they happened.
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+	// KeepAlive renews leases over one long-lived stream (HTTP/2 only): each
+	// request renews one lease like Renew, and the responses come in the
+	// order of the requests. A failed renewal does not end the stream.
+	KeepAlive(context.Context) *connect.BidiStreamForClient[v1.KeepAliveRequest, v1.KeepAliveResponse]
 }
 
 // NewLeaseServiceClient constructs a client for the fenced.v1.LeaseService service. By default, it
@@ -116,17 +122,24 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		keepAlive: connect.NewClient[v1.KeepAliveRequest, v1.KeepAliveResponse](
+			httpClient,
+			baseURL+LeaseServiceKeepAliveProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("KeepAlive")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // leaseServiceClient implements LeaseServiceClient.
 type leaseServiceClient struct {
-	acquire *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	renew   *connect.Client[v1.RenewRequest, v1.RenewResponse]
-	release *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	get     *connect.Client[v1.GetRequest, v1.GetResponse]
-	list    *connect.Client[v1.ListRequest, v1.ListResponse]
-	watch   *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	acquire   *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	renew     *connect.Client[v1.RenewRequest, v1.RenewResponse]
+	release   *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	get       *connect.Client[v1.GetRequest, v1.GetResponse]
+	list      *connect.Client[v1.ListRequest, v1.ListResponse]
+	watch     *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	keepAlive *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
 }
 
 // Acquire calls fenced.v1.LeaseService.Acquire.
@@ -159,6 +172,11 @@ func (c *leaseServiceClient) Watch(ctx context.Context, req *connect.Request[v1.
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// KeepAlive calls fenced.v1.LeaseService.KeepAlive.
+func (c *leaseServiceClient) KeepAlive(ctx context.Context) *connect.BidiStreamForClient[v1.KeepAliveRequest, v1.KeepAliveResponse] {
+	return c.keepAlive.CallBidiStream(ctx)
+}
+
 // LeaseServiceHandler is an implementation of the fenced.v1.LeaseService service.
 type LeaseServiceHandler interface {
 	// Acquire grants the key to the caller if it is free. With wait_ms > 0 the
@@ -177,6 +195,10 @@ type LeaseServiceHandler interface {
 	// Watch streams lease transitions for keys starting with prefix, in the
 	// order they happened.
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
+	// KeepAlive renews leases over one long-lived stream (HTTP/2 only): each
+	// request renews one lease like Renew, and the responses come in the
+	// order of the requests. A failed renewal does not end the stream.
+	KeepAlive(context.Context, *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error
 }
 
 // NewLeaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -224,6 +246,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceKeepAliveHandler := connect.NewBidiStreamHandler(
+		LeaseServiceKeepAliveProcedure,
+		svc.KeepAlive,
+		connect.WithSchema(leaseServiceMethods.ByName("KeepAlive")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/fenced.v1.LeaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseServiceAcquireProcedure:
@@ -238,6 +266,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceListHandler.ServeHTTP(w, r)
 		case LeaseServiceWatchProcedure:
 			leaseServiceWatchHandler.ServeHTTP(w, r)
+		case LeaseServiceKeepAliveProcedure:
+			leaseServiceKeepAliveHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -269,4 +299,8 @@ func (UnimplementedLeaseServiceHandler) List(context.Context, *connect.Request[v
 
 func (UnimplementedLeaseServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("fenced.v1.LeaseService.Watch is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) KeepAlive(context.Context, *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("fenced.v1.LeaseService.KeepAlive is not implemented"))
 }
