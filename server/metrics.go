@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	acquisitions *prometheus.CounterVec // result: granted, held, invalid, error
 	renewals     *prometheus.CounterVec // result: renewed, not_found, invalid, error
+	renewed      prometheus.Counter     // renewals{result="renewed"}, for the hot path
 	releases     *prometheus.CounterVec // result: released, not_found, invalid, error
 	expirations  prometheus.Counter
 	takeovers    prometheus.Counter
@@ -59,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		m.renewals.WithLabelValues(r)
 		m.releases.WithLabelValues(r)
 	}
-	m.renewals.WithLabelValues("renewed")
+	m.renewed = m.renewals.WithLabelValues("renewed")
 	m.releases.WithLabelValues("released")
 	leaderGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_is_leader", Help: "1 while this node is the leader and serving acquisitions.",
@@ -87,4 +88,12 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+func (m *metrics) countRenewal(err error) {
+	if err == nil {
+		m.renewed.Inc()
+		return
+	}
+	m.renewals.WithLabelValues(result(err, "renewed")).Inc()
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -78,11 +79,11 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
 	l, err := v.s.Renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
-	v.s.metrics.renewals.WithLabelValues(result(err, "renewed")).Inc()
+	v.s.metrics.countRenewal(err)
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.RenewResponse{Lease: v.s.toProto(l)}), nil
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: renewedProto(l)}), nil
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
@@ -204,6 +205,12 @@ func (s *Server) toProto(l lease.Lease) *fencedv1.Lease {
 		Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token, TtlMs: l.TTL.Milliseconds(),
 		RemainingMs: s.expirer.remaining(l.Key, time.Now()).Milliseconds(),
 	}
+}
+
+// renewedProto is toProto for a lease just renewed: it has its full TTL.
+func renewedProto(l lease.Lease) *fencedv1.Lease {
+	return &fencedv1.Lease{Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token,
+		TtlMs: l.TTL.Milliseconds(), RemainingMs: l.TTL.Milliseconds()}
 }
 
 func (s *Server) eventToProto(ev lease.Event) *fencedv1.Event {
@@ -365,7 +372,9 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 	if err != nil {
 		return lease.Lease{}, describeNotHeld(err, key, id)
 	}
-	s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+	}
 	return l, nil
 }
 
@@ -477,13 +486,13 @@ func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fenc
 			return err
 		}
 		l, err := v.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
-		v.s.metrics.renewals.WithLabelValues(result(err, "renewed")).Inc()
+		v.s.metrics.countRenewal(err)
 		resp := &fencedv1.KeepAliveResponse{}
 		var ce *connect.Error
 		if errors.As(connectError(err), &ce) {
 			resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
 		} else {
-			resp.Lease = v.s.toProto(l)
+			resp.Lease = renewedProto(l)
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
