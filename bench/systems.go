@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"net"
 	"net/http"
 	"time"
@@ -33,6 +34,8 @@ type conn interface {
 	lock(ctx context.Context, key string, wait bool) (held, error)
 	// hold acquires key and returns a handle whose renew renews it once.
 	hold(ctx context.Context, key string) (renewable, error)
+	// holdStream is hold with renewals over one long-lived stream.
+	holdStream(ctx context.Context, key string) (renewable, error)
 	close()
 }
 
@@ -107,6 +110,30 @@ func (f *fencedConn) hold(ctx context.Context, key string) (renewable, error) {
 	return fencedRenewable{fencedHeld{l}, f.c}, nil
 }
 
+// holdStream renews over the KeepAlive stream.
+func (f *fencedConn) holdStream(ctx context.Context, key string) (renewable, error) {
+	l, err := f.c.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return fencedStreamRenewable{fencedHeld{l}, f.c.KeepAlive(ctx)}, nil
+}
+
+type fencedStreamRenewable struct {
+	fencedHeld
+	ka *client.KeepAliveStream
+}
+
+func (r fencedStreamRenewable) renew(context.Context) error {
+	_, err := r.ka.Renew(r.l.Key(), r.l.ID())
+	return err
+}
+
+func (r fencedStreamRenewable) release(ctx context.Context) error {
+	r.ka.Close()
+	return r.fencedHeld.release(ctx)
+}
+
 func (f *fencedConn) close() { f.tr.CloseIdleConnections() }
 
 type fencedHeld struct{ l *client.Lease }
@@ -172,6 +199,45 @@ func (e *etcdConn) hold(ctx context.Context, key string) (renewable, error) {
 		return nil, err
 	}
 	return etcdRenewable{cli: e.cli, id: g.ID}, nil
+}
+
+// holdStream renews over etcd's LeaseKeepAlive stream, one request and
+// its answer at a time, as KeepAliveOnce does but without opening a stream
+// per renewal.
+func (e *etcdConn) holdStream(ctx context.Context, key string) (renewable, error) {
+	h, err := e.hold(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := pb.NewLeaseClient(e.cli.ActiveConnection()).LeaseKeepAlive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return etcdStreamRenewable{h.(etcdRenewable), stream}, nil
+}
+
+type etcdStreamRenewable struct {
+	etcdRenewable
+	stream pb.Lease_LeaseKeepAliveClient
+}
+
+func (r etcdStreamRenewable) renew(context.Context) error {
+	if err := r.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(r.id)}); err != nil {
+		return err
+	}
+	resp, err := r.stream.Recv()
+	if err != nil {
+		return err
+	}
+	if resp.TTL <= 0 {
+		return fmt.Errorf("etcd lease %x not found", r.id)
+	}
+	return nil
+}
+
+func (r etcdStreamRenewable) release(ctx context.Context) error {
+	r.stream.CloseSend()
+	return r.etcdRenewable.release(ctx)
 }
 
 func (e *etcdConn) close() {

@@ -100,6 +100,30 @@ var workloads = []workload{
 			return loop, cleanup, nil
 		},
 	},
+	{
+		name:    "renew-stream",
+		title:   "renew (stream)",
+		clients: []int{16},
+		op:      "one renewal over a long-lived stream, answer awaited (fenced: KeepAliveStream.Renew; etcd: one LeaseKeepAlive request and response)",
+		latency: "one renewal",
+		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
+			h, err := c.holdStream(ctx, fmt.Sprintf("%s/%d", env.prefix, id))
+			if err != nil {
+				return nil, nil, err
+			}
+			loop := func(ctx context.Context) {
+				start := time.Now()
+				err := h.renew(ctx)
+				rec.op(ctx, time.Since(start), err)
+			}
+			cleanup := func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				h.release(ctx)
+			}
+			return loop, cleanup, nil
+		},
+	},
 }
 
 // WorkloadNames lists the workloads that Config.Workloads can select.
