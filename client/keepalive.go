@@ -55,4 +55,3 @@ func (k *KeepAliveStream) Close() error {
 	}
 	return err
 }
-
