@@ -33,11 +33,13 @@ func TestChildReportsOnlyExitsTheHarnessDidNotCause(t *testing.T) {
 		t.Errorf("excerpt = %q, want the panic and the line after it", ex)
 	}
 
+	ready := make(chan struct{}, 1)
 	sleeper := &child{
-		name:    "sleeper",
-		argv:    []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done"},
-		logPath: filepath.Join(dir, "sleeper.log"),
-		onExit:  func(err error) { exits <- err },
+		name:     "sleeper",
+		argv:     []string{"sh", "-c", "trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done"},
+		logPath:  filepath.Join(dir, "sleeper.log"),
+		onExit:   func(err error) { exits <- err },
+		onStdout: func([]byte) { ready <- struct{}{} },
 	}
 	for _, stop := range []func() bool{
 		func() bool { return sleeper.kill() != nil },
@@ -47,7 +49,11 @@ func TestChildReportsOnlyExitsTheHarnessDidNotCause(t *testing.T) {
 		if err := sleeper.start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond) // let the shell install its trap
+		select {
+		case <-ready: // the shell has installed its trap
+		case <-time.After(10 * time.Second):
+			t.Fatal("sleeper never said ready")
+		}
 		if !sleeper.running() {
 			t.Fatal("sleeper not running")
 		}
