@@ -82,23 +82,7 @@ var workloads = []workload{
 		clients: []int{16},
 		op:      "one renewal of a held lease (fenced: Client.Renew; etcd: KeepAliveOnce)",
 		latency: "one renewal",
-		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
-			h, err := c.hold(ctx, fmt.Sprintf("%s/%d", env.prefix, id))
-			if err != nil {
-				return nil, nil, err
-			}
-			loop := func(ctx context.Context) {
-				start := time.Now()
-				err := h.renew(ctx)
-				rec.op(ctx, time.Since(start), err)
-			}
-			cleanup := func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				h.release(ctx)
-			}
-			return loop, cleanup, nil
-		},
+		prepare: renewLoop(conn.hold),
 	},
 	{
 		name:    "renew-stream",
@@ -106,24 +90,30 @@ var workloads = []workload{
 		clients: []int{16},
 		op:      "one renewal over a long-lived stream, answer awaited (fenced: KeepAliveStream.Renew; etcd: one LeaseKeepAlive request and response)",
 		latency: "one renewal",
-		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
-			h, err := c.holdStream(ctx, fmt.Sprintf("%s/%d", env.prefix, id))
-			if err != nil {
-				return nil, nil, err
-			}
-			loop := func(ctx context.Context) {
-				start := time.Now()
-				err := h.renew(ctx)
-				rec.op(ctx, time.Since(start), err)
-			}
-			cleanup := func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				h.release(ctx)
-			}
-			return loop, cleanup, nil
-		},
+		prepare: renewLoop(conn.holdStream),
 	},
+}
+
+// renewLoop prepares a client that takes one lease with hold and renews it
+// in a loop.
+func renewLoop(hold func(conn, context.Context, string) (renewable, error)) func(context.Context, *runEnv, conn, int, *recorder) (func(context.Context), func(), error) {
+	return func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
+		h, err := hold(c, ctx, fmt.Sprintf("%s/%d", env.prefix, id))
+		if err != nil {
+			return nil, nil, err
+		}
+		loop := func(ctx context.Context) {
+			start := time.Now()
+			err := h.renew(ctx)
+			rec.op(ctx, time.Since(start), err)
+		}
+		cleanup := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			h.release(ctx)
+		}
+		return loop, cleanup, nil
+	}
 }
 
 // WorkloadNames lists the workloads that Config.Workloads can select.
