@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/fencedio/fenced/client"
@@ -55,40 +53,24 @@ type fencedSystem struct{ endpoint string }
 func (fencedSystem) name() string { return "fenced" }
 
 func (s fencedSystem) dial(ctx context.Context) (conn, error) {
-	tr := newH2CTransport()
+	// The client's default transports, as users get them.
 	c, err := client.New(client.Config{
-		Endpoint:   s.endpoint,
-		HTTPClient: &http.Client{Transport: tr},
-		Owner:      "fencedbench",
-		TTL:        leaseTTL,
+		Endpoint: s.endpoint,
+		Owner:    "fencedbench",
+		TTL:      leaseTTL,
 	})
 	if err != nil {
 		return nil, err
 	}
 	// Open the connection now, so that no run times a dial.
 	if _, _, _, err := c.Get(ctx, "fencedbench/warmup"); err != nil {
-		tr.CloseIdleConnections()
+		c.CloseIdleConnections()
 		return nil, fmt.Errorf("fenced warm-up: %w", err)
 	}
-	return &fencedConn{c: c, tr: tr}, nil
+	return &fencedConn{c: c}, nil
 }
 
-// newH2CTransport speaks HTTP/2 without TLS, as fenced's client does by
-// default; the harness owns the transport so that it can close its
-// connection after each run.
-func newH2CTransport() *http.Transport {
-	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
-	return &http.Transport{
-		Protocols:   protocols,
-		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-	}
-}
-
-type fencedConn struct {
-	c  *client.Client
-	tr *http.Transport
-}
+type fencedConn struct{ c *client.Client }
 
 func (f *fencedConn) lock(ctx context.Context, key string, wait bool) (held, error) {
 	var opts []client.AcquireOption
@@ -134,7 +116,7 @@ func (r fencedStreamRenewable) release(ctx context.Context) error {
 	return r.fencedHeld.release(ctx)
 }
 
-func (f *fencedConn) close() { f.tr.CloseIdleConnections() }
+func (f *fencedConn) close() { f.c.CloseIdleConnections() }
 
 type fencedHeld struct{ l *client.Lease }
 

@@ -36,8 +36,11 @@ type Config struct {
 	// Endpoint is the base URL of a fenced node. Default
 	// "http://127.0.0.1:7420".
 	Endpoint string
-	// HTTPClient carries the requests. Default: a client that speaks HTTP/2
-	// without TLS (h2c) over one reused connection.
+	// HTTPClient carries the requests; KeepAlive needs it to speak HTTP/2.
+	// Default: unary calls over a pool of reused HTTP/1.1 connections, and
+	// the Watch and KeepAlive streams over one HTTP/2 connection (h2c
+	// without TLS). On loopback a unary call over HTTP/1.1 costs client and
+	// server about a third less CPU than over HTTP/2.
 	HTTPClient connect.HTTPClient
 	// Owner names the holder in leases, for people reading them. Default
 	// "hostname/pid".
@@ -55,9 +58,6 @@ type Config struct {
 func (c *Config) Validate() error {
 	if c.Endpoint == "" {
 		c.Endpoint = "http://127.0.0.1:7420"
-	}
-	if c.HTTPClient == nil {
-		c.HTTPClient = newH2CClient()
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
@@ -83,19 +83,31 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func newH2CClient() *http.Client {
+// newTransport returns a transport for one of the default clients: unary
+// calls use HTTP/1.1 (with TLS, or without), streams HTTP/2 (h2c, or h2
+// with TLS).
+func newTransport(streams bool) *http.Transport {
 	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
-	return &http.Client{Transport: &http.Transport{
-		Protocols:   protocols,
-		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	}}
+	if streams {
+		protocols.SetUnencryptedHTTP2(true)
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetHTTP1(true)
+	}
+	return &http.Transport{
+		Protocols:           protocols,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 100,
+		IdleConnTimeout:     90 * time.Second,
+	}
 }
 
 // Client talks to a fenced node. It is safe for concurrent use.
 type Client struct {
-	cfg Config
-	rpc fencedv1connect.LeaseServiceClient
+	cfg        Config
+	rpc        fencedv1connect.LeaseServiceClient // unary calls
+	streams    fencedv1connect.LeaseServiceClient // Watch and KeepAlive
+	transports []*http.Transport                  // the defaults, if used
 }
 
 // New returns a client. It does not connect until the first request.
@@ -103,7 +115,25 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, rpc: fencedv1connect.NewLeaseServiceClient(cfg.HTTPClient, cfg.Endpoint)}, nil
+	c := &Client{cfg: cfg}
+	unary, streams := cfg.HTTPClient, cfg.HTTPClient
+	if cfg.HTTPClient == nil {
+		c.transports = []*http.Transport{newTransport(false), newTransport(true)}
+		unary = &http.Client{Transport: c.transports[0]}
+		streams = &http.Client{Transport: c.transports[1]}
+	}
+	c.rpc = fencedv1connect.NewLeaseServiceClient(unary, cfg.Endpoint)
+	c.streams = fencedv1connect.NewLeaseServiceClient(streams, cfg.Endpoint)
+	return c, nil
+}
+
+// CloseIdleConnections closes the default transports' connections that
+// carry no request; later requests open new ones. It does nothing when
+// Config.HTTPClient was given.
+func (c *Client) CloseIdleConnections() {
+	for _, t := range c.transports {
+		t.CloseIdleConnections()
+	}
 }
 
 // Info describes a lease as the server reported it.
@@ -242,7 +272,7 @@ type Event struct {
 // ends or fn returns an error. With after > 0 it first replays the events
 // after that revision that the server still has, or sends a Resync event.
 func (c *Client) Watch(ctx context.Context, prefix string, after uint64, fn func(Event) error) error {
-	stream, err := c.rpc.Watch(ctx, connect.NewRequest(&fencedv1.WatchRequest{Prefix: prefix, AfterRevision: after}))
+	stream, err := c.streams.Watch(ctx, connect.NewRequest(&fencedv1.WatchRequest{Prefix: prefix, AfterRevision: after}))
 	if err != nil {
 		return fmt.Errorf("watch %q: %w", prefix, fromRPC(err))
 	}

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -218,5 +219,75 @@ func TestKeepAliveStream(t *testing.T) {
 	}
 	if info, err := ka.Renew("ka/1", l.ID()); err != nil || info.Token != l.Token() {
 		t.Fatalf("renewal after refusals: %+v, %v", info, err)
+	}
+}
+
+// The default client sends unary calls over reused HTTP/1.1 connections
+// and streams over HTTP/2.
+func TestDefaultTransports(t *testing.T) {
+	srv := fencedtest.Start(t)
+	var mu sync.Mutex
+	protos := map[string]string{} // procedure -> protocol seen
+	conns := 0
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos[r.URL.Path] = r.Proto
+		mu.Unlock()
+		srv.Handler().ServeHTTP(w, r)
+	}))
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetHTTP1(true)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
+		}
+	}
+	ts.Start()
+	defer ts.Close()
+
+	c, err := client.New(client.Config{Endpoint: ts.URL, TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseIdleConnections()
+	ctx := context.Background()
+	for range 20 {
+		l, err := c.Acquire(ctx, "proto/1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := c.Acquire(ctx, "proto/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	ka := c.KeepAlive(ctx)
+	if _, err := ka.Renew("proto/1", l.ID()); err != nil {
+		t.Fatal(err)
+	}
+	ka.Close()
+
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]string{
+		fencedv1connect.LeaseServiceAcquireProcedure:   "HTTP/1.1",
+		fencedv1connect.LeaseServiceReleaseProcedure:   "HTTP/1.1",
+		fencedv1connect.LeaseServiceKeepAliveProcedure: "HTTP/2.0",
+	}
+	for path, proto := range want {
+		if protos[path] != proto {
+			t.Errorf("%s went over %q, want %s", path, protos[path], proto)
+		}
+	}
+	// One HTTP/1.1 connection reused by the sequential calls, one HTTP/2.
+	if conns != 2 {
+		t.Errorf("%d connections opened, want 2", conns)
 	}
 }

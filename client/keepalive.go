@@ -10,8 +10,8 @@ import (
 )
 
 // KeepAliveStream renews leases over one stream (the KeepAlive RPC), which
-// costs the server less per renewal than Renew. It needs HTTP/2, as the
-// default HTTPClient speaks. It is not safe for concurrent use: give each
+// costs the server less per renewal than Renew. It needs HTTP/2, which the
+// default client uses for streams. It is not safe for concurrent use: give each
 // goroutine its own.
 //
 // Leases from Acquire renew themselves with Renew; KeepAliveStream is for
@@ -23,7 +23,7 @@ type KeepAliveStream struct {
 
 // KeepAlive opens a renewal stream. It lasts until ctx ends or Close.
 func (c *Client) KeepAlive(ctx context.Context) *KeepAliveStream {
-	return &KeepAliveStream{stream: c.rpc.KeepAlive(ctx)}
+	return &KeepAliveStream{stream: c.streams.KeepAlive(ctx)}
 }
 
 // Renew renews lease id of key once and waits for the answer. A lease that
