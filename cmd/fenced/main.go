@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -19,11 +18,8 @@ import (
 )
 
 func main() {
-	// The lease state is long-lived and the per-request garbage small: a
-	// heap goal of 1.5x the live heap instead of Go's 2x keeps a node with
-	// a million leases under 1 GiB of RSS. GOGC in the environment wins.
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(50)
+		go tuneGC(time.Tick(100 * time.Millisecond))
 	}
 	if err := rootCmd().Execute(); err != nil {
 		os.Exit(1)
