@@ -401,7 +401,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	srv := s.http
 	s.closeMu.Unlock()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(bufferedListener{ln}) }()
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
