@@ -1,12 +1,9 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -85,47 +82,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// newTransport returns a transport for one of the default clients: unary
-// calls use HTTP/1.1 (with TLS, or without), streams HTTP/2 (h2c, or h2
-// with TLS).
-func newTransport(streams bool) *http.Transport {
-	protocols := new(http.Protocols)
-	if streams {
-		protocols.SetUnencryptedHTTP2(true)
-		protocols.SetHTTP2(true)
-	} else {
-		protocols.SetHTTP1(true)
-	}
-	return &http.Transport{
-		Protocols:           protocols,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 100,
-		IdleConnTimeout:     90 * time.Second,
-	}
-}
-
-// inMemoryBodies hands requests to next with their bodies in a
-// bytes.Reader. net/http writes the headers of a request whose body it does
-// not know to be in memory in a write of their own, which costs client and
-// server a system call each per request.
-type inMemoryBodies struct{ next http.RoundTripper }
-
-func (t inMemoryBodies) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength <= 0 || r.ContentLength > 1<<20 {
-		return t.next.RoundTrip(r)
-	}
-	body := make([]byte, r.ContentLength)
-	_, err := io.ReadFull(r.Body, body)
-	r.Body.Close()
-	if err != nil {
-		return nil, fmt.Errorf("read request body: %w", err)
-	}
-	r2 := r.WithContext(r.Context()) // a shallow copy: RoundTrip must not change r
-	r2.Body = io.NopCloser(bytes.NewReader(body))
-	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	return t.next.RoundTrip(r2)
-}
-
 // Client talks to a fenced node. It is safe for concurrent use.
 type Client struct {
 	cfg        Config
@@ -144,7 +100,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.HTTPClient == nil {
 		c.transports = []*http.Transport{newTransport(false), newTransport(true)}
 		unary = &http.Client{Transport: inMemoryBodies{c.transports[0]}}
-		streams = &http.Client{Transport: c.transports[1]}
+		streams = &http.Client{Transport: wholeMessages{c.transports[1]}}
 	}
 	c.rpc = fencedv1connect.NewLeaseServiceClient(unary, cfg.Endpoint)
 	c.streams = fencedv1connect.NewLeaseServiceClient(streams, cfg.Endpoint)
