@@ -14,15 +14,17 @@ import (
 type Snapshot struct {
 	applied uint64
 	maxIdle int
-	leases  []Lease
+	leases  []*Lease
 	idle    []idleKey // oldest first
 }
 
-// Snapshot copies the state. The copy shares no mutable memory with s.
+// Snapshot copies the state. The copy shares no mutable memory with s: it
+// holds pointers to the leases, which are never changed once created, so
+// that a snapshot of a million leases takes 8 MB instead of 64.
 func (s *State) Snapshot() *Snapshot {
-	snap := &Snapshot{applied: s.applied, maxIdle: s.maxIdle, leases: make([]Lease, 0, len(s.leases))}
+	snap := &Snapshot{applied: s.applied, maxIdle: s.maxIdle, leases: make([]*Lease, 0, len(s.leases))}
 	for _, l := range s.leases {
-		snap.leases = append(snap.leases, *l)
+		snap.leases = append(snap.leases, l)
 	}
 	snap.idle = make([]idleKey, 0, len(s.idle))
 	for _, e := range s.queue[s.head:] {

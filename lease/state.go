@@ -52,7 +52,7 @@ const DefaultMaxIdleKeys = 100_000
 // State is the lease state machine. It is not safe for concurrent use: the
 // caller serializes Apply and guards reads against it.
 type State struct {
-	leases  map[string]*Lease
+	leases  map[string]*Lease // never modified once stored: snapshots share them
 	idle    map[string]uint64 // last token of recently freed keys
 	queue   []idleKey         // idle keys in the order they were freed
 	head    int               // queue[:head] are evicted

@@ -224,3 +224,43 @@ func TestCommandVersion1(t *testing.T) {
 		t.Fatalf("version 1 entry: %+v, %v", c, err)
 	}
 }
+
+// A snapshot keeps the state it was taken from, whatever happens next.
+func TestSnapshotIsFrozen(t *testing.T) {
+	s := lease.New(10)
+	s.Apply(1, lease.Command{Op: lease.OpAcquire, Key: "a", ID: "a1", Owner: "A", TTL: time.Second})
+	s.Apply(2, lease.Command{Op: lease.OpAcquire, Key: "b", ID: "b1", Owner: "B", TTL: time.Second})
+	want := s.List("", 0)
+	if len(want) != 2 {
+		t.Fatalf("List = %v, want two leases", want)
+	}
+	snap := s.Snapshot()
+
+	// Release a with a handover, expire b, take c.
+	s.Apply(3, lease.Command{Op: lease.OpRelease, Key: "a", ID: "a1", NextID: "a2", Owner: "C", TTL: 2 * time.Second})
+	s.Apply(4, lease.Command{Op: lease.OpExpire, Key: "b", ID: "b1"})
+	s.Apply(5, lease.Command{Op: lease.OpAcquire, Key: "c", ID: "c1", Owner: "C", TTL: time.Second})
+
+	var buf bytes.Buffer
+	if _, err := snap.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	r, err := lease.Restore(&buf, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.List("", 0); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("restored %v, want the state at the snapshot %v", got, want)
+	}
+}
+
+func BenchmarkSnapshot(b *testing.B) {
+	s := lease.New(0)
+	for i := range 100_000 {
+		s.Apply(uint64(i+1), lease.Command{Op: lease.OpAcquire, Key: fmt.Sprintf("k%d", i), ID: "0123456789abcdef0123456789abcdef", Owner: "owner", TTL: time.Minute})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Snapshot()
+	}
+}
