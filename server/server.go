@@ -125,6 +125,11 @@ func (s *Server) startRaft() error {
 	rc.ElectionTimeout = s.cfg.HeartbeatTimeout
 	rc.LeaderLeaseTimeout = s.cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
+	// Raft compares the log with SnapshotThreshold only this often (its
+	// default is two minutes); at thousands of entries a second the log,
+	// and the bolt file that never shrinks, grew by hundreds of MB between
+	// looks.
+	rc.SnapshotInterval = 10 * time.Second
 	rc.TrailingLogs = s.cfg.SnapshotThreshold
 	// Group commit: the leader takes every queued apply (up to
 	// MaxAppendEntries) into one disk write and one fsync.
