@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -319,4 +321,30 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkAcquireReleaseParallel runs acquire+release cycles from 64
+// clients at once, each with its own client and key, as the bench harness
+// does: the figure that group commit, the transports and the GC settle.
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	srv := fencedtest.Start(b)
+	var next atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.RunParallel(func(pb *testing.PB) {
+		id := next.Add(1)
+		c := srv.Client(b, client.Config{TTL: 5 * time.Second})
+		defer c.CloseIdleConnections()
+		key := fmt.Sprintf("bench/%d", id)
+		for pb.Next() {
+			l, err := c.Acquire(context.Background(), key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Release(context.Background()); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
