@@ -39,7 +39,7 @@ type BenchResult struct {
 	FirstError string `json:"firstError,omitempty"`
 }
 
-const benchWorkloads = "acquire-release (distinct keys), contended (one key, wait in line), renew, renew-stream"
+const benchWorkloads = "acquire-release (distinct keys), contended (one key, wait in line), renew, renew-stream, get"
 
 func benchCmd(g *globals) *cobra.Command {
 	var cfg benchConfig
@@ -55,7 +55,9 @@ Workloads:
   contended        every client acquires one shared key, waiting in line,
                    and releases it at once; one operation is one handoff
   renew            each client holds one lease and renews it in a loop
-  renew-stream     the same over one KeepAlive stream per client`,
+  renew-stream     the same over one KeepAlive stream per client
+  get              each client reads a key nobody holds: no raft, no disk,
+                   the cost of a call itself`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			res, err := runBench(cmd.Context(), g, cfg)
@@ -159,6 +161,15 @@ func runBench(ctx context.Context, g *globals, cfg benchConfig) (BenchResult, er
 			return func() {
 				start := time.Now()
 				_, err := ka.Renew(key, l.ID())
+				w.record(start, err)
+			}, nil
+		}
+	case "get":
+		op = func(ctx context.Context, c *client.Client, id int, w *worker) (func(), error) {
+			key := fmt.Sprintf("%s/%d", run, id)
+			return func() {
+				start := time.Now()
+				_, _, _, err := c.Get(ctx, key)
 				w.record(start, err)
 			}, nil
 		}

@@ -64,10 +64,12 @@ func TestCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "is free (last token "+token+")") {
 		t.Fatalf("get after release: %v\n%s", err, out)
 	}
-	out, err = run(t, srv, "--json", "bench", "--clients", "2", "--duration", "300ms")
-	var res BenchResult
-	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Ops == 0 || res.Errors != 0 || res.P99Ms < res.P50Ms {
-		t.Fatalf("bench: %v %+v\n%s", err, res, out)
+	for _, workload := range []string{"acquire-release", "renew-stream", "get"} {
+		out, err = run(t, srv, "--json", "bench", "--workload", workload, "--clients", "2", "--duration", "300ms")
+		var res BenchResult
+		if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Ops == 0 || res.Errors != 0 || res.P99Ms < res.P50Ms {
+			t.Fatalf("bench %s: %v %+v\n%s", workload, err, res, out)
+		}
 	}
 }
 
