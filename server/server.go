@@ -132,7 +132,8 @@ func (s *Server) startRaft() error {
 	rc.SnapshotInterval = 10 * time.Second
 	rc.TrailingLogs = s.cfg.SnapshotThreshold
 	// Group commit: the leader takes every queued apply (up to
-	// MaxAppendEntries) into one disk write and one fsync.
+	// MaxAppendEntries) into one bolt transaction, whose commit syncs the
+	// file twice (pages, then meta) however many entries it holds.
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 512
 	notify := make(chan bool, 16)

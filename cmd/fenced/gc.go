@@ -12,8 +12,8 @@ const gcHeadroom = 64 << 20
 // gcPercent is the GOGC for a live heap of live bytes. The lease state is
 // long-lived and the per-request garbage small, so the heap may grow by
 // half the live heap (GOGC=50, which keeps a million leases under 1 GiB of
-// RSS) but by at least gcHeadroom: a small node collecting at Go's default
-// spent 10-15% of its CPU on it under load.
+// RSS) but by at least gcHeadroom: a small node at GOGC=50 spent 8-10% of
+// its CPU collecting under load.
 func gcPercent(live uint64) int {
 	if live == 0 {
 		return 400
