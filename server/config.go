@@ -26,6 +26,12 @@ type Config struct {
 	RaftListen string
 	// NodeID names this node in the raft configuration. Default "node1".
 	NodeID string
+	// InitialCluster lists the members a new cluster starts with, this
+	// node among them with RaftListen as its address; every member gets
+	// the same list. Empty: a cluster of one. Ignored once the data
+	// directory holds raft state. See cluster.go for the timing rules.
+	// RaftListen defaults to this node's address in the list.
+	InitialCluster []Peer
 
 	// MinTTL and MaxTTL bound the TTL of a lease. Defaults 1s and 1h.
 	MinTTL, MaxTTL time.Duration
@@ -77,8 +83,10 @@ type Config struct {
 func (c *Config) Validate() error {
 	setDefault(&c.DataDir, "fenced-data")
 	setDefault(&c.Listen, "127.0.0.1:7420")
-	setDefault(&c.RaftListen, "127.0.0.1:7421")
 	setDefault(&c.NodeID, "node1")
+	if len(c.InitialCluster) == 0 || c.advertisedRaftAddress() == "" {
+		setDefault(&c.RaftListen, "127.0.0.1:7421")
+	}
 	setDefault(&c.MinTTL, time.Second)
 	setDefault(&c.MaxTTL, time.Hour)
 	setDefault(&c.MaxWait, 10*time.Minute)
@@ -118,6 +126,9 @@ func (c *Config) Validate() error {
 	if c.MinTTL <= c.HeartbeatTimeout/2 {
 		// A lease must outlive a leadership check, or renewals cannot keep it.
 		errs = append(errs, fmt.Errorf("config: MinTTL %v must exceed half the HeartbeatTimeout %v", c.MinTTL, c.HeartbeatTimeout))
+	}
+	if err := c.validateCluster(); err != nil {
+		errs = append(errs, err)
 	}
 	for name, v := range map[string]int64{
 		"MaxWait": int64(c.MaxWait), "MaxBodyBytes": c.MaxBodyBytes, "MaxLeases": int64(c.MaxLeases),

@@ -34,6 +34,9 @@ type Server struct {
 	raft    *raft.Raft
 	store   *raftboltdb.BoltStore
 	trans   *raft.NetworkTransport
+	peers   *peerMux   // the peer port: raft and forwarded calls
+	forward *forwarder // clients of the leader's API
+	peerAPI *http.Server
 	expirer *expirer
 	leader  *leaderCheck
 	waiters *waitQueues
@@ -50,6 +53,10 @@ type Server struct {
 
 	ready    atomic.Bool
 	leaderMu sync.Mutex // orders changes of ready with leadership changes
+	// leading ends when this node stops leading (nil while it does not
+	// lead); see whileLeading. Guarded by leaderMu.
+	leading    context.Context
+	endLeading context.CancelFunc
 
 	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
@@ -74,6 +81,7 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	s.expirer = newExpirer(s.submitExpire)
+	s.forward = newForwarder(s)
 	var err error
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -112,10 +120,8 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)
 	}
-	// Peers reach this node at the address it listens on.
-	s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftListen, nil, 3, 10*time.Second, hlog)
-	if err != nil {
-		return fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
+	if s.trans, err = s.newTransport(hlog); err != nil {
+		return err
 	}
 
 	rc := raft.DefaultConfig()
@@ -158,10 +164,11 @@ func (s *Server) startRaft() error {
 	}
 	s.notify = notify
 	s.leader = &leaderCheck{verify: func() error { return s.raft.VerifyLeader().Error() }}
-	if !existing {
-		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{
-			{ID: rc.LocalID, Address: s.trans.LocalAddr()},
-		}}).Error()
+	s.servePeerAPI()
+	if existing {
+		s.noteExistingState()
+	} else {
+		err := s.raft.BootstrapCluster(s.bootstrapServers()).Error()
 		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
@@ -182,6 +189,7 @@ func (s *Server) watchLeadership() {
 			stop()
 			s.ready.Store(false)
 			s.expirer.setActive(false)
+			s.setLeading(leader)
 			s.leaderMu.Unlock()
 			if !leader {
 				s.log.Info("lost leadership")
@@ -342,9 +350,10 @@ func newLeaseID() string {
 // Handler returns the HTTP handler of the lease API, /healthz and /metrics.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	path, h := fencedv1connect.NewLeaseServiceHandler(&service{s: s}, s.handlerOptions()...)
+	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
 	mux.Handle(path, limitBody(h, s.cfg.MaxBodyBytes))
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /v1/role", s.serveRole)
 	s.registerDashboard(mux)
 	if s.cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -357,8 +366,8 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	if !s.ready.Load() {
-		http.Error(w, "not serving acquisitions: no leader yet, or not the leader", http.StatusServiceUnavailable)
+	if !s.canServe() {
+		http.Error(w, "not serving acquisitions: no leader yet, or no contact with it", http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "ok")
@@ -464,6 +473,7 @@ func (s *Server) Close() error {
 
 func (s *Server) closeRaft() error {
 	var errs []error
+	s.closePeerAPI()
 	if s.raft != nil {
 		errs = append(errs, s.raft.Shutdown().Error())
 	}

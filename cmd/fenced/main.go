@@ -52,8 +52,9 @@ func (f *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 
 func rootCmd() *cobra.Command {
 	var (
-		cfg  server.Config
-		logs logFlags
+		cfg            server.Config
+		logs           logFlags
+		initialCluster string
 	)
 	cmd := &cobra.Command{
 		Use:   "fenced",
@@ -63,7 +64,12 @@ fencing token that increases per key; resources reject writes that present a
 token lower than one they have already seen.
 
 With no arguments fenced runs a single node with its data in ./fenced-data,
-serving the lease API, /metrics and /healthz on 127.0.0.1:7420.`,
+serving the lease API, /metrics and /healthz on 127.0.0.1:7420.
+
+A cluster: start every member with the same --initial-cluster list of raft
+addresses and its own --node-id (and its own --data-dir and --listen). A
+node restarted on its data directory rejoins with the membership stored
+there and ignores the list. Every node serves every call.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -74,14 +80,24 @@ serving the lease API, /metrics and /healthz on 127.0.0.1:7420.`,
 			}
 			cfg.Logger = log
 			cfg.RaftLog = os.Stderr
+			if cfg.InitialCluster, err = server.ParseInitialCluster(initialCluster); err != nil {
+				return fmt.Errorf("--initial-cluster: %w", err)
+			}
+			if len(cfg.InitialCluster) > 0 && !cmd.Flags().Changed("raft-listen") {
+				cfg.RaftListen = "" // this node's address in the list
+			}
 			return serve(cmd.Context(), cfg, log)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "fenced-data", "directory for the raft log and snapshots")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7420", "address of the lease API, /metrics and /healthz")
-	f.StringVar(&cfg.RaftListen, "raft-listen", "127.0.0.1:7421", "address for raft peers")
+	f.StringVar(&cfg.RaftListen, "raft-listen", "127.0.0.1:7421", "address for raft peers and calls forwarded by them (default in a cluster: this node's address in --initial-cluster)")
 	f.StringVar(&cfg.NodeID, "node-id", "node1", "this node's name in the raft configuration")
+	f.StringVar(&initialCluster, "initial-cluster", "",
+		"members of a new cluster, ID=RAFTHOST:PORT,... (the same on every node; ignored once the data directory holds raft state)")
+	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", 500*time.Millisecond,
+		"raft heartbeat and election timeout; min-ttl must be at least twice it in a cluster")
 	f.DurationVar(&cfg.MinTTL, "min-ttl", time.Second, "shortest lease TTL accepted")
 	f.DurationVar(&cfg.MaxTTL, "max-ttl", time.Hour, "longest lease TTL accepted")
 	f.DurationVar(&cfg.MaxWait, "max-wait", 10*time.Minute, "longest waitMs accepted")
@@ -101,7 +117,7 @@ func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {
 		log.Error("cannot start", "err", err)
 		return err
 	}
-	log.Info("fenced starting", "listen", cfg.Listen, "raft_listen", cfg.RaftListen, "data_dir", cfg.DataDir)
+	log.Info("fenced starting", "node_id", cfg.NodeID, "listen", cfg.Listen, "raft_listen", cfg.RaftListen, "data_dir", cfg.DataDir)
 	err = srv.Serve(ctx)
 	if cerr := srv.Close(); err == nil {
 		err = cerr

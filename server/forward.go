@@ -1,0 +1,354 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+)
+
+// Any node serves every call. The leader serves Acquire, Renew, Release,
+// Get and List itself; any other node forwards them to the leader over the
+// peer port (peermux.go) with the caller's deadline, and hands back the
+// leader's answer as it came: code, message and details. Watch is served by
+// every node from the transitions it applied itself, which are the same on
+// every node, in the same order and with the same revisions.
+//
+// A call reaching a node that is not the leader and has no leader to
+// forward to waits up to 2 heartbeat timeouts for one, then answers
+// unavailable. A call that was forwarded once is never forwarded again, so
+// calls cannot loop while nodes disagree about who leads.
+
+// forwardedHeader marks a call forwarded by another node.
+const forwardedHeader = "Fenced-Forwarded-By"
+
+// errDeposed is the cause of a call's context when this node stopped
+// leading while it served the call.
+var errDeposed = errors.New("this node stopped leading")
+
+// forwarder holds the clients of the leader's API, by raft address.
+type forwarder struct {
+	s         *Server
+	transport *http.Transport
+	mu        sync.Mutex
+	clients   map[string]fencedv1connect.LeaseServiceClient
+}
+
+func newForwarder(s *Server) *forwarder {
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	return &forwarder{
+		s: s,
+		transport: &http.Transport{
+			Protocols: protocols,
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+				return dialPeer(ctx, addr, peerAPI)
+			},
+			IdleConnTimeout: 90 * time.Second,
+		},
+		clients: make(map[string]fencedv1connect.LeaseServiceClient),
+	}
+}
+
+func (f *forwarder) client(addr string) fencedv1connect.LeaseServiceClient {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.clients[addr]
+	if !ok {
+		c = fencedv1connect.NewLeaseServiceClient(&http.Client{Transport: f.transport}, "http://"+addr)
+		f.clients[addr] = c
+	}
+	return c
+}
+
+func (f *forwarder) close() { f.transport.CloseIdleConnections() }
+
+// leader returns a client of the leader's API, or nil if this node leads.
+// With no leader known it waits for one, up to 2 heartbeat timeouts.
+func (f *forwarder) leader(ctx context.Context) (fencedv1connect.LeaseServiceClient, error) {
+	s := f.s
+	give := time.NewTimer(2 * s.cfg.HeartbeatTimeout)
+	defer give.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		addr, _ := s.raft.LeaderWithID()
+		switch {
+		case addr == s.trans.LocalAddr():
+			return nil, nil
+		case addr != "":
+			return f.client(string(addr)), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.done:
+			return nil, errNotReady
+		case <-give.C:
+			return nil, errNotReady
+		case <-tick.C:
+		}
+	}
+}
+
+// routedService serves the lease API on any node: locally on the leader,
+// by forwarding elsewhere.
+type routedService struct {
+	local *service
+	s     *Server
+}
+
+var _ fencedv1connect.LeaseServiceHandler = (*routedService)(nil)
+
+func (s *Server) leaseService() fencedv1connect.LeaseServiceHandler {
+	return &routedService{local: &service{s: s}, s: s}
+}
+
+// route decides where a call goes: rpc is nil when this node serves it.
+func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1connect.LeaseServiceClient, error) {
+	if r.s.ready.Load() {
+		return nil, nil
+	}
+	if h.Get(forwardedHeader) != "" {
+		// Forwarded here by a node that took this one for the leader.
+		if r.s.raft.State() == raft.Leader {
+			return nil, nil // not ready yet: served locally, which waits or answers unavailable
+		}
+		return nil, connectError(errNotReady)
+	}
+	if r.s.raft.State() == raft.Leader {
+		return nil, nil
+	}
+	rpc, err := r.s.forward.leader(ctx)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return rpc, nil
+}
+
+// again reports whether a call the local node failed may be sent to the
+// leader instead: it certainly did not take effect here, because this node
+// was not (or no longer) the leader when it tried.
+func (r *routedService) again(err error, h http.Header) bool {
+	if err == nil || h.Get(forwardedHeader) != "" || r.s.raft.State() == raft.Leader {
+		return false
+	}
+	return errors.Is(err, errNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, errDeposed)
+}
+
+func forwarded[T any](s *Server, msg *T) *connect.Request[T] {
+	req := connect.NewRequest(msg)
+	req.Header().Set(forwardedHeader, s.cfg.NodeID)
+	return req
+}
+
+// whileLeading derives a context that ends with cause errDeposed when this
+// node stops leading. It is for calls that wait on the leader (queued
+// acquisitions), so that they go on at the new leader instead of waiting
+// out their time here.
+func (s *Server) whileLeading(ctx context.Context) (context.Context, func()) {
+	s.leaderMu.Lock()
+	lead := s.leading
+	s.leaderMu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	if lead == nil {
+		cancel(errDeposed)
+		return ctx, func() {}
+	}
+	stop := context.AfterFunc(lead, func() { cancel(errDeposed) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// setLeading starts (leader=true) or ends the context whileLeading derives
+// from. The caller holds leaderMu.
+func (s *Server) setLeading(leader bool) {
+	if s.endLeading != nil {
+		s.endLeading()
+		s.leading, s.endLeading = nil, nil
+	}
+	if leader {
+		s.leading, s.endLeading = context.WithCancel(context.Background())
+	}
+}
+
+func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
+	start := time.Now()
+	for range 3 {
+		rpc, err := r.route(ctx, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		if rpc != nil {
+			return rpc.Acquire(ctx, forwarded(r.s, req.Msg))
+		}
+		lctx, done := r.s.whileLeading(ctx)
+		resp, err := r.local.Acquire(lctx, req)
+		deposed := errors.Is(context.Cause(lctx), errDeposed)
+		done()
+		if err == nil || !(deposed || r.again(err, req.Header())) || req.Header().Get(forwardedHeader) != "" {
+			return resp, err
+		}
+		// This node stopped leading while the caller waited: go on waiting
+		// at the new leader for what is left of the wait.
+		msg := proto.CloneOf(req.Msg)
+		if msg.WaitMs > 0 {
+			msg.WaitMs = max(msg.WaitMs-time.Since(start).Milliseconds(), 0)
+		}
+		req = connect.NewRequest(msg)
+	}
+	return nil, connectError(errNotReady)
+}
+
+func (r *routedService) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
+	for range 3 {
+		rpc, err := r.route(ctx, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		if rpc != nil {
+			return rpc.Renew(ctx, forwarded(r.s, req.Msg))
+		}
+		resp, err := r.local.Renew(ctx, req)
+		if !r.again(err, req.Header()) {
+			return resp, err
+		}
+	}
+	return nil, connectError(errNotReady)
+}
+
+func (r *routedService) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
+	for range 3 {
+		rpc, err := r.route(ctx, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		if rpc != nil {
+			return rpc.Release(ctx, forwarded(r.s, req.Msg))
+		}
+		resp, err := r.local.Release(ctx, req)
+		if !r.again(err, req.Header()) {
+			return resp, err
+		}
+	}
+	return nil, connectError(errNotReady)
+}
+
+func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
+	for range 3 {
+		rpc, err := r.route(ctx, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		if rpc != nil {
+			return rpc.Get(ctx, forwarded(r.s, req.Msg))
+		}
+		resp, err := r.local.Get(ctx, req)
+		if !r.again(err, req.Header()) {
+			return resp, err
+		}
+	}
+	return nil, connectError(errNotReady)
+}
+
+func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
+	for range 3 {
+		rpc, err := r.route(ctx, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		if rpc != nil {
+			return rpc.List(ctx, forwarded(r.s, req.Msg))
+		}
+		resp, err := r.local.List(ctx, req)
+		if !r.again(err, req.Header()) {
+			return resp, err
+		}
+	}
+	return nil, connectError(errNotReady)
+}
+
+// Watch is served by every node from its own applied transitions.
+func (r *routedService) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
+	return r.local.Watch(ctx, req, stream)
+}
+
+// KeepAlive renews each lease where it can be renewed: here while this
+// node leads, at the leader otherwise, deciding again for every request.
+func (r *routedService) KeepAlive(ctx context.Context, stream *connect.BidiStream[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]) error {
+	for {
+		req, err := stream.Receive()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		out := &fencedv1.KeepAliveResponse{}
+		if r.s.ready.Load() {
+			// The leader's hot path: no request or response to build.
+			l, err := r.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
+			r.s.metrics.countRenewal(err)
+			if err == nil || !r.again(err, http.Header{}) {
+				var ce *connect.Error
+				if errors.As(connectError(err), &ce) {
+					out.ErrorCode, out.ErrorMessage = ce.Code().String(), ce.Message()
+				} else {
+					out.Lease = renewedProto(l)
+				}
+				if err := stream.Send(out); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		resp, err := r.Renew(ctx, connect.NewRequest(&fencedv1.RenewRequest{Key: req.GetKey(), LeaseId: req.GetLeaseId()}))
+		if err != nil {
+			var ce *connect.Error
+			if !errors.As(err, &ce) {
+				ce = connect.NewError(connect.CodeUnavailable, err)
+			}
+			out.ErrorCode, out.ErrorMessage = ce.Code().String(), ce.Message()
+		} else {
+			out.Lease = resp.Msg.GetLease()
+		}
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+	}
+}
+
+// servePeerAPI serves the calls other nodes forward to this one, on the
+// peer port.
+func (s *Server) servePeerAPI() {
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		Protocols:         protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return s.baseContext() },
+	}
+	s.closeMu.Lock()
+	s.peerAPI = srv
+	s.closeMu.Unlock()
+	go srv.Serve(s.peers.apiListener())
+}
+
+func (s *Server) closePeerAPI() {
+	s.closeMu.Lock()
+	srv := s.peerAPI
+	s.closeMu.Unlock()
+	if srv != nil {
+		srv.Close()
+	}
+	s.forward.close()
+}
