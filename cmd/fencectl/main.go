@@ -42,13 +42,15 @@ func main() {
 }
 
 type globals struct {
-	endpoint string
+	endpoint  string
+	endpoints string
 	json     bool
 	timeout  time.Duration
 }
 
 func (g *globals) client(cfg client.Config) (*client.Client, error) {
 	cfg.Endpoint = g.endpoint
+	cfg.Endpoints = client.ParseEndpoints(g.endpoints)
 	return client.New(cfg)
 }
 
@@ -70,11 +72,21 @@ func rootCmd() *cobra.Command {
 		def = "http://127.0.0.1:7420"
 	}
 	cmd.PersistentFlags().StringVar(&g.endpoint, "endpoint", def, "fenced base URL (env FENCED_ENDPOINT)")
+	cmd.PersistentFlags().StringVar(&g.endpoints, "endpoints", os.Getenv("FENCED_ENDPOINTS"),
+		"comma-separated base URLs of a cluster's nodes; calls fail over between them; replaces --endpoint (env FENCED_ENDPOINTS)")
 	cmd.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	cmd.PersistentFlags().DurationVar(&g.timeout, "timeout", 5*time.Second, "timeout of one-shot requests")
 	cmd.AddCommand(acquireCmd(g), renewCmd(g), releaseCmd(g), getCmd(g), listCmd(g), watchCmd(g), benchCmd(g), demoCmd(), statusCmd(g))
 	cmd.AddCommand(tortureCmd(g))
 	return cmd
+}
+
+// nodes returns the base URLs the user named: --endpoints, else --endpoint.
+func (g *globals) nodes() []string {
+	if eps := client.ParseEndpoints(g.endpoints); len(eps) > 0 {
+		return eps
+	}
+	return []string{g.endpoint}
 }
 
 func printJSON(w io.Writer, v any) error {
