@@ -44,8 +44,8 @@ func main() {
 type globals struct {
 	endpoint  string
 	endpoints string
-	json     bool
-	timeout  time.Duration
+	json      bool
+	timeout   time.Duration
 }
 
 func (g *globals) client(cfg client.Config) (*client.Client, error) {
