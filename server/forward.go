@@ -243,6 +243,9 @@ func (r *routedService) Release(ctx context.Context, req *connect.Request[fenced
 }
 
 func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
+	if staleRead(req.Header()) {
+		return r.local.get(req.Msg)
+	}
 	for range 3 {
 		rpc, err := r.route(ctx, req.Header())
 		if err != nil {
@@ -250,6 +253,12 @@ func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.G
 		}
 		if rpc != nil {
 			return rpc.Get(ctx, forwarded(r.s, req.Msg))
+		}
+		if err := r.s.confirmRead(); err != nil {
+			if r.again(err, req.Header()) {
+				continue
+			}
+			return nil, connectError(err)
 		}
 		resp, err := r.local.Get(ctx, req)
 		if !r.again(err, req.Header()) {
@@ -260,6 +269,9 @@ func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.G
 }
 
 func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
+	if staleRead(req.Header()) {
+		return r.local.list(req.Msg)
+	}
 	for range 3 {
 		rpc, err := r.route(ctx, req.Header())
 		if err != nil {
@@ -268,12 +280,42 @@ func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.
 		if rpc != nil {
 			return rpc.List(ctx, forwarded(r.s, req.Msg))
 		}
+		if err := r.s.confirmRead(); err != nil {
+			if r.again(err, req.Header()) {
+				continue
+			}
+			return nil, connectError(err)
+		}
 		resp, err := r.local.List(ctx, req)
 		if !r.again(err, req.Header()) {
 			return resp, err
 		}
 	}
 	return nil, connectError(errNotReady)
+}
+
+// Reads. Get and List are linearizable by default: the leader answers
+// them after a leadership check that began after the read arrived
+// (leaderCheck), so a read reflects every grant, release and expiry
+// acknowledged before it was sent; other nodes forward them. A request with
+// the header "Fenced-Stale-Read: true" is answered by whichever node gets
+// it, from its own applied state, without forwarding or any check: it may
+// miss recent transitions (a follower lags the leader; a deposed leader
+// may not know it is deposed), and the remaining TTLs it shows are that
+// node's guesses.
+
+// staleReadHeader opts a Get or List in to possibly stale reads.
+const staleReadHeader = "Fenced-Stale-Read"
+
+func staleRead(h http.Header) bool { return h.Get(staleReadHeader) == "true" }
+
+// confirmRead confirms that this node still leads, after the read
+// arrived.
+func (s *Server) confirmRead() error {
+	if !s.ready.Load() {
+		return errNotReady
+	}
+	return s.leader.confirm()
 }
 
 // Watch is served by every node from its own applied transitions.

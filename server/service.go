@@ -103,6 +103,15 @@ func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequ
 	if !v.s.ready.Load() {
 		return nil, connectError(errNotReady)
 	}
+	return v.get(req.Msg)
+}
+
+// get answers a Get from this node's state, whatever its role.
+func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetResponse], error) {
+	key := req.GetKey()
+	if err := validateKey(key); err != nil {
+		return nil, connectError(err)
+	}
 	var (
 		l    lease.Lease
 		ok   bool
@@ -131,6 +140,20 @@ func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRe
 	}
 	if !v.s.ready.Load() {
 		return nil, connectError(errNotReady)
+	}
+	return v.list(req.Msg)
+}
+
+// list answers a List from this node's state, whatever its role.
+func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.ListResponse], error) {
+	prefix, limit := req.GetPrefix(), int(req.GetLimit())
+	if len(prefix) > 0 {
+		if err := validateKey(prefix); err != nil {
+			return nil, connectError(fmt.Errorf("prefix: %w", err))
+		}
+	}
+	if limit < 0 {
+		return nil, connectError(invalidf("limit %d is negative", limit))
 	}
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit

@@ -221,6 +221,23 @@ func TestClusterFormationAndForwarding(t *testing.T) {
 		if err != nil || len(ls.Msg.GetLeases()) != 1 || ls.Msg.GetLeases()[0].GetToken() != l.GetToken() {
 			t.Errorf("list via %s: %v %v", via(2), ls, err)
 		}
+		// A stale read is answered by the node itself, from its applied
+		// state; it may lag, so wait for the grant to reach it.
+		stale := connect.NewRequest(&fencedv1.GetRequest{Key: key})
+		stale.Header().Set("Fenced-Stale-Read", "true")
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			sg, err := rpc(2).Get(ctx, stale)
+			if err != nil {
+				t.Fatalf("stale get via %s: %v", via(2), err)
+			}
+			if sg.Msg.GetLastToken() == l.GetToken() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("stale get via %s: lastToken %d, the grant %d never arrived", via(2), sg.Msg.GetLastToken(), l.GetToken())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		// KeepAlive needs HTTP/2: the client's streams have it.
 		cl, err := client.New(client.Config{Endpoint: c.nodes[(i+1)%3].url})
 		if err != nil {
