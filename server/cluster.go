@@ -88,6 +88,9 @@ func formatPeers(peers []Peer) string {
 // then this node's address in the list.
 func (c *Config) validateCluster() error {
 	var errs []error
+	if c.Join && len(c.InitialCluster) > 0 {
+		return errors.New("config: Join and InitialCluster exclude each other: a joining node is added by the cluster's leader")
+	}
 	if len(c.InitialCluster) == 0 {
 		return nil
 	}
@@ -174,6 +177,21 @@ func (s *Server) newTransport(hlog hclog.Logger) (*raft.NetworkTransport, error)
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mux, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
 	}), nil
+}
+
+// bootstrap starts a new cluster from the initial cluster, or a cluster of
+// one; a node told to join waits instead to be added by a leader.
+func (s *Server) bootstrap() error {
+	if s.cfg.Join {
+		s.log.Info("no raft state: waiting to be added to a cluster (fencectl member add)",
+			"node_id", s.cfg.NodeID, "raft_address", string(s.trans.LocalAddr()))
+		return nil
+	}
+	err := s.raft.BootstrapCluster(s.bootstrapServers()).Error()
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	return nil
 }
 
 // bootstrapServers is the configuration a node with no raft state starts

@@ -32,6 +32,11 @@ type Config struct {
 	// directory holds raft state. See cluster.go for the timing rules.
 	// RaftListen defaults to this node's address in the list.
 	InitialCluster []Peer
+	// Join makes a node with no raft state wait to be added to a running
+	// cluster (ClusterService.AddMember, fencectl member add) instead of
+	// starting a cluster of one. Ignored once the data directory holds raft
+	// state.
+	Join bool
 
 	// MinTTL and MaxTTL bound the TTL of a lease. Defaults 1s and 1h.
 	MinTTL, MaxTTL time.Duration

@@ -41,14 +41,15 @@ func connectError(err error) error {
 			ce.AddDetail(d)
 		}
 		return ce
-	case errors.Is(err, lease.ErrNotHeld):
+	case errors.Is(err, lease.ErrNotHeld), errors.Is(err, errUnknownMember):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, errInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, errTooManyLeases):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout):
+		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)

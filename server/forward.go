@@ -75,6 +75,20 @@ func (f *forwarder) close() { f.transport.CloseIdleConnections() }
 // leader returns a client of the leader's API, or nil if this node leads.
 // With no leader known it waits for one, up to 2 heartbeat timeouts.
 func (f *forwarder) leader(ctx context.Context) (fencedv1connect.LeaseServiceClient, error) {
+	addr, err := f.leaderAddr(ctx)
+	if err != nil || addr == "" {
+		return nil, err
+	}
+	return f.client(addr), nil
+}
+
+func (f *forwarder) clusterClient(addr string) fencedv1connect.ClusterServiceClient {
+	return fencedv1connect.NewClusterServiceClient(&http.Client{Transport: f.transport}, "http://"+addr)
+}
+
+// leaderAddr returns the leader's raft address, or "" if this node leads.
+// With no leader known it waits for one, up to 2 heartbeat timeouts.
+func (f *forwarder) leaderAddr(ctx context.Context) (string, error) {
 	s := f.s
 	give := time.NewTimer(2 * s.cfg.HeartbeatTimeout)
 	defer give.Stop()
@@ -84,17 +98,17 @@ func (f *forwarder) leader(ctx context.Context) (fencedv1connect.LeaseServiceCli
 		addr, _ := s.raft.LeaderWithID()
 		switch {
 		case addr == s.trans.LocalAddr():
-			return nil, nil
+			return "", nil
 		case addr != "":
-			return f.client(string(addr)), nil
+			return string(addr), nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return "", ctx.Err()
 		case <-s.done:
-			return nil, errNotReady
+			return "", errNotReady
 		case <-give.C:
-			return nil, errNotReady
+			return "", errNotReady
 		case <-tick.C:
 		}
 	}

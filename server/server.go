@@ -167,13 +167,9 @@ func (s *Server) startRaft() error {
 	s.servePeerAPI()
 	if existing {
 		s.noteExistingState()
-	} else {
-		err := s.raft.BootstrapCluster(s.bootstrapServers()).Error()
-		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-			return fmt.Errorf("bootstrap: %w", err)
-		}
+		return nil
 	}
-	return nil
+	return s.bootstrap()
 }
 
 // watchLeadership keeps ready and the expirer in step with leadership.
@@ -354,6 +350,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(path, limitBody(h, s.cfg.MaxBodyBytes))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/role", s.serveRole)
+	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s}, s.handlerOptions()...)
+	mux.Handle(adminPath, limitBody(adminHandler, s.cfg.MaxBodyBytes))
 	s.registerDashboard(mux)
 	if s.cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

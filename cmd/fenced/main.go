@@ -96,6 +96,8 @@ there and ignores the list. Every node serves every call.`,
 	f.StringVar(&cfg.NodeID, "node-id", "node1", "this node's name in the raft configuration")
 	f.StringVar(&initialCluster, "initial-cluster", "",
 		"members of a new cluster, ID=RAFTHOST:PORT,... (the same on every node; ignored once the data directory holds raft state)")
+	f.BoolVar(&cfg.Join, "join", false,
+		"with an empty data directory, wait to be added to a running cluster (fencectl member add) instead of starting a new one")
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", 500*time.Millisecond,
 		"raft heartbeat and election timeout; min-ttl must be at least twice it in a cluster")
 	f.DurationVar(&cfg.MinTTL, "min-ttl", time.Second, "shortest lease TTL accepted")
