@@ -513,3 +513,129 @@ func stats(t *testing.T, url string) server.Stats {
 	}
 	return st
 }
+
+// TestClusterMembershipAndWaiterFailover adds a node started with --join,
+// moves leadership to it while an acquisition waits in line at the old
+// leader, and removes a member. The waiter must follow the leadership: it
+// gets the key when the holder releases it at the new leader, long before
+// its wait ends.
+func TestClusterMembershipAndWaiterFailover(t *testing.T) {
+	c := newTestCluster(t, 3)
+	leader := c.waitLeader(20 * time.Second)
+	ctx := context.Background()
+
+	// A fourth node joins.
+	n4 := &clusterNode{id: "n4", api: freeAddr(t), raft: freeAddr(t), dataDir: filepath.Join(t.TempDir(), "data")}
+	n4.url = "http://" + n4.api
+	c.nodes = append(c.nodes, n4)
+	c.startJoining(3)
+	admin := fencedv1connect.NewClusterServiceClient(http.DefaultClient, c.nodes[(leader+1)%3].url)
+	var added *connect.Response[fencedv1.AddMemberResponse]
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var err error
+		added, err = admin.AddMember(ctx, connect.NewRequest(&fencedv1.AddMemberRequest{Id: "n4", Address: n4.raft}))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("add n4 through a follower: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ms := added.Msg.GetMembers(); len(ms) != 4 || ms[3].GetId() != "n4" || !ms[3].GetVoter() {
+		t.Fatalf("members after adding n4: %v", ms)
+	}
+	c.waitLeader(10 * time.Second)
+
+	// A holder, and a waiter queued at the leader itself.
+	lc := newClient(c.nodes[leader].url)
+	a, err := lc.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "w", Owner: "holder", TtlMs: 30_000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := a.Msg.GetLease()
+	type result struct {
+		l   *fencedv1.Lease
+		err error
+		at  time.Time
+	}
+	waited := make(chan result, 1)
+	go func() {
+		r, err := lc.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "w", Owner: "waiter", TtlMs: 30_000, WaitMs: 20_000}))
+		res := result{err: err, at: time.Now()}
+		if err == nil {
+			res.l = r.Msg.GetLease()
+		}
+		waited <- res
+	}()
+	// The waiter is in line once the leader reports it.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if st := stats(t, c.nodes[leader].url); st.Waiters == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	tr, err := admin.TransferLeadership(ctx, connect.NewRequest(&fencedv1.TransferLeadershipRequest{Id: "n4"}))
+	if err != nil || tr.Msg.GetLeaderId() != "n4" {
+		t.Fatalf("transfer leadership to n4: %v %v", tr, err)
+	}
+	if got := c.waitLeader(10 * time.Second); got != 3 {
+		t.Fatalf("leader %s after the transfer, want n4", c.nodes[got].id)
+	}
+	released := time.Now()
+	if _, err := newClient(n4.url).Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: "w", LeaseId: held.GetLeaseId()})); err != nil {
+		t.Fatalf("release at the new leader: %v", err)
+	}
+	select {
+	case r := <-waited:
+		if r.err != nil {
+			t.Fatalf("waiter queued at the old leader: %v after %v", r.err, r.at.Sub(released))
+		}
+		if r.l.GetOwner() != "waiter" || r.l.GetToken() <= held.GetToken() {
+			t.Errorf("waiter got %v, holder had token %d", r.l, held.GetToken())
+		}
+		if d := r.at.Sub(released); d > 5*time.Second {
+			t.Errorf("waiter got the key %v after the release", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter queued at the old leader did not get the key within 10s of its release at the new leader")
+	}
+
+	// Remove a member that is not the leader; the others go on.
+	removed, err := admin.RemoveMember(ctx, connect.NewRequest(&fencedv1.RemoveMemberRequest{Id: c.nodes[(leader+2)%3].id}))
+	if err != nil || len(removed.Msg.GetMembers()) != 3 {
+		t.Fatalf("remove %s: %v %v", c.nodes[(leader+2)%3].id, removed, err)
+	}
+	if _, err := admin.RemoveMember(ctx, connect.NewRequest(&fencedv1.RemoveMemberRequest{Id: "n9"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("remove an unknown member: %v, want not_found", err)
+	}
+	if _, err := newClient(n4.url).Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "after-remove", Owner: "x", TtlMs: 10_000})); err != nil {
+		t.Errorf("acquire after the removal: %v", err)
+	}
+}
+
+// startJoining starts node i with --join and no initial cluster.
+func (c *testCluster) startJoining(i int) {
+	t := c.t
+	nd := c.nodes[i]
+	nd.starts++
+	logFile, err := os.Create(filepath.Join(c.logDir, fmt.Sprintf("%s-start%d.log", nd.id, nd.starts)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logFile.Close() })
+	cmd := exec.Command(c.bin, "--node-id", nd.id, "--join", "--raft-listen", nd.raft,
+		"--listen", nd.api, "--data-dir", nd.dataDir, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", nd.id, err)
+	}
+	p := &fencedProcess{url: nd.url, cmd: cmd, exited: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
+	nd.p = p
+}
