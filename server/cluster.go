@@ -168,15 +168,15 @@ func (c *Config) advertisedRaftAddress() string {
 
 // newTransport listens on the peer port: raft's connections and forwarded
 // API calls share it (peermux.go).
-func (s *Server) newTransport(hlog hclog.Logger) (*raft.NetworkTransport, error) {
+func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
 	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress())
 	if err != nil {
 		return nil, fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
 	}
 	s.peers = mux
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return newContactTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mux, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
-	}), nil
+	})), nil
 }
 
 // bootstrap starts a new cluster from the initial cluster, or a cluster of

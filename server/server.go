@@ -33,7 +33,7 @@ type Server struct {
 	fsm     *fsm
 	raft    *raft.Raft
 	store   *raftboltdb.BoltStore
-	trans   *raft.NetworkTransport
+	trans   *contactTransport
 	peers   *peerMux   // the peer port: raft and forwarded calls
 	forward *forwarder // clients of the leader's API
 	peerAPI *http.Server
@@ -163,7 +163,7 @@ func (s *Server) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	s.notify = notify
-	s.leader = &leaderCheck{verify: func() error { return s.raft.VerifyLeader().Error() }}
+	s.leader = &leaderCheck{verify: s.verifyLeader}
 	s.servePeerAPI()
 	if existing {
 		s.noteExistingState()
