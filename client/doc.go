@@ -29,7 +29,10 @@
 //     of time can pass. That is what fencing tokens and guards are for.
 //   - An Acquire that fails with a timeout or transport error may still have
 //     been granted; the grant then expires after its TTL, and its token is
-//     never seen by anyone.
+//     never seen by anyone. With several endpoints (Config.Endpoints) an
+//     Acquire that got unavailable is sent to the next node; if the first
+//     attempt was granted unseen, the retry finds the key held until that
+//     grant expires. The caller never holds two grants it knows of.
 //   - Clock rate: the local deadline assumes this machine's clock does not
 //     run slower than the server's by more than the renewal margin.
 package client
