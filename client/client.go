@@ -299,6 +299,12 @@ type Event struct {
 func (c *Client) Watch(ctx context.Context, prefix string, after uint64, fn func(Event) error) error {
 	var fnErr error
 	broken := 0
+	// A release or expiry that hands the key to a waiter is two events
+	// with one revision. A stream broken between them resumes after the
+	// revision before, skipping the events of the last revision already
+	// delivered.
+	var lastRev uint64
+	var atLastRev, skip int
 	for {
 		var stream *connect.ServerStreamForClient[fencedv1.WatchResponse]
 		var opened endpoint
@@ -322,8 +328,16 @@ func (c *Client) Watch(ctx context.Context, prefix string, after uint64, fn func
 			if ev.GetLease() != nil {
 				e.Lease = infoFromProto(ev.GetLease())
 			}
-			if e.Revision > 0 {
-				after, broken = e.Revision, 0
+			if e.Type != Resync && e.Revision > 0 {
+				if e.Revision == lastRev && skip > 0 {
+					skip--
+					continue
+				}
+				if e.Revision != lastRev {
+					lastRev, atLastRev = e.Revision, 0
+				}
+				atLastRev++
+				after, broken, skip = lastRev-1, 0, 0
 			}
 			if fnErr = fn(e); fnErr != nil {
 				stream.Close()
@@ -349,6 +363,9 @@ func (c *Client) Watch(ctx context.Context, prefix string, after uint64, fn func
 			if ep.url == opened.url {
 				c.eps.failedOver(i)
 			}
+		}
+		if lastRev > 0 {
+			skip = atLastRev
 		}
 	}
 }

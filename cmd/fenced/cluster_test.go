@@ -346,6 +346,48 @@ func testLeaderKill(t *testing.T, n, alsoFollowers int) {
 		holders = append(holders, l)
 	}
 
+	// A watcher that starts at the leader's endpoint must go on at another
+	// node after the kill, without repeating or reordering revisions.
+	var (
+		watchMu      sync.Mutex
+		watchRevs    []uint64
+		watchBadness []string
+		watchSeen    = map[string]bool{}
+	)
+	wurls := []string{c.nodes[leader].url}
+	for i, nd := range c.nodes {
+		if i != leader {
+			wurls = append(wurls, nd.url)
+		}
+	}
+	wcl, err := client.New(client.Config{Endpoints: wurls, FailoverTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- wcl.Watch(wctx, "load/", 0, func(ev client.Event) error {
+			watchMu.Lock()
+			defer watchMu.Unlock()
+			if ev.Type == client.Resync {
+				watchBadness = append(watchBadness, "resync")
+				return nil
+			}
+			// A handover is two events (freed, acquired) with one revision.
+			if n := len(watchRevs); n > 0 && ev.Revision < watchRevs[n-1] {
+				watchBadness = append(watchBadness, fmt.Sprintf("revision %d after %d", ev.Revision, watchRevs[n-1]))
+			}
+			id := fmt.Sprintf("%d %s %s", ev.Revision, ev.Type, ev.Lease.Key)
+			if watchSeen[id] {
+				watchBadness = append(watchBadness, "repeated "+id)
+			}
+			watchSeen[id] = true
+			watchRevs = append(watchRevs, ev.Revision)
+			return nil
+		})
+	}()
+
 	h := newHistory()
 	var (
 		stop       = make(chan struct{})
@@ -399,6 +441,9 @@ func testLeaderKill(t *testing.T, n, alsoFollowers int) {
 	for i := 1; len(victims) < 1+alsoFollowers; i++ {
 		victims = append(victims, (leader+i)%n)
 	}
+	watchMu.Lock()
+	watchAtKill := len(watchRevs)
+	watchMu.Unlock()
 	killedAt.Store(time.Now().UnixNano())
 	for _, v := range victims {
 		c.nodes[v].p.killed.Store(true)
@@ -443,6 +488,20 @@ func testLeaderKill(t *testing.T, n, alsoFollowers int) {
 	}
 	t.Logf("%d grants, %d after the kill, the first %v after it; %d failed attempts",
 		len(h.grants), afterKill.Load(), time.Duration(firstAfter.Load()), failures.Load())
+
+	wcancel()
+	if err := <-watchDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("watch ended with %v", err)
+	}
+	watchMu.Lock()
+	if len(watchBadness) > 0 {
+		t.Errorf("watch across the failover: %v", watchBadness)
+	}
+	if len(watchRevs) <= watchAtKill {
+		t.Errorf("watch saw no event after the kill (%d before it)", watchAtKill)
+	}
+	t.Logf("watch saw %d events before the kill, %d after", watchAtKill, len(watchRevs)-watchAtKill)
+	watchMu.Unlock()
 
 	for _, l := range holders {
 		if err := l.Err(); err != nil {
