@@ -112,13 +112,22 @@ func (l *endpointList) do(ctx context.Context, call func(endpoint) error) error 
 	if len(l.eps) == 1 {
 		return call(l.eps[0])
 	}
+	// A call goes to the endpoint that answered last; a call whose context
+	// ended while waiting for a node moves the next call on to the next
+	// node.
 	start := time.Now()
 	pause := 50 * time.Millisecond
 	tried := 0
 	for {
 		i, ep := l.pick()
 		err := call(ep)
-		if err == nil || !retryable(err) || ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil {
+			// The node did not answer in time (it may be paused or cut
+			// off): the next call starts at the next node.
+			l.failedOver(i)
+			return err
+		}
+		if err == nil || !retryable(err) {
 			return err
 		}
 		l.failedOver(i)

@@ -49,7 +49,8 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errNoQuorumContact):
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errNoQuorumContact),
+		errors.Is(err, errLeaderChanged):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)

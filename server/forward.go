@@ -35,18 +35,82 @@ const forwardedHeader = "Fenced-Forwarded-By"
 // leading while it served the call.
 var errDeposed = errors.New("this node stopped leading")
 
+// errLeaderChanged ends a forwarded call when this node learns of another
+// leader (or loses the one it knew) while the call is at the old one.
+var errLeaderChanged = errors.New("the leader changed while the call was forwarded to it")
+
 // forwarder holds the clients of the leader's API, by raft address.
 type forwarder struct {
 	s         *Server
 	transport *http.Transport
 	mu        sync.Mutex
 	clients   map[string]fencedv1connect.LeaseServiceClient
+
+	// epoch ends when this node sees a leader change: a call forwarded to
+	// a leader that was paused or cut off would otherwise wait for its
+	// answer as long as the caller's deadline allows.
+	epoch    context.Context
+	endEpoch context.CancelCauseFunc
+}
+
+// leaderChanged ends the calls forwarded so far.
+func (f *forwarder) leaderChanged() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.endEpoch != nil {
+		f.endEpoch(errLeaderChanged)
+	}
+	f.epoch, f.endEpoch = context.WithCancelCause(context.Background())
+}
+
+// bound derives the context of a forwarded call: ctx, ended also by a
+// leader change.
+func (f *forwarder) bound(ctx context.Context) (context.Context, func()) {
+	f.mu.Lock()
+	epoch := f.epoch
+	f.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(epoch, func() { cancel(errLeaderChanged) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// call runs one forwarded call under bound, answering unavailable when a
+// leader change cut it: it may or may not have taken effect at the old
+// leader, and the caller may retry.
+func forwardCall[T any](f *forwarder, ctx context.Context, call func(context.Context) (*connect.Response[T], error)) (*connect.Response[T], error) {
+	fctx, done := f.bound(ctx)
+	defer done()
+	resp, err := call(fctx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(fctx), errLeaderChanged) {
+		return nil, connectError(errLeaderChanged)
+	}
+	return resp, err
+}
+
+// watchLeader ends forwarded calls on every leader change this node
+// observes, until the server closes.
+func (f *forwarder) watchLeader() {
+	ch := make(chan raft.Observation, 64)
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	f.s.raft.RegisterObserver(obs)
+	defer f.s.raft.DeregisterObserver(obs)
+	for {
+		select {
+		case <-ch:
+			f.leaderChanged()
+		case <-f.s.done:
+			return
+		}
+	}
 }
 
 func newForwarder(s *Server) *forwarder {
 	protocols := new(http.Protocols)
 	protocols.SetUnencryptedHTTP2(true)
-	return &forwarder{
+	f := &forwarder{
 		s: s,
 		transport: &http.Transport{
 			Protocols: protocols,
@@ -57,6 +121,8 @@ func newForwarder(s *Server) *forwarder {
 		},
 		clients: make(map[string]fencedv1connect.LeaseServiceClient),
 	}
+	f.epoch, f.endEpoch = context.WithCancelCause(context.Background())
+	return f
 }
 
 func (f *forwarder) client(addr string) fencedv1connect.LeaseServiceClient {
@@ -202,7 +268,9 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 			return nil, err
 		}
 		if rpc != nil {
-			return rpc.Acquire(ctx, forwarded(r.s, req.Msg))
+			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.AcquireResponse], error) {
+				return rpc.Acquire(ctx, forwarded(r.s, req.Msg))
+			})
 		}
 		lctx, done := r.s.whileLeading(ctx)
 		resp, err := r.local.Acquire(lctx, req)
@@ -229,7 +297,9 @@ func (r *routedService) Renew(ctx context.Context, req *connect.Request[fencedv1
 			return nil, err
 		}
 		if rpc != nil {
-			return rpc.Renew(ctx, forwarded(r.s, req.Msg))
+			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.RenewResponse], error) {
+				return rpc.Renew(ctx, forwarded(r.s, req.Msg))
+			})
 		}
 		resp, err := r.local.Renew(ctx, req)
 		if !r.again(err, req.Header()) {
@@ -246,7 +316,9 @@ func (r *routedService) Release(ctx context.Context, req *connect.Request[fenced
 			return nil, err
 		}
 		if rpc != nil {
-			return rpc.Release(ctx, forwarded(r.s, req.Msg))
+			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.ReleaseResponse], error) {
+				return rpc.Release(ctx, forwarded(r.s, req.Msg))
+			})
 		}
 		resp, err := r.local.Release(ctx, req)
 		if !r.again(err, req.Header()) {
@@ -266,7 +338,9 @@ func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.G
 			return nil, err
 		}
 		if rpc != nil {
-			return rpc.Get(ctx, forwarded(r.s, req.Msg))
+			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.GetResponse], error) {
+				return rpc.Get(ctx, forwarded(r.s, req.Msg))
+			})
 		}
 		if err := r.s.confirmRead(); err != nil {
 			if r.again(err, req.Header()) {
@@ -292,7 +366,9 @@ func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.
 			return nil, err
 		}
 		if rpc != nil {
-			return rpc.List(ctx, forwarded(r.s, req.Msg))
+			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.ListResponse], error) {
+				return rpc.List(ctx, forwarded(r.s, req.Msg))
+			})
 		}
 		if err := r.s.confirmRead(); err != nil {
 			if r.again(err, req.Header()) {
@@ -397,6 +473,8 @@ func (s *Server) servePeerAPI() {
 	s.peerAPI = srv
 	s.closeMu.Unlock()
 	go srv.Serve(s.peers.apiListener())
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.forward.watchLeader() }()
 }
 
 func (s *Server) closePeerAPI() {

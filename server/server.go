@@ -89,7 +89,9 @@ func New(cfg Config) (*Server, error) {
 	s.fsm.onEvent = s.applied
 	s.fsm.onRestore = s.restored
 	if err := s.startRaft(); err != nil {
+		close(s.done)
 		s.closeRaft()
+		s.wg.Wait()
 		return nil, err
 	}
 	s.wg.Add(2)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ type clusterNode struct {
 	url                    string
 	starts                 int
 	p                      *fencedProcess
+	stopped                bool // SIGSTOPped by the test
 }
 
 func newTestCluster(t *testing.T, n int) *testCluster {
@@ -88,6 +90,9 @@ func (c *testCluster) start(i int) {
 }
 
 func (c *testCluster) alive(i int) bool {
+	if c.nodes[i].stopped {
+		return false
+	}
 	select {
 	case <-c.nodes[i].p.exited:
 		return false
@@ -312,11 +317,16 @@ func TestClusterFormationAndForwarding(t *testing.T) {
 
 // TestClusterLeaderKill kills the leader of a 3-node cluster with SIGKILL
 // under a steady load of acquisitions through every endpoint.
-func TestClusterLeaderKill(t *testing.T) { testLeaderKill(t, 3, 0) }
+func TestClusterLeaderKill(t *testing.T) { testLeaderKill(t, 3, 0, false) }
+
+// TestClusterLeaderPause stops the leader of a 3-node cluster with SIGSTOP
+// for longer than an election, then lets it go on: the others elect a new
+// leader meanwhile, and the old one rejoins as a follower.
+func TestClusterLeaderPause(t *testing.T) { testLeaderKill(t, 3, 0, true) }
 
 // TestClusterFiveNodesTwoDown kills the leader and a follower of a 5-node
 // cluster at once.
-func TestClusterFiveNodesTwoDown(t *testing.T) { testLeaderKill(t, 5, 1) }
+func TestClusterFiveNodesTwoDown(t *testing.T) { testLeaderKill(t, 5, 1, false) }
 
 // testLeaderKill checks that after kill -9 of the leader (and of
 // alsoFollowers followers at the same moment) a new leader serves
@@ -324,7 +334,7 @@ func TestClusterFiveNodesTwoDown(t *testing.T) { testLeaderKill(t, 5, 1) }
 // lost and tokens kept increasing per key (I1); that holders with the
 // default TTL which keep renewing kept their leases; and that the killed
 // nodes rejoin when restarted on their data directories.
-func testLeaderKill(t *testing.T, n, alsoFollowers int) {
+func testLeaderKill(t *testing.T, n, alsoFollowers int, pause bool) {
 	c := newTestCluster(t, n)
 	leader := c.waitLeader(20 * time.Second)
 	ctx := context.Background()
@@ -446,13 +456,22 @@ func testLeaderKill(t *testing.T, n, alsoFollowers int) {
 	watchMu.Unlock()
 	killedAt.Store(time.Now().UnixNano())
 	for _, v := range victims {
+		if pause {
+			c.nodes[v].stopped = true
+			if err := c.nodes[v].p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		c.nodes[v].p.killed.Store(true)
 		c.nodes[v].p.cmd.Process.Kill()
 	}
 	for _, v := range victims {
-		<-c.nodes[v].p.exited
+		if !pause {
+			<-c.nodes[v].p.exited
+		}
 	}
-	t.Logf("killed %v (leader %s)", victims, c.nodes[leader].id)
+	t.Logf("killed or paused %v (leader %s)", victims, c.nodes[leader].id)
 
 	// Every live endpoint alone serves acquisitions again.
 	for i := range c.nodes {
@@ -465,7 +484,9 @@ func testLeaderKill(t *testing.T, n, alsoFollowers int) {
 		}
 		deadline := time.Now().Add(15 * time.Second)
 		for {
-			l, err := single.Acquire(ctx, fmt.Sprintf("probe/%s", c.nodes[i].id), client.WithTTL(2*time.Second))
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			l, err := single.Acquire(pctx, fmt.Sprintf("probe/%s", c.nodes[i].id), client.WithTTL(2*time.Second))
+			cancel()
 			if err == nil {
 				l.Release(ctx)
 				break
@@ -529,6 +550,13 @@ func testLeaderKill(t *testing.T, n, alsoFollowers int) {
 	// The killed nodes come back on their data directories, with the same
 	// flags, and rejoin: they follow the leader and catch up.
 	for _, v := range victims {
+		if pause {
+			if err := c.nodes[v].p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			c.nodes[v].stopped = false
+			continue
+		}
 		c.start(v)
 	}
 	leaderStats := stats(t, c.nodes[newLeader].url)
@@ -537,7 +565,7 @@ func testLeaderKill(t *testing.T, n, alsoFollowers int) {
 		for {
 			r, rerr := c.role(v)
 			st, serr := fetchStats(c.nodes[v].url)
-			if rerr == nil && serr == nil && r.LeaderID != "" && st.AppliedIndex >= leaderStats.CommitIndex {
+			if rerr == nil && serr == nil && r.LeaderID != "" && r.LeaderID != c.nodes[v].id && st.AppliedIndex >= leaderStats.CommitIndex {
 				break
 			}
 			if time.Now().After(deadline) {
