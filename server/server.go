@@ -303,7 +303,7 @@ func (s *Server) applyHandover(c lease.Command, apply func(lease.Command) (lease
 	res, err := apply(c)
 	if w != nil {
 		granted := err == nil && res.Next.Type == lease.Acquired
-		s.waiters.settle(w, res.Next.Lease, granted)
+		s.waiters.settle(c.Key, w, res.Next.Lease, granted)
 	}
 	return res, err
 }

@@ -262,47 +262,50 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 	defer cancel()
 	w := s.waiters.enqueueWanting(key, &c)
 	defer s.waiters.leave(key, w)
-	// giveUp leaves the line with err, unless the key was handed to this
-	// waiter meanwhile: then the grant stands and is returned.
-	giveUp := func(err error) (lease.Lease, error) {
-		if s.waiters.abandon(key, w) {
-			select {
-			case l := <-w.granted:
-				return l, nil
-			case <-w.ready:
-			}
-		} else {
-			select {
-			case l := <-w.granted:
-				return l, nil
-			default:
-			}
-		}
-		if errors.Is(err, lease.ErrHeld) {
-			err = s.refreshHeld(key, err)
-		}
-		return lease.Lease{}, err
-	}
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
-		if s.waiters.isHead(key, w) {
+		l, granted, head := s.waiters.turn(key, w)
+		if granted {
+			return l, nil
+		}
+		if head {
 			l, err := s.tryAcquire(c)
 			if err == nil {
 				return l, nil
 			}
 			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, errNotReady) {
-				return giveUp(err)
+				return s.giveUp(key, w, err)
 			}
 			lastErr = err
 		}
 		select {
-		case l := <-w.granted:
-			return l, nil
 		case <-w.ready:
 		case <-ctx.Done():
-			return giveUp(lastErr)
+			return s.giveUp(key, w, lastErr)
 		}
 	}
+}
+
+// giveUp leaves the line with err, unless the key was handed to the waiter
+// meanwhile: then the grant stands and is returned. A handover to it that
+// is still being applied is waited for, however long the wait was meant to
+// be: the grant it may make is this waiter's, and nobody else learns its
+// lease ID.
+func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
+	for {
+		l, granted, inFlight := s.waiters.abandon(key, w)
+		if granted {
+			return l, nil
+		}
+		if !inFlight {
+			break
+		}
+		<-w.ready // settle signals once the handover is decided
+	}
+	if errors.Is(err, lease.ErrHeld) {
+		err = s.refreshHeld(key, err)
+	}
+	return lease.Lease{}, err
 }
 
 func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
