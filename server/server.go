@@ -73,7 +73,7 @@ func New(cfg Config) (*Server, error) {
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
 	}
-	s.expirer = newExpirer(s.submitExpire)
+	s.expirer = newExpirer(s.expireLeases)
 	var err error
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -181,7 +181,7 @@ func (s *Server) watchLeadership() {
 			s.leaderMu.Lock()
 			stop()
 			s.ready.Store(false)
-			s.expirer.setActive(false)
+			s.expirer.deactivate()
 			s.leaderMu.Unlock()
 			if !leader {
 				s.log.Info("lost leadership")
@@ -210,6 +210,11 @@ func (s *Server) becomeLeader(ctx context.Context) {
 		}
 		break
 	}
+	// The deadlines set now are this term's: expiries decided on them carry
+	// it, and take effect only in an entry of the same term. Should the
+	// term already have moved on, they take effect nowhere, and the
+	// leadership change that moved it restarts all this.
+	term := s.raft.CurrentTerm()
 	var leases []lease.Lease
 	s.fsm.read(func(st *lease.State) {
 		leases = make([]lease.Lease, 0, st.Len())
@@ -221,10 +226,10 @@ func (s *Server) becomeLeader(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	s.expirer.setActive(true)
+	s.expirer.activate(term)
 	s.ready.Store(true)
 	s.waiters.freedAll()
-	s.log.Info("serving as leader", "leases", len(leases), "term", s.raft.Stats()["term"])
+	s.log.Info("serving as leader", "leases", len(leases), "term", term)
 }
 
 // applied sees every transition, in log order, on every node. Transitions
@@ -279,22 +284,59 @@ func (s *Server) restored(st *lease.State) {
 	s.waiters.freedAll()
 }
 
-// submitExpire writes the expiry of a lease to the log, handing the key to
-// the first waiter if there is one. It does not wait: if leadership is lost
-// meanwhile, the next leader tracks the lease anew.
-func (s *Server) submitExpire(key, id string) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		_, err := s.applyHandover(lease.Command{Op: lease.OpExpire, Key: key, ID: id}, s.applyAlways)
-		if err != nil {
-			s.log.Warn("expire not applied", "scope", key, "lease_id", id, "err", err)
+// expireLeases writes the expiry of due, decided by the leader of term, to
+// the log and returns once it is applied or has failed. Leases whose key has
+// a waiter are handed over to it, each in an entry of its own so that every
+// grant has a token of its own; the rest share one entry. If leadership is
+// lost meanwhile, the next leader tracks the leases anew.
+func (s *Server) expireLeases(term uint64, due []lease.Lease) {
+	type handover struct {
+		key  string
+		w    *waiter
+		wait func() (lease.Result, error)
+	}
+	var (
+		handovers []handover
+		plain     = make([]lease.Expiry, 0, len(due))
+	)
+	for _, l := range due {
+		e := lease.Expiry{Key: l.Key, ID: l.ID}
+		w := s.waiters.claim(l.Key)
+		if w == nil {
+			plain = append(plain, e)
+			continue
 		}
-	}()
+		e.NextID, e.Owner, e.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+		c := lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{e}}
+		handovers = append(handovers, handover{l.Key, w, s.applyAsync(c)})
+	}
+	if len(plain) > 0 {
+		res, err := s.applyAsync(lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain})()
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			s.log.Warn("expiry not applied", "leases", len(plain), "term", term, "err", err)
+		}
+	}
+	for _, h := range handovers {
+		res, err := h.wait()
+		if err == nil {
+			err = res.Err
+		}
+		var next lease.Event
+		if err == nil && len(res.Items) == 1 {
+			next = res.Items[0].Next
+		}
+		s.waiters.settle(h.key, h.w, next.Lease, next.Type == lease.Acquired)
+		if err != nil {
+			s.log.Warn("expiry not applied", "scope", h.key, "term", term, "err", err)
+		}
+	}
 }
 
-// applyHandover applies a release or expiry c, and hands the key over in the
-// same log entry to the first waiter for it, if any.
+// applyHandover applies a release c, and hands the key over in the same log
+// entry to the first waiter for it, if any.
 func (s *Server) applyHandover(c lease.Command, apply func(lease.Command) (lease.Result, error)) (lease.Result, error) {
 	w := s.waiters.claim(c.Key)
 	if w != nil {
@@ -320,17 +362,26 @@ func (s *Server) apply(c lease.Command) (lease.Result, error) {
 // applyAlways is apply without the readiness check, for the leader's own
 // expiries, which raft refuses anyway if this node no longer leads.
 func (s *Server) applyAlways(c lease.Command) (lease.Result, error) {
+	return s.applyAsync(c)()
+}
+
+// applyAsync writes c to the log without the readiness check and returns a
+// function that waits for its result, so that one goroutine can have several
+// entries in flight.
+func (s *Server) applyAsync(c lease.Command) func() (lease.Result, error) {
 	data, err := c.MarshalBinary()
 	if err != nil {
-		return lease.Result{}, err
+		return func() (lease.Result, error) { return lease.Result{}, err }
 	}
 	start := time.Now()
 	f := s.raft.Apply(data, 0)
-	if err := f.Error(); err != nil {
-		return lease.Result{}, err
+	return func() (lease.Result, error) {
+		if err := f.Error(); err != nil {
+			return lease.Result{}, err
+		}
+		s.metrics.apply.Observe(time.Since(start).Seconds())
+		return f.Response().(lease.Result), nil
 	}
-	s.metrics.apply.Observe(time.Since(start).Seconds())
-	return f.Response().(lease.Result), nil
 }
 
 func newLeaseID() string {
