@@ -118,7 +118,10 @@ func (c *Client) CloseIdleConnections() {
 
 // Info describes a lease as the server reported it.
 type Info struct {
-	Key   string
+	Key string
+	// ID renews and releases the lease, so the server gives it only to the
+	// holder: it is set in what Acquire, Renew and KeepAlive return, and
+	// empty in what Get, List and Watch return.
 	ID    string
 	Owner string
 	Token uint64

@@ -250,10 +250,10 @@ func (s *Server) applied(ev lease.Event) {
 		if tookOver {
 			s.metrics.takeovers.Inc()
 			s.counts.takeovers.Add(1)
-			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token,
+			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token,
 				"previous_owner", prev.Owner, "previous_token", prev.Token)
 		} else {
-			s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token, "ttl", l.TTL)
+			s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "ttl", l.TTL)
 		}
 	case lease.Released:
 		s.expirer.remove(l.Key, l.ID)
@@ -261,7 +261,7 @@ func (s *Server) applied(ev lease.Event) {
 		s.waiters.freed(l.Key)
 		if !replay {
 			s.counts.released.Add(1)
-			s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+			s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
 		}
 	case lease.Expired:
 		s.expirer.remove(l.Key, l.ID)
@@ -270,7 +270,7 @@ func (s *Server) applied(ev lease.Event) {
 		if !replay {
 			s.metrics.expirations.Inc()
 			s.counts.expired.Add(1)
-			s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+			s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
 		}
 	}
 	s.hub.publish(ev)

@@ -74,7 +74,7 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.toProto(l)}), nil
+	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.currentLease(l, holderView)}), nil
 }
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
@@ -83,7 +83,7 @@ func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.Renew
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.RenewResponse{Lease: renewedProto(l)}), nil
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: wireLease(l, l.TTL, holderView)}), nil
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
@@ -114,7 +114,7 @@ func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequ
 	})
 	resp := &fencedv1.GetResponse{LastToken: last}
 	if ok {
-		resp.Lease = v.s.toProto(l)
+		resp.Lease = v.s.currentLease(l, publicView)
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -139,7 +139,7 @@ func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRe
 	v.s.fsm.read(func(st *lease.State) { leases = st.List(prefix, limit) })
 	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases))}
 	for i, l := range leases {
-		resp.Leases[i] = v.s.toProto(l)
+		resp.Leases[i] = v.s.currentLease(l, publicView)
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -200,24 +200,36 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	}
 }
 
-func (s *Server) toProto(l lease.Lease) *fencedv1.Lease {
-	return &fencedv1.Lease{
-		Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token, TtlMs: l.TTL.Milliseconds(),
-		RemainingMs: s.expirer.remaining(l.Key, time.Now()).Milliseconds(),
+// view says whose answer a lease goes into. The lease ID is the capability
+// that renews and releases a lease (invariant I4), so it goes only to its
+// holder: in the answers to Acquire, Renew and KeepAlive. Everyone else (Get,
+// List, Watch, the dashboard) sees the public view, which leaves it out.
+type view bool
+
+const (
+	publicView view = false
+	holderView view = true
+)
+
+// wireLease is the one conversion of a lease to its wire form; remaining is
+// the time left as this node sees it (0 when not applicable).
+func wireLease(l lease.Lease, remaining time.Duration, v view) *fencedv1.Lease {
+	p := &fencedv1.Lease{Key: l.Key, Owner: l.Owner, Token: l.Token,
+		TtlMs: l.TTL.Milliseconds(), RemainingMs: remaining.Milliseconds()}
+	if v == holderView {
+		p.LeaseId = l.ID
 	}
+	return p
 }
 
-// renewedProto is toProto for a lease just renewed: it has its full TTL.
-func renewedProto(l lease.Lease) *fencedv1.Lease {
-	return &fencedv1.Lease{Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token,
-		TtlMs: l.TTL.Milliseconds(), RemainingMs: l.TTL.Milliseconds()}
+// currentLease is wireLease for a current lease, with the time it has left.
+func (s *Server) currentLease(l lease.Lease, v view) *fencedv1.Lease {
+	return wireLease(l, s.expirer.remaining(l.Key, time.Now()), v)
 }
 
 func (s *Server) eventToProto(ev lease.Event) *fencedv1.Event {
 	l := ev.Lease
-	e := &fencedv1.Event{Revision: ev.Revision, Lease: &fencedv1.Lease{
-		Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token, TtlMs: l.TTL.Milliseconds(),
-	}}
+	e := &fencedv1.Event{Revision: ev.Revision, Lease: wireLease(l, 0, publicView)}
 	switch ev.Type {
 	case lease.Acquired:
 		e.Type = fencedv1.Event_ACQUIRED
@@ -376,7 +388,7 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 		return lease.Lease{}, describeNotHeld(err, key, id)
 	}
 	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
 	}
 	return l, nil
 }
@@ -495,7 +507,7 @@ func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fenc
 		if errors.As(connectError(err), &ce) {
 			resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
 		} else {
-			resp.Lease = renewedProto(l)
+			resp.Lease = wireLease(l, l.TTL, holderView) // just renewed: its full TTL is left
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
