@@ -18,7 +18,6 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/fencedio/fenced/fence"
-	"github.com/fencedio/fenced/fence/fencehttp"
 )
 
 // FileName is the name of the bbolt file inside Config.DataDir.
@@ -282,7 +281,7 @@ func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, na
 	if err := ValidateName(name); err != nil {
 		return AuditRecord{}, err
 	}
-	if err := fencehttp.ValidateScope(scope); err != nil {
+	if err := fence.ValidateScope(scope); err != nil {
 		return AuditRecord{}, err
 	}
 	if token == 0 {
