@@ -18,7 +18,7 @@
 // stores refuse a version 2 file with "unsupported schema version", as
 // Open refuses versions it does not know.
 //
-// HTTP contract (DESIGN.md section 4):
+// HTTP contract (pinned: clients and tests outside this repository rely on it):
 //
 //	PUT    /v1/objects/{name}  body = value        -> 204 No Content
 //	DELETE /v1/objects/{name}                      -> 204 No Content, 404 if absent

@@ -1,6 +1,5 @@
 // Package fencehttp enforces fencing tokens on HTTP resources and attaches
-// them on the client side, following the wire contract of DESIGN.md
-// section 4.
+// them on the client side, following fenced's pinned wire contract.
 //
 // On the server, Middleware checks every mutating request against a
 // fence.Guard: the client sends its lease key in Fencing-Scope and its token

@@ -9,7 +9,7 @@ import (
 	"github.com/fencedio/fenced/fence"
 )
 
-// Header names of the fencing contract (DESIGN.md section 4). HTTP header
+// Header names of the pinned fencing wire contract. HTTP header
 // names are case-insensitive, so gRPC metadata keys "fencing-scope" and
 // "fencing-token" are the same headers.
 const (
