@@ -19,7 +19,7 @@ func TestScopeRule(t *testing.T) {
 		if tc.Valid && len(scope)+len(run) <= fence.MaxScopeBytes {
 			scope = run + scope // keys private to this run where the length allows
 		}
-		key := fenceredis.Key(scope, "v")
+		key := fenceredis.Key(scope, "v-"+run) // private to this run
 		err := g.Set(ctx, scope, 6, key, "x", 0)
 		h, hErr := g.Highest(ctx, scope)
 		if tc.Valid {
