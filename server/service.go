@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/fence"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
@@ -21,7 +22,7 @@ import (
 
 // Input limits of the wire contract.
 const (
-	MaxKeyBytes   = 512
+	MaxKeyBytes   = fence.MaxScopeBytes
 	MaxOwnerBytes = 256
 	maxIDBytes    = 64
 )
@@ -416,14 +417,15 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	return describeNotHeld(res.Err, key, id)
 }
 
+// validateKey applies fence.ValidateScope: a key is the scope its tokens
+// fence, so the service and every guard share one rule, and the service
+// never issues a token that a guard would refuse for its scope.
 func validateKey(key string) error {
-	if len(key) == 0 {
-		return invalidf("key is required")
+	var se *fence.ScopeError
+	if err := fence.ValidateScope(key); errors.As(err, &se) {
+		return invalidf("key %s", se.Reason)
 	}
-	if len(key) > MaxKeyBytes {
-		return invalidf("key is %d bytes, the limit is %d", len(key), MaxKeyBytes)
-	}
-	return validateText("key", key)
+	return nil
 }
 
 func validateOwner(owner string) error {

@@ -1,6 +1,5 @@
 // Package fencehttp enforces fencing tokens on HTTP resources and attaches
-// them on the client side, following the wire contract of DESIGN.md
-// section 4.
+// them on the client side, following fenced's pinned wire contract.
 //
 // On the server, Middleware checks every mutating request against a
 // fence.Guard: the client sends its lease key in Fencing-Scope and its token
@@ -15,8 +14,8 @@
 //	                                           presentedToken, highestToken
 //	guard failure                              503 Service Unavailable
 //
-// A token is 1*DIGIT in 1..2^64-1 (see ParseToken); a scope is 1 to 512
-// bytes of UTF-8 without control characters (see ValidateScope). Tokens in
+// A token is 1*DIGIT in 1..2^64-1 (see ParseToken); a scope is a valid lease
+// key: 1 to 512 bytes of printable UTF-8 (see fence.ValidateScope). Tokens in
 // problem bodies are JSON numbers with the full uint64 range. FromHeader,
 // ProblemFor and WriteProblem let other servers give identical answers.
 //

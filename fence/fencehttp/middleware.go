@@ -153,7 +153,7 @@ func (m *middleware) credentials(r *http.Request) (string, uint64, error) {
 		// %v, not %w: the answer is about the scope, whatever f's error wraps.
 		return "", 0, fmt.Errorf("%w: %v", fence.ErrInvalidScope, err)
 	}
-	if err := ValidateScope(scope); err != nil {
+	if err := fence.ValidateScope(scope); err != nil {
 		return "", 0, err
 	}
 	return scope, token, nil

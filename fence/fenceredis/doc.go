@@ -39,8 +39,8 @@
 //   - a *fence.StaleTokenError (errors.Is(err, fence.ErrStaleToken)) when the
 //     token is below the highest; its Highest is the value the script read,
 //     so it is exact, not a later re-read;
-//   - fence.ErrNoToken for token 0 and fence.ErrInvalidScope for scope "",
-//     without contacting Redis;
+//   - fence.ErrNoToken for token 0 and fence.ErrInvalidScope for a scope
+//     that fence.ValidateScope refuses, without contacting Redis;
 //   - another error when Redis refused the script or could not be reached.
 //
 // Equal tokens are accepted: the holder of a lease writes many times with

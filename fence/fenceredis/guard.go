@@ -187,8 +187,8 @@ func (g *Guard) Eval(ctx context.Context, scope string, token uint64, s *Script,
 
 // Highest returns the highest token accepted for scope, 0 if none.
 func (g *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
-	if scope == "" {
-		return 0, fence.ErrInvalidScope
+	if err := fence.ValidateScope(scope); err != nil {
+		return 0, err
 	}
 	v, err := g.client.Get(ctx, g.TokenKey(scope)).Result()
 	if errors.Is(err, redis.Nil) {

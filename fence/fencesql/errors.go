@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -23,13 +21,12 @@ var ErrTokenOutOfRange = errors.New("fencesql: fencing token above the largest B
 // row is an error.
 var ErrRowNotFound = errors.New("fencesql: row not found")
 
-// validate applies the rules every guard shares (fence.Check) plus the
-// limits of SQL storage, and converts the token for binding.
+// validate applies the rules every guard shares (fence.Check, whose scope
+// rule keeps NUL, which PostgreSQL text cannot hold, and scopes longer than
+// the column out) plus the token range of SQL storage, and converts the
+// token for binding.
 func validate(scope string, token uint64) (int64, error) {
 	if err := fence.Check(scope, token, 0); err != nil {
-		return 0, err
-	}
-	if err := validScope(scope); err != nil {
 		return 0, err
 	}
 	return tokenParam(token)
@@ -43,23 +40,6 @@ func tokenParam(token uint64) (int64, error) {
 		return 0, fmt.Errorf("%w: %d", ErrTokenOutOfRange, token)
 	}
 	return int64(token), nil
-}
-
-// validScope refuses scopes that the scope column cannot hold exactly: a
-// longer scope could be truncated by a lenient MySQL sql_mode and then share
-// a row with another scope, and PostgreSQL text cannot hold NUL.
-func validScope(scope string) error {
-	switch {
-	case scope == "":
-		return fence.ErrInvalidScope
-	case len(scope) > MaxScopeLen:
-		return fmt.Errorf("%w: %d bytes, at most %d", fence.ErrInvalidScope, len(scope), MaxScopeLen)
-	case !utf8.ValidString(scope):
-		return fmt.Errorf("%w: not valid UTF-8", fence.ErrInvalidScope)
-	case strings.IndexByte(scope, 0) >= 0:
-		return fmt.Errorf("%w: contains NUL", fence.ErrInvalidScope)
-	}
-	return nil
 }
 
 // tokenFromDB converts a stored BIGINT back to a token.

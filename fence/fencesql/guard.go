@@ -295,7 +295,7 @@ func (g *Guard) attempt(ctx context.Context, scope string, tok int64, fn func(co
 // Highest returns the highest token accepted for scope, 0 if none. It reads
 // the last committed value without locking.
 func (g *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
-	if err := validScope(scope); err != nil {
+	if err := fence.ValidateScope(scope); err != nil {
 		return 0, err
 	}
 	var h int64
