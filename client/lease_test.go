@@ -111,8 +111,8 @@ func TestWaitedAcquireLongerThanTTLServer(t *testing.T) {
 	case <-time.After(1500 * time.Millisecond):
 	}
 	info, ok, _, err := b.Get(ctx, "wait/1")
-	if err != nil || !ok || info.ID != lb.ID() {
-		t.Fatalf("server shows %+v %v %v, want b's lease %s", info, ok, err, lb.ID())
+	if err != nil || !ok || info.Token != lb.Token() {
+		t.Fatalf("server shows %+v %v %v, want b's token %d", info, ok, err, lb.Token())
 	}
 }
 
