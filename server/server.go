@@ -52,6 +52,7 @@ type Server struct {
 	wg       sync.WaitGroup
 	closeMu  sync.Mutex
 	closed   bool
+	closeEnd chan struct{} // closed when the first Close returns
 	listener net.Listener
 	http     *http.Server
 
@@ -72,6 +73,8 @@ func New(cfg Config) (*Server, error) {
 		waiters: newWaitQueues(),
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
+
+		closeEnd: make(chan struct{}),
 	}
 	s.expirer = newExpirer(s.submitExpire)
 	var err error
@@ -462,8 +465,10 @@ func (s *Server) Close() error {
 	s.closeMu.Lock()
 	if s.closed {
 		s.closeMu.Unlock()
+		<-s.closeEnd // the node closed itself: wait until it is done
 		return s.failed()
 	}
+	defer close(s.closeEnd)
 	s.closed = true
 	srv := s.http
 	s.closeMu.Unlock()
