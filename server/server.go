@@ -494,6 +494,9 @@ func (s *Server) closeRaft() error {
 		errs = append(errs, s.trans.Close())
 	}
 	if s.store != nil {
+		if s.raft != nil && errors.Join(errs...) == nil && s.failed() == nil {
+			errs = append(errs, s.store.markClosed())
+		}
 		errs = append(errs, s.store.Close())
 	}
 	return errors.Join(errs...)

@@ -46,6 +46,12 @@ const (
 // Stable-store keys that hashicorp/raft writes; the migration copies them.
 var raftStableKeys = []string{"CurrentTerm", "LastVoteTerm", "LastVoteCand"}
 
+// closedAtKey holds the last log index when the node last shut down
+// cleanly, and 0 while it runs. A log that ends before it on the next start
+// lost acknowledged entries: nothing was written after the shutdown, so no
+// crash can have torn them.
+var closedAtKey = []byte("FencedClosedAtIndex")
+
 var (
 	// ErrDataDirInUse means another process holds the data directory's LOCK.
 	ErrDataDirInUse = errors.New("in use by another fenced process")
@@ -112,7 +118,47 @@ func openDiskStore(dir string, hlog hclog.Logger) (_ *diskStore, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
-	return &diskStore{WAL: w, meta: meta, unlock: unlock}, nil
+	d := &diskStore{WAL: w, meta: meta, unlock: func() error { return nil }}
+	if err := d.checkClosedAt(walDir); err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
+	d.unlock = unlock
+	return d, nil
+}
+
+// checkClosedAt compares the log with the index recorded at the last clean
+// shutdown, then clears it: from now on, a crash may tear the last append.
+func (d *diskStore) checkClosedAt(walDir string) error {
+	closedAt, err := d.GetUint64(closedAtKey)
+	if err != nil {
+		return fmt.Errorf("read raft log metadata: %w", err)
+	}
+	if closedAt == 0 {
+		return nil
+	}
+	last, err := d.LastIndex()
+	if err != nil {
+		return fmt.Errorf("read raft log: %w", err)
+	}
+	if last < closedAt {
+		return &CorruptLogError{Segment: walDir, Reason: fmt.Sprintf(
+			"the log ends at index %d, but the node shut down cleanly at index %d: the last append was damaged after it was written",
+			last, closedAt)}
+	}
+	if err := d.SetUint64(closedAtKey, 0); err != nil {
+		return fmt.Errorf("write raft log metadata: %w", err)
+	}
+	return nil
+}
+
+// markClosed records the log's last index for checkClosedAt. Call it only
+// once raft has stopped, after a shutdown with no failed write.
+func (d *diskStore) markClosed() error {
+	last, err := d.LastIndex()
+	if err != nil {
+		return err
+	}
+	return d.SetUint64(closedAtKey, last)
 }
 
 // openWAL opens the WAL with a metadata store of our own: raft-wal v0.4.0's
