@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,9 +19,7 @@ import (
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -32,7 +29,7 @@ type Server struct {
 	log     *slog.Logger
 	fsm     *fsm
 	raft    *raft.Raft
-	store   *raftboltdb.BoltStore
+	store   *diskStore
 	trans   *raft.NetworkTransport
 	expirer *expirer
 	leader  *leaderCheck
@@ -55,8 +52,12 @@ type Server struct {
 	wg       sync.WaitGroup
 	closeMu  sync.Mutex
 	closed   bool
+	closeEnd chan struct{} // closed when the first Close returns
 	listener net.Listener
 	http     *http.Server
+
+	failMu  sync.Mutex
+	failure error // a failed write of the raft log, which stopped the node
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
@@ -72,6 +73,8 @@ func New(cfg Config) (*Server, error) {
 		waiters: newWaitQueues(),
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
+
+		closeEnd: make(chan struct{}),
 	}
 	s.expirer = newExpirer(s.expireLeases)
 	var err error
@@ -96,17 +99,10 @@ func (s *Server) startRaft() error {
 	}
 	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: s.cfg.RaftLog})
 	var err error
-	s.store, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(s.cfg.DataDir, "raft.db"),
-		// As etcd does: the freelist is rebuilt on open instead of being
-		// written with every commit, which makes each fsynced commit smaller.
-		BoltOptions: &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType},
-	})
-	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			return fmt.Errorf("data dir %s is in use by another fenced process", s.cfg.DataDir)
-		}
-		return fmt.Errorf("open raft log: %w", err)
+	// The store locks the directory first, so nothing below touches a
+	// directory another process uses.
+	if s.store, err = openDiskStore(s.cfg.DataDir, hlog); err != nil {
+		return err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(s.cfg.DataDir, 2, hlog)
 	if err != nil {
@@ -126,20 +122,24 @@ func (s *Server) startRaft() error {
 	rc.LeaderLeaseTimeout = s.cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
 	// Raft compares the log with SnapshotThreshold only this often (its
-	// default is two minutes); at thousands of entries a second the log,
-	// and the bolt file that never shrinks, grew by hundreds of MB between
-	// looks.
+	// default is two minutes); at thousands of entries a second the log
+	// grew by hundreds of MB between looks.
 	rc.SnapshotInterval = 10 * time.Second
 	rc.TrailingLogs = s.cfg.SnapshotThreshold
 	// Group commit: the leader takes every queued apply (up to
-	// MaxAppendEntries) into one bolt transaction, whose commit syncs the
-	// file twice (pages, then meta) however many entries it holds.
+	// MaxAppendEntries) into one append to the WAL, one write and one
+	// fsync however many entries it holds.
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 512
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	logs, err := raft.NewLogCache(1024, &timedLogStore{LogStore: s.store, fsync: s.metrics.fsync})
+	var store raft.LogStore = s.store
+	if s.cfg.wrapLogStore != nil {
+		store = s.cfg.wrapLogStore(store)
+	}
+	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
+	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return err
 	}
@@ -167,6 +167,25 @@ func (s *Server) startRaft() error {
 		}
 	}
 	return nil
+}
+
+// logFailed stops the node after a write or fsync of the raft log failed:
+// nothing appended since is acknowledged, and Serve and Close return err.
+func (s *Server) logFailed(err error) {
+	s.failMu.Lock()
+	s.failure = err
+	s.failMu.Unlock()
+	s.ready.Store(false)
+	s.log.Error("stopping: the raft log cannot be written", "err", err)
+	// Not here: raft calls this from the goroutine Close waits for.
+	go s.Close()
+}
+
+// failed returns the log write failure that stopped the node, if any.
+func (s *Server) failed() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failure
 }
 
 // watchLeadership keeps ready and the expirer in step with leadership.
@@ -462,13 +481,13 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
-			return nil
+			return s.failed()
 		}
 		return err
 	case <-ctx.Done():
 		return s.Close()
 	case <-s.done:
-		return nil
+		return s.failed()
 	}
 }
 
@@ -490,13 +509,17 @@ func (s *Server) Addr() net.Addr {
 }
 
 // Close stops serving, lets in-flight requests finish for up to 5 seconds,
-// and shuts raft down. Every acknowledged grant is already on disk.
+// and shuts raft down. Every acknowledged grant is already on disk. If a
+// write of the raft log failed, the node has closed itself and Close returns
+// that error (ErrLogWrite).
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	if s.closed {
 		s.closeMu.Unlock()
-		return nil
+		<-s.closeEnd // the node closed itself: wait until it is done
+		return s.failed()
 	}
+	defer close(s.closeEnd)
 	s.closed = true
 	srv := s.http
 	s.closeMu.Unlock()
@@ -510,7 +533,7 @@ func (s *Server) Close() error {
 	}
 	errs = append(errs, s.closeRaft())
 	s.wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, s.failed())...)
 }
 
 func (s *Server) closeRaft() error {
@@ -522,6 +545,9 @@ func (s *Server) closeRaft() error {
 		errs = append(errs, s.trans.Close())
 	}
 	if s.store != nil {
+		if s.raft != nil && errors.Join(errs...) == nil && s.failed() == nil {
+			errs = append(errs, s.store.markClosed())
+		}
 		errs = append(errs, s.store.Close())
 	}
 	return errors.Join(errs...)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,6 +54,13 @@ func TestCrashRecovery(t *testing.T) {
 		acquireUntilKilled(t, c, h, p, run)
 	}
 	h.checkRealTimeOrder(t)
+	// The runs above used the WAL, not a bbolt raft.db.
+	if _, err := os.Stat(filepath.Join(dataDir, "wal", "wal-meta.db")); err != nil {
+		t.Errorf("no WAL in the data dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "raft.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("raft.db in the data dir: %v", err)
+	}
 	var unknownReleases int
 	for _, g := range h.grants {
 		if g.releaseUnknown {
@@ -61,6 +69,34 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	t.Logf("%d grants acknowledged over %d keys, %d crashes; in flight at a crash: %d releases, %d applied but unanswered grants",
 		len(h.grants), len(h.keys), crashes, unknownReleases, h.lostAnswers)
+}
+
+// TestDataDirInUse: a second fenced process on a data directory in use
+// exits non-zero and says why, and leaves the first one serving.
+func TestDataDirInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildFenced(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	logDir := t.TempDir()
+	p := startFenced(t, bin, dataDir, filepath.Join(logDir, "first.log"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--data-dir", dataDir, "--listen", freeAddr(t), "--raft-listen", freeAddr(t)).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("second fenced on %s: %v, want exit status 1\n%s", dataDir, err, out)
+	}
+	if want := "data dir " + dataDir + " is in use by another fenced process"; !strings.Contains(string(out), want) {
+		t.Errorf("second fenced said %q, want %q", out, want)
+	}
+	c := newClient(p.url)
+	if _, err := c.Acquire(context.Background(), connect.NewRequest(&fencedv1.AcquireRequest{Key: "k", Owner: "o", TtlMs: 60_000})); err != nil {
+		t.Errorf("first fenced after the second was refused: %v", err)
+	}
+	p.kill(t)
 }
 
 // grant is one acknowledged acquisition.
