@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -15,8 +16,18 @@ import (
 // ErrTokenOutOfRange is returned for a token above math.MaxInt64. Every
 // supported database stores the token in a signed 64-bit BIGINT, so such a
 // token cannot be recorded; it is refused before any statement runs and
-// nothing changes.
-var ErrTokenOutOfRange = errors.New("fencesql: fencing token above the largest BIGINT")
+// nothing changes. It matches fence.ErrTokenOutOfRange, which HTTP and RPC
+// fronts answer as a client error.
+var ErrTokenOutOfRange error = tokenOutOfRange{}
+
+type tokenOutOfRange struct{}
+
+func (tokenOutOfRange) Error() string {
+	return "fencesql: fencing token out of range (a BIGINT holds at most " + strconv.FormatInt(math.MaxInt64, 10) + ")"
+}
+
+// Is makes errors.Is(err, fence.ErrTokenOutOfRange) true.
+func (tokenOutOfRange) Is(target error) bool { return target == fence.ErrTokenOutOfRange }
 
 // ErrCorruptToken is matched by the error a guard returns when the token
 // stored in the database is negative. No guard writes one, so the row was
