@@ -106,10 +106,11 @@ func (c Config) backoffs() (base, ceiling time.Duration) {
 // ends, and returns ctx's error in that case.
 func (c Config) backoff(ctx context.Context, retry int) error {
 	base, ceiling := c.backoffs()
-	d := ceiling
-	if retry-1 < 30 && base<<(retry-1) < ceiling {
-		d = base << (retry - 1)
+	d := base
+	for i := 1; i < retry && d < ceiling; i++ {
+		d *= 2
 	}
+	d = min(d, ceiling)
 	d = d/2 + rand.N(d/2+1)
 	t := time.NewTimer(d)
 	defer t.Stop()
