@@ -15,6 +15,12 @@ var ErrStaleToken = errors.New("stale fencing token")
 // fenced start above 0, so 0 always means that no token was supplied.
 var ErrNoToken = errors.New("missing fencing token")
 
+// ErrTokenOutOfRange is matched by the rejection of a token that is valid
+// but larger than a guard's storage can hold (the SQL guards keep tokens in
+// a signed 64-bit column). It is the client's error, not an outage: nothing
+// is applied, and presenting the same token again fails the same way.
+var ErrTokenOutOfRange = errors.New("fencing token out of the guard's range")
+
 // ErrInvalidScope is matched (with errors.Is) by every rejection of a scope
 // that breaks the rule of ValidateScope. Nothing is applied or recorded.
 var ErrInvalidScope = errors.New("invalid fencing scope")

@@ -340,6 +340,7 @@ func TestNewError(t *testing.T) {
 		{stale, connect.CodeFailedPrecondition},
 		{fence.ErrNoToken, connect.CodeInvalidArgument},
 		{fencehttp.ErrInvalidToken, connect.CodeInvalidArgument},
+		{fence.ErrTokenOutOfRange, connect.CodeInvalidArgument},
 		{fence.ErrInvalidScope, connect.CodeInvalidArgument},
 		{context.Canceled, connect.CodeCanceled},
 		{context.DeadlineExceeded, connect.CodeDeadlineExceeded},

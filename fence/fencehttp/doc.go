@@ -10,6 +10,9 @@
 //
 //	missing Fencing-Token                      428 Precondition Required
 //	malformed token, missing/malformed scope   400 Bad Request
+//	token above what the guard can store       400 Bad Request
+//	(fence.ErrTokenOutOfRange, e.g. > 2^63-1
+//	for the SQL guards)
 //	token below the highest accepted           409 Conflict, with scope,
 //	                                           presentedToken, highestToken
 //	guard failure                              503 Service Unavailable

@@ -59,7 +59,8 @@ func WithLogger(l *slog.Logger) Option {
 // WithFailedStatus); a handler that writes nothing answers 200 and succeeds.
 //
 // Answers given without calling the handler (all application/problem+json):
-// 428 when the token is missing, 400 when the token or scope is malformed,
+// 428 when the token is missing, 400 when the token or scope is malformed
+// or the token is above what the guard can store (fence.ErrTokenOutOfRange),
 // 409 when the token is stale, 503 when the guard fails or the request ends
 // while waiting for it.
 //
