@@ -322,7 +322,7 @@ func runMemory(ctx context.Context, n int, dir, fencedBin string, maxLeases int,
 					// Stop renewing locally without releasing: the lease
 					// stays live on the server for its TTL, and the harness
 					// does not keep a million renewal timers.
-					l.Lost(errDetached)
+					l.Orphan()
 					created.Add(1)
 				}
 			})

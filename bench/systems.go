@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"time"
@@ -245,5 +244,3 @@ func (r etcdRenewable) release(ctx context.Context) error {
 	_, err := r.cli.Revoke(ctx, r.id)
 	return err
 }
-
-var errDetached = errors.New("fencedbench: handle dropped, lease left to live on the server")

@@ -54,12 +54,43 @@ type Config struct {
 	Owner string
 	// TTL is the default lease TTL. Default 10s.
 	TTL time.Duration
-	// RenewInterval is how often a lease renews itself, jittered by up to
-	// 10%. Default TTL/3. Must be below TTL.
+	// RenewInterval caps the time between a lease's renewals: a lease
+	// renews every min(its TTL/3, RenewInterval), jittered by up to 10%,
+	// so a shorter value buys more retries before the local deadline and a
+	// longer one changes nothing. Default (zero): TTL/3 of each lease's own
+	// TTL, WithTTL included. Must be below TTL.
 	RenewInterval time.Duration
 	// RequestTimeout bounds each renewal and release request. Default 2s.
 	RequestTimeout time.Duration
+
+	// ClockDrift bounds how much slower this process's monotonic clock may
+	// run than the server's, as a fraction of elapsed time. A lease's local
+	// deadline is the send time of its last successful renewal plus
+	// TTL×(1−ClockDrift) − DeadlineMargin, so it passes before the server's
+	// deadline as long as the rates differ by less than that.
+	//
+	// Default 0.001 (1000 ppm, 10ms of a 10s TTL): the Linux kernel lets
+	// an NTP daemon steer a clock's rate by at most 500 ppm, so two clocks
+	// slewed in opposite directions differ by at most 1000 ppm; quartz
+	// oscillators are off by tens of ppm before correction. Chubby's client
+	// keeps its local lease timeout conservative in the same way, and
+	// Spanner's TrueTime assumes 200 ppm. Raise it where clocks may be
+	// slewed faster (chronyd's maxslewrate allows far more than 500 ppm
+	// when it corrects a large offset by slewing). Must be below 0.5.
+	ClockDrift float64
+	// DeadlineMargin is subtracted from every local deadline on top of
+	// ClockDrift. It covers the time between the deadline and the moment
+	// the lease's context is cancelled (the timer goroutine must be
+	// scheduled), during which Context still looks live. Default 10ms.
+	// Must not be negative; the TTL less both margins must exceed TTL/3.
+	DeadlineMargin time.Duration
 }
+
+// Defaults of Config's margins; see Config.ClockDrift.
+const (
+	DefaultClockDrift     = 0.001
+	DefaultDeadlineMargin = 10 * time.Millisecond
+)
 
 // Validate fills in defaults and checks cross-field rules.
 func (c *Config) Validate() error {
@@ -76,23 +107,48 @@ func (c *Config) Validate() error {
 	if c.TTL == 0 {
 		c.TTL = 10 * time.Second
 	}
-	if c.RenewInterval == 0 {
-		c.RenewInterval = c.TTL / 3
-	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 2 * time.Second
+	}
+	if c.ClockDrift == 0 {
+		c.ClockDrift = DefaultClockDrift
+	}
+	if c.DeadlineMargin == 0 {
+		c.DeadlineMargin = DefaultDeadlineMargin
 	}
 	switch {
 	case c.TTL < time.Millisecond:
 		return fmt.Errorf("client config: TTL %v is below 1ms", c.TTL)
-	case c.RenewInterval <= 0 || c.RenewInterval >= c.TTL:
+	case c.RenewInterval < 0 || c.RenewInterval >= c.TTL:
 		return fmt.Errorf("client config: RenewInterval %v must be positive and below TTL %v", c.RenewInterval, c.TTL)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("client config: RequestTimeout %v must be positive", c.RequestTimeout)
 	case c.FailoverTimeout < 0:
 		return fmt.Errorf("client config: FailoverTimeout %v is negative", c.FailoverTimeout)
+	case c.ClockDrift < 0 || c.ClockDrift >= 0.5:
+		return fmt.Errorf("client config: ClockDrift %v must be at least 0 and below 0.5", c.ClockDrift)
+	case c.DeadlineMargin < 0:
+		return fmt.Errorf("client config: DeadlineMargin %v must not be negative", c.DeadlineMargin)
+	case c.window(c.TTL) <= c.TTL/3:
+		return fmt.Errorf("client config: TTL %v less ClockDrift %v and DeadlineMargin %v leaves %v, not more than TTL/3",
+			c.TTL, c.ClockDrift, c.DeadlineMargin, c.window(c.TTL))
 	}
 	return nil
+}
+
+// window is how long after a successful request was sent a lease of the
+// given TTL is certainly still held by this client: the TTL less the drift
+// margin.
+func (c *Config) window(ttl time.Duration) time.Duration {
+	return ttl - time.Duration(float64(ttl)*c.ClockDrift) - c.DeadlineMargin
+}
+
+// renewInterval is the renewal interval of a lease of the given TTL.
+func (c *Config) renewInterval(ttl time.Duration) time.Duration {
+	if c.RenewInterval > 0 {
+		return min(ttl/3, c.RenewInterval)
+	}
+	return ttl / 3
 }
 
 // Client talks to a fenced node, or to the nodes of a cluster. It is safe
@@ -135,7 +191,10 @@ func (c *Client) CloseIdleConnections() {
 
 // Info describes a lease as the server reported it.
 type Info struct {
-	Key   string
+	Key string
+	// ID renews and releases the lease, so the server gives it only to the
+	// holder: it is set in what Acquire, Renew and KeepAlive return, and
+	// empty in what Get, List and Watch return.
 	ID    string
 	Owner string
 	Token uint64
@@ -159,7 +218,8 @@ type acquireOptions struct {
 type AcquireOption func(*acquireOptions)
 
 // WithTTL sets the lease's TTL instead of Config.TTL. The renewal interval
-// scales with it (TTL/3 unless Config.RenewInterval is shorter).
+// scales with it: TTL/3, or Config.RenewInterval if that is set and
+// shorter.
 func WithTTL(d time.Duration) AcquireOption { return func(o *acquireOptions) { o.ttl = d } }
 
 // WithWait waits up to d, first come first served, for a held key.
@@ -171,6 +231,18 @@ func WithOwner(owner string) AcquireOption { return func(o *acquireOptions) { o.
 // Acquire acquires key and keeps renewing it until it is released or lost.
 // A held key returns a *HeldError (errors.Is ErrHeld) after the wait, if any,
 // ends.
+//
+// The local deadline of the new lease counts from when the Acquire was
+// sent, since the server may have granted it at any moment after that.
+// When the grant comes back late, typically after waiting for a held key
+// for longer than a TTL, that deadline is near or already past, so Acquire
+// renews once before it returns, and the deadline counts from that
+// renewal instead. It does so whenever the first scheduled renewal would
+// otherwise leave less than half the usual time for retries before the
+// deadline: when the answer took more than (window − interval)/2, window
+// being the TTL less the drift margin. If that renewal fails, Acquire
+// returns an error matching ErrLost and the error of the renewal, and
+// releases the lease in the background.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
 	start := time.Now()
 	o := acquireOptions{ttl: c.cfg.TTL, owner: c.cfg.Owner}
@@ -191,21 +263,24 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		return nil, fmt.Errorf("acquire %q: %w", key, fromRPC(err))
 	}
 	info := infoFromProto(resp.Msg.GetLease())
-	interval := min(c.cfg.RenewInterval, info.TTL/3)
-	if o.ttl != c.cfg.TTL {
-		interval = info.TTL / 3
+	interval, window := c.cfg.renewInterval(info.TTL), c.cfg.window(info.TTL)
+	l := newLease(c, info, interval, window)
+	if window <= interval {
+		// A TTL this short leaves no time to renew before the local
+		// deadline (the server refuses such TTLs unless configured to
+		// accept them).
+		l.lose(fmt.Errorf("%w: TTL %v too short for the deadline margin", ErrInvalid, info.TTL))
+		return nil, fmt.Errorf("acquire %q: %w", key, l.Err())
 	}
-	l := newLease(c, info, sent, interval)
-	// After a long wait the grant may be much younger than the request, but
-	// the local deadline must count from the request: renew at once, so the
-	// deadline counts from a recent send instead.
-	if time.Since(sent) > interval {
-		if err := l.renew(ctx); err != nil {
-			l.lose(err)
-			return nil, fmt.Errorf("acquire %q: renew after wait: %w", key, err)
+	if late := time.Since(sent); late > (window-interval)/2 {
+		s, err := l.renewOnce(ctx)
+		if err != nil {
+			l.lose(fmt.Errorf("renewal after a grant that took %v: %w", late, err))
+			return nil, fmt.Errorf("acquire %q: %w", key, l.Err())
 		}
+		sent = s
 	}
-	go l.keepAlive()
+	l.start(sent)
 	return l, nil
 }
 

@@ -63,11 +63,37 @@ func TestLostReportedByGuard(t *testing.T) {
 	if err := context.Cause(l.Context()); !errors.Is(err, client.ErrLost) || !errors.Is(err, fence.ErrStaleToken) {
 		t.Fatalf("cause = %v, want ErrLost and ErrStaleToken", err)
 	}
-	// Lost does not release: the server still shows the lease, and the
-	// client does not re-acquire on its own.
-	info, ok, _, err := c.Get(ctx, "jobs/2")
-	if err != nil || !ok || info.ID != l.ID() || info.Token != l.Token() {
+	// The client does not re-acquire on its own (Lost releases in the
+	// background, see TestLostReleasesOnServer).
+	if info, ok, _, err := c.Get(ctx, "jobs/2"); err != nil || (ok && info.Token != l.Token()) {
 		t.Fatalf("after Lost: %+v %v %v", info, ok, err)
+	}
+}
+
+func TestOrphanKeepsLeaseOnServer(t *testing.T) {
+	srv := fencedtest.Start(t)
+	c := srv.Client(t, client.Config{TTL: 5 * time.Second})
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "jobs/4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Orphan()
+	waitDone(t, l, time.Second)
+	if err := l.Err(); !errors.Is(err, client.ErrLost) {
+		t.Fatalf("cause = %v, want ErrLost", err)
+	}
+	// Orphan neither renews nor releases: the server still shows the
+	// lease, which another process can renew with its ID.
+	info, ok, _, err := c.Get(ctx, "jobs/4")
+	if err != nil || !ok || info.Token != l.Token() {
+		t.Fatalf("after Orphan: %+v %v %v", info, ok, err)
+	}
+	if _, err := c.Renew(ctx, l.Key(), l.ID()); err != nil {
+		t.Fatalf("renewal of the orphaned lease by ID: %v", err)
+	}
+	if err := c.Release(ctx, l.Key(), l.ID()); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -91,7 +117,7 @@ func TestRenewalKeepsTokenPastTTL(t *testing.T) {
 		}
 	}
 	info, ok, _, err := c.Get(ctx, "jobs/3")
-	if err != nil || !ok || info.Token != l.Token() || info.ID != l.ID() {
+	if err != nil || !ok || info.Token != l.Token() || info.ID != "" {
 		t.Fatalf("after renewals: %+v %v %v, want token %d", info, ok, err, l.Token())
 	}
 }
@@ -102,9 +128,22 @@ func TestConfigValidate(t *testing.T) {
 		{TTL: time.Second, RenewInterval: -1},
 		{TTL: time.Microsecond},
 		{RequestTimeout: -time.Second},
+		{ClockDrift: -0.001},
+		{ClockDrift: 0.5},
+		{DeadlineMargin: -time.Millisecond},
+		// 10ms less 7ms leaves less than TTL/3.
+		{TTL: 10 * time.Millisecond, DeadlineMargin: 7 * time.Millisecond},
 	} {
 		if _, err := client.New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+	for _, cfg := range []client.Config{
+		{},
+		{TTL: time.Second, RenewInterval: 900 * time.Millisecond, ClockDrift: 0.01, DeadlineMargin: 100 * time.Millisecond},
+	} {
+		if _, err := client.New(cfg); err != nil {
+			t.Errorf("New(%+v): %v", cfg, err)
 		}
 	}
 }
@@ -113,13 +152,20 @@ func TestConfigValidate(t *testing.T) {
 // bubble where time is simulated.
 type fakeService struct {
 	fencedv1connect.UnimplementedLeaseServiceHandler
-	mu       sync.Mutex
-	failFrom time.Time     // renewals at or after this fail as unavailable
-	delay    time.Duration // each renewal takes this long to answer
-	renewals []time.Time   // when each successful renewal arrived
+	mu           sync.Mutex
+	failFrom     time.Time     // renewals at or after this fail as unavailable
+	delay        time.Duration // each renewal takes this long to answer
+	acquireDelay time.Duration // each acquisition is granted this long after it arrives (a wait)
+	renewals     []time.Time   // when each successful renewal arrived
+	releases     []string      // the lease IDs of the releases received
+	hangRelease  bool          // releases get no answer until their context ends
 }
 
 func (f *fakeService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
+	f.mu.Lock()
+	wait := f.acquireDelay
+	f.mu.Unlock()
+	time.Sleep(wait)
 	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: &fencedv1.Lease{
 		Key: req.Msg.Key, LeaseId: "0123456789abcdef0123456789abcdef", Token: 7, TtlMs: req.Msg.TtlMs,
 	}}), nil
@@ -141,6 +187,30 @@ func (f *fakeService) Renew(ctx context.Context, req *connect.Request[fencedv1.R
 	return connect.NewResponse(&fencedv1.RenewResponse{Lease: &fencedv1.Lease{Key: req.Msg.Key, LeaseId: req.Msg.LeaseId, Token: 7}}), nil
 }
 
+func (f *fakeService) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
+	f.mu.Lock()
+	f.releases = append(f.releases, req.Msg.LeaseId)
+	hang := f.hangRelease
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+	}
+	return connect.NewResponse(&fencedv1.ReleaseResponse{}), nil
+}
+
+func (f *fakeService) released() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.releases...)
+}
+
+func (f *fakeService) renewedAt() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.renewals...)
+}
+
 type inProcess struct{ h http.Handler }
 
 func (p inProcess) Do(req *http.Request) (*http.Response, error) {
@@ -150,47 +220,57 @@ func (p inProcess) Do(req *http.Request) (*http.Response, error) {
 }
 
 // TestLocalDeadlineCountsFromSend: when renewals stop succeeding, the lease
-// is lost exactly one TTL after the last successful renewal was sent, even
-// though its answer arrived later.
+// is lost one TTL, less the drift margin, after the last successful renewal
+// was sent, even though its answer arrived later.
 func TestLocalDeadlineCountsFromSend(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const ttl = 3 * time.Second
-		fake := &fakeService{delay: 200 * time.Millisecond}
-		_, h := fencedv1connect.NewLeaseServiceHandler(fake)
-		c, err := client.New(client.Config{Endpoint: "http://fenced.test", HTTPClient: inProcess{h}, TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		l, err := c.Acquire(context.Background(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		fake.mu.Lock()
-		fake.failFrom = start.Add(5 * time.Second)
-		fake.mu.Unlock()
+	const ttl = 3 * time.Second
+	for _, tc := range []struct {
+		name   string
+		drift  float64
+		margin time.Duration
+		want   time.Duration // from the send of the last successful renewal
+	}{
+		// 0.1% of the TTL for clock drift, and 10ms.
+		{"default margin", 0, 0, ttl - 3*time.Millisecond - 10*time.Millisecond},
+		{"configured margin", 0.01, 50 * time.Millisecond, ttl - 30*time.Millisecond - 50*time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := &fakeService{delay: 200 * time.Millisecond}
+				c := fakeClient(t, fake, client.Config{TTL: ttl, ClockDrift: tc.drift, DeadlineMargin: tc.margin})
+				start := time.Now()
+				l, err := c.Acquire(context.Background(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := l.Deadline(), start.Add(tc.want); !got.Equal(want) {
+					t.Fatalf("deadline after the acquisition %v after its send, want %v", got.Sub(start), tc.want)
+				}
+				fake.mu.Lock()
+				fake.failFrom = start.Add(5 * time.Second)
+				fake.mu.Unlock()
 
-		<-l.Done()
-		lostAt := time.Now()
-		fake.mu.Lock()
-		last := fake.renewals[len(fake.renewals)-1]
-		n := len(fake.renewals)
-		fake.mu.Unlock()
-		if n < 2 {
-			t.Fatalf("only %d successful renewals before failures began", n)
-		}
-		if want := last.Add(ttl); !lostAt.Equal(want) {
-			t.Fatalf("lost at %v after start, want %v (last successful renewal sent at %v)",
-				lostAt.Sub(start), want.Sub(start), last.Sub(start))
-		}
-		if !errors.Is(l.Err(), client.ErrLost) {
-			t.Fatalf("cause %v, want ErrLost", l.Err())
-		}
-		// Let the renewal in flight answer, so the renewer sees the loss
-		// and returns before the bubble ends.
-		time.Sleep(time.Second)
-		synctest.Wait()
-	})
+				<-l.Done()
+				lostAt := time.Now()
+				renewals := fake.renewedAt()
+				if len(renewals) < 2 {
+					t.Fatalf("only %d successful renewals before failures began", len(renewals))
+				}
+				last := renewals[len(renewals)-1]
+				if want := last.Add(tc.want); !lostAt.Equal(want) {
+					t.Fatalf("lost at %v after start, want %v (last successful renewal sent at %v)",
+						lostAt.Sub(start), want.Sub(start), last.Sub(start))
+				}
+				if !errors.Is(l.Err(), client.ErrLost) {
+					t.Fatalf("cause %v, want ErrLost", l.Err())
+				}
+				// Let the renewal in flight answer, so the renewer sees the
+				// loss and returns before the bubble ends.
+				time.Sleep(time.Second)
+				synctest.Wait()
+			})
+		})
+	}
 }
 
 func TestKeepAliveStream(t *testing.T) {

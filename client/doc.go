@@ -15,11 +15,25 @@
 // context.Cause of that context says which, and matches ErrLost unless the
 // lease was released.
 //
+// After such a loss the client sends one Release with the lease's ID, in
+// the background and bounded by Config.RequestTimeout. The server ends a
+// lease only for its own ID, so this can never end a newer holder's lease,
+// and when it gets through the key is free a TTL sooner than by expiry.
+// Orphan is the exception: it stops renewing without releasing.
+//
 // Guarantees:
 //   - The local deadline is conservative. It is measured on this process's
 //     monotonic clock from the moment the last successful renewal (or the
-//     acquisition) was sent, so it passes no later than the server's
-//     deadline, which starts when the server handles the request.
+//     acquisition) was sent, and falls TTL×(1−ClockDrift) − DeadlineMargin
+//     after it (by default 0.1% of the TTL and 10ms before the TTL is up;
+//     see Config.ClockDrift). The server's deadline starts when it handles
+//     the request, later, so the local one passes first while the two
+//     clocks' rates differ by less than ClockDrift.
+//   - A lease that Acquire returns is live. When the grant comes back late,
+//     typically after waiting for a held key for longer than a TTL, the
+//     deadline counted from the Acquire would be near or past, so Acquire
+//     renews once before returning and counts from that renewal; if the
+//     renewal fails, Acquire returns an error matching ErrLost.
 //   - Once lost, a Lease never comes back: it does not re-acquire, and its
 //     token must not be used again (invariant I7).
 //
@@ -33,6 +47,11 @@
 //     Acquire that got unavailable is sent to the next node; if the first
 //     attempt was granted unseen, the retry finds the key held until that
 //     grant expires. The caller never holds two grants it knows of.
-//   - Clock rate: the local deadline assumes this machine's clock does not
-//     run slower than the server's by more than the renewal margin.
+//   - The release after a loss is best effort: if it does not get through
+//     (a partition, the usual reason a deadline passes), the server frees
+//     the key when the lease expires.
+//   - Clock rate: the local deadline assumes this machine's clock runs
+//     slower than the server's by less than Config.ClockDrift. A clock
+//     slewed faster than that (a daemon correcting a large offset by
+//     slewing rather than stepping) needs a larger ClockDrift.
 package client

@@ -15,27 +15,37 @@ type Lease struct {
 	c        *Client
 	info     Info
 	interval time.Duration
+	// window is how long after a successful request was sent the local
+	// deadline falls: the TTL less the drift margin (Config.window).
+	window time.Duration
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
 	deadline time.Time   // local conservative deadline
-	expiry   *time.Timer // fires at deadline
+	expiry   *time.Timer // fires at deadline; nil until start
 	stop     chan struct{}
 	stopped  bool
 }
 
-func newLease(c *Client, info Info, sent time.Time, interval time.Duration) *Lease {
+func newLease(c *Client, info Info, interval, window time.Duration) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{c: c, info: info, interval: interval, ctx: ctx, cancel: cancel, stop: make(chan struct{})}
+	return &Lease{c: c, info: info, interval: interval, window: window, ctx: ctx, cancel: cancel, stop: make(chan struct{})}
+}
+
+// start sets the local deadline to sent plus the window, arms the timer
+// that loses the lease when it passes, and starts renewing. sent is when
+// the last request that proved the lease current (the Acquire or a
+// renewal) was sent.
+func (l *Lease) start(sent time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.deadline = sent.Add(info.TTL)
+	l.deadline = sent.Add(l.window)
 	// The timer may fire at once (a slow answer); deadlinePassed takes mu,
 	// so it waits until expiry is set.
 	l.expiry = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
-	return l
+	go l.keepAlive()
 }
 
 // Key returns the leased key, which is also the fencing scope.
@@ -65,7 +75,9 @@ func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 func (l *Lease) Err() error { return context.Cause(l.ctx) }
 
 // Deadline returns the local conservative deadline: the lease is certainly
-// held until then unless Lost is called or a renewal is refused.
+// held until then unless Lost is called or a renewal is refused. It is the
+// send time of the last successful renewal (or of the acquisition) plus
+// the TTL less the drift margin; see Config.ClockDrift.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -74,8 +86,8 @@ func (l *Lease) Deadline() time.Time {
 
 // Lost marks the lease as lost, for example after a resource rejected its
 // token as stale. Its context is cancelled with a cause matching ErrLost and
-// err. The lease stops renewing; it is not released, since another holder
-// may already own the key.
+// err. The lease stops renewing and is released in the background, as
+// after every local loss (see lose); Lost does not wait for that.
 func (l *Lease) Lost(err error) {
 	if err == nil {
 		err = errors.New("reported lost")
@@ -83,9 +95,36 @@ func (l *Lease) Lost(err error) {
 	l.lose(err)
 }
 
+// Orphan stops renewing the lease and cancels its context (the cause
+// matches ErrLost) without releasing it: the server keeps the lease until
+// its TTL runs out. It is for handing the lease ID to another process, and
+// for tests and benchmarks that stand in for a holder that stopped
+// (paused, partitioned or crashed). Everyone else wants Release or Lost.
+func (l *Lease) Orphan() {
+	if l.halt() {
+		l.cancel(fmt.Errorf("%w: %q token %d: orphaned, no longer renewed", ErrLost, l.info.Key, l.info.Token))
+	}
+}
+
+// lose ends the lease locally with a cause matching ErrLost and err, then
+// releases it in the background, once. The release is best effort: the
+// server checks the lease ID, so it can never end a newer holder's lease,
+// and when it gets through the key is free a TTL sooner than by expiry
+// (the usual cause, a stale token, means another holder has it already;
+// after a refused renewal the server answers not_found). It is bounded by
+// Config.RequestTimeout and never blocks the caller.
 func (l *Lease) lose(err error) {
-	l.halt()
+	if !l.halt() {
+		return
+	}
 	l.cancel(fmt.Errorf("%w: %q token %d: %w", ErrLost, l.info.Key, l.info.Token, err))
+	go l.releaseLost()
+}
+
+func (l *Lease) releaseLost() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.c.cfg.RequestTimeout)
+	defer cancel()
+	_ = l.c.Release(ctx, l.info.Key, l.info.ID)
 }
 
 func (l *Lease) deadlinePassed() {
@@ -102,13 +141,16 @@ func (l *Lease) halt() bool {
 	}
 	l.stopped = true
 	close(l.stop)
-	l.expiry.Stop()
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
 	return true
 }
 
 // Release gives the lease up. The context is cancelled before the request
 // is sent, so no write races the release. ErrNotHeld means the lease had
-// already ended on the server.
+// already ended on the server: it expired, someone released it by its ID,
+// or, after a loss, the client's own background release got there first.
 func (l *Lease) Release(ctx context.Context) error {
 	l.halt()
 	l.cancel(ErrReleased)
@@ -117,13 +159,21 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.c.Release(ctx, l.info.Key, l.info.ID)
 }
 
-// renew renews once and, on success, moves the local deadline to the send
-// time plus the TTL.
-func (l *Lease) renew(ctx context.Context) error {
-	sent := time.Now()
+// renewOnce sends one renewal, bounded by Config.RequestTimeout, and
+// returns when it was sent.
+func (l *Lease) renewOnce(ctx context.Context) (sent time.Time, err error) {
+	sent = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.RequestTimeout)
 	defer cancel()
-	if _, err := l.c.Renew(ctx, l.info.Key, l.info.ID); err != nil {
+	_, err = l.c.Renew(ctx, l.info.Key, l.info.ID)
+	return sent, err
+}
+
+// renew renews once and, on success, moves the local deadline to the send
+// time plus the window.
+func (l *Lease) renew(ctx context.Context) error {
+	sent, err := l.renewOnce(ctx)
+	if err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -131,7 +181,7 @@ func (l *Lease) renew(ctx context.Context) error {
 	if l.stopped {
 		return nil
 	}
-	if d := sent.Add(l.info.TTL); d.After(l.deadline) {
+	if d := sent.Add(l.window); d.After(l.deadline) {
 		l.deadline = d
 		l.expiry.Reset(time.Until(d))
 	}

@@ -231,9 +231,6 @@ func (b *Bolt) doTx(scope string, token uint64, apply func(*bbolt.Tx) error) (De
 // could commit while a Do with a lower one is between its check and its
 // apply.
 func (b *Bolt) run(ctx context.Context, scope string, token uint64, fn func() (Decision, bool, error)) (Decision, bool, error) {
-	if err := validateBoltScope(scope); err != nil {
-		return Decision{}, false, err
-	}
 	if err := Check(scope, token, 0); err != nil {
 		return Decision{}, false, err
 	}
@@ -273,7 +270,7 @@ func (b *Bolt) leave() {
 // Highest implements Guard. It reads the recorded token without waiting for
 // a mutation in progress.
 func (b *Bolt) Highest(ctx context.Context, scope string) (uint64, error) {
-	if err := validateBoltScope(scope); err != nil {
+	if err := ValidateScope(scope); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -291,17 +288,25 @@ func (b *Bolt) Highest(ctx context.Context, scope string) (uint64, error) {
 	return highest, nil
 }
 
-// validateBoltScope refuses scopes bbolt could not store as a key; finding
-// out only when recording the token would be after apply has run.
-func validateBoltScope(scope string) error {
-	switch {
-	case scope == "":
-		return ErrInvalidScope
-	case len(scope) > bbolt.MaxKeySize:
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidScope, len(scope), bbolt.MaxKeySize)
+// HighestTx returns the highest token recorded for scope as seen by tx, 0 if
+// none: inside DoTx's apply, the highest before this mutation. It lets data
+// kept in the same file record what it was written over (an audit, for
+// instance) without a second transaction. A stored value that is not a
+// token is an error, never 0, so a damaged file cannot turn fencing off.
+func (b *Bolt) HighestTx(tx *bbolt.Tx, scope string) (uint64, error) {
+	if err := ValidateScope(scope); err != nil {
+		return 0, err
 	}
-	return nil
+	h, err := readHighest(tx, scope)
+	if err != nil {
+		return 0, fmt.Errorf("fence: read highest token of %q: %w", scope, err)
+	}
+	return h, nil
 }
+
+// A valid scope always fits a bbolt key, so a scope is never found too long
+// only when its token is recorded, after apply has run.
+var _ [bbolt.MaxKeySize - MaxScopeBytes]struct{}
 
 var errNoBucket = errors.New("bucket " + BoltBucket + " is missing")
 

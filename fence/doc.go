@@ -15,6 +15,10 @@
 //     for the durable guard (see OpenBolt).
 //   - Scopes are independent: a token for one scope never fences another.
 //   - Rejections return a *StaleTokenError that matches ErrStaleToken.
+//   - Every guard, the fencing header parsers and the lease service apply
+//     one rule to scopes, ValidateScope: a lease key is a valid scope and
+//     nothing else is. An invalid scope is refused before anything is
+//     checked, applied or recorded.
 //
 // Non-guarantees:
 //   - A Guard protects only mutations routed through it. Writes that bypass

@@ -15,7 +15,14 @@ var ErrStaleToken = errors.New("stale fencing token")
 // fenced start above 0, so 0 always means that no token was supplied.
 var ErrNoToken = errors.New("missing fencing token")
 
-// ErrInvalidScope is returned for an empty scope.
+// ErrTokenOutOfRange is matched by the rejection of a token that is valid
+// but larger than a guard's storage can hold (the SQL guards keep tokens in
+// a signed 64-bit column). It is the client's error, not an outage: nothing
+// is applied, and presenting the same token again fails the same way.
+var ErrTokenOutOfRange = errors.New("fencing token out of the guard's range")
+
+// ErrInvalidScope is matched (with errors.Is) by every rejection of a scope
+// that breaks the rule of ValidateScope. Nothing is applied or recorded.
 var ErrInvalidScope = errors.New("invalid fencing scope")
 
 // StaleTokenError describes a rejected mutation. It matches ErrStaleToken.
@@ -81,13 +88,14 @@ func (os Observers) Observe(ctx context.Context, d Decision) {
 	}
 }
 
-// Check validates scope and token and reports whether token may be applied
-// given highest, the highest accepted so far. It returns nil, ErrNoToken,
-// ErrInvalidScope or a *StaleTokenError. Guards for other stores use it so
-// that every guard decides the same way.
+// Check validates scope (see ValidateScope) and token and reports whether
+// token may be applied given highest, the highest accepted so far. It
+// returns nil, ErrNoToken, a *ScopeError (matching ErrInvalidScope) or a
+// *StaleTokenError. Guards for other stores use it so that every guard
+// decides the same way.
 func Check(scope string, token, highest uint64) error {
-	if scope == "" {
-		return ErrInvalidScope
+	if err := ValidateScope(scope); err != nil {
+		return err
 	}
 	if token == 0 {
 		return ErrNoToken

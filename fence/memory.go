@@ -119,8 +119,8 @@ func (s *memScope) do(ctx context.Context, scope string, token uint64, apply fun
 // Highest implements Guard. It does not wait for a mutation in progress; it
 // reports the highest token recorded so far.
 func (m *Memory) Highest(ctx context.Context, scope string) (uint64, error) {
-	if scope == "" {
-		return 0, ErrInvalidScope
+	if err := ValidateScope(scope); err != nil {
+		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err

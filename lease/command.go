@@ -2,6 +2,7 @@ package lease
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -14,6 +15,10 @@ const (
 	OpAcquire Op = 1 // grant Key to Owner as lease ID with TTL, if free
 	OpRelease Op = 2 // end lease ID of Key at its holder's request
 	OpExpire  Op = 3 // end lease ID of Key because the leader saw it expire
+	// OpExpireBatch ends every lease of Expiries because the leader of Term
+	// saw them expire. The leader writes this instead of OpExpire, which
+	// existing logs may still hold.
+	OpExpireBatch Op = 4
 )
 
 func (o Op) String() string {
@@ -24,6 +29,8 @@ func (o Op) String() string {
 		return "release"
 	case OpExpire:
 		return "expire"
+	case OpExpireBatch:
+		return "expire-batch"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -42,16 +49,50 @@ type Command struct {
 	Owner  string        // acquire, or the next holder of a handover
 	TTL    time.Duration // acquire, or handover; whole milliseconds
 	NextID string        // release or expiry only: hand over to this lease
+
+	// Term is the leadership term whose leader decided an OpExpireBatch.
+	// Deadlines are only meaningful to the leader that tracked them, so the
+	// batch takes effect only if it is written to the log in that same term
+	// (State.Apply): a deposed leader's late decision, appended after it
+	// wins a later term, changes nothing.
+	Term uint64
+	// Expiries are the leases an OpExpireBatch ends, applied in order. At
+	// most one of them may hand its key over: every grant is made by an
+	// entry of its own, so tokens stay distinct across keys.
+	Expiries []Expiry
 }
 
-// commandVersion 2 added NextID; version 1 entries still decode.
-const commandVersion = 2
+// Expiry is one lease ended by an OpExpireBatch: lease ID of Key, and, with
+// NextID set, the handover of Key to lease NextID with Owner and TTL.
+type Expiry struct {
+	Key    string
+	ID     string
+	NextID string
+	Owner  string
+	TTL    time.Duration // whole milliseconds
+}
+
+// Version 2 added NextID; version 1 entries still decode. Version 3 is the
+// layout of OpExpireBatch, which only it uses:
+//
+//	3, op, term, count, count x (key, id, nextID[, owner, ttl])
+//
+// with owner and ttl present only when nextID is not empty. Lease IDs of
+// lowercase hex (the server's) are stored as the bytes they spell, which
+// halves them.
+const (
+	commandVersion = 2
+	batchVersion   = 3
+)
 
 // ErrBadCommand is returned when a log entry cannot be decoded.
 var ErrBadCommand = errors.New("malformed command")
 
 // AppendBinary appends the encoding of c to b.
 func (c Command) AppendBinary(b []byte) ([]byte, error) {
+	if c.Op == OpExpireBatch {
+		return c.appendBatch(b)
+	}
 	b = append(b, commandVersion, byte(c.Op))
 	b = appendString(b, c.Key)
 	b = appendString(b, c.ID)
@@ -61,26 +102,87 @@ func (c Command) AppendBinary(b []byte) ([]byte, error) {
 	return b, nil
 }
 
+func (c Command) appendBatch(b []byte) ([]byte, error) {
+	if err := c.checkBatch(); err != nil {
+		return b, err
+	}
+	b = append(b, batchVersion, byte(c.Op))
+	b = binary.AppendUvarint(b, c.Term)
+	b = binary.AppendUvarint(b, uint64(len(c.Expiries)))
+	for _, e := range c.Expiries {
+		b = appendString(b, e.Key)
+		b = appendID(b, e.ID)
+		b = appendID(b, e.NextID)
+		if e.NextID != "" {
+			b = appendString(b, e.Owner)
+			b = binary.AppendUvarint(b, uint64(e.TTL/time.Millisecond))
+		}
+	}
+	return b, nil
+}
+
+// checkBatch enforces the rules of OpExpireBatch that State.Apply relies on.
+func (c Command) checkBatch() error {
+	if len(c.Expiries) == 0 {
+		return fmt.Errorf("%w: empty expiry batch", ErrBadCommand)
+	}
+	handovers := 0
+	for _, e := range c.Expiries {
+		if e.NextID != "" {
+			handovers++
+		}
+	}
+	if handovers > 1 {
+		return fmt.Errorf("%w: expiry batch with %d handovers, at most 1", ErrBadCommand, handovers)
+	}
+	return nil
+}
+
 // MarshalBinary encodes c for the log.
 func (c Command) MarshalBinary() ([]byte, error) {
-	return c.AppendBinary(make([]byte, 0, 16+len(c.Key)+len(c.ID)+len(c.Owner)+len(c.NextID)))
+	n := 16 + len(c.Key) + len(c.ID) + len(c.Owner) + len(c.NextID)
+	for _, e := range c.Expiries {
+		n += 4 + len(e.Key) + len(e.ID)/2
+	}
+	return c.AppendBinary(make([]byte, 0, n))
 }
 
 // UnmarshalBinary decodes a log entry written by MarshalBinary.
 func (c *Command) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
 	v := d.byte()
-	if v != 1 && v != commandVersion {
+	*c = Command{Op: Op(d.byte())}
+	switch v {
+	case 1, commandVersion:
+		c.Key = d.string()
+		c.ID = d.string()
+		c.Owner = d.string()
+		c.TTL = time.Duration(d.uvarint()) * time.Millisecond
+		if v >= 2 {
+			c.NextID = d.string()
+		}
+	case batchVersion:
+		if c.Op != OpExpireBatch {
+			return fmt.Errorf("%w: op %v in an expiry batch", ErrBadCommand, c.Op)
+		}
+		c.Term = d.uvarint()
+		n := d.uvarint()
+		if n > uint64(len(d.b)) { // every expiry takes at least 3 bytes
+			return fmt.Errorf("%w: %d expiries in %d bytes", ErrBadCommand, n, len(d.b))
+		}
+		c.Expiries = make([]Expiry, n)
+		for i := range c.Expiries {
+			e := &c.Expiries[i]
+			e.Key = d.string()
+			e.ID = d.id()
+			e.NextID = d.id()
+			if e.NextID != "" {
+				e.Owner = d.string()
+				e.TTL = time.Duration(d.uvarint()) * time.Millisecond
+			}
+		}
+	default:
 		return fmt.Errorf("%w: version %d", ErrBadCommand, v)
-	}
-	c.Op = Op(d.byte())
-	c.Key = d.string()
-	c.ID = d.string()
-	c.Owner = d.string()
-	c.TTL = time.Duration(d.uvarint()) * time.Millisecond
-	c.NextID = ""
-	if v >= 2 {
-		c.NextID = d.string()
 	}
 	if d.err != nil {
 		return d.err
@@ -96,8 +198,34 @@ func (c *Command) UnmarshalBinary(b []byte) error {
 		return nil
 	case OpRelease, OpExpire:
 		return nil
+	case OpExpireBatch:
+		if v != batchVersion {
+			return fmt.Errorf("%w: expiry batch in version %d", ErrBadCommand, v)
+		}
+		return c.checkBatch()
 	}
 	return fmt.Errorf("%w: unknown op %d", ErrBadCommand, c.Op)
+}
+
+// appendID writes a lease ID: its length doubled, plus one if the ID is
+// lowercase hex stored as the bytes it spells, then those bytes.
+func appendID(b []byte, id string) []byte {
+	if len(id)%2 == 0 && isLowerHex(id) {
+		b = binary.AppendUvarint(b, uint64(len(id))<<1|1)
+		b, _ = hex.AppendDecode(b, []byte(id)) // valid: checked above
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(id))<<1)
+	return append(b, id...)
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func appendString(b []byte, s string) []byte {
@@ -139,8 +267,25 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
-func (d *decoder) string() string {
-	n := d.uvarint()
+// id reads a lease ID written by appendID.
+func (d *decoder) id() string {
+	v := d.uvarint()
+	n := v >> 1
+	if v&1 == 0 {
+		return d.take(n)
+	}
+	if n%2 != 0 || n/2 > uint64(len(d.b)) {
+		d.fail("lease id")
+		return ""
+	}
+	s := hex.EncodeToString(d.b[:n/2])
+	d.b = d.b[n/2:]
+	return s
+}
+
+func (d *decoder) string() string { return d.take(d.uvarint()) }
+
+func (d *decoder) take(n uint64) string {
 	if n > uint64(len(d.b)) {
 		d.fail("string")
 		return ""

@@ -17,9 +17,13 @@
 //
 // Guarantees:
 //   - At most one current lease per key (I3).
-//   - Tokens strictly increase per key, and in fact across all keys.
+//   - Tokens strictly increase per key, and in fact across all keys: every
+//     entry grants at most one lease.
 //   - Release and expiry take effect only for the lease ID they name (I4): a
 //     stale holder's release or a late expiry never ends a newer lease.
+//   - An expiry batch (OpExpireBatch) takes effect only in an entry of the
+//     leadership term that decided it (Command.Term), so a deposed leader's
+//     late decision, written after it leads again, ends nothing.
 //
 // Non-guarantees:
 //   - Tokens are not dense: consecutive grants of a key may differ by more
@@ -27,4 +31,6 @@
 //   - LastToken of a key freed long ago may be 0 once the key was forgotten.
 //   - Renewal is not a command: deadlines live with the leader, outside the
 //     state machine.
+//   - Single OpExpire entries, which logs written before expiry batches may
+//     hold, carry no term and apply in any term.
 package lease

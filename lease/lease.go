@@ -19,6 +19,10 @@ type Lease struct {
 // the lease expired, was released, or never existed.
 var ErrNotHeld = errors.New("lease not held")
 
+// ErrWrongTerm is the result of an expiry batch written to the log in
+// another leadership term than the one whose leader decided it.
+var ErrWrongTerm = errors.New("expiry decided in another leadership term")
+
 // ErrHeld is matched by *HeldError.
 var ErrHeld = errors.New("lease held by another owner")
 

@@ -42,8 +42,12 @@ type Result struct {
 	// entry right after Event; Next.Type is 0 when there was none.
 	Next Event
 	// Err is a *HeldError for an acquisition of a held key, ErrNotHeld for a
-	// release or expiry of a lease that is not current.
+	// release or expiry of a lease that is not current, ErrWrongTerm for an
+	// expiry batch written in another term than the one that decided it.
 	Err error
+	// Items are the results of an OpExpireBatch, one per Command.Expiries,
+	// in order; Event and Next of the batch itself are empty.
+	Items []Result
 }
 
 // DefaultMaxIdleKeys bounds how many freed keys keep their last token.
@@ -75,10 +79,16 @@ func New(maxIdle int) *State {
 	return &State{leases: make(map[string]*Lease), idle: make(map[string]uint64), maxIdle: maxIdle}
 }
 
-// Apply applies c, written at log index index. Indexes must increase from
-// call to call; an index at or below Applied is ignored, which makes
-// re-delivery after a restore harmless.
-func (s *State) Apply(index uint64, c Command) Result {
+// Apply applies c, written at log index index in leadership term term.
+// Indexes must increase from call to call; an index at or below Applied is
+// ignored, which makes re-delivery after a restore harmless.
+//
+// An OpExpireBatch whose Term is not term changes nothing and returns
+// ErrWrongTerm: expiry is decided on the deadlines one leader tracked, and
+// only that leader's term can carry it out. Single OpExpire entries carry no
+// term; they come from logs written before OpExpireBatch and apply as they
+// did then.
+func (s *State) Apply(index, term uint64, c Command) Result {
 	if index <= s.applied {
 		return Result{Err: ErrBadCommand}
 	}
@@ -92,27 +102,43 @@ func (s *State) Apply(index uint64, c Command) Result {
 		s.leases[c.Key] = l
 		delete(s.idle, c.Key)
 		return Result{Event: Event{Type: Acquired, Lease: *l, Revision: index}}
-	case OpRelease, OpExpire:
-		l, ok := s.leases[c.Key]
-		if !ok || l.ID != c.ID {
-			return Result{Err: ErrNotHeld}
+	case OpRelease:
+		return s.end(index, Released, Expiry{Key: c.Key, ID: c.ID, NextID: c.NextID, Owner: c.Owner, TTL: c.TTL})
+	case OpExpire:
+		return s.end(index, Expired, Expiry{Key: c.Key, ID: c.ID, NextID: c.NextID, Owner: c.Owner, TTL: c.TTL})
+	case OpExpireBatch:
+		if err := c.checkBatch(); err != nil {
+			return Result{Err: err}
 		}
-		delete(s.leases, c.Key)
-		s.remember(l.Key, l.Token)
-		typ := Released
-		if c.Op == OpExpire {
-			typ = Expired
+		if c.Term != term {
+			return Result{Err: ErrWrongTerm}
 		}
-		res := Result{Event: Event{Type: typ, Lease: *l, Revision: index}}
-		if c.NextID != "" {
-			next := &Lease{Key: c.Key, ID: c.NextID, Owner: c.Owner, Token: index, TTL: c.TTL}
-			s.leases[c.Key] = next
-			delete(s.idle, c.Key)
-			res.Next = Event{Type: Acquired, Lease: *next, Revision: index}
+		res := Result{Items: make([]Result, len(c.Expiries))}
+		for i, e := range c.Expiries {
+			res.Items[i] = s.end(index, Expired, e)
 		}
 		return res
 	}
 	return Result{Err: ErrBadCommand}
+}
+
+// end ends lease e.ID of e.Key, if current, with an event of type t, and
+// hands the key over to e.NextID if set.
+func (s *State) end(index uint64, t EventType, e Expiry) Result {
+	l, ok := s.leases[e.Key]
+	if !ok || l.ID != e.ID {
+		return Result{Err: ErrNotHeld}
+	}
+	delete(s.leases, e.Key)
+	s.remember(l.Key, l.Token)
+	res := Result{Event: Event{Type: t, Lease: *l, Revision: index}}
+	if e.NextID != "" {
+		next := &Lease{Key: e.Key, ID: e.NextID, Owner: e.Owner, Token: index, TTL: e.TTL}
+		s.leases[e.Key] = next
+		delete(s.idle, e.Key)
+		res.Next = Event{Type: Acquired, Lease: *next, Revision: index}
+	}
+	return res
 }
 
 func (s *State) remember(key string, token uint64) {

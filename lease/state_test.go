@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +31,12 @@ func TestStateProperties(t *testing.T) {
 		steps := rapid.IntRange(1, 200).Draw(t, "steps")
 		for i := 0; i < steps; i++ {
 			key := rapid.SampledFrom(keys).Draw(t, "key")
-			switch rapid.IntRange(0, 5).Draw(t, "op") {
+			switch rapid.IntRange(0, 6).Draw(t, "op") {
 			case 0, 1: // acquire
 				index += uint64(rapid.IntRange(1, 3).Draw(t, "gap")) // other entries in between
 				nextID++
 				id := fmt.Sprintf("id%d", nextID)
-				res := s.Apply(index, lease.Command{Op: lease.OpAcquire, Key: key, ID: id, Owner: "o", TTL: time.Second})
+				res := s.Apply(index, 0, lease.Command{Op: lease.OpAcquire, Key: key, ID: id, Owner: "o", TTL: time.Second})
 				if cur, held := holder[key]; held {
 					var he *lease.HeldError
 					if !errors.As(res.Err, &he) || he.Token != cur.Token || he.Owner != cur.Owner {
@@ -67,7 +69,7 @@ func TestStateProperties(t *testing.T) {
 					nextID++
 					c.NextID, c.Owner, c.TTL = fmt.Sprintf("id%d", nextID), "next", 2*time.Second
 				}
-				res := s.Apply(index, c)
+				res := s.Apply(index, 0, c)
 				if cur, held := holder[key]; held && cur.ID == id {
 					if res.Err != nil || res.Event.Lease.Token != cur.Token {
 						t.Fatalf("release of current lease: %+v", res)
@@ -87,6 +89,75 @@ func TestStateProperties(t *testing.T) {
 					}
 				} else if !errors.Is(res.Err, lease.ErrNotHeld) || res.Next.Type != 0 {
 					t.Fatalf("release with stale id %q of %q: got %+v, want ErrNotHeld and no handover", id, key, res)
+				}
+			case 6: // expiry batch, decided in this entry's term or another
+				index++
+				term := rapid.Uint64Range(1, 3).Draw(t, "term")
+				c := lease.Command{Op: lease.OpExpireBatch, Term: term}
+				if rapid.Bool().Draw(t, "wrong term") {
+					c.Term = term + 1
+				}
+				handover := rapid.IntRange(-1, 5).Draw(t, "handover item")
+				for j := range rapid.IntRange(1, 6).Draw(t, "expiries") {
+					k := rapid.SampledFrom(keys).Draw(t, "key")
+					e := lease.Expiry{Key: k, ID: "never-issued"}
+					if past := issued[k]; len(past) > 0 {
+						e.ID = rapid.SampledFrom(past).Draw(t, "lease").ID
+					}
+					if j == handover {
+						nextID++
+						e.NextID, e.Owner, e.TTL = fmt.Sprintf("%032x", nextID), "next", 3*time.Second
+					}
+					c.Expiries = append(c.Expiries, e)
+				}
+				// What the log holds is the encoding.
+				b, err := c.MarshalBinary()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var decoded lease.Command
+				if err := decoded.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(decoded, c) {
+					t.Fatalf("round trip of %+v: %+v, %v", c, decoded, err)
+				}
+				res := s.Apply(index, term, decoded)
+				if c.Term != term {
+					if !errors.Is(res.Err, lease.ErrWrongTerm) || res.Items != nil {
+						t.Fatalf("batch of term %d in term %d: %+v, want ErrWrongTerm and nothing done", c.Term, term, res)
+					}
+					break
+				}
+				if res.Err != nil || len(res.Items) != len(c.Expiries) || res.Event.Type != 0 || res.Next.Type != 0 {
+					t.Fatalf("batch: %+v", res)
+				}
+				for j, e := range c.Expiries { // in order: a key may appear twice
+					r := res.Items[j]
+					cur, held := holder[e.Key]
+					if !held || cur.ID != e.ID {
+						if !errors.Is(r.Err, lease.ErrNotHeld) || r.Event.Type != 0 || r.Next.Type != 0 {
+							t.Fatalf("expiry %d of a lease that is not current: %+v", j, r)
+						}
+						continue
+					}
+					if r.Err != nil || r.Event.Type != lease.Expired || r.Event.Lease != cur || r.Event.Revision != index {
+						t.Fatalf("expiry %d of the current lease %+v: %+v", j, cur, r)
+					}
+					delete(holder, e.Key)
+					if e.NextID == "" {
+						if r.Next.Type != 0 {
+							t.Fatalf("expiry %d handed over unasked: %+v", j, r.Next)
+						}
+						continue
+					}
+					got := r.Next.Lease
+					if r.Next.Type != lease.Acquired || got.ID != e.NextID || got.Owner != "next" || got.TTL != e.TTL {
+						t.Fatalf("handover in batch: %+v", r.Next)
+					}
+					if got.Token <= last[e.Key] || got.Token <= maxSeen {
+						t.Fatalf("handover token %d for %q not above previous %d (max %d)", got.Token, e.Key, last[e.Key], maxSeen)
+					}
+					last[e.Key], maxSeen = got.Token, got.Token
+					holder[e.Key] = got
+					issued[e.Key] = append(issued[e.Key], got)
 				}
 			case 4: // renew: only the current ID, and the token never changes
 				for _, l := range issued[key] {
@@ -136,11 +207,11 @@ func TestForgetsIdleKeys(t *testing.T) {
 	for i := 0; i < keys; i++ {
 		k := fmt.Sprintf("k%d", i)
 		index++
-		if r := s.Apply(index, lease.Command{Op: lease.OpAcquire, Key: k, ID: "x", TTL: time.Second}); r.Err != nil {
+		if r := s.Apply(index, 0, lease.Command{Op: lease.OpAcquire, Key: k, ID: "x", TTL: time.Second}); r.Err != nil {
 			t.Fatal(r.Err)
 		}
 		index++
-		if r := s.Apply(index, lease.Command{Op: lease.OpRelease, Key: k, ID: "x"}); r.Err != nil {
+		if r := s.Apply(index, 0, lease.Command{Op: lease.OpRelease, Key: k, ID: "x"}); r.Err != nil {
 			t.Fatal(r.Err)
 		}
 	}
@@ -161,7 +232,7 @@ func TestForgetsIdleKeys(t *testing.T) {
 	}
 	// A forgotten key still gets a token above every token issued before.
 	index++
-	r := s.Apply(index, lease.Command{Op: lease.OpAcquire, Key: "k0", ID: "y", TTL: time.Second})
+	r := s.Apply(index, 0, lease.Command{Op: lease.OpAcquire, Key: "k0", ID: "y", TTL: time.Second})
 	if r.Err != nil || r.Event.Lease.Token <= 2 {
 		t.Fatalf("reacquire forgotten key: %+v", r)
 	}
@@ -173,13 +244,21 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: lease.OpRelease, Key: "k", ID: "id"},
 		{Op: lease.OpExpire, Key: "ü", ID: "id"},
 		{Op: lease.OpRelease, Key: "k", ID: "id", NextID: "next", Owner: "B", TTL: time.Second},
+		{Op: lease.OpExpireBatch, Term: 1, Expiries: []lease.Expiry{{Key: "k", ID: "0123456789abcdef0123456789abcdef"}}},
+		{Op: lease.OpExpireBatch, Term: 1 << 40, Expiries: []lease.Expiry{
+			{Key: "a", ID: "not-hex"},
+			{Key: "b", ID: "ABCDEF"}, // upper case: kept as text
+			{Key: "c", ID: "abc"},    // odd length: kept as text
+			{Key: "ü", ID: "00ff", NextID: "0123456789abcdef0123456789abcdef", Owner: "B", TTL: 1500 * time.Millisecond},
+			{Key: "a", ID: ""},
+		}},
 	} {
 		b, err := c.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
 		var got lease.Command
-		if err := got.UnmarshalBinary(b); err != nil || got != c {
+		if err := got.UnmarshalBinary(b); err != nil || !reflect.DeepEqual(got, c) {
 			t.Fatalf("round trip of %+v: %+v, %v", c, got, err)
 		}
 		for i := 0; i < len(b); i++ {
@@ -188,6 +267,82 @@ func TestCommandRoundTrip(t *testing.T) {
 				t.Fatalf("truncated to %d bytes: %v", i, err)
 			}
 		}
+	}
+}
+
+// An expiry batch costs little more than its keys: no per-expiry header,
+// and the server's hex lease IDs take the 16 bytes they spell.
+func TestExpiryBatchIsCompact(t *testing.T) {
+	c := lease.Command{Op: lease.OpExpireBatch, Term: 12345}
+	const n = 1000
+	for i := range n {
+		c.Expiries = append(c.Expiries, lease.Expiry{Key: fmt.Sprintf("jobs/%06d", i), ID: fmt.Sprintf("%032x", i*7919)})
+	}
+	b, err := c.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Per expiry: 1+11 for the key, 1+16 for the ID, 1 for no handover.
+	if want := n*30 + 16; len(b) > want {
+		t.Fatalf("%d expiries take %d bytes, want at most %d", n, len(b), want)
+	}
+}
+
+func TestCommandRejects(t *testing.T) {
+	hex := strings.Repeat("ab", 16)
+	two := lease.Command{Op: lease.OpExpireBatch, Term: 1, Expiries: []lease.Expiry{
+		{Key: "a", ID: hex, NextID: hex, Owner: "o", TTL: time.Second},
+		{Key: "b", ID: hex, NextID: hex, Owner: "o", TTL: time.Second},
+	}}
+	empty := lease.Command{Op: lease.OpExpireBatch, Term: 1}
+	for name, c := range map[string]lease.Command{"two handovers": two, "empty": empty} {
+		if _, err := c.MarshalBinary(); !errors.Is(err, lease.ErrBadCommand) {
+			t.Errorf("encoding a batch with %s: %v, want ErrBadCommand", name, err)
+		}
+		// Nor does the state machine apply one, however it got there.
+		s := lease.New(0)
+		s.Apply(1, 1, lease.Command{Op: lease.OpAcquire, Key: "a", ID: hex, TTL: time.Second})
+		if r := s.Apply(2, 1, c); !errors.Is(r.Err, lease.ErrBadCommand) || r.Items != nil || s.Len() != 1 {
+			t.Errorf("applying a batch with %s: %+v, %d leases", name, r, s.Len())
+		}
+	}
+	ok, err := lease.Command{Op: lease.OpExpireBatch, Term: 1, Expiries: []lease.Expiry{{Key: "k", ID: hex}}}.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{
+		"batch op in the old layout":   {2, byte(lease.OpExpireBatch), 1, 'k', 2, 'i', 'd', 0, 0, 0},
+		"other op in the batch layout": append([]byte{ok[0], byte(lease.OpExpire)}, ok[2:]...),
+		"count beyond the entry":       {ok[0], ok[1], 1, 200, 1},
+		"odd packed id":                {ok[0], ok[1], 1, 1, 1, 'k', 3, 0xab, 0},
+		"trailing bytes":               append(append([]byte(nil), ok...), 0),
+		"unknown version":              {9, byte(lease.OpAcquire)},
+	} {
+		var c lease.Command
+		if err := c.UnmarshalBinary(b); !errors.Is(err, lease.ErrBadCommand) {
+			t.Errorf("%s: %v, want ErrBadCommand", name, err)
+		}
+	}
+}
+
+// Single expiries, with or without a handover, were written before expiry
+// batches and carry no term; such entries in existing logs still apply, in
+// any term.
+func TestOldExpiryEntriesApply(t *testing.T) {
+	// version 2, OpExpire, key "k", id "a1", owner "B", ttl 1500ms, next "b2"
+	entry := []byte{2, byte(lease.OpExpire), 1, 'k', 2, 'a', '1', 1, 'B', 0xdc, 0x0b, 2, 'b', '2'}
+	var c lease.Command
+	if err := c.UnmarshalBinary(entry); err != nil {
+		t.Fatal(err)
+	}
+	s := lease.New(0)
+	s.Apply(1, 1, lease.Command{Op: lease.OpAcquire, Key: "k", ID: "a1", Owner: "A", TTL: time.Second})
+	r := s.Apply(2, 7, c)
+	if r.Err != nil || r.Event.Type != lease.Expired || r.Event.Lease.ID != "a1" {
+		t.Fatalf("old expiry: %+v", r)
+	}
+	if r.Next.Type != lease.Acquired || r.Next.Lease != (lease.Lease{Key: "k", ID: "b2", Owner: "B", Token: 2, TTL: 1500 * time.Millisecond}) {
+		t.Fatalf("old expiry's handover: %+v", r.Next)
 	}
 }
 
@@ -210,9 +365,9 @@ func BenchmarkApplyAcquireRelease(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		k := keys[i%len(keys)]
 		index++
-		s.Apply(index, lease.Command{Op: lease.OpAcquire, Key: k, ID: "id", TTL: time.Second})
+		s.Apply(index, 0, lease.Command{Op: lease.OpAcquire, Key: k, ID: "id", TTL: time.Second})
 		index++
-		s.Apply(index, lease.Command{Op: lease.OpRelease, Key: k, ID: "id"})
+		s.Apply(index, 0, lease.Command{Op: lease.OpRelease, Key: k, ID: "id"})
 	}
 }
 
@@ -220,7 +375,7 @@ func BenchmarkApplyAcquireRelease(b *testing.B) {
 func TestCommandVersion1(t *testing.T) {
 	v1 := []byte{1, byte(lease.OpRelease), 1, 'k', 2, 'i', 'd', 0, 0}
 	var c lease.Command
-	if err := c.UnmarshalBinary(v1); err != nil || c != (lease.Command{Op: lease.OpRelease, Key: "k", ID: "id"}) {
+	if err := c.UnmarshalBinary(v1); err != nil || !reflect.DeepEqual(c, lease.Command{Op: lease.OpRelease, Key: "k", ID: "id"}) {
 		t.Fatalf("version 1 entry: %+v, %v", c, err)
 	}
 }
@@ -228,8 +383,8 @@ func TestCommandVersion1(t *testing.T) {
 // A snapshot keeps the state it was taken from, whatever happens next.
 func TestSnapshotIsFrozen(t *testing.T) {
 	s := lease.New(10)
-	s.Apply(1, lease.Command{Op: lease.OpAcquire, Key: "a", ID: "a1", Owner: "A", TTL: time.Second})
-	s.Apply(2, lease.Command{Op: lease.OpAcquire, Key: "b", ID: "b1", Owner: "B", TTL: time.Second})
+	s.Apply(1, 0, lease.Command{Op: lease.OpAcquire, Key: "a", ID: "a1", Owner: "A", TTL: time.Second})
+	s.Apply(2, 0, lease.Command{Op: lease.OpAcquire, Key: "b", ID: "b1", Owner: "B", TTL: time.Second})
 	want := s.List("", 0)
 	if len(want) != 2 {
 		t.Fatalf("List = %v, want two leases", want)
@@ -237,9 +392,9 @@ func TestSnapshotIsFrozen(t *testing.T) {
 	snap := s.Snapshot()
 
 	// Release a with a handover, expire b, take c.
-	s.Apply(3, lease.Command{Op: lease.OpRelease, Key: "a", ID: "a1", NextID: "a2", Owner: "C", TTL: 2 * time.Second})
-	s.Apply(4, lease.Command{Op: lease.OpExpire, Key: "b", ID: "b1"})
-	s.Apply(5, lease.Command{Op: lease.OpAcquire, Key: "c", ID: "c1", Owner: "C", TTL: time.Second})
+	s.Apply(3, 0, lease.Command{Op: lease.OpRelease, Key: "a", ID: "a1", NextID: "a2", Owner: "C", TTL: 2 * time.Second})
+	s.Apply(4, 0, lease.Command{Op: lease.OpExpire, Key: "b", ID: "b1"})
+	s.Apply(5, 0, lease.Command{Op: lease.OpAcquire, Key: "c", ID: "c1", Owner: "C", TTL: time.Second})
 
 	var buf bytes.Buffer
 	if _, err := snap.WriteTo(&buf); err != nil {
@@ -257,7 +412,7 @@ func TestSnapshotIsFrozen(t *testing.T) {
 func BenchmarkSnapshot(b *testing.B) {
 	s := lease.New(0)
 	for i := range 100_000 {
-		s.Apply(uint64(i+1), lease.Command{Op: lease.OpAcquire, Key: fmt.Sprintf("k%d", i), ID: "0123456789abcdef0123456789abcdef", Owner: "owner", TTL: time.Minute})
+		s.Apply(uint64(i+1), 0, lease.Command{Op: lease.OpAcquire, Key: fmt.Sprintf("k%d", i), ID: "0123456789abcdef0123456789abcdef", Owner: "owner", TTL: time.Minute})
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -63,9 +63,12 @@ type wireLease struct {
 	RemainingMs jsonI64 `json:"remainingMs"`
 }
 
-// same reports whether two leases are the same ownership epoch.
-func (l wireLease) same(o wireLease) bool {
-	return l.Key == o.Key && l.LeaseID == o.LeaseID && l.Owner == o.Owner && l.Token == o.Token && l.TTLMs == o.TTLMs
+// same reports whether public, the lease as Get or List show it to anyone,
+// is the ownership epoch held shows its holder. Only the holder sees the
+// lease ID: the public view must leave it out.
+func (public wireLease) same(held wireLease) bool {
+	return public.LeaseID == "" && public.Key == held.Key && public.Owner == held.Owner &&
+		public.Token == held.Token && public.TTLMs == held.TTLMs
 }
 
 type leaseResp struct {
@@ -348,6 +351,7 @@ func TestAcquireJSONShape(t *testing.T) {
 	a := newAPI(t, srv.URL)
 
 	// A literal curl-style body, 64-bit integers as strings and as numbers.
+	var granted []wireLease
 	for i, body := range []string{
 		`{"key":"shape/a","owner":"alice","ttlMs":"5000"}`,
 		`{"key":"shape/b","owner":"alice","ttlMs":5000,"waitMs":0}`,
@@ -369,6 +373,7 @@ func TestAcquireJSONShape(t *testing.T) {
 			t.Fatalf("decode %s: %v", raw, err)
 		}
 		checkLease(t, *r.Lease, []string{"shape/a", "shape/b"}[i], "alice", 5000)
+		granted = append(granted, *r.Lease)
 		// Token and ttlMs are 64-bit: proto3 JSON writes them as strings.
 		var fields map[string]any
 		json.Unmarshal(outer["lease"], &fields)
@@ -378,7 +383,7 @@ func TestAcquireJSONShape(t *testing.T) {
 			}
 		}
 	}
-	a1, b1 := a.get("shape/a").Lease, a.get("shape/b").Lease
+	a1, b1 := granted[0], granted[1]
 	if a1.LeaseID == b1.LeaseID || a1.Token == b1.Token {
 		t.Fatalf("two grants share an id or token: %+v %+v", a1, b1)
 	}
@@ -417,7 +422,7 @@ func TestRenew(t *testing.T) {
 	other := a.acquire("renew/other", "bob", 10_000)
 
 	r := a.renew("renew/k", l.LeaseID)
-	if !r.same(l) {
+	if r.LeaseID != l.LeaseID || r.Key != l.Key || r.Owner != l.Owner || r.Token != l.Token || r.TTLMs != l.TTLMs {
 		t.Fatalf("Renew answered %+v, want the same lease %+v", r, l)
 	}
 	if r.RemainingMs <= 0 || r.RemainingMs > 10_000 {
@@ -616,12 +621,13 @@ func (w *watcher) next(t *testing.T) *fencedv1.Event {
 	return w.stream.Msg().GetEvent()
 }
 
-// expect reads the next event and checks its type and lease.
+// expect reads the next event and checks its type and lease, which it shows
+// without the lease ID.
 func (w *watcher) expect(t *testing.T, typ fencedv1.Event_Type, l wireLease) *fencedv1.Event {
 	t.Helper()
 	ev := w.next(t)
 	got := ev.GetLease()
-	if ev.GetType() != typ || got.GetKey() != l.Key || got.GetLeaseId() != l.LeaseID || got.GetToken() != uint64(l.Token) || got.GetOwner() != l.Owner {
+	if ev.GetType() != typ || got.GetKey() != l.Key || got.GetLeaseId() != "" || got.GetToken() != uint64(l.Token) || got.GetOwner() != l.Owner {
 		t.Fatalf("event %v, want %v of %+v", ev, typ, l)
 	}
 	return ev
@@ -736,7 +742,7 @@ func TestProtocolsOnOnePort(t *testing.T) {
 				TTLMs: jsonI64(l.GetTtlMs()), RemainingMs: jsonI64(l.GetRemainingMs())}, key, tc.name, 10_000)
 
 			// The grant is the same one the JSON API sees.
-			if g := a.get(key); g.Lease == nil || g.Lease.LeaseID != l.GetLeaseId() || uint64(g.Lease.Token) != l.GetToken() {
+			if g := a.get(key); g.Lease == nil || g.Lease.LeaseID != "" || uint64(g.Lease.Token) != l.GetToken() {
 				t.Fatalf("JSON Get %+v, want the %s grant %v", g.Lease, tc.name, l)
 			}
 
@@ -940,7 +946,8 @@ func TestTokensIncreaseAcrossRestart(t *testing.T) {
 	for round := range 3 {
 		a := newAPI(t, srv.URL)
 		if round > 0 {
-			// Acknowledged leases survive the restart, with id and token.
+			// Acknowledged leases survive the restart, with id and token:
+			// Get shows the token, Renew accepts the id.
 			g := a.get(held.Key)
 			if g.Lease == nil || !g.Lease.same(held) {
 				t.Fatalf("round %d: held lease after restart %+v, want %+v", round, g.Lease, held)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -82,6 +83,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Gatherer is what /metrics serves. Default: the registry above.
 	Gatherer prometheus.Gatherer
+
+	// wrapLogStore, if set, wraps the raft log store: tests use it to make
+	// writes fail.
+	wrapLogStore func(raft.LogStore) raft.LogStore
 }
 
 // Validate fills in defaults and checks the configuration.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -21,20 +22,20 @@ type transitions struct {
 	acquired, released, expired, takeovers atomic.Uint64
 }
 
-// leaseJSON is a lease as the dashboard endpoints write it. Tokens are
-// strings because JavaScript numbers lose precision above 2^53.
+// leaseJSON is a lease as the dashboard endpoints write it: the public view
+// (no lease ID, see view). Tokens are strings because JavaScript numbers lose
+// precision above 2^53.
 type leaseJSON struct {
 	Key         string `json:"key"`
-	LeaseID     string `json:"leaseId"`
 	Owner       string `json:"owner"`
 	Token       string `json:"token"`
 	TTLMs       int64  `json:"ttlMs"`
 	RemainingMs int64  `json:"remainingMs"`
 }
 
-func (s *Server) leaseJSON(l lease.Lease, now time.Time) leaseJSON {
-	return leaseJSON{Key: l.Key, LeaseID: l.ID, Owner: l.Owner, Token: strconv.FormatUint(l.Token, 10),
-		TTLMs: l.TTL.Milliseconds(), RemainingMs: s.expirer.remaining(l.Key, now).Milliseconds()}
+func dashboardLease(p *fencedv1.Lease) leaseJSON {
+	return leaseJSON{Key: p.GetKey(), Owner: p.GetOwner(), Token: strconv.FormatUint(p.GetToken(), 10),
+		TTLMs: p.GetTtlMs(), RemainingMs: p.GetRemainingMs()}
 }
 
 // Stats is what GET /v1/stats answers.
@@ -108,7 +109,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		Leases   []leaseJSON `json:"leases"`
 	}{Revision: revision, Leases: make([]leaseJSON, len(leases))}
 	for i, l := range leases {
-		snap.Leases[i] = s.leaseJSON(l, now)
+		snap.Leases[i] = dashboardLease(wireLease(l, s.expirer.remaining(l.Key, now), publicView))
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -147,7 +148,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 				Type     string    `json:"type"`
 				Revision uint64    `json:"revision"`
 				Lease    leaseJSON `json:"lease"`
-			}{eventTypeName(ev.Type), ev.Revision, s.leaseJSON(ev.Lease, time.Now())}) {
+			}{eventTypeName(ev.Type), ev.Revision, dashboardLease(s.currentLease(ev.Lease, publicView))}) {
 				return
 			}
 		}

@@ -15,16 +15,39 @@ import (
 // Every node tracks deadlines, but only the leader acts on them. On gaining
 // leadership the node gives every lease a fresh full TTL (reset), because it
 // cannot know when the previous leader last renewed them.
+//
+// Many leases can come due at once: after a restart or failover every lease
+// has the same fresh deadline. Due leases are therefore expired in batches
+// of up to maxBatch per log entry, by at most maxInflight submissions at a
+// time; leases past their deadline wait in the heap meanwhile, and cannot
+// be renewed there. Goroutines and memory stay flat however many are due.
 type expirer struct {
 	mu     sync.Mutex
 	byKey  map[string]*tracked
 	heap   deadlineHeap
 	active bool
-	kick   chan struct{} // wakes run when the earliest deadline may have moved
-	// expire submits the expiry of a lease whose deadline passed. It must
-	// not block for long and is called without mu held.
-	expire func(key, id string)
+	// term is the leadership term whose deadlines these are, stamped on
+	// every expiry decided while active.
+	term     uint64
+	inflight int           // submissions running
+	kick     chan struct{} // wakes run when the earliest deadline may have moved
+	// expire writes the expiry of due leases, decided in term, to the log
+	// and returns once it is applied or has failed. It is called without mu
+	// held, from at most maxInflight goroutines at once.
+	expire func(term uint64, due []lease.Lease)
+
+	maxBatch    int // leases per expire call
+	maxInflight int // expire calls at once
+	submitting  sync.WaitGroup
 }
+
+// Defaults of expirer.maxBatch and maxInflight. A batch of 1024 leases is
+// an entry of about 50 KB; four in flight keep raft's group commit fed
+// while bounding what waits in memory.
+const (
+	defaultExpiryBatch    = 1024
+	defaultExpiryInflight = 4
+)
 
 // tracked is kept per lease, so it is kept small: a million leases cost
 // 80 bytes each here.
@@ -44,8 +67,9 @@ func mono(t time.Time) monoTime { return monoTime(t.Sub(epoch)) }
 
 func (m monoTime) add(d time.Duration) monoTime { return m + monoTime(d) }
 
-func newExpirer(expire func(key, id string)) *expirer {
-	return &expirer{byKey: make(map[string]*tracked), kick: make(chan struct{}, 1), expire: expire}
+func newExpirer(expire func(term uint64, due []lease.Lease)) *expirer {
+	return &expirer{byKey: make(map[string]*tracked), kick: make(chan struct{}, 1), expire: expire,
+		maxBatch: defaultExpiryBatch, maxInflight: defaultExpiryInflight}
 }
 
 func (e *expirer) wake() {
@@ -81,12 +105,13 @@ func (e *expirer) remove(key, id string) {
 }
 
 // renew extends lease id of key by its full TTL from now. A lease whose
-// deadline passed is no longer tracked, so it cannot be renewed.
+// deadline passed cannot be renewed, whether its expiry is being written or
+// still waits for a free submission slot.
 func (e *expirer) renew(key, id string, now time.Time) (lease.Lease, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t, ok := e.byKey[key]
-	if !ok || t.lease.ID != id {
+	if !ok || t.lease.ID != id || t.deadline <= mono(now) {
 		return lease.Lease{}, lease.ErrNotHeld
 	}
 	t.deadline = mono(now).add(t.lease.TTL)
@@ -119,38 +144,52 @@ func (e *expirer) reset(leases []lease.Lease, now time.Time) {
 	e.wake()
 }
 
-// setActive starts or stops acting on deadlines (leadership).
-func (e *expirer) setActive(active bool) {
+// activate starts acting on deadlines as the leader of term.
+func (e *expirer) activate(term uint64) {
 	e.mu.Lock()
-	e.active = active
+	e.active, e.term = true, term
 	e.mu.Unlock()
 	e.wake()
 }
 
-// run expires leases whose deadlines pass while active, until done closes.
+// deactivate stops acting on deadlines (leadership lost). Submissions
+// already running finish on their own; raft refuses them if this node no
+// longer leads, and the state machine ignores them in another term.
+func (e *expirer) deactivate() {
+	e.mu.Lock()
+	e.active = false
+	e.mu.Unlock()
+	e.wake()
+}
+
+// run expires leases whose deadlines pass while active, until done closes;
+// then it waits for running submissions to end.
 func (e *expirer) run(done <-chan struct{}) {
+	defer e.submitting.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var due []lease.Lease
 	for {
-		due = due[:0]
 		wait := time.Hour
 		e.mu.Lock()
 		if e.active {
 			now := mono(time.Now())
-			for len(e.heap) > 0 && e.heap[0].deadline <= now {
-				t := heap.Pop(&e.heap).(*tracked)
-				delete(e.byKey, t.lease.Key)
-				due = append(due, t.lease)
+			for e.inflight < e.maxInflight && len(e.heap) > 0 && e.heap[0].deadline <= now {
+				due := make([]lease.Lease, 0, min(e.maxBatch, len(e.heap)))
+				for len(due) < e.maxBatch && len(e.heap) > 0 && e.heap[0].deadline <= now {
+					t := heap.Pop(&e.heap).(*tracked)
+					delete(e.byKey, t.lease.Key)
+					due = append(due, t.lease)
+				}
+				e.inflight++
+				e.submitting.Add(1)
+				go e.submit(e.term, due)
 			}
-			if len(e.heap) > 0 {
+			// With every slot taken, the next one to free up kicks.
+			if len(e.heap) > 0 && e.inflight < e.maxInflight {
 				wait = time.Duration(e.heap[0].deadline - now)
 			}
 		}
 		e.mu.Unlock()
-		for _, l := range due {
-			e.expire(l.Key, l.ID)
-		}
 		timer.Reset(wait)
 		select {
 		case <-done:
@@ -159,6 +198,15 @@ func (e *expirer) run(done <-chan struct{}) {
 		case <-timer.C:
 		}
 	}
+}
+
+func (e *expirer) submit(term uint64, due []lease.Lease) {
+	defer e.submitting.Done()
+	e.expire(term, due)
+	e.mu.Lock()
+	e.inflight--
+	e.mu.Unlock()
+	e.wake()
 }
 
 type deadlineHeap []*tracked

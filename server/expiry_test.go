@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -23,11 +24,13 @@ type expiryHarness struct {
 // for it to return, which the bubble requires before it ends.
 func runExpirer(t *testing.T) (*expiryHarness, func()) {
 	h := &expiryHarness{t: t, expired: make(chan string, 100), start: time.Now()}
-	h.e = newExpirer(func(key, id string) {
-		// expire is documented to run without the lock held: taking it here
-		// would deadlock the bubble otherwise.
-		_ = h.e.remaining(key, time.Now())
-		h.expired <- key + "/" + id
+	h.e = newExpirer(func(term uint64, due []lease.Lease) {
+		for _, l := range due {
+			// expire is documented to run without the lock held: taking it
+			// here would deadlock the bubble otherwise.
+			_ = h.e.remaining(l.Key, time.Now())
+			h.expired <- l.Key + "/" + l.ID
+		}
 	})
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() { defer close(exited); h.e.run(done) }()
@@ -177,12 +180,12 @@ func TestExpirer(t *testing.T) {
 		}},
 		{"renewals still move deadlines while inactive", func(h *expiryHarness) {
 			h.e.add(testLease("k", "id", 10*time.Second), time.Now())
-			h.e.setActive(false)
+			h.e.deactivate()
 			h.sleepUntil(8 * time.Second)
 			if _, err := h.e.renew("k", "id", time.Now()); err != nil {
 				h.t.Fatal(err)
 			}
-			h.e.setActive(true)
+			h.e.activate(1)
 			h.sleepUntil(18*time.Second - time.Nanosecond)
 			h.expect()
 			h.sleepUntil(18 * time.Second)
@@ -193,7 +196,7 @@ func TestExpirer(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h, stop := runExpirer(t)
 				defer stop()
-				h.e.setActive(true)
+				h.e.activate(1)
 				tc.run(h)
 			})
 		})
@@ -210,18 +213,122 @@ func TestExpirerInactive(t *testing.T) {
 		h.sleepUntil(10 * time.Second)
 		h.expect()
 
-		h.e.setActive(true)
+		h.e.activate(1)
 		synctest.Wait()
 		h.expect("a/1") // overdue: expired at once, at 10s
 		if time.Since(h.start) != 10*time.Second {
 			t.Fatalf("activation moved the clock to %v", time.Since(h.start))
 		}
 		h.sleepUntil(20 * time.Second)
-		h.e.setActive(false)
+		h.e.deactivate()
 		h.sleepUntil(time.Hour)
 		h.expect() // b passed its deadline while inactive
-		h.e.setActive(true)
+		h.e.activate(1)
 		synctest.Wait()
 		h.expect("b/2")
+	})
+}
+
+// Leases that come due together are expired in batches, by a bounded number
+// of submissions at once, each stamped with the term that decided it; the
+// rest wait for a free slot and cannot be renewed meanwhile.
+func TestExpirerBatchesAndBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type call struct {
+			term uint64
+			due  []lease.Lease
+			done chan struct{}
+		}
+		calls := make(chan call, 100)
+		var e *expirer
+		e = newExpirer(func(term uint64, due []lease.Lease) {
+			c := call{term, due, make(chan struct{})}
+			calls <- c
+			<-c.done
+		})
+		e.maxBatch, e.maxInflight = 3, 2
+		done, exited := make(chan struct{}), make(chan struct{})
+		go func() { defer close(exited); e.run(done) }()
+		defer func() { close(done); <-exited }()
+
+		var all []lease.Lease
+		for i := range 10 {
+			l := testLease(fmt.Sprintf("k%d", i), fmt.Sprintf("id%d", i), 5*time.Second)
+			all = append(all, l)
+		}
+		e.reset(all, time.Now()) // a restart: one deadline for all
+		e.activate(7)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		take := func() []call {
+			var got []call
+			for {
+				select {
+				case c := <-calls:
+					got = append(got, c)
+					continue
+				default:
+				}
+				return got
+			}
+		}
+		running := take()
+		if len(running) != 2 || len(running[0].due) != 3 || len(running[1].due) != 3 {
+			t.Fatalf("%d submissions running, want 2 of 3 leases", len(running))
+		}
+		for _, c := range running {
+			if c.term != 7 {
+				t.Fatalf("expiry stamped with term %d, want 7", c.term)
+			}
+		}
+		// The four left are past their deadline: renewing one fails.
+		var expired []string
+		seen := map[string]bool{}
+		for _, c := range running {
+			for _, l := range c.due {
+				seen[l.Key] = true
+			}
+		}
+		for _, l := range all {
+			if seen[l.Key] {
+				continue
+			}
+			if _, err := e.renew(l.Key, l.ID, time.Now()); !errors.Is(err, lease.ErrNotHeld) {
+				t.Fatalf("renew of %s, due and waiting for a slot: %v, want ErrNotHeld", l.Key, err)
+			}
+		}
+		// A finished submission frees a slot for the next batch.
+		close(running[0].done)
+		synctest.Wait()
+		next := take()
+		if len(next) != 1 || len(next[0].due) != 3 {
+			t.Fatalf("after one submission ended: %d new, want one of 3 leases", len(next))
+		}
+		close(running[1].done)
+		close(next[0].done)
+		synctest.Wait()
+		last := take()
+		if len(last) != 1 || len(last[0].due) != 1 {
+			t.Fatalf("the last submissions: %d, want one of 1 lease", len(last))
+		}
+		close(last[0].done)
+		synctest.Wait()
+		for _, c := range append(append(running, next...), last...) {
+			for _, l := range c.due {
+				expired = append(expired, l.Key)
+			}
+		}
+		slices.Sort(expired)
+		want := make([]string, 0, len(all))
+		for _, l := range all {
+			want = append(want, l.Key)
+		}
+		slices.Sort(want)
+		if !slices.Equal(expired, want) {
+			t.Fatalf("expired %q, want each of %q once", expired, want)
+		}
+		if got := take(); len(got) != 0 {
+			t.Fatalf("%d more submissions with nothing due", len(got))
+		}
 	})
 }

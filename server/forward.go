@@ -434,7 +434,7 @@ func (r *routedService) KeepAlive(ctx context.Context, stream *connect.BidiStrea
 				if errors.As(connectError(err), &ce) {
 					out.ErrorCode, out.ErrorMessage = ce.Code().String(), ce.Message()
 				} else {
-					out.Lease = renewedProto(l)
+					out.Lease = wireLease(l, l.TTL, holderView) // just renewed: its full TTL is left
 				}
 				if err := stream.Send(out); err != nil {
 					return err

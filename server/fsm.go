@@ -51,13 +51,11 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 			results[i] = lease.Result{Err: fmt.Errorf("log index %d: %w", l.Index, err)}
 			continue
 		}
-		res := f.state.Apply(l.Index, c)
+		res := f.state.Apply(l.Index, l.Term, c)
 		results[i] = res
-		if res.Event.Type != 0 {
-			events = append(events, res.Event)
-		}
-		if res.Next.Type != 0 {
-			events = append(events, res.Next)
+		events = appendEvents(events, res)
+		for _, item := range res.Items {
+			events = appendEvents(events, item)
 		}
 	}
 	f.mu.Unlock()
@@ -65,6 +63,16 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		f.onEvent(ev)
 	}
 	return results
+}
+
+func appendEvents(events []lease.Event, res lease.Result) []lease.Event {
+	if res.Event.Type != 0 {
+		events = append(events, res.Event)
+	}
+	if res.Next.Type != 0 {
+		events = append(events, res.Next)
+	}
+	return events
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {

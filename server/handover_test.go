@@ -67,10 +67,10 @@ func TestReleaseHandsOverToWaiter(t *testing.T) {
 			if ending == "expiry" {
 				wantEnd = fencedv1.Event_EXPIRED
 			}
-			if end.GetType() != wantEnd || end.GetLease().GetLeaseId() != held.LeaseId {
+			if end.GetType() != wantEnd || end.GetLease().GetToken() != held.Token || end.GetLease().GetLeaseId() != "" {
 				t.Fatalf("second event %v, want %v of A's lease", end, wantEnd)
 			}
-			if grant.GetType() != fencedv1.Event_ACQUIRED || grant.GetLease().GetOwner() != "B" || grant.GetLease().GetLeaseId() != b.ID() {
+			if grant.GetType() != fencedv1.Event_ACQUIRED || grant.GetLease().GetOwner() != "B" || grant.GetLease().GetToken() != b.Token() || grant.GetLease().GetLeaseId() != "" {
 				t.Fatalf("third event %v, want B's grant", grant)
 			}
 			if b.Token() != end.GetRevision() || grant.GetRevision() != end.GetRevision() || b.Token() <= held.Token {

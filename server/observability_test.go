@@ -169,7 +169,7 @@ func TestTransitionsAreLogged(t *testing.T) {
 	}
 	out := logs.String()
 	for _, msg := range []string{"lease acquired", "lease renewed", "lease released"} {
-		want := fmt.Sprintf("msg=%q scope=log/k owner=w1 lease_id=%s token=%d", msg, l.ID(), l.Token())
+		want := fmt.Sprintf("msg=%q scope=log/k owner=w1 lease_id=%s token=%d", msg, fingerprint(l.ID()), l.Token())
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q\n%s", want, out)
 		}

@@ -9,7 +9,7 @@ import (
 )
 
 // timedLogStore measures how long raft's log writes take: each StoreLogs is
-// one write transaction and its fsync.
+// one append to the WAL and its fsync.
 type timedLogStore struct {
 	raft.LogStore
 	fsync prometheus.Histogram

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,9 +19,7 @@ import (
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -32,7 +29,7 @@ type Server struct {
 	log     *slog.Logger
 	fsm     *fsm
 	raft    *raft.Raft
-	store   *raftboltdb.BoltStore
+	store   *diskStore
 	trans   *contactTransport
 	peers   *peerMux   // the peer port: raft and forwarded calls
 	forward *forwarder // clients of the leader's API
@@ -62,8 +59,12 @@ type Server struct {
 	wg       sync.WaitGroup
 	closeMu  sync.Mutex
 	closed   bool
+	closeEnd chan struct{} // closed when the first Close returns
 	listener net.Listener
 	http     *http.Server
+
+	failMu  sync.Mutex
+	failure error // a failed write of the raft log, which stopped the node
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
@@ -79,8 +80,10 @@ func New(cfg Config) (*Server, error) {
 		waiters: newWaitQueues(),
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
+
+		closeEnd: make(chan struct{}),
 	}
-	s.expirer = newExpirer(s.submitExpire)
+	s.expirer = newExpirer(s.expireLeases)
 	s.forward = newForwarder(s)
 	var err error
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
@@ -106,17 +109,10 @@ func (s *Server) startRaft() error {
 	}
 	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: s.cfg.RaftLog})
 	var err error
-	s.store, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(s.cfg.DataDir, "raft.db"),
-		// As etcd does: the freelist is rebuilt on open instead of being
-		// written with every commit, which makes each fsynced commit smaller.
-		BoltOptions: &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType},
-	})
-	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			return fmt.Errorf("data dir %s is in use by another fenced process", s.cfg.DataDir)
-		}
-		return fmt.Errorf("open raft log: %w", err)
+	// The store locks the directory first, so nothing below touches a
+	// directory another process uses.
+	if s.store, err = openDiskStore(s.cfg.DataDir, hlog); err != nil {
+		return err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(s.cfg.DataDir, 2, hlog)
 	if err != nil {
@@ -134,20 +130,24 @@ func (s *Server) startRaft() error {
 	rc.LeaderLeaseTimeout = s.cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
 	// Raft compares the log with SnapshotThreshold only this often (its
-	// default is two minutes); at thousands of entries a second the log,
-	// and the bolt file that never shrinks, grew by hundreds of MB between
-	// looks.
+	// default is two minutes); at thousands of entries a second the log
+	// grew by hundreds of MB between looks.
 	rc.SnapshotInterval = 10 * time.Second
 	rc.TrailingLogs = s.cfg.SnapshotThreshold
 	// Group commit: the leader takes every queued apply (up to
-	// MaxAppendEntries) into one bolt transaction, whose commit syncs the
-	// file twice (pages, then meta) however many entries it holds.
+	// MaxAppendEntries) into one append to the WAL, one write and one
+	// fsync however many entries it holds.
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 512
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	logs, err := raft.NewLogCache(1024, &timedLogStore{LogStore: s.store, fsync: s.metrics.fsync})
+	var store raft.LogStore = s.store
+	if s.cfg.wrapLogStore != nil {
+		store = s.cfg.wrapLogStore(store)
+	}
+	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
+	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return err
 	}
@@ -174,6 +174,25 @@ func (s *Server) startRaft() error {
 	return s.bootstrap()
 }
 
+// logFailed stops the node after a write or fsync of the raft log failed:
+// nothing appended since is acknowledged, and Serve and Close return err.
+func (s *Server) logFailed(err error) {
+	s.failMu.Lock()
+	s.failure = err
+	s.failMu.Unlock()
+	s.ready.Store(false)
+	s.log.Error("stopping: the raft log cannot be written", "err", err)
+	// Not here: raft calls this from the goroutine Close waits for.
+	go s.Close()
+}
+
+// failed returns the log write failure that stopped the node, if any.
+func (s *Server) failed() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failure
+}
+
 // watchLeadership keeps ready and the expirer in step with leadership.
 func (s *Server) watchLeadership() {
 	stop := func() {}
@@ -186,7 +205,7 @@ func (s *Server) watchLeadership() {
 			s.leaderMu.Lock()
 			stop()
 			s.ready.Store(false)
-			s.expirer.setActive(false)
+			s.expirer.deactivate()
 			s.setLeading(leader)
 			s.leaderMu.Unlock()
 			if !leader {
@@ -216,6 +235,11 @@ func (s *Server) becomeLeader(ctx context.Context) {
 		}
 		break
 	}
+	// The deadlines set now are this term's: expiries decided on them carry
+	// it, and take effect only in an entry of the same term. Should the
+	// term already have moved on, they take effect nowhere, and the
+	// leadership change that moved it restarts all this.
+	term := s.raft.CurrentTerm()
 	var leases []lease.Lease
 	s.fsm.read(func(st *lease.State) {
 		leases = make([]lease.Lease, 0, st.Len())
@@ -227,10 +251,10 @@ func (s *Server) becomeLeader(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	s.expirer.setActive(true)
+	s.expirer.activate(term)
 	s.ready.Store(true)
 	s.waiters.freedAll()
-	s.log.Info("serving as leader", "leases", len(leases), "term", s.raft.Stats()["term"])
+	s.log.Info("serving as leader", "leases", len(leases), "term", term)
 }
 
 // applied sees every transition, in log order, on every node. Transitions
@@ -251,10 +275,10 @@ func (s *Server) applied(ev lease.Event) {
 		if tookOver {
 			s.metrics.takeovers.Inc()
 			s.counts.takeovers.Add(1)
-			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token,
+			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token,
 				"previous_owner", prev.Owner, "previous_token", prev.Token)
 		} else {
-			s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token, "ttl", l.TTL)
+			s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "ttl", l.TTL)
 		}
 	case lease.Released:
 		s.expirer.remove(l.Key, l.ID)
@@ -262,7 +286,7 @@ func (s *Server) applied(ev lease.Event) {
 		s.waiters.freed(l.Key)
 		if !replay {
 			s.counts.released.Add(1)
-			s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+			s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
 		}
 	case lease.Expired:
 		s.expirer.remove(l.Key, l.ID)
@@ -271,7 +295,7 @@ func (s *Server) applied(ev lease.Event) {
 		if !replay {
 			s.metrics.expirations.Inc()
 			s.counts.expired.Add(1)
-			s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+			s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
 		}
 	}
 	s.hub.publish(ev)
@@ -285,22 +309,59 @@ func (s *Server) restored(st *lease.State) {
 	s.waiters.freedAll()
 }
 
-// submitExpire writes the expiry of a lease to the log, handing the key to
-// the first waiter if there is one. It does not wait: if leadership is lost
-// meanwhile, the next leader tracks the lease anew.
-func (s *Server) submitExpire(key, id string) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		_, err := s.applyHandover(lease.Command{Op: lease.OpExpire, Key: key, ID: id}, s.applyAlways)
-		if err != nil {
-			s.log.Warn("expire not applied", "scope", key, "lease_id", id, "err", err)
+// expireLeases writes the expiry of due, decided by the leader of term, to
+// the log and returns once it is applied or has failed. Leases whose key has
+// a waiter are handed over to it, each in an entry of its own so that every
+// grant has a token of its own; the rest share one entry. If leadership is
+// lost meanwhile, the next leader tracks the leases anew.
+func (s *Server) expireLeases(term uint64, due []lease.Lease) {
+	type handover struct {
+		key  string
+		w    *waiter
+		wait func() (lease.Result, error)
+	}
+	var (
+		handovers []handover
+		plain     = make([]lease.Expiry, 0, len(due))
+	)
+	for _, l := range due {
+		e := lease.Expiry{Key: l.Key, ID: l.ID}
+		w := s.waiters.claim(l.Key)
+		if w == nil {
+			plain = append(plain, e)
+			continue
 		}
-	}()
+		e.NextID, e.Owner, e.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+		c := lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{e}}
+		handovers = append(handovers, handover{l.Key, w, s.applyAsync(c)})
+	}
+	if len(plain) > 0 {
+		res, err := s.applyAsync(lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain})()
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			s.log.Warn("expiry not applied", "leases", len(plain), "term", term, "err", err)
+		}
+	}
+	for _, h := range handovers {
+		res, err := h.wait()
+		if err == nil {
+			err = res.Err
+		}
+		var next lease.Event
+		if err == nil && len(res.Items) == 1 {
+			next = res.Items[0].Next
+		}
+		s.waiters.settle(h.key, h.w, next.Lease, next.Type == lease.Acquired)
+		if err != nil {
+			s.log.Warn("expiry not applied", "scope", h.key, "term", term, "err", err)
+		}
+	}
 }
 
-// applyHandover applies a release or expiry c, and hands the key over in the
-// same log entry to the first waiter for it, if any.
+// applyHandover applies a release c, and hands the key over in the same log
+// entry to the first waiter for it, if any.
 func (s *Server) applyHandover(c lease.Command, apply func(lease.Command) (lease.Result, error)) (lease.Result, error) {
 	w := s.waiters.claim(c.Key)
 	if w != nil {
@@ -309,7 +370,7 @@ func (s *Server) applyHandover(c lease.Command, apply func(lease.Command) (lease
 	res, err := apply(c)
 	if w != nil {
 		granted := err == nil && res.Next.Type == lease.Acquired
-		s.waiters.settle(w, res.Next.Lease, granted)
+		s.waiters.settle(c.Key, w, res.Next.Lease, granted)
 	}
 	return res, err
 }
@@ -326,17 +387,26 @@ func (s *Server) apply(c lease.Command) (lease.Result, error) {
 // applyAlways is apply without the readiness check, for the leader's own
 // expiries, which raft refuses anyway if this node no longer leads.
 func (s *Server) applyAlways(c lease.Command) (lease.Result, error) {
+	return s.applyAsync(c)()
+}
+
+// applyAsync writes c to the log without the readiness check and returns a
+// function that waits for its result, so that one goroutine can have several
+// entries in flight.
+func (s *Server) applyAsync(c lease.Command) func() (lease.Result, error) {
 	data, err := c.MarshalBinary()
 	if err != nil {
-		return lease.Result{}, err
+		return func() (lease.Result, error) { return lease.Result{}, err }
 	}
 	start := time.Now()
 	f := s.raft.Apply(data, 0)
-	if err := f.Error(); err != nil {
-		return lease.Result{}, err
+	return func() (lease.Result, error) {
+		if err := f.Error(); err != nil {
+			return lease.Result{}, err
+		}
+		s.metrics.apply.Observe(time.Since(start).Seconds())
+		return f.Response().(lease.Result), nil
 	}
-	s.metrics.apply.Observe(time.Since(start).Seconds())
-	return f.Response().(lease.Result), nil
 }
 
 func newLeaseID() string {
@@ -420,13 +490,13 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
-			return nil
+			return s.failed()
 		}
 		return err
 	case <-ctx.Done():
 		return s.Close()
 	case <-s.done:
-		return nil
+		return s.failed()
 	}
 }
 
@@ -448,13 +518,17 @@ func (s *Server) Addr() net.Addr {
 }
 
 // Close stops serving, lets in-flight requests finish for up to 5 seconds,
-// and shuts raft down. Every acknowledged grant is already on disk.
+// and shuts raft down. Every acknowledged grant is already on disk. If a
+// write of the raft log failed, the node has closed itself and Close returns
+// that error (ErrLogWrite).
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	if s.closed {
 		s.closeMu.Unlock()
-		return nil
+		<-s.closeEnd // the node closed itself: wait until it is done
+		return s.failed()
 	}
+	defer close(s.closeEnd)
 	s.closed = true
 	srv := s.http
 	s.closeMu.Unlock()
@@ -468,7 +542,7 @@ func (s *Server) Close() error {
 	}
 	errs = append(errs, s.closeRaft())
 	s.wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, s.failed())...)
 }
 
 func (s *Server) closeRaft() error {
@@ -481,6 +555,9 @@ func (s *Server) closeRaft() error {
 		errs = append(errs, s.trans.Close())
 	}
 	if s.store != nil {
+		if s.raft != nil && errors.Join(errs...) == nil && s.failed() == nil {
+			errs = append(errs, s.store.markClosed())
+		}
 		errs = append(errs, s.store.Close())
 	}
 	return errors.Join(errs...)

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/fence"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
@@ -21,7 +22,7 @@ import (
 
 // Input limits of the wire contract.
 const (
-	MaxKeyBytes   = 512
+	MaxKeyBytes   = fence.MaxScopeBytes
 	MaxOwnerBytes = 256
 	maxIDBytes    = 64
 )
@@ -74,7 +75,7 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.toProto(l)}), nil
+	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.currentLease(l, holderView)}), nil
 }
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
@@ -83,7 +84,7 @@ func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.Renew
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.RenewResponse{Lease: renewedProto(l)}), nil
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: wireLease(l, l.TTL, holderView)}), nil
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
@@ -123,7 +124,7 @@ func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetR
 	})
 	resp := &fencedv1.GetResponse{LastToken: last}
 	if ok {
-		resp.Lease = v.s.toProto(l)
+		resp.Lease = v.s.currentLease(l, publicView)
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -162,7 +163,7 @@ func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.Li
 	v.s.fsm.read(func(st *lease.State) { leases = st.List(prefix, limit) })
 	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases))}
 	for i, l := range leases {
-		resp.Leases[i] = v.s.toProto(l)
+		resp.Leases[i] = v.s.currentLease(l, publicView)
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -223,24 +224,36 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	}
 }
 
-func (s *Server) toProto(l lease.Lease) *fencedv1.Lease {
-	return &fencedv1.Lease{
-		Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token, TtlMs: l.TTL.Milliseconds(),
-		RemainingMs: s.expirer.remaining(l.Key, time.Now()).Milliseconds(),
+// view says whose answer a lease goes into. The lease ID is the capability
+// that renews and releases a lease (invariant I4), so it goes only to its
+// holder: in the answers to Acquire, Renew and KeepAlive. Everyone else (Get,
+// List, Watch, the dashboard) sees the public view, which leaves it out.
+type view bool
+
+const (
+	publicView view = false
+	holderView view = true
+)
+
+// wireLease is the one conversion of a lease to its wire form; remaining is
+// the time left as this node sees it (0 when not applicable).
+func wireLease(l lease.Lease, remaining time.Duration, v view) *fencedv1.Lease {
+	p := &fencedv1.Lease{Key: l.Key, Owner: l.Owner, Token: l.Token,
+		TtlMs: l.TTL.Milliseconds(), RemainingMs: remaining.Milliseconds()}
+	if v == holderView {
+		p.LeaseId = l.ID
 	}
+	return p
 }
 
-// renewedProto is toProto for a lease just renewed: it has its full TTL.
-func renewedProto(l lease.Lease) *fencedv1.Lease {
-	return &fencedv1.Lease{Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token,
-		TtlMs: l.TTL.Milliseconds(), RemainingMs: l.TTL.Milliseconds()}
+// currentLease is wireLease for a current lease, with the time it has left.
+func (s *Server) currentLease(l lease.Lease, v view) *fencedv1.Lease {
+	return wireLease(l, s.expirer.remaining(l.Key, time.Now()), v)
 }
 
 func (s *Server) eventToProto(ev lease.Event) *fencedv1.Event {
 	l := ev.Lease
-	e := &fencedv1.Event{Revision: ev.Revision, Lease: &fencedv1.Lease{
-		Key: l.Key, LeaseId: l.ID, Owner: l.Owner, Token: l.Token, TtlMs: l.TTL.Milliseconds(),
-	}}
+	e := &fencedv1.Event{Revision: ev.Revision, Lease: wireLease(l, 0, publicView)}
 	switch ev.Type {
 	case lease.Acquired:
 		e.Type = fencedv1.Event_ACQUIRED
@@ -285,47 +298,50 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 	defer cancel()
 	w := s.waiters.enqueueWanting(key, &c)
 	defer s.waiters.leave(key, w)
-	// giveUp leaves the line with err, unless the key was handed to this
-	// waiter meanwhile: then the grant stands and is returned.
-	giveUp := func(err error) (lease.Lease, error) {
-		if s.waiters.abandon(key, w) {
-			select {
-			case l := <-w.granted:
-				return l, nil
-			case <-w.ready:
-			}
-		} else {
-			select {
-			case l := <-w.granted:
-				return l, nil
-			default:
-			}
-		}
-		if errors.Is(err, lease.ErrHeld) {
-			err = s.refreshHeld(key, err)
-		}
-		return lease.Lease{}, err
-	}
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
-		if s.waiters.isHead(key, w) {
+		l, granted, head := s.waiters.turn(key, w)
+		if granted {
+			return l, nil
+		}
+		if head {
 			l, err := s.tryAcquire(c)
 			if err == nil {
 				return l, nil
 			}
 			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, errNotReady) {
-				return giveUp(err)
+				return s.giveUp(key, w, err)
 			}
 			lastErr = err
 		}
 		select {
-		case l := <-w.granted:
-			return l, nil
 		case <-w.ready:
 		case <-ctx.Done():
-			return giveUp(lastErr)
+			return s.giveUp(key, w, lastErr)
 		}
 	}
+}
+
+// giveUp leaves the line with err, unless the key was handed to the waiter
+// meanwhile: then the grant stands and is returned. A handover to it that
+// is still being applied is waited for, however long the wait was meant to
+// be: the grant it may make is this waiter's, and nobody else learns its
+// lease ID.
+func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
+	for {
+		l, granted, inFlight := s.waiters.abandon(key, w)
+		if granted {
+			return l, nil
+		}
+		if !inFlight {
+			break
+		}
+		<-w.ready // settle signals once the handover is decided
+	}
+	if errors.Is(err, lease.ErrHeld) {
+		err = s.refreshHeld(key, err)
+	}
+	return lease.Lease{}, err
 }
 
 func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
@@ -396,7 +412,7 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 		return lease.Lease{}, describeNotHeld(err, key, id)
 	}
 	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", l.ID, "token", l.Token)
+		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
 	}
 	return l, nil
 }
@@ -424,14 +440,15 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	return describeNotHeld(res.Err, key, id)
 }
 
+// validateKey applies fence.ValidateScope: a key is the scope its tokens
+// fence, so the service and every guard share one rule, and the service
+// never issues a token that a guard would refuse for its scope.
 func validateKey(key string) error {
-	if len(key) == 0 {
-		return invalidf("key is required")
+	var se *fence.ScopeError
+	if err := fence.ValidateScope(key); errors.As(err, &se) {
+		return invalidf("key %s", se.Reason)
 	}
-	if len(key) > MaxKeyBytes {
-		return invalidf("key is %d bytes, the limit is %d", len(key), MaxKeyBytes)
-	}
-	return validateText("key", key)
+	return nil
 }
 
 func validateOwner(owner string) error {
@@ -515,7 +532,7 @@ func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fenc
 		if errors.As(connectError(err), &ce) {
 			resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
 		} else {
-			resp.Lease = renewedProto(l)
+			resp.Lease = wireLease(l, l.TTL, holderView) // just renewed: its full TTL is left
 		}
 		if err := stream.Send(resp); err != nil {
 			return err

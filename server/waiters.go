@@ -12,8 +12,13 @@ import (
 //
 // A release or expiry may also claim the head and hand the key over to it in
 // the same log entry (see lease.Command.NextID). A claimed waiter stays in
-// line until the handover is applied or has failed; then it gets the lease
-// (granted) or its turn back (ready).
+// line until the handover is applied or has failed (settle); then it holds
+// the lease (grant) or gets its turn back. A claimed waiter cannot leave: its
+// lease may be granted at any moment, and a grant nobody receives would keep
+// the key held, under an ID nobody knows, for a full TTL.
+//
+// Every outcome is recorded under mu and announced through ready, a
+// coalescing signal, so nothing here ever blocks while holding mu.
 type waitQueues struct {
 	mu     sync.Mutex
 	queues map[string][]*waiter
@@ -25,9 +30,10 @@ type waiter struct {
 	// want is what the waiter asks for; nil means it cannot be handed a
 	// key (only tries on its own).
 	want *lease.Command
-	// granted receives the lease of a handover made to this waiter.
-	granted chan lease.Lease
-	claimed bool // a handover to this waiter is being applied
+
+	// Guarded by waitQueues.mu.
+	claimed bool         // a handover to this waiter is being applied
+	grant   *lease.Lease // the lease a handover gave this waiter
 }
 
 func newWaitQueues() *waitQueues { return &waitQueues{queues: make(map[string][]*waiter)} }
@@ -47,48 +53,68 @@ func (q *waitQueues) enqueue(key string) *waiter { return q.enqueueWanting(key, 
 func (q *waitQueues) enqueueWanting(key string, want *lease.Command) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	wt := &waiter{ready: make(chan struct{}, 1), want: want, granted: make(chan lease.Lease, 1)}
+	wt := &waiter{ready: make(chan struct{}, 1), want: want}
 	q.queues[key] = append(q.queues[key], wt)
 	q.count++
 	return wt
 }
 
 // claim marks the head of key's queue as the receiver of a handover and
-// returns it, or nil if there is no head that can take one.
+// returns it, or nil if there is no head that can take one. Every claim
+// must be followed by exactly one settle.
 func (q *waitQueues) claim(key string) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.queues[key]
-	if len(ws) == 0 || ws[0].want == nil || ws[0].claimed {
+	if len(ws) == 0 || ws[0].want == nil || ws[0].claimed || ws[0].grant != nil {
 		return nil
 	}
 	ws[0].claimed = true
 	return ws[0]
 }
 
-// settle ends a claim: with ok the waiter is handed l, otherwise it gets
-// its turn back.
-func (q *waitQueues) settle(wt *waiter, l lease.Lease, ok bool) {
+// settle ends a claim of key's head: with ok the waiter is handed l and
+// leaves the line (the next waiter gets its turn), otherwise it gets its
+// turn back. Either way the waiter is signalled; settle never blocks.
+func (q *waitQueues) settle(key string, wt *waiter, l lease.Lease, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	wt.claimed = false
 	if ok {
-		wt.granted <- l
-		return
+		wt.grant = &l
+		q.remove(key, wt)
 	}
 	wt.signal()
 }
 
-// abandon removes wt unless a handover to it is in flight; it reports
-// whether one is, in which case the caller must wait for it to settle.
-func (q *waitQueues) abandon(key string, wt *waiter) (inFlight bool) {
+// turn reports what wt should do next: take the lease a handover gave it
+// (granted), try to acquire (head: first in line and no handover to it in
+// flight), or wait for a signal.
+func (q *waitQueues) turn(key string, wt *waiter) (l lease.Lease, granted, head bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if wt.claimed {
-		return true
+	if wt.grant != nil {
+		return *wt.grant, true, false
+	}
+	ws := q.queues[key]
+	return lease.Lease{}, false, !wt.claimed && len(ws) > 0 && ws[0] == wt
+}
+
+// abandon removes wt from the line unless a handover reached it: granted
+// says it was handed l and must return it; inFlight says a handover to it
+// is being applied, and the caller must wait for wt's signal and call
+// abandon again.
+func (q *waitQueues) abandon(key string, wt *waiter) (l lease.Lease, granted, inFlight bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case wt.grant != nil:
+		return *wt.grant, true, false
+	case wt.claimed:
+		return lease.Lease{}, false, true
 	}
 	q.remove(key, wt)
-	return false
+	return lease.Lease{}, false, false
 }
 
 // isHead reports whether wt is first in key's queue.

@@ -81,6 +81,14 @@ func TestWaitQueues(t *testing.T) {
 
 func TestWaitQueueHandover(t *testing.T) {
 	want := &lease.Command{Op: lease.OpAcquire, Key: "k", Owner: "B"}
+	signalled := func(w *waiter) bool {
+		select {
+		case <-w.ready:
+			return true
+		default:
+			return false
+		}
+	}
 	t.Run("only a head that wants the key is claimed, once", func(t *testing.T) {
 		q := newWaitQueues()
 		if q.claim("k") != nil {
@@ -92,29 +100,67 @@ func TestWaitQueueHandover(t *testing.T) {
 		}
 		q.leave("k", plain)
 		w := q.enqueueWanting("k", want)
+		next := q.enqueueWanting("k", want)
 		if q.claim("k") != w || q.claim("k") != nil {
 			t.Fatal("want exactly one claim of the head")
 		}
-		q.settle(w, lease.Lease{Key: "k", Token: 9}, true)
-		if l := <-w.granted; l.Token != 9 {
-			t.Fatalf("granted %+v", l)
+		if _, granted, head := q.turn("k", w); granted || head {
+			t.Fatal("a claimed waiter was told to try on its own")
+		}
+		q.settle("k", w, lease.Lease{Key: "k", Token: 9}, true)
+		l, granted, _ := q.turn("k", w)
+		if !granted || l.Token != 9 || !signalled(w) {
+			t.Fatalf("turn after a handover = %+v, %v, want the signalled grant", l, granted)
+		}
+		// The granted waiter left the line: the next one has its turn.
+		if _, _, head := q.turn("k", next); !head || !signalled(next) || q.len() != 1 {
+			t.Fatalf("after the grant: next is head %v, len %d", head, q.len())
+		}
+		// Abandoning after the grant returns it, and leaving is harmless.
+		if l, granted, inFlight := q.abandon("k", w); !granted || inFlight || l.Token != 9 {
+			t.Fatalf("abandon after the grant = %+v, %v, %v", l, granted, inFlight)
+		}
+		q.leave("k", w)
+		if q.len() != 1 {
+			t.Fatalf("len %d after the granted waiter left again", q.len())
 		}
 	})
 	t.Run("a claimed waiter cannot abandon; it gets the outcome", func(t *testing.T) {
 		q := newWaitQueues()
 		w := q.enqueueWanting("k", want)
 		q.claim("k")
-		if !q.abandon("k", w) || q.len() != 1 {
+		if _, granted, inFlight := q.abandon("k", w); granted || !inFlight || q.len() != 1 {
 			t.Fatal("a claimed waiter left the line")
 		}
-		q.settle(w, lease.Lease{}, false)
-		select {
-		case <-w.ready:
-		default:
+		q.settle("k", w, lease.Lease{}, false)
+		if !signalled(w) {
 			t.Fatal("a failed handover did not give the waiter its turn back")
 		}
-		if q.abandon("k", w) || q.len() != 0 {
+		if _, _, head := q.turn("k", w); !head {
+			t.Fatal("a failed handover did not give the waiter its turn back")
+		}
+		if _, granted, inFlight := q.abandon("k", w); granted || inFlight || q.len() != 0 {
 			t.Fatal("an unclaimed waiter could not abandon")
+		}
+	})
+	t.Run("settle never blocks, whoever reads", func(t *testing.T) {
+		q := newWaitQueues()
+		w := q.enqueueWanting("k", want)
+		// Handovers are settled over and over while the waiter reads
+		// nothing: each one must return at once.
+		for i := range 3 {
+			if q.claim("k") != w {
+				t.Fatalf("round %d: no claim", i)
+			}
+			q.settle("k", w, lease.Lease{}, false)
+		}
+		q.claim("k")
+		q.settle("k", w, lease.Lease{Token: 4}, true)
+		if l, granted, _ := q.turn("k", w); !granted || l.Token != 4 {
+			t.Fatalf("grant %+v, %v", l, granted)
+		}
+		if q.claim("k") != nil {
+			t.Fatal("a waiter that was granted the key was claimed again")
 		}
 	})
 }

@@ -4,12 +4,21 @@
 // torture tests.
 //
 // Objects, the highest accepted token per scope, and an append-only audit of
-// every accepted write live in one bbolt file. Each write is one read-write
-// transaction that checks the highest token, writes the object, raises the
-// highest token and appends the audit record; the transaction is fsynced
-// before the writer gets its answer.
+// every accepted write live in one bbolt file, opened as a fence.Bolt guard:
+// the store is built the way a service of its own should use package fence.
+// Each write goes through Bolt.DoTx, one read-write transaction that checks
+// the highest token, writes the object and appends the audit record (the
+// store's part), and raises the highest token; the transaction is fsynced
+// before the writer gets its answer. Scopes and object names follow the rule
+// of lease keys, fence.ValidateScope.
 //
-// HTTP contract (DESIGN.md section 4):
+// The file's layout has a schema version. Version 1 (stores before the
+// guard was used) kept highest tokens in a bucket of its own; Open moves
+// them to the guard's bucket, in one transaction, and writes version 2. Older
+// stores refuse a version 2 file with "unsupported schema version", as
+// Open refuses versions it does not know.
+//
+// HTTP contract (pinned: clients and tests outside this repository rely on it):
 //
 //	PUT    /v1/objects/{name}  body = value        -> 204 No Content
 //	DELETE /v1/objects/{name}                      -> 204 No Content, 404 if absent
@@ -48,6 +57,9 @@
 //     at 1, increase by one and are never reused.
 //   - Scopes are independent, and a scope is not tied to an object name: the
 //     store fences whatever scope the writer names.
+//   - A highest token that cannot be read (a damaged file) refuses every
+//     write of its scope with a 500; it is never taken for 0, which would
+//     turn fencing off for the scope.
 //
 // Non-guarantees:
 //   - The store does not talk to the lease service. It trusts the token

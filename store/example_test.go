@@ -164,10 +164,10 @@ func ExampleStore_Put_lease() {
 	}
 	fmt.Println("A writes with its token:", put(leaseA, "paid by A"))
 
-	// A pauses (GC, VM freeze) and sends no renewals. Lost stands in for the
-	// pause: it stops the renewals without releasing, so the server expires
-	// the lease after its TTL, and B, waiting, gets the key.
-	leaseA.Lost(errors.New("paused"))
+	// A pauses (GC, VM freeze) and sends no renewals. Orphan stands in for
+	// the pause: it stops the renewals without releasing, so the server
+	// expires the lease after its TTL, and B, waiting, gets the key.
+	leaseA.Orphan()
 	leaseB, err := b.Acquire(ctx, "orders/7", client.WithWait(5*time.Second))
 	if err != nil {
 		log.Fatal(err)

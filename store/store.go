@@ -11,14 +11,11 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 
 	"github.com/fencedio/fenced/fence"
-	"github.com/fencedio/fenced/fence/fencehttp"
 )
 
 // FileName is the name of the bbolt file inside Config.DataDir.
@@ -28,30 +25,34 @@ const FileName = "store.db"
 const DefaultMaxValueBytes = 1 << 20
 
 // MaxNameBytes bounds object names, the same bound as lease keys and scopes.
-const MaxNameBytes = 512
+const MaxNameBytes = fence.MaxScopeBytes
 
 // openTimeout bounds the wait for bbolt's file lock, so that a second store
 // on the same directory fails instead of hanging.
 const openTimeout = 5 * time.Second
 
 // schemaVersion is stored in the meta bucket; Open refuses other versions
-// rather than misreading them.
-const schemaVersion = 1
+// rather than misreading them. Version 1 kept the highest tokens in the
+// store's own bucket (bucketHighestV1); version 2 leaves them to the
+// fence.Bolt guard, in fence.BoltBucket. Open moves a version 1 file to
+// version 2; stores older than that refuse a version 2 file.
+const schemaVersion = 2
 
 var (
-	bucketMeta    = []byte("meta")
-	bucketObjects = []byte("objects")
-	bucketHighest = []byte("highest")
-	bucketAudit   = []byte("audit")
-	keySchema     = []byte("schema")
+	bucketMeta      = []byte("meta")
+	bucketObjects   = []byte("objects")
+	bucketAudit     = []byte("audit")
+	bucketHighestV1 = []byte("highest")
+	keySchema       = []byte("schema")
 )
 
 // ErrNotFound is returned for a read or delete of an object that does not
 // exist.
 var ErrNotFound = errors.New("object not found")
 
-// ErrInvalidName is returned for an object name that is empty, longer than
-// MaxNameBytes, not UTF-8, or contains control characters.
+// ErrInvalidName is returned for an object name that breaks the rule of
+// scopes and lease keys (fence.ValidateScope): empty, longer than
+// MaxNameBytes, not UTF-8, or with a character that is not printable.
 var ErrInvalidName = errors.New("invalid object name")
 
 // ErrTooLarge is returned for a value longer than Config.MaxValueBytes.
@@ -70,8 +71,10 @@ type Config struct {
 	// NoFencing makes the store accept stale tokens: the scope and token
 	// headers are still required and validated and every write is still
 	// audited (with HighestBefore, so checkers can see stale overwrites), but
-	// the comparison with the highest token is skipped. A negative control
-	// for demos and torture tests only; Open logs a loud warning.
+	// a write that the guard rejects as stale is applied anyway, in a
+	// transaction of its own that leaves the highest token as it is. A
+	// negative control for demos and torture tests only; Open logs a loud
+	// warning.
 	NoFencing bool
 
 	// MaxValueBytes limits the size of a value; larger PUTs get 413.
@@ -174,7 +177,8 @@ type Object struct {
 // Store is a durable fenced object store. It is safe for concurrent use.
 type Store struct {
 	cfg     Config
-	db      *bbolt.DB
+	guard   *fence.Bolt // owns db and the highest token of every scope
+	db      *bbolt.DB   // guard.DB(): objects and audit; writes go through guard.DoTx
 	log     *slog.Logger
 	metrics *metrics
 	recent  *rejectionLog
@@ -193,25 +197,26 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store: create data dir: %w", err)
 	}
 	path := filepath.Join(cfg.DataDir, FileName)
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: openTimeout})
+	guard, err := fence.OpenBolt(path, fence.WithBoltOptions(&bbolt.Options{Timeout: openTimeout}))
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("store: open %s: locked by another process: %w", path, err)
 		}
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	if err := initSchema(db); err != nil {
-		db.Close()
+	if err := initSchema(guard.DB()); err != nil {
+		guard.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
-		db.Close()
+		guard.Close()
 		return nil, fmt.Errorf("store: register metrics: %w", err)
 	}
 	s := &Store{
 		cfg:     cfg,
-		db:      db,
+		guard:   guard,
+		db:      guard.DB(),
 		log:     cfg.Logger,
 		metrics: m,
 		recent:  newRejectionLog(recentRejections),
@@ -223,22 +228,53 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// initSchema creates the store's buckets in a new file and moves a version 1
+// file to version 2, in one transaction: a crash leaves either layout whole.
 func initSchema(db *bbolt.DB) error {
 	return db.Update(func(tx *bbolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketObjects, bucketHighest, bucketAudit} {
+		for _, name := range [][]byte{bucketMeta, bucketObjects, bucketAudit} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get(keySchema); v != nil {
-			if len(v) != 8 || binary.BigEndian.Uint64(v) != schemaVersion {
-				return fmt.Errorf("unsupported schema version %x (want %d)", v, schemaVersion)
-			}
+		v := meta.Get(keySchema)
+		switch {
+		case v == nil:
+		case len(v) == 8 && binary.BigEndian.Uint64(v) == schemaVersion:
 			return nil
+		case len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
+			if err := migrateV1(tx); err != nil {
+				return fmt.Errorf("move schema version 1 to %d: %w", schemaVersion, err)
+			}
+		default:
+			return fmt.Errorf("unsupported schema version %x (want %d; a newer store wrote this file?)", v, schemaVersion)
 		}
 		return meta.Put(keySchema, u64(schemaVersion))
 	})
+}
+
+// migrateV1 moves the highest tokens of a version 1 file into the guard's
+// bucket. Values are copied as they are: one that is not a token makes the
+// guard refuse writes of its scope, as it would have been refused before.
+func migrateV1(tx *bbolt.Tx) error {
+	old := tx.Bucket(bucketHighestV1)
+	if old == nil {
+		return nil
+	}
+	dst := tx.Bucket([]byte(fence.BoltBucket))
+	if dst == nil {
+		return fmt.Errorf("bucket %s is missing", fence.BoltBucket)
+	}
+	if err := old.ForEach(func(k, v []byte) error {
+		if cur := dst.Get(k); cur != nil {
+			return fmt.Errorf("scope %q has a token in both %s and %s", k, bucketHighestV1, fence.BoltBucket)
+		}
+		return dst.Put(k, v)
+	}); err != nil {
+		return err
+	}
+	return tx.DeleteBucket(bucketHighestV1)
 }
 
 // Close closes the database. Requests in flight after Close fail.
@@ -246,7 +282,7 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if err := s.db.Close(); err != nil {
+	if err := s.guard.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
 	return nil
@@ -278,15 +314,15 @@ func (s *Store) Delete(ctx context.Context, scope string, token uint64, name str
 	return rec, nil
 }
 
+// write is the write path of Put and Delete. The guard's DoTx checks the
+// token, runs apply and raises the highest token in one transaction; a
+// stale token never reaches apply.
 func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, name string, value []byte) (AuditRecord, error) {
 	if err := ValidateName(name); err != nil {
 		return AuditRecord{}, err
 	}
-	if err := fencehttp.ValidateScope(scope); err != nil {
+	if err := fence.Check(scope, token, 0); err != nil {
 		return AuditRecord{}, err
-	}
-	if token == 0 {
-		return AuditRecord{}, fence.ErrNoToken
 	}
 	if err := s.usable(ctx); err != nil {
 		return AuditRecord{}, err
@@ -295,94 +331,92 @@ func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, na
 
 	// Highest tokens never decrease, so a token that is stale now stays
 	// stale: rejecting it from a read transaction is exact, and keeps stale
-	// writers from queueing behind bbolt's single writer.
-	if !s.cfg.NoFencing {
-		var highest uint64
-		if err := s.db.View(func(tx *bbolt.Tx) error {
-			highest = readHighest(tx, scope)
-			return nil
-		}); err != nil {
-			return AuditRecord{}, fmt.Errorf("read highest token: %w", err)
-		}
-		if err := fence.Check(scope, token, highest); err != nil {
-			s.rejectStale(ctx, op, name, err)
-			return AuditRecord{}, err
-		}
+	// writers from queueing behind bbolt's single writer. An unreadable
+	// highest token refuses the write.
+	highest, err := s.guard.Highest(ctx, scope)
+	if err != nil {
+		return AuditRecord{}, s.txError(err)
+	}
+	if err := fence.Check(scope, token, highest); err != nil && !s.cfg.NoFencing {
+		s.rejectStale(ctx, op, name, err)
+		return AuditRecord{}, err
 	}
 
-	var (
-		rec      AuditRecord
-		stale    error // set when the authoritative check rejects
-		notFound bool
-	)
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		highest := readHighest(tx, scope)
-		if !s.cfg.NoFencing {
-			if err := fence.Check(scope, token, highest); err != nil {
-				stale = err
-				return nil // nothing written; commit is a no-op
-			}
-		}
-		objects := tx.Bucket(bucketObjects)
-		if op == OpDelete && objects.Get([]byte(name)) == nil {
-			notFound = true
-			return nil
-		}
-		audit := tx.Bucket(bucketAudit)
-		seq, err := audit.NextSequence()
-		if err != nil {
-			return fmt.Errorf("next audit sequence: %w", err)
-		}
-		rec = AuditRecord{
-			Seq:           seq,
-			Scope:         scope,
-			Token:         token,
-			HighestBefore: highest,
-			Object:        name,
-			Op:            op,
-			Time:          s.cfg.Now().UTC(),
-			ValueLength:   int64(len(value)),
-		}
-		switch op {
-		case OpPut:
-			if err := objects.Put([]byte(name), encodeObject(rec, value)); err != nil {
-				return fmt.Errorf("write object: %w", err)
-			}
-		case OpDelete:
-			if err := objects.Delete([]byte(name)); err != nil {
-				return fmt.Errorf("delete object: %w", err)
-			}
-		}
-		if token > highest {
-			if err := tx.Bucket(bucketHighest).Put([]byte(scope), u64(token)); err != nil {
-				return fmt.Errorf("raise highest token: %w", err)
-			}
-		}
-		b, err := json.Marshal(rec)
-		if err != nil {
-			return fmt.Errorf("encode audit record: %w", err)
-		}
-		if err := audit.Put(u64(seq), b); err != nil {
-			return fmt.Errorf("append audit record: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		if s.closed.Load() {
-			return AuditRecord{}, ErrClosed
-		}
-		return AuditRecord{}, fmt.Errorf("transaction: %w", err)
+	var rec AuditRecord
+	apply := func(tx *bbolt.Tx) (err error) {
+		rec, err = s.apply(tx, op, scope, token, name, value)
+		return err
 	}
-	if stale != nil {
-		s.rejectStale(ctx, op, name, stale)
-		return AuditRecord{}, stale
+	err = s.guard.DoTx(ctx, scope, token, apply)
+	if _, stale := errors.AsType[*fence.StaleTokenError](err); stale && s.cfg.NoFencing {
+		// The negative control: apply the stale write anyway. Its token is
+		// below the highest, which therefore stays as it is.
+		err = s.db.Update(apply)
 	}
-	if notFound {
+	switch {
+	case errors.Is(err, fence.ErrStaleToken):
+		s.rejectStale(ctx, op, name, err)
+		return AuditRecord{}, err
+	case errors.Is(err, ErrNotFound):
 		s.metrics.rejected.WithLabelValues(string(op), reasonNotFound).Inc()
-		return AuditRecord{}, ErrNotFound
+		return AuditRecord{}, err
+	case err != nil:
+		return AuditRecord{}, s.txError(err)
 	}
 	s.accepted(ctx, rec, time.Since(start))
 	return rec, nil
+}
+
+// apply writes the object and its audit record inside tx. The guard's token
+// bucket, read here for HighestBefore, is not written: DoTx raises it.
+func (s *Store) apply(tx *bbolt.Tx, op Op, scope string, token uint64, name string, value []byte) (AuditRecord, error) {
+	highest, err := s.guard.HighestTx(tx, scope)
+	if err != nil {
+		return AuditRecord{}, err
+	}
+	objects := tx.Bucket(bucketObjects)
+	if op == OpDelete && objects.Get([]byte(name)) == nil {
+		return AuditRecord{}, ErrNotFound // rolled back: the token is not raised
+	}
+	audit := tx.Bucket(bucketAudit)
+	seq, err := audit.NextSequence()
+	if err != nil {
+		return AuditRecord{}, fmt.Errorf("next audit sequence: %w", err)
+	}
+	rec := AuditRecord{
+		Seq:           seq,
+		Scope:         scope,
+		Token:         token,
+		HighestBefore: highest,
+		Object:        name,
+		Op:            op,
+		Time:          s.cfg.Now().UTC(),
+		ValueLength:   int64(len(value)),
+	}
+	if op == OpPut {
+		err = objects.Put([]byte(name), encodeObject(rec, value))
+	} else {
+		err = objects.Delete([]byte(name))
+	}
+	if err != nil {
+		return AuditRecord{}, fmt.Errorf("%s object: %w", op, err)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return AuditRecord{}, fmt.Errorf("encode audit record: %w", err)
+	}
+	if err := audit.Put(u64(seq), b); err != nil {
+		return AuditRecord{}, fmt.Errorf("append audit record: %w", err)
+	}
+	return rec, nil
+}
+
+// txError reports a failed transaction, as ErrClosed once the store closed.
+func (s *Store) txError(err error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return fmt.Errorf("transaction: %w", err)
 }
 
 func (s *Store) accepted(ctx context.Context, rec AuditRecord, took time.Duration) {
@@ -459,11 +493,7 @@ func (s *Store) Highest(ctx context.Context, scope string) (uint64, error) {
 	if err := s.usable(ctx); err != nil {
 		return 0, fmt.Errorf("highest %q: %w", scope, err)
 	}
-	var h uint64
-	err := s.db.View(func(tx *bbolt.Tx) error {
-		h = readHighest(tx, scope)
-		return nil
-	})
+	h, err := s.guard.Highest(ctx, scope)
 	if err != nil {
 		return 0, fmt.Errorf("highest %q: %w", scope, err)
 	}
@@ -519,38 +549,14 @@ func (s *Store) usable(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// ValidateName checks an object name: 1..MaxNameBytes bytes of UTF-8 without
-// control characters.
+// ValidateName checks an object name against the rule of scopes and lease
+// keys (fence.ValidateScope): 1..MaxNameBytes bytes of printable UTF-8.
+// Errors match ErrInvalidName.
 func ValidateName(name string) error {
-	if err := validText(name); err != nil {
-		return fmt.Errorf("%w: %s", ErrInvalidName, err)
+	if se, ok := errors.AsType[*fence.ScopeError](fence.ValidateScope(name)); ok {
+		return fmt.Errorf("%w: name %s", ErrInvalidName, se.Reason)
 	}
 	return nil
-}
-
-func validText(s string) error {
-	switch {
-	case s == "":
-		return errors.New("empty")
-	case len(s) > MaxNameBytes:
-		return fmt.Errorf("%d bytes, limit %d", len(s), MaxNameBytes)
-	case !utf8.ValidString(s):
-		return errors.New("not valid UTF-8")
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("control character %U", r)
-		}
-	}
-	return nil
-}
-
-func readHighest(tx *bbolt.Tx, scope string) uint64 {
-	v := tx.Bucket(bucketHighest).Get([]byte(scope))
-	if len(v) != 8 {
-		return 0
-	}
-	return binary.BigEndian.Uint64(v)
 }
 
 func u64(v uint64) []byte {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,3 +75,64 @@ func TestCommands(t *testing.T) {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// cancelOn cancels a context once the output written to it contains want.
+type cancelOn struct {
+	bytes.Buffer
+	want   string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	n, err := w.Buffer.Write(p)
+	if strings.Contains(w.String(), w.want) {
+		w.cancel()
+	}
+	return n, err
+}
+
+// TestInspectionShowsNoLeaseID: get, list, status and watch show a lease's
+// key, owner and token, never its ID, which renews and releases it.
+func TestInspectionShowsNoLeaseID(t *testing.T) {
+	srv := fencedtest.Start(t)
+	c := srv.Client(t, client.Config{TTL: 5 * time.Second, Owner: "worker-9"})
+	l, err := c.Acquire(context.Background(), "jobs/9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := itoa(l.Token())
+	for _, args := range [][]string{{"list"}, {"--json", "list"}, {"get", "jobs/9"}, {"--json", "get", "jobs/9"}, {"status"}, {"--json", "status"}} {
+		out, err := run(t, srv, args...)
+		if err != nil || !strings.Contains(out, "jobs/9") || !strings.Contains(out, token) {
+			t.Fatalf("%q: %v\n%s", args, err, out)
+		}
+		if strings.Contains(out, l.ID()) {
+			t.Errorf("%q shows the lease ID %s:\n%s", args, l.ID(), out)
+		}
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, json := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		want := "RELEASED"
+		out := &cancelOn{want: want, cancel: cancel}
+		cmd := rootCmd()
+		cmd.SetOut(out)
+		cmd.SetErr(out)
+		args := []string{"--endpoint", srv.URL, "watch", "--after", itoa(l.Token() - 1), "jobs/"}
+		if json {
+			args = append([]string{"--json"}, args...)
+		}
+		cmd.SetArgs(args)
+		err := cmd.ExecuteContext(ctx)
+		timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if err != nil || timedOut || !strings.Contains(out.String(), "worker-9") {
+			t.Fatalf("%q: %v (timed out %v)\n%s", args, err, timedOut, out)
+		}
+		if strings.Contains(out.String(), l.ID()) {
+			t.Errorf("%q shows the lease ID %s:\n%s", args, l.ID(), out)
+		}
+	}
+}

@@ -77,3 +77,32 @@ func TestRunUnderLease(t *testing.T) {
 		})
 	}
 }
+
+// acquire --wait --exec with a wait longer than the TTL: the command runs
+// to completion under a live lease.
+func TestAcquireWaitLongerThanTTLExec(t *testing.T) {
+	srv := fencedtest.Start(t)
+	ctx := context.Background()
+	holder := srv.Client(t, client.Config{TTL: time.Second, Owner: "holder"})
+	l, err := holder.Acquire(ctx, "exec/wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := time.AfterFunc(1500*time.Millisecond, func() { l.Release(ctx) })
+	defer release.Stop()
+	marker := filepath.Join(t.TempDir(), "done")
+	// The command outlives a TTL, so it needs the lease to be renewed.
+	_, err = run(t, srv, "acquire", "exec/wait", "--ttl", "1s", "--wait", "5s", "--exec", "--",
+		"sh", "-c", `sleep 1.2; echo "$FENCING_TOKEN" > `+marker+`; exit 3`)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 3 {
+		t.Fatalf("err = %v, want the command's exit status 3", err)
+	}
+	got, err := os.ReadFile(marker)
+	if err != nil {
+		t.Fatalf("the command did not finish: %v", err)
+	}
+	if token, err := strconv.ParseUint(strings.TrimSpace(string(got)), 10, 64); err != nil || token <= l.Token() {
+		t.Fatalf("command saw token %q, want one above the holder's %d", got, l.Token())
+	}
+}

@@ -13,10 +13,12 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// leaseJSON is the machine-readable form of a lease.
+// leaseJSON is the machine-readable form of a lease. LeaseID is set only
+// for the lease's holder (acquire, renew): get, list and watch never learn
+// it from the server.
 type leaseJSON struct {
 	Key         string `json:"key"`
-	LeaseID     string `json:"leaseId"`
+	LeaseID     string `json:"leaseId,omitempty"`
 	Owner       string `json:"owner"`
 	Token       uint64 `json:"token"`
 	TTLMs       int64  `json:"ttlMs"`
@@ -27,11 +29,13 @@ func toJSON(i client.Info) leaseJSON {
 	return leaseJSON{Key: i.Key, LeaseID: i.ID, Owner: i.Owner, Token: i.Token, TTLMs: i.TTL.Milliseconds(), RemainingMs: i.Remaining.Milliseconds()}
 }
 
+// printLeases prints a table of leases. It has no lease ID column: the
+// server shows IDs only to their holders, who already have them.
 func printLeases(w io.Writer, leases []client.Info) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tOWNER\tTOKEN\tTTL\tEXPIRES IN\tLEASE ID")
+	fmt.Fprintln(tw, "KEY\tOWNER\tTOKEN\tTTL\tEXPIRES IN")
 	for _, l := range leases {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", l.Key, l.Owner, l.Token, human(l.TTL), human(l.Remaining), l.ID)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Key, l.Owner, l.Token, human(l.TTL), human(l.Remaining))
 	}
 	tw.Flush()
 }
@@ -257,8 +261,8 @@ func watchCmd(g *globals) *cobra.Command {
 					_, err := fmt.Fprintf(out, "%s  RESYNC    events were missed; re-list (revision %d)\n", time.Now().Format("15:04:05.000"), ev.Revision)
 					return err
 				}
-				_, err := fmt.Fprintf(out, "%s  %-9s %s  token=%d owner=%s lease=%s rev=%d\n", time.Now().Format("15:04:05.000"),
-					ev.Type, ev.Lease.Key, ev.Lease.Token, ev.Lease.Owner, ev.Lease.ID, ev.Revision)
+				_, err := fmt.Fprintf(out, "%s  %-9s %s  token=%d owner=%s rev=%d\n", time.Now().Format("15:04:05.000"),
+					ev.Type, ev.Lease.Key, ev.Lease.Token, ev.Lease.Owner, ev.Revision)
 				return err
 			})
 			if errors.Is(err, context.Canceled) {

@@ -276,7 +276,9 @@ func TestClusterFormationAndForwarding(t *testing.T) {
 	start := time.Now()
 	_, err := f.Acquire(dctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "held", Owner: "B", TtlMs: 30_000, WaitMs: 10_000}))
 	cancel()
-	if code := connect.CodeOf(err); code != connect.CodeDeadlineExceeded || time.Since(start) > 3*time.Second {
+	// The leader answers "held" as the deadline comes, or the deadline cuts
+	// the call first; either way the call ends then, not after 10s.
+	if code := connect.CodeOf(err); (code != connect.CodeDeadlineExceeded && code != connect.CodeFailedPrecondition) || time.Since(start) > 3*time.Second {
 		t.Errorf("waiting acquire via a follower with a 400ms deadline: %v after %v", err, time.Since(start))
 	}
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,7 +24,7 @@ import (
 // TestCrashRecovery kills the fenced binary with SIGKILL while acquisitions
 // are in flight, restarts it on the same data directory, and checks that
 // nothing acknowledged was lost: acknowledged leases are still current with
-// their id and token, and every later grant of a key carries a larger token
+// their token and renew with their id, and every later grant of a key carries a larger token
 // than every grant of it acknowledged before (invariants I1 and I3).
 func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
@@ -53,6 +54,13 @@ func TestCrashRecovery(t *testing.T) {
 		acquireUntilKilled(t, c, h, p, run)
 	}
 	h.checkRealTimeOrder(t)
+	// The runs above used the WAL, not a bbolt raft.db.
+	if _, err := os.Stat(filepath.Join(dataDir, "wal", "wal-meta.db")); err != nil {
+		t.Errorf("no WAL in the data dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "raft.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("raft.db in the data dir: %v", err)
+	}
 	var unknownReleases int
 	for _, g := range h.grants {
 		if g.releaseUnknown {
@@ -61,6 +69,34 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	t.Logf("%d grants acknowledged over %d keys, %d crashes; in flight at a crash: %d releases, %d applied but unanswered grants",
 		len(h.grants), len(h.keys), crashes, unknownReleases, h.lostAnswers)
+}
+
+// TestDataDirInUse: a second fenced process on a data directory in use
+// exits non-zero and says why, and leaves the first one serving.
+func TestDataDirInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildFenced(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	logDir := t.TempDir()
+	p := startFenced(t, bin, dataDir, filepath.Join(logDir, "first.log"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--data-dir", dataDir, "--listen", freeAddr(t), "--raft-listen", freeAddr(t)).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("second fenced on %s: %v, want exit status 1\n%s", dataDir, err, out)
+	}
+	if want := "data dir " + dataDir + " is in use by another fenced process"; !strings.Contains(string(out), want) {
+		t.Errorf("second fenced said %q, want %q", out, want)
+	}
+	c := newClient(p.url)
+	if _, err := c.Acquire(context.Background(), connect.NewRequest(&fencedv1.AcquireRequest{Key: "k", Owner: "o", TtlMs: 60_000})); err != nil {
+		t.Errorf("first fenced after the second was refused: %v", err)
+	}
+	p.kill(t)
 }
 
 // grant is one acknowledged acquisition.
@@ -80,10 +116,16 @@ type history struct {
 	// lostAnswers counts leases found current after a crash that no
 	// acknowledged grant explains: acquisitions applied but not answered.
 	lostAnswers int
+	orphans     map[orphanGrant]bool
+}
+
+type orphanGrant struct {
+	key   string
+	token uint64
 }
 
 func newHistory() *history {
-	return &history{byKey: make(map[string][]*grant), keys: make(map[string]bool)}
+	return &history{byKey: make(map[string][]*grant), keys: make(map[string]bool), orphans: make(map[orphanGrant]bool)}
 }
 
 func (h *history) tried(key string) {
@@ -336,14 +378,19 @@ func verify(t *testing.T, c fencedv1connect.LeaseServiceClient, h *history, run 
 					t.Errorf("run %d: %q: two acknowledged, unreleased grants %d and %d", run, key, held.token, g.token)
 				}
 				held = g
-			case g.released && cur != nil && cur.GetLeaseId() == g.id:
+			case g.released && cur != nil && cur.GetToken() == g.token:
 				t.Errorf("run %d: %q: lease %s is current again after its release was acknowledged", run, key, g.id)
 			}
 		}
 		h.mu.Unlock()
 
+		// Get shows no lease ID (only the holder sees it): a grant is known
+		// by its key and token.
+		if cur != nil && cur.GetLeaseId() != "" {
+			t.Errorf("run %d: %q: Get shows the lease ID of %v", run, key, cur)
+		}
 		if held != nil {
-			if cur == nil || cur.GetLeaseId() != held.id || cur.GetToken() != held.token || cur.GetOwner() != held.owner {
+			if cur == nil || cur.GetToken() != held.token || cur.GetOwner() != held.owner {
 				t.Errorf("run %d: %q: acknowledged lease (id %s token %d) lost after the crash; Get shows %v", run, key, held.id, held.token, cur)
 				continue
 			}
@@ -352,23 +399,33 @@ func verify(t *testing.T, c fencedv1connect.LeaseServiceClient, h *history, run 
 				t.Errorf("run %d: renew %q after the crash: %v %v", run, key, r, err)
 			}
 		}
-		if cur != nil && held == nil && !hasGrant(h, key, cur.GetLeaseId()) {
-			h.mu.Lock()
-			h.lostAnswers++
-			h.mu.Unlock()
-		}
 		if cur != nil {
-			// Either the acknowledged lease, or a grant whose answer was
-			// lost in the crash: free the key with the id it has.
 			if cur.GetToken() != last {
 				t.Errorf("run %d: %q: current lease %v inconsistent with lastToken %d", run, key, cur, last)
 			}
-			if _, err := c.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: cur.GetLeaseId()})); err != nil {
+			g := h.grantOf(key, cur.GetToken())
+			if g == nil {
+				// A grant applied but whose answer was lost in the crash.
+				// Nobody has its ID, so it stays until it expires; until
+				// then it excludes everyone else.
+				if h.orphan(key, cur.GetToken()) {
+					h.mu.Lock()
+					h.lostAnswers++
+					h.mu.Unlock()
+				}
+				_, err := c.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: key, Owner: "verifier", TtlMs: 60_000}))
+				var ce *connect.Error
+				if !errors.As(err, &ce) || ce.Code() != connect.CodeFailedPrecondition {
+					t.Errorf("run %d: acquire %q held by an unanswered grant: %v, want failed_precondition", run, key, err)
+				}
+				continue
+			}
+			// The acknowledged lease, or one whose release was lost in
+			// the crash: free the key with its id.
+			if _, err := c.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: g.id})); err != nil {
 				t.Fatalf("run %d: release %q: %v", run, key, err)
 			}
-			if held != nil {
-				h.setReleased(held, true, false)
-			}
+			h.setReleased(g, true, false)
 		}
 
 		sent := time.Now()
@@ -391,15 +448,29 @@ func verify(t *testing.T, c fencedv1connect.LeaseServiceClient, h *history, run 
 	}
 }
 
-func hasGrant(h *history, key, id string) bool {
+// grantOf returns the acknowledged grant of key with token, if any.
+func (h *history) grantOf(key string, token uint64) *grant {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, g := range h.byKey[key] {
-		if g.id == id {
-			return true
+		if g.token == token {
+			return g
 		}
 	}
-	return false
+	return nil
+}
+
+// orphan records that token of key was granted but never answered, and
+// reports whether that is news.
+func (h *history) orphan(key string, token uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	o := orphanGrant{key, token}
+	if h.orphans[o] {
+		return false
+	}
+	h.orphans[o] = true
+	return true
 }
 
 func dumpLogs(t *testing.T, dir string) {

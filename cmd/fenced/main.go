@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,8 +23,57 @@ func main() {
 		go tuneGC(time.Tick(100 * time.Millisecond))
 	}
 	if err := rootCmd().Execute(); err != nil {
+		printError(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// usageError is an error in the command line itself: a flag, its value or an
+// argument. The remedy is the command's help.
+type usageError struct {
+	cmd string // the command path, e.g. "fenced store"
+	err error
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usage(cmd *cobra.Command, err error) error {
+	return &usageError{cmd: cmd.CommandPath(), err: err}
+}
+
+// listenError is an address fenced could not listen on; flag names it.
+type listenError struct {
+	flag, addr string
+	err        error
+}
+
+func (e *listenError) Error() string { return fmt.Sprintf("%s %s: %v", e.flag, e.addr, e.err) }
+func (e *listenError) Unwrap() error { return e.err }
+
+// printError writes why fenced cannot go on, and what to do about it, to
+// w: every error that ends fenced goes through here, as nothing else prints
+// it (cobra's own printing is silenced so that it is said once).
+func printError(w io.Writer, err error) {
+	fmt.Fprintln(w, "fenced:", err)
+	var (
+		ue *usageError
+		le *listenError
+	)
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(w, "Run '%s --help' for the flags and their values.\n", ue.cmd)
+	case errors.As(err, &le):
+		fmt.Fprintf(w, "Give %s a HOST:PORT where HOST is an address of this machine (or empty for all) and nothing else listens on PORT.\n", le.flag)
+	}
+}
+
+// noArgs is cobra.NoArgs, reported as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if err := cobra.NoArgs(cmd, args); err != nil {
+		return usage(cmd, err)
+	}
+	return nil
 }
 
 type logFlags struct {
@@ -38,7 +88,7 @@ func (f *logFlags) register(cmd *cobra.Command) {
 func (f *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, fmt.Errorf("--log-level must be debug, info, warn or error, not %q", f.level)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch f.format {
@@ -70,25 +120,30 @@ A cluster: start every member with the same --initial-cluster list of raft
 addresses and its own --node-id (and its own --data-dir and --listen). A
 node restarted on its data directory rejoins with the membership stored
 there and ignores the list. Every node serves every call.`,
-		Args:          cobra.NoArgs,
+		Args:          noArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logs.logger(os.Stderr)
 			if err != nil {
-				return err
+				return usage(cmd, err)
 			}
 			cfg.Logger = log
 			cfg.RaftLog = os.Stderr
 			if cfg.InitialCluster, err = server.ParseInitialCluster(initialCluster); err != nil {
-				return fmt.Errorf("--initial-cluster: %w", err)
+				return usage(cmd, fmt.Errorf("--initial-cluster: %w", err))
 			}
 			if len(cfg.InitialCluster) > 0 && !cmd.Flags().Changed("raft-listen") {
 				cfg.RaftListen = "" // this node's address in the list
 			}
+			if err := cfg.Validate(); err != nil {
+				return usage(cmd, err)
+			}
 			return serve(cmd.Context(), cfg, log)
 		},
 	}
+	// Subcommands inherit this: a flag or value cobra cannot parse.
+	cmd.SetFlagErrorFunc(usage)
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "fenced-data", "directory for the raft log and snapshots")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7420", "address of the lease API, /metrics and /healthz")
@@ -116,8 +171,7 @@ func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {
 	defer stop()
 	srv, err := server.New(cfg)
 	if err != nil {
-		log.Error("cannot start", "err", err)
-		return err
+		return listenErrorOf(err, "--raft-listen", cfg.RaftListen)
 	}
 	log.Info("fenced starting", "node_id", cfg.NodeID, "listen", cfg.Listen, "raft_listen", cfg.RaftListen, "data_dir", cfg.DataDir)
 	err = srv.Serve(ctx)
@@ -125,9 +179,17 @@ func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {
 		err = cerr
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
-		log.Error("stopped", "err", err)
-		return err
+		return listenErrorOf(err, "--listen", cfg.Listen)
 	}
 	log.Info("fenced stopped")
 	return nil
+}
+
+// listenErrorOf names flag in err if err is a failure to listen on addr.
+func listenErrorOf(err error, flag, addr string) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "listen" {
+		return &listenError{flag: flag, addr: addr, err: op}
+	}
+	return err
 }

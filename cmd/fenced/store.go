@@ -30,11 +30,11 @@ A stale token gets 409 (application/problem+json), a missing one 428, a
 malformed one 400; nothing is applied in any of these. Objects, the highest
 token per scope and an audit of accepted writes (GET /v1/audit) are written
 in one transaction of one embedded database.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logs.logger(os.Stderr)
 			if err != nil {
-				return err
+				return usage(cmd, err)
 			}
 			cfg.Logger = log
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -46,7 +46,7 @@ in one transaction of one embedded database.`,
 			defer s.Close()
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
-				return err
+				return listenErrorOf(err, "--listen", listen)
 			}
 			log.Info("fenced store serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir, "no_fencing", cfg.NoFencing)
 			if err := s.Serve(ctx, ln); err != nil && ctx.Err() == nil {

@@ -29,6 +29,7 @@ const (
 //	*fence.StaleTokenError                 failed_precondition, with detail
 //	fence.ErrNoToken                       invalid_argument
 //	fencehttp.ErrInvalidToken              invalid_argument
+//	fence.ErrTokenOutOfRange               invalid_argument
 //	fence.ErrInvalidScope                  invalid_argument
 //	context.Canceled / DeadlineExceeded    canceled / deadline_exceeded
 //	anything else                          unavailable (message hidden)
@@ -56,6 +57,7 @@ func NewError(err error) *connect.Error {
 	switch {
 	case errors.Is(err, fence.ErrNoToken),
 		errors.Is(err, fencehttp.ErrInvalidToken),
+		errors.Is(err, fence.ErrTokenOutOfRange),
 		errors.Is(err, fence.ErrInvalidScope):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, context.Canceled):

@@ -93,7 +93,7 @@ func TestInterceptorRejectsBadHeaders(t *testing.T) {
 		{"hex", "s", "0x5"},
 		{"word", "s", "five"},
 		{"overflow", "s", "18446744073709551616"},
-		{"scope too long", strings.Repeat("s", fencehttp.MaxScopeBytes+1), "5"},
+		{"scope too long", strings.Repeat("s", fence.MaxScopeBytes+1), "5"},
 	}
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
@@ -110,7 +110,7 @@ func TestInterceptorRejectsBadHeaders(t *testing.T) {
 				if n := e.store.count(tt.scope); n != 0 {
 					t.Errorf("%s: handler applied %d times; want 0", tt.name, n)
 				}
-				if tt.scope != "" && len(tt.scope) <= fencehttp.MaxScopeBytes && highest(t, g, tt.scope) != 0 {
+				if tt.scope != "" && len(tt.scope) <= fence.MaxScopeBytes && highest(t, g, tt.scope) != 0 {
 					t.Errorf("%s: a token was recorded", tt.name)
 				}
 			}
@@ -340,6 +340,7 @@ func TestNewError(t *testing.T) {
 		{stale, connect.CodeFailedPrecondition},
 		{fence.ErrNoToken, connect.CodeInvalidArgument},
 		{fencehttp.ErrInvalidToken, connect.CodeInvalidArgument},
+		{fence.ErrTokenOutOfRange, connect.CodeInvalidArgument},
 		{fence.ErrInvalidScope, connect.CodeInvalidArgument},
 		{context.Canceled, connect.CodeCanceled},
 		{context.DeadlineExceeded, connect.CodeDeadlineExceeded},

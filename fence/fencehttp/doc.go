@@ -1,6 +1,5 @@
 // Package fencehttp enforces fencing tokens on HTTP resources and attaches
-// them on the client side, following the wire contract of DESIGN.md
-// section 4.
+// them on the client side, following fenced's pinned wire contract.
 //
 // On the server, Middleware checks every mutating request against a
 // fence.Guard: the client sends its lease key in Fencing-Scope and its token
@@ -11,12 +10,15 @@
 //
 //	missing Fencing-Token                      428 Precondition Required
 //	malformed token, missing/malformed scope   400 Bad Request
+//	token above what the guard can store       400 Bad Request
+//	(fence.ErrTokenOutOfRange, e.g. > 2^63-1
+//	for the SQL guards)
 //	token below the highest accepted           409 Conflict, with scope,
 //	                                           presentedToken, highestToken
 //	guard failure                              503 Service Unavailable
 //
-// A token is 1*DIGIT in 1..2^64-1 (see ParseToken); a scope is 1 to 512
-// bytes of UTF-8 without control characters (see ValidateScope). Tokens in
+// A token is 1*DIGIT in 1..2^64-1 (see ParseToken); a scope is a valid lease
+// key: 1 to 512 bytes of printable UTF-8 (see fence.ValidateScope). Tokens in
 // problem bodies are JSON numbers with the full uint64 range. FromHeader,
 // ProblemFor and WriteProblem let other servers give identical answers.
 //

@@ -59,7 +59,8 @@ func WithLogger(l *slog.Logger) Option {
 // WithFailedStatus); a handler that writes nothing answers 200 and succeeds.
 //
 // Answers given without calling the handler (all application/problem+json):
-// 428 when the token is missing, 400 when the token or scope is malformed,
+// 428 when the token is missing, 400 when the token or scope is malformed
+// or the token is above what the guard can store (fence.ErrTokenOutOfRange),
 // 409 when the token is stale, 503 when the guard fails or the request ends
 // while waiting for it.
 //
@@ -153,7 +154,7 @@ func (m *middleware) credentials(r *http.Request) (string, uint64, error) {
 		// %v, not %w: the answer is about the scope, whatever f's error wraps.
 		return "", 0, fmt.Errorf("%w: %v", fence.ErrInvalidScope, err)
 	}
-	if err := ValidateScope(scope); err != nil {
+	if err := fence.ValidateScope(scope); err != nil {
 		return "", 0, err
 	}
 	return scope, token, nil

@@ -148,7 +148,7 @@ func keys(m map[string]any) []string {
 }
 
 func TestMiddlewareRejectsBadCredentials(t *testing.T) {
-	tooLong := strings.Repeat("s", fencehttp.MaxScopeBytes+1)
+	tooLong := strings.Repeat("s", fence.MaxScopeBytes+1)
 	tests := []struct {
 		name   string
 		header http.Header

@@ -5,22 +5,17 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/fencedio/fenced/fence"
 )
 
-// Header names of the fencing contract (DESIGN.md section 4). HTTP header
+// Header names of the pinned fencing wire contract. HTTP header
 // names are case-insensitive, so gRPC metadata keys "fencing-scope" and
 // "fencing-token" are the same headers.
 const (
 	HeaderScope = "Fencing-Scope"
 	HeaderToken = "Fencing-Token"
 )
-
-// MaxScopeBytes is the longest scope accepted, the same limit as a lease key.
-const MaxScopeBytes = 512
 
 // ErrInvalidToken is matched (with errors.Is) by every rejection of a
 // Fencing-Token value that is present but not a token: not 1*DIGIT, 0, or
@@ -55,35 +50,16 @@ func ParseToken(s string) (uint64, error) {
 	return t, nil
 }
 
-// ValidateScope checks a fencing scope against the lease key rules: 1 to
-// MaxScopeBytes bytes of valid UTF-8 without control characters. Errors
-// match fence.ErrInvalidScope.
+// FromHeader reads and validates the fencing scope and token of a request.
+// Errors match fence.ErrNoToken (no Fencing-Token, or an empty one),
+// ErrInvalidToken or fence.ErrInvalidScope, checked in that order, so a
+// request without any fencing headers is reported as missing its token. The
+// scope must pass fence.ValidateScope, the rule of lease keys. A header
+// given more than once is invalid: which value was meant is unknown.
 //
 // HTTP/1.1 strips leading and trailing spaces from header values, so a scope
 // that starts or ends with a space cannot travel in Fencing-Scope; derive
 // such scopes with WithScopeFunc instead.
-func ValidateScope(s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%w: empty", fence.ErrInvalidScope)
-	case len(s) > MaxScopeBytes:
-		return fmt.Errorf("%w: %d bytes, longer than %d", fence.ErrInvalidScope, len(s), MaxScopeBytes)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: not valid UTF-8", fence.ErrInvalidScope)
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: contains control character %U", fence.ErrInvalidScope, r)
-		}
-	}
-	return nil
-}
-
-// FromHeader reads and validates the fencing scope and token of a request.
-// Errors match fence.ErrNoToken (no Fencing-Token, or an empty one),
-// ErrInvalidToken or fence.ErrInvalidScope, checked in that order, so a
-// request without any fencing headers is reported as missing its token. A
-// header given more than once is invalid: which value was meant is unknown.
 func FromHeader(h http.Header) (scope string, token uint64, err error) {
 	token, err = TokenFromHeader(h)
 	if err != nil {
@@ -93,7 +69,7 @@ func FromHeader(h http.Header) (scope string, token uint64, err error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("%w: %w", fence.ErrInvalidScope, err)
 	}
-	if err := ValidateScope(scope); err != nil {
+	if err := fence.ValidateScope(scope); err != nil {
 		return "", 0, err
 	}
 	return scope, token, nil

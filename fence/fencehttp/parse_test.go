@@ -3,11 +3,14 @@ package fencehttp_test
 import (
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/internal/scopetest"
 )
 
 func TestParseToken(t *testing.T) {
@@ -55,33 +58,48 @@ func TestParseToken(t *testing.T) {
 	}
 }
 
-func TestValidateScope(t *testing.T) {
-	tests := []struct {
-		in string
-		ok bool
-	}{
-		{"orders/7", true},
-		{"a", true},
-		{"commandes/été", true},
-		{"with space", true},
-		{strings.Repeat("k", fencehttp.MaxScopeBytes), true},
-		{"", false},
-		{strings.Repeat("k", fencehttp.MaxScopeBytes+1), false},
-		{"a\x00b", false},
-		{"a\tb", false},
-		{"a\nb", false},
-		{"a\x7fb", false},
-		{"a\u0085b", false}, // C1 control
-		{"a\xffb", false},   // invalid UTF-8
-	}
-	for _, tt := range tests {
-		err := fencehttp.ValidateScope(tt.in)
-		if tt.ok && err != nil {
-			t.Errorf("ValidateScope(%q) = %v; want nil", tt.in, err)
-		}
-		if !tt.ok && !errors.Is(err, fence.ErrInvalidScope) {
-			t.Errorf("ValidateScope(%q) = %v; want error matching ErrInvalidScope", tt.in, err)
-		}
+// The header parser and the middleware apply fence.ValidateScope, the rule
+// of lease keys, to Fencing-Scope: every edge case gets the same verdict, and
+// an invalid scope is a 400 with nothing applied.
+func TestScopeRule(t *testing.T) {
+	g := fence.NewMemory()
+	var applied atomic.Int32
+	mw := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { applied.Add(1) }))
+	for _, tc := range scopetest.Cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			h := http.Header{fencehttp.HeaderScope: {tc.Scope}, fencehttp.HeaderToken: {"9"}}
+			scope, token, err := fencehttp.FromHeader(h)
+			if tc.Valid && (err != nil || scope != tc.Scope || token != 9) {
+				t.Errorf("FromHeader = %d, %v; want the scope and 9", token, err)
+			}
+			if !tc.Valid && !errors.Is(err, fence.ErrInvalidScope) {
+				t.Errorf("FromHeader = %d, %v; want ErrInvalidScope", token, err)
+			}
+
+			// Straight into the handler: net/http's client cannot send
+			// several of these values, other clients can.
+			before := applied.Load()
+			req := httptest.NewRequest(http.MethodPut, "/x", strings.NewReader("v"))
+			req.Header = h
+			rec := httptest.NewRecorder()
+			mw.ServeHTTP(rec, req)
+			want, runs := http.StatusOK, int32(1)
+			if !tc.Valid {
+				want, runs = http.StatusBadRequest, 0
+			}
+			if rec.Code != want {
+				t.Fatalf("middleware status %d %s; want %d", rec.Code, rec.Body, want)
+			}
+			if got := applied.Load() - before; got != runs {
+				t.Errorf("handler ran %d times; want %d", got, runs)
+			}
+			if !tc.Valid {
+				p, err := fencehttp.DecodeProblem(rec.Body)
+				if err != nil || p.Type != fencehttp.ProblemInvalidScope {
+					t.Errorf("problem %+v, %v; want type %s", p, err, fencehttp.ProblemInvalidScope)
+				}
+			}
+		})
 	}
 }
 

@@ -72,6 +72,7 @@ func StaleProblem(e *fence.StaleTokenError) *Problem {
 //	*fence.StaleTokenError    409 Conflict
 //	fence.ErrNoToken          428 Precondition Required
 //	ErrInvalidToken           400 Bad Request
+//	fence.ErrTokenOutOfRange  400 Bad Request (invalid-token; detail says why)
 //	fence.ErrInvalidScope     400 Bad Request
 //	anything else             503 Service Unavailable
 //
@@ -92,7 +93,9 @@ func ProblemFor(err error) *Problem {
 			Status: http.StatusPreconditionRequired,
 			Detail: "mutating requests need the " + HeaderScope + " and " + HeaderToken + " headers",
 		}
-	case errors.Is(err, ErrInvalidToken):
+	case errors.Is(err, ErrInvalidToken), errors.Is(err, fence.ErrTokenOutOfRange):
+		// A token the guard cannot store is as unusable as a malformed
+		// one, and as permanent: a 503 would invite a retry.
 		return &Problem{
 			Type:   ProblemInvalidToken,
 			Title:  "Invalid fencing token",

@@ -39,18 +39,42 @@
 //   - a *fence.StaleTokenError (errors.Is(err, fence.ErrStaleToken)) when the
 //     token is below the highest; its Highest is the value the script read,
 //     so it is exact, not a later re-read;
-//   - fence.ErrNoToken for token 0 and fence.ErrInvalidScope for scope "",
-//     without contacting Redis;
+//   - fence.ErrNoToken for token 0 and fence.ErrInvalidScope for a scope
+//     that fence.ValidateScope refuses, without contacting Redis;
 //   - another error when Redis refused the script or could not be reached.
 //
 // Equal tokens are accepted: the holder of a lease writes many times with
 // its token. Tokens are compared as decimal strings inside the script, so all
 // 64 bits count (Lua numbers are doubles, exact only up to 2^53).
 //
+// # Lost replies
+//
+// go-redis re-sends a command when the connection breaks before the reply
+// arrives (Options.MaxRetries, 3 by default), but Redis may have run the
+// script already. Each call therefore carries a random 128-bit call ID,
+// and the script stores its reply, under Prefix + "{" + HashTag(S) +
+// "}:call:" + ID, for Config.ReplayWindow. A copy of the call finds that
+// key and gets the first reply back without checking or applying anything,
+// so a call reports exactly what happened to it: nil when its mutation was
+// applied (once), a *fence.StaleTokenError when it was not. Client retries
+// stay on; the alternative, retries off, would turn every lost reply into
+// an error of unknown outcome.
+//
+// The memory is bounded in time. Every call gives up after half the window
+// (its context ends; go-redis sends no copy after that), so copies reach
+// Redis while the outcome is remembered, unless the network holds a copy
+// back for longer than the other half. An error reply is not remembered
+// (nothing was decided); a copy of that call runs again. Each call's
+// outcome key costs about 100 bytes plus the call's result for the whole
+// window.
+//
 // # Guarantees
 //
 //   - Check, mutation and token record are atomic with respect to every other
 //     Redis command, including writes that do not go through a Guard.
+//   - A call applies its mutation at most once, and reports it applied
+//     exactly when it was, even when go-redis re-sends it after losing the
+//     reply (within Config.ReplayWindow; see Lost replies).
 //   - A mutation with token t for scope S is applied only if no mutation with
 //     a token above t has been accepted for S, as far as the token key
 //     remembers (see below).
@@ -89,8 +113,12 @@
 //     the same keys are not fenced (they are still serialized with the
 //     guarded ones).
 //   - A call that fails with a network error or a timeout has an unknown
-//     outcome: the script may have run. Retrying with the same token is safe
-//     for idempotent mutations such as Set and Del.
+//     outcome: the script may have run (at most once, see Lost replies).
+//     Retrying with the same token is safe for idempotent mutations such as
+//     Set and Del.
+//   - Exactly-once holds only within Config.ReplayWindow (default one
+//     minute), see Lost replies; after a failover to a replica that had not
+//     received an outcome key, a late copy of the call runs again.
 //   - Deleting a scope's data does not delete its highest-token key, and
 //     nothing here does: forgetting it would let stale tokens in again. Keys
 //     accumulate one per scope ever written.

@@ -2,6 +2,7 @@ package fenceredis
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -42,7 +43,25 @@ type Config struct {
 	// data the scope protects expires sooner (then there is nothing left to
 	// protect).
 	TokenTTL time.Duration
+
+	// ReplayWindow is how long Redis remembers the outcome of each call, so
+	// that a copy of the call arriving later gets the first outcome back
+	// instead of checking and applying the mutation again. go-redis re-sends
+	// a command whose reply it lost (a connection cut after Redis ran the
+	// script; MaxRetries, 3 by default), and without this memory the copy
+	// would apply the mutation twice, or report a stale token for a
+	// mutation that was applied. Every call also gives up (its context
+	// ends) after half the window, so go-redis sends no copy once the
+	// outcome may have been forgotten. Default: DefaultReplayWindow.
+	//
+	// Each call leaves one key of about 100 bytes plus its result in Redis
+	// for the whole window: at 10,000 mutations a second, the default keeps
+	// about 600,000 such keys.
+	ReplayWindow time.Duration
 }
+
+// DefaultReplayWindow is Config.ReplayWindow unless set otherwise.
+const DefaultReplayWindow = time.Minute
 
 // Validate reports whether c can be used.
 func (c Config) Validate() error {
@@ -54,6 +73,9 @@ func (c Config) Validate() error {
 	}
 	if c.TokenTTL > 0 && c.TokenTTL < time.Millisecond {
 		return fmt.Errorf("fenceredis: token TTL %v is below Redis's resolution of 1ms", c.TokenTTL)
+	}
+	if c.ReplayWindow < 2*time.Millisecond {
+		return fmt.Errorf("fenceredis: replay window %v is below 2ms", c.ReplayWindow)
 	}
 	return nil
 }
@@ -69,6 +91,9 @@ func WithObserver(o fence.Observer) Option { return func(c *Config) { c.Observer
 
 // WithTokenTTL sets Config.TokenTTL. Read its documentation first.
 func WithTokenTTL(d time.Duration) Option { return func(c *Config) { c.TokenTTL = d } }
+
+// WithReplayWindow sets Config.ReplayWindow.
+func WithReplayWindow(d time.Duration) Option { return func(c *Config) { c.ReplayWindow = d } }
 
 // Guard applies Redis mutations only for fencing tokens that are not stale.
 // Each mutation is one Lua script that reads the scope's highest token,
@@ -86,6 +111,8 @@ type Guard struct {
 	prefix   string
 	observer fence.Observer
 	ttlArg   string // ARGV[2] of the script
+	window   time.Duration
+	replay   string // ARGV[3] of the script
 }
 
 // New returns a Guard that keeps data and highest tokens in the Redis behind
@@ -95,7 +122,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Guard, error) {
 	if client == nil {
 		return nil, errors.New("fenceredis: nil client")
 	}
-	cfg := Config{Prefix: DefaultPrefix}
+	cfg := Config{Prefix: DefaultPrefix, ReplayWindow: DefaultReplayWindow}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -107,6 +134,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Guard, error) {
 		prefix:   cfg.Prefix,
 		observer: cfg.Observer,
 		ttlArg:   strconv.FormatInt(cfg.TokenTTL.Milliseconds(), 10),
+		window:   cfg.ReplayWindow,
+		replay:   strconv.FormatInt(cfg.ReplayWindow.Milliseconds(), 10),
 	}, nil
 }
 
@@ -114,6 +143,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Guard, error) {
 // writes it; mutations refuse it as a data key.
 func (g *Guard) TokenKey(scope string) string {
 	return g.prefix + "{" + HashTag(scope) + "}:highest"
+}
+
+// outcomeKey returns a new key, in scope's hash slot, under which the script
+// stores the outcome of one call. The 128 random bits make it unique to the
+// call, so that only copies of the same call find it.
+func (g *Guard) outcomeKey(scope string) string {
+	return g.prefix + "{" + HashTag(scope) + "}:call:" + rand.Text()
 }
 
 // Set sets key to value, like SET, if token is not stale for scope. ttl is
@@ -187,8 +223,8 @@ func (g *Guard) Eval(ctx context.Context, scope string, token uint64, s *Script,
 
 // Highest returns the highest token accepted for scope, 0 if none.
 func (g *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
-	if scope == "" {
-		return 0, fence.ErrInvalidScope
+	if err := fence.ValidateScope(scope); err != nil {
+		return 0, err
 	}
 	v, err := g.client.Get(ctx, g.TokenKey(scope)).Result()
 	if errors.Is(err, redis.Nil) {
@@ -215,19 +251,25 @@ func (g *Guard) run(ctx context.Context, op, scope string, token uint64, s *Scri
 		return nil, fmt.Errorf("fenceredis: %s: %w", op, err)
 	}
 
-	allKeys := make([]string, 0, 1+len(keys))
-	allKeys = append(allKeys, tokenKey)
+	allKeys := make([]string, 0, 2+len(keys))
+	allKeys = append(allKeys, tokenKey, g.outcomeKey(scope))
 	allKeys = append(allKeys, keys...)
-	allArgs := make([]any, 0, 2+len(args))
-	allArgs = append(allArgs, strconv.FormatUint(token, 10), g.ttlArg)
+	allArgs := make([]any, 0, 3+len(args))
+	allArgs = append(allArgs, strconv.FormatUint(token, 10), g.ttlArg, g.replay)
 	allArgs = append(allArgs, args...)
 
+	// Every command go-redis sends for this call, retries included, leaves
+	// before the deadline, so each copy of the call reaches Redis while the
+	// first copy's outcome is remembered.
+	callCtx, cancel := context.WithTimeout(ctx, g.window/2)
+	defer cancel()
 	// Run sends EVALSHA and falls back to EVAL when Redis answers NOSCRIPT
 	// (after a restart, a failover or SCRIPT FLUSH).
-	reply, err := s.rs.Run(ctx, g.client, allKeys, allArgs...).Slice()
+	reply, err := s.rs.Run(callCtx, g.client, allKeys, allArgs...).Slice()
 	if err != nil {
 		// A network error or timeout leaves the outcome unknown: the script
-		// may have run.
+		// may have run (once: copies sent by go-redis's retries get the
+		// first outcome back).
 		return nil, fmt.Errorf("fenceredis: %s scope %q token %d: %w", op, scope, token, err)
 	}
 	accepted, highest, result, err := decodeReply(reply)

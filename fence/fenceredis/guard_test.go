@@ -612,6 +612,8 @@ func TestNewValidates(t *testing.T) {
 		{"close brace in prefix", c, []fenceredis.Option{fenceredis.WithPrefix("x}")}},
 		{"negative TTL", c, []fenceredis.Option{fenceredis.WithTokenTTL(-time.Second)}},
 		{"sub-millisecond TTL", c, []fenceredis.Option{fenceredis.WithTokenTTL(time.Microsecond)}},
+		{"zero replay window", c, []fenceredis.Option{fenceredis.WithReplayWindow(0)}},
+		{"tiny replay window", c, []fenceredis.Option{fenceredis.WithReplayWindow(time.Millisecond)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := fenceredis.New(tc.client, tc.opts...); err == nil {

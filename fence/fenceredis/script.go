@@ -56,13 +56,20 @@ func (s *Script) Body() string { return s.body }
 // The script's calling convention, shared by every mutation:
 //
 //	KEYS[1]   the scope's highest-token key
-//	KEYS[2..] the mutation's keys, seen by the body as KEYS[1..]
+//	KEYS[2]   the call's outcome key (see Config.ReplayWindow)
+//	KEYS[3..] the mutation's keys, seen by the body as KEYS[1..]
 //	ARGV[1]   the presented token, decimal digits without leading zeros
 //	ARGV[2]   milliseconds to keep the highest-token key, "0" for ever
-//	ARGV[3..] the mutation's arguments, seen by the body as ARGV[1..]
+//	ARGV[3]   milliseconds to keep the outcome key
+//	ARGV[4..] the mutation's arguments, seen by the body as ARGV[1..]
 //
 // Reply: {0, highest} when the token is stale; {1, highest before, result}
-// when it was accepted and recorded; an error reply otherwise.
+// when it was accepted and recorded; an error reply otherwise. The reply of a
+// decided call is also stored, MessagePack-encoded, at the outcome key, and a
+// call whose outcome key exists returns the stored reply without checking or
+// applying anything: that call is a copy of one that already ran (go-redis
+// re-sends a command whose reply it lost). An error reply is not stored,
+// because nothing was decided; a copy of such a call runs again.
 //
 // Tokens are compared as strings (by length, then digit by digit), never as
 // Lua numbers, so all 64 bits count. The comparison goes byte by byte rather
@@ -82,6 +89,11 @@ local function __fence_less(a, b)
 	return false
 end
 
+local done = redis.call('GET', KEYS[2])
+if done then
+	return cmsgpack.unpack(done)
+end
+
 local token = ARGV[1]
 local highest = redis.call('GET', KEYS[1])
 if highest then
@@ -90,13 +102,15 @@ if highest then
 			string.format('%q', string.sub(highest, 1, 40)) .. ', not a token')
 	end
 	if __fence_less(token, highest) then
-		return {0, highest}
+		local reply = {0, highest}
+		redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+		return reply
 	end
 end
 
 local keys, argv = {}, {}
-for i = 2, #KEYS do keys[i - 1] = KEYS[i] end
-for i = 3, #ARGV do argv[i - 2] = ARGV[i] end
+for i = 3, #KEYS do keys[i - 2] = KEYS[i] end
+for i = 4, #ARGV do argv[i - 3] = ARGV[i] end
 local result = __fence_body(keys, argv, token)
 if type(result) == 'table' and result.err then
 	return result
@@ -107,7 +121,9 @@ if ARGV[2] ~= '0' then
 elseif token ~= highest then
 	redis.call('SET', KEYS[1], token)
 end
-return {1, highest or '0', result}
+local reply = {1, highest or '0', result}
+redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+return reply
 `
 )
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/fencedio/fenced/fence"
 )
 
 // Dialect selects the SQL spoken to the database. The zero value is invalid,
@@ -58,8 +60,11 @@ const DefaultTable = "fence_scopes"
 // RowConfig.TokenColumn is empty.
 const DefaultTokenColumn = "fence_token"
 
-// MaxScopeLen is the longest scope, in bytes, that fits the scope column.
-const MaxScopeLen = 512
+// MaxScopeLen is the longest scope, in bytes: fence.MaxScopeBytes, which the
+// scope column (512 bytes or characters) holds exactly. Longer scopes are
+// refused before any statement runs, so a lenient MySQL sql_mode never gets
+// to truncate one into another scope's row.
+const MaxScopeLen = fence.MaxScopeBytes
 
 // ErrInvalidIdentifier is returned for a table or column name that is not a
 // plain SQL identifier. Names are spliced into SQL text (they cannot be bind

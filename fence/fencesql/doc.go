@@ -105,7 +105,16 @@
 //   - Stale tokens return *fence.StaleTokenError (errors.Is
 //     fence.ErrStaleToken) with Highest read from the database; token 0
 //     returns fence.ErrNoToken; tokens above math.MaxInt64 return
-//     ErrTokenOutOfRange; in all three cases nothing changes.
+//     ErrTokenOutOfRange (which matches fence.ErrTokenOutOfRange, a client
+//     error: fencehttp answers it with 400); in all three cases nothing
+//     changes.
+//   - A negative token found in the scope table or a RowFence row, which
+//     no guard writes, returns ErrCorruptToken and nothing is written over
+//     it.
+//   - When the context ends during Do (before the commit is sent), the
+//     error matches the context's error (errors.Is(err,
+//     context.DeadlineExceeded) or context.Canceled) and says that the
+//     transaction was rolled back, which it was: nothing of it committed.
 //   - Equal tokens are accepted; scopes are independent.
 //   - The highest token is exactly as durable as the database's commits.
 //   - Table and column names are validated identifiers; every value is a
@@ -132,7 +141,14 @@
 //     nothing was committed and the transaction must be rolled back (the
 //     database may already have done so), so running the whole transaction
 //     again is safe: Retryable recognizes these errors, and Config.Retries
-//     makes Do retry them. Check avoids the usual causes itself: it reads
+//     makes Do retry them. Lock wait timeouts are retried the same way:
+//     PostgreSQL's lock_timeout (55P03) and InnoDB's
+//     innodb_lock_wait_timeout (1205, after which Do rolls back the
+//     transaction that MySQL left open). Retries wait with exponential
+//     backoff and jitter (Config.RetryBackoff, 10ms by default, doubling up
+//     to Config.MaxRetryBackoff, 1s), so that colliding transactions spread
+//     out instead of colliding again at once, and stop when the context
+//     ends. Check avoids the usual causes itself: it reads
 //     with locks, so the default isolation levels (READ COMMITTED on
 //     PostgreSQL, REPEATABLE READ on MySQL) give no serialization errors;
 //     on MySQL it takes no gap locks, so creating new scopes concurrently

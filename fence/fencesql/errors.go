@@ -4,8 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
-	"unicode/utf8"
+	"strconv"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -15,21 +14,37 @@ import (
 // ErrTokenOutOfRange is returned for a token above math.MaxInt64. Every
 // supported database stores the token in a signed 64-bit BIGINT, so such a
 // token cannot be recorded; it is refused before any statement runs and
-// nothing changes.
-var ErrTokenOutOfRange = errors.New("fencesql: fencing token above the largest BIGINT")
+// nothing changes. It matches fence.ErrTokenOutOfRange, which HTTP and RPC
+// fronts answer as a client error.
+var ErrTokenOutOfRange error = tokenOutOfRange{}
+
+type tokenOutOfRange struct{}
+
+func (tokenOutOfRange) Error() string {
+	return "fencesql: fencing token out of range (a BIGINT holds at most " + strconv.FormatInt(math.MaxInt64, 10) + ")"
+}
+
+// Is makes errors.Is(err, fence.ErrTokenOutOfRange) true.
+func (tokenOutOfRange) Is(target error) bool { return target == fence.ErrTokenOutOfRange }
+
+// ErrCorruptToken is matched by the error a guard returns when the token
+// stored in the database is negative. No guard writes one, so the row was
+// changed by something else and its token cannot be trusted; nothing is
+// written over it. Repair the row (set the token to at least the highest
+// token ever issued for it) before writing again.
+var ErrCorruptToken = errors.New("fencesql: negative fencing token stored in the database")
 
 // ErrRowNotFound is returned by RowFence.Update when no row has the given id.
 // It is not a stale-token rejection: the caller decides whether a missing
 // row is an error.
 var ErrRowNotFound = errors.New("fencesql: row not found")
 
-// validate applies the rules every guard shares (fence.Check) plus the
-// limits of SQL storage, and converts the token for binding.
+// validate applies the rules every guard shares (fence.Check, whose scope
+// rule keeps NUL, which PostgreSQL text cannot hold, and scopes longer than
+// the column out) plus the token range of SQL storage, and converts the
+// token for binding.
 func validate(scope string, token uint64) (int64, error) {
 	if err := fence.Check(scope, token, 0); err != nil {
-		return 0, err
-	}
-	if err := validScope(scope); err != nil {
 		return 0, err
 	}
 	return tokenParam(token)
@@ -45,39 +60,26 @@ func tokenParam(token uint64) (int64, error) {
 	return int64(token), nil
 }
 
-// validScope refuses scopes that the scope column cannot hold exactly: a
-// longer scope could be truncated by a lenient MySQL sql_mode and then share
-// a row with another scope, and PostgreSQL text cannot hold NUL.
-func validScope(scope string) error {
-	switch {
-	case scope == "":
-		return fence.ErrInvalidScope
-	case len(scope) > MaxScopeLen:
-		return fmt.Errorf("%w: %d bytes, at most %d", fence.ErrInvalidScope, len(scope), MaxScopeLen)
-	case !utf8.ValidString(scope):
-		return fmt.Errorf("%w: not valid UTF-8", fence.ErrInvalidScope)
-	case strings.IndexByte(scope, 0) >= 0:
-		return fmt.Errorf("%w: contains NUL", fence.ErrInvalidScope)
-	}
-	return nil
-}
-
 // tokenFromDB converts a stored BIGINT back to a token.
 func tokenFromDB(v int64) (uint64, error) {
 	if v < 0 {
-		return 0, fmt.Errorf("fencesql: negative token %d stored in the database", v)
+		return 0, fmt.Errorf("%w: %d", ErrCorruptToken, v)
 	}
 	return uint64(v), nil
 }
 
 // Retryable reports whether err means that the database aborted the
-// transaction (or the statement) because of contention, so that running the
-// whole transaction again from the start is safe and may succeed: a
-// PostgreSQL serialization failure (40001) or deadlock (40P01), a MySQL or
-// MariaDB deadlock (1213) or MariaDB's "record has changed since last read"
-// (1020, raised under innodb_snapshot_isolation), or SQLite busy/locked
-// (SQLITE_BUSY, SQLITE_LOCKED and their extended codes). Stale-token errors
-// are never retryable.
+// transaction (or the statement) because of contention, so that rolling the
+// transaction back and running it again from the start is safe and may
+// succeed: a PostgreSQL serialization failure (40001), deadlock (40P01) or
+// lock timeout (55P03, lock_timeout or NOWAIT), a MySQL or MariaDB deadlock
+// (1213), lock wait timeout (1205, innodb_lock_wait_timeout) or MariaDB's
+// "record has changed since last read" (1020, raised under
+// innodb_snapshot_isolation), or SQLite busy/locked (SQLITE_BUSY,
+// SQLITE_LOCKED and their extended codes). After a lock wait timeout MySQL
+// rolls back only the statement, not the transaction; Do rolls the whole
+// transaction back before it retries, and so must a caller of Check.
+// Stale-token errors are never retryable.
 func Retryable(err error) bool {
 	if err == nil || errors.Is(err, fence.ErrStaleToken) {
 		return false
@@ -85,14 +87,18 @@ func Retryable(err error) bool {
 	var pg interface{ SQLState() string }
 	if errors.As(err, &pg) {
 		switch pg.SQLState() {
-		case "40001", "40P01":
+		case "40001", "40P01", "55P03":
 			return true
 		}
 		return false
 	}
 	var my *mysql.MySQLError
 	if errors.As(err, &my) {
-		return my.Number == 1213 || my.Number == 1020
+		switch my.Number {
+		case 1213, 1205, 1020:
+			return true
+		}
+		return false
 	}
 	// modernc.org/sqlite's *sqlite.Error; matched by method so that this
 	// package does not link the SQLite engine into programs that never use it.

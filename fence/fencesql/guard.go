@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/fencedio/fenced/fence"
 )
@@ -41,7 +43,27 @@ type Config struct {
 	// ExternalGuard.Do retries only attempts that failed before apply ran.
 	// Default 0. Stale tokens are never retried.
 	Retries int
+
+	// RetryBackoff is the wait before the first retry. Each further retry
+	// waits twice as long as the one before, up to MaxRetryBackoff, and
+	// every wait is drawn at random between half and all of that, so that
+	// transactions that collided once do not collide again in lockstep. A
+	// wait ends early when the context does; Do then returns the context's
+	// error with the last attempt's. Default DefaultRetryBackoff (10ms).
+	RetryBackoff time.Duration
+
+	// MaxRetryBackoff bounds each wait between retries. Default
+	// DefaultMaxRetryBackoff (1s); it must not be below RetryBackoff.
+	MaxRetryBackoff time.Duration
 }
+
+// Defaults of Config.RetryBackoff and Config.MaxRetryBackoff. With them,
+// five retries wait at most 10+20+40+80+160 ms = 310 ms in all, and at least
+// half of that.
+const (
+	DefaultRetryBackoff    = 10 * time.Millisecond
+	DefaultMaxRetryBackoff = time.Second
+)
 
 // Validate checks the configuration; New calls it.
 func (c Config) Validate() error {
@@ -57,6 +79,60 @@ func (c Config) Validate() error {
 	}
 	if c.Retries < 0 {
 		return fmt.Errorf("fencesql: Retries is %d, must not be negative", c.Retries)
+	}
+	if c.RetryBackoff < 0 || c.MaxRetryBackoff < 0 {
+		return fmt.Errorf("fencesql: negative retry backoff (%v, max %v)", c.RetryBackoff, c.MaxRetryBackoff)
+	}
+	base, ceiling := c.backoffs()
+	if ceiling < base {
+		return fmt.Errorf("fencesql: MaxRetryBackoff %v is below RetryBackoff %v", ceiling, base)
+	}
+	return nil
+}
+
+// backoffs returns RetryBackoff and MaxRetryBackoff with defaults applied.
+func (c Config) backoffs() (base, ceiling time.Duration) {
+	base, ceiling = c.RetryBackoff, c.MaxRetryBackoff
+	if base == 0 {
+		base = DefaultRetryBackoff
+	}
+	if ceiling == 0 {
+		ceiling = DefaultMaxRetryBackoff
+	}
+	return base, ceiling
+}
+
+// backoff waits before retry number retry (1 for the first), or until ctx
+// ends, and returns ctx's error in that case.
+func (c Config) backoff(ctx context.Context, retry int) error {
+	base, ceiling := c.backoffs()
+	d := base
+	for i := 1; i < retry && d < ceiling; i++ {
+		d *= 2
+	}
+	d = min(d, ceiling)
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retry decides whether Do runs another attempt after err, waiting the
+// backoff first. It returns the error to give up with, or nil to go on.
+func (g *Guard) retry(ctx context.Context, attempt int, err error) error {
+	if !Retryable(err) || attempt >= g.cfg.Retries {
+		return err
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return err // attempt has already said that the context ended
+	}
+	if cerr := g.cfg.backoff(ctx, attempt+1); cerr != nil {
+		return fmt.Errorf("fencesql: %w while waiting to retry; the last attempt was rolled back: %w", cerr, err)
 	}
 	return nil
 }
@@ -250,7 +326,10 @@ func (g *Guard) Do(ctx context.Context, scope string, token uint64, fn func(ctx 
 	}
 	for attempt := 0; ; attempt++ {
 		_, err := g.attempt(ctx, scope, tok, fn)
-		if err == nil || !Retryable(err) || attempt >= g.cfg.Retries || ctx.Err() != nil {
+		if err == nil {
+			return nil
+		}
+		if err := g.retry(ctx, attempt, err); err != nil {
 			return err
 		}
 	}
@@ -275,27 +354,48 @@ func (g *Guard) attempt(ctx context.Context, scope string, tok int64, fn func(co
 	}()
 	tx, err := g.db.BeginTx(ctx, g.cfg.TxOptions)
 	if err != nil {
-		return false, fmt.Errorf("fencesql: begin: %w", err)
+		return false, rolledBack(ctx, scope, tok, fmt.Errorf("fencesql: begin: %w", err))
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it only reports sql.ErrTxDone
 	highest, err = g.check(ctx, tx, scope, tok)
 	if err != nil {
-		errors.As(err, &stale)
-		return false, err
+		if errors.As(err, &stale) {
+			return false, err
+		}
+		return false, rolledBack(ctx, scope, tok, err)
 	}
 	if err := fn(ctx, tx); err != nil {
-		return true, err
+		return true, rolledBack(ctx, scope, tok, err)
 	}
 	if err := tx.Commit(); err != nil {
+		// database/sql refuses to commit once ctx has ended (ErrTxDone or
+		// ctx's error, without sending COMMIT) and rolls the transaction
+		// back itself. Any other commit error leaves the outcome unknown.
+		if ctx.Err() != nil && (errors.Is(err, sql.ErrTxDone) || errors.Is(err, ctx.Err())) {
+			return true, fmt.Errorf("fencesql: scope %q token %d: %w before commit; the transaction was rolled back",
+				scope, tok, context.Cause(ctx))
+		}
 		return true, fmt.Errorf("fencesql: commit scope %q token %d: %w", scope, tok, err)
 	}
 	return true, nil
 }
 
+// rolledBack adds to err, an error that made attempt roll its transaction
+// back, that ctx had ended, when it had: drivers report a cancelled
+// statement in their own words, often without wrapping ctx's error. The
+// caller's error stays matchable with errors.Is and errors.As.
+func rolledBack(ctx context.Context, scope string, tok int64, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("fencesql: scope %q token %d: %w; the transaction was rolled back: %w",
+		scope, tok, context.Cause(ctx), err)
+}
+
 // Highest returns the highest token accepted for scope, 0 if none. It reads
 // the last committed value without locking.
 func (g *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
-	if err := validScope(scope); err != nil {
+	if err := fence.ValidateScope(scope); err != nil {
 		return 0, err
 	}
 	var h int64
@@ -348,7 +448,10 @@ func (e *ExternalGuard) Do(ctx context.Context, scope string, token uint64, appl
 	fn := func(ctx context.Context, _ *sql.Tx) error { return apply(ctx) }
 	for attempt := 0; ; attempt++ {
 		called, err := e.g.attempt(ctx, scope, tok, fn)
-		if err == nil || called || !Retryable(err) || attempt >= e.g.cfg.Retries || ctx.Err() != nil {
+		if err == nil || called {
+			return err
+		}
+		if err := e.g.retry(ctx, attempt, err); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -227,6 +228,11 @@ func TestConfigValidate(t *testing.T) {
 		{fencesql.Config{}, true, false},
 		{fencesql.Config{Dialect: 9}, true, false},
 		{fencesql.Config{Dialect: fencesql.Postgres, Retries: -1}, true, false},
+		{fencesql.Config{Dialect: fencesql.Postgres, Retries: 3, RetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond}, false, false},
+		{fencesql.Config{Dialect: fencesql.Postgres, RetryBackoff: -time.Millisecond}, true, false},
+		{fencesql.Config{Dialect: fencesql.Postgres, MaxRetryBackoff: -time.Millisecond}, true, false},
+		{fencesql.Config{Dialect: fencesql.Postgres, RetryBackoff: 2 * time.Second}, true, false}, // above the default maximum
+		{fencesql.Config{Dialect: fencesql.Postgres, RetryBackoff: 2 * time.Second, MaxRetryBackoff: time.Second}, true, false},
 		{fencesql.Config{Dialect: fencesql.Postgres, Table: "bad name"}, true, true},
 		{fencesql.Config{Dialect: fencesql.Postgres, Table: `x"; DROP TABLE users; --`}, true, true},
 		{fencesql.Config{Dialect: fencesql.MySQL, Table: "x`y"}, true, true},
@@ -476,7 +482,8 @@ func TestRetryable(t *testing.T) {
 		{&mysql.MySQLError{Number: 1213}, true},
 		{&mysql.MySQLError{Number: 1020}, true},
 		{&mysql.MySQLError{Number: 1062}, false},
-		{&mysql.MySQLError{Number: 1205}, false}, // lock wait timeout: not rolled back, and likely to recur
+		{&mysql.MySQLError{Number: 1205}, true}, // lock wait timeout: Do rolls back and waits before retrying
+		{&pgconn.PgError{Code: "55P03"}, true},  // lock_timeout
 	}
 	for _, c := range cases {
 		if got := fencesql.Retryable(c.err); got != c.want {

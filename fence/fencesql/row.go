@@ -134,12 +134,13 @@ func (r *RowFence) AddColumnSQL() string {
 // Update runs, through q,
 //
 //	UPDATE table SET set..., token_column = token
-//	WHERE id_column = id AND token_column <= token
+//	WHERE id_column = id AND token_column >= 0 AND token_column <= token
 //
 // with every value bound as a parameter. If no row matched, it reads the
 // row's token to tell why: ErrRowNotFound when there is no row with id, or
 // a *fence.StaleTokenError (Scope "table/id", Highest the row's token) when
-// the row carries a higher token. A token above math.MaxInt64 returns
+// the row carries a higher token, or ErrCorruptToken (nothing written) when
+// it carries a negative one. A token above math.MaxInt64 returns
 // ErrTokenOutOfRange and 0 returns fence.ErrNoToken, before any statement.
 //
 // Within a transaction (q a *sql.Tx) the updated row stays locked until the
@@ -224,9 +225,12 @@ func (r *RowFence) updateSQL(id any, tok int64, set []Assignment) (string, []any
 	args = append(args, tok)
 	tokenArg := d.placeholder(len(args))
 	args = append(args, id)
+	// "token_column >= 0": a negative token was not written by a guard
+	// (ErrCorruptToken); the row is not matched, and the read that follows
+	// reports it.
 	b.WriteString(r.names.token + " = " + tokenArg +
 		" WHERE " + r.names.id + " = " + d.placeholder(len(args)) +
-		" AND " + r.names.token + " <= ")
+		" AND " + r.names.token + " >= 0 AND " + r.names.token + " <= ")
 	if d == Postgres {
 		b.WriteString(tokenArg) // $n can be used twice
 	} else {

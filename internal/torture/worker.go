@@ -237,7 +237,7 @@ func (w *worker) hold(l *client.Lease) {
 		}
 	}
 	if w.rng.Float64() < w.spec.AbandonProbability {
-		l.Lost(errors.New("abandoned by the torture worker to let it expire"))
+		l.Orphan() // abandoned: no renewal, no release, so the server expires it
 		return
 	}
 	w.release(l)

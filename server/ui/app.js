@@ -39,11 +39,12 @@
   // ---- leases -------------------------------------------------------------
 
   // Proto3 JSON leaves out empty fields and writes 64-bit numbers as
-  // strings; tokens stay strings so that no precision is lost.
+  // strings; tokens stay strings so that no precision is lost. The server
+  // never shows lease IDs here: a key's token names its ownership epoch, as
+  // every grant of a key gets a larger token than the one before.
   function normLease(raw) {
     return {
       key: String(raw.key || ''),
-      leaseId: String(raw.leaseId || ''),
       owner: String(raw.owner || ''),
       token: String(raw.token ?? '0'),
       ttlMs: Number(raw.ttlMs || 0),
@@ -61,9 +62,9 @@
     upsertRow(l, fresh);
   }
 
-  function removeLease(key, leaseId) {
+  function removeLease(key, token) {
     const cur = state.leases.get(key);
-    if (!cur || (leaseId && cur.leaseId !== leaseId)) return;
+    if (!cur || (token && cur.token !== token)) return;
     state.leases.delete(key);
     const tr = state.rows.get(key);
     if (tr) {
@@ -186,13 +187,13 @@
   function startEpoch(l, t, seen) {
     const k = timelineKey(l.key, t);
     const last = k.epochs[k.epochs.length - 1];
-    if (last && last.leaseId === l.leaseId) {
+    if (last && last.token === l.token) {
       if (last.status === 'unwatched') last.status = 'current';
       return;
     }
     if (open(last)) endEpoch(last, 'unknown', t);
     k.epochs.push({
-      leaseId: l.leaseId, token: l.token, owner: l.owner,
+      token: l.token, owner: l.owner,
       start: seen ? t : null, end: null, status: 'current',
       takeover: seen && !!last && last.status === 'expired',
     });
@@ -204,10 +205,10 @@
     const k = timelineKey(l.key, t);
     let e = null;
     for (let i = k.epochs.length - 1; i >= 0 && !e; i--) {
-      if (k.epochs[i].leaseId === l.leaseId) e = k.epochs[i];
+      if (k.epochs[i].token === l.token) e = k.epochs[i];
     }
     if (!e) {
-      e = { leaseId: l.leaseId, token: l.token, owner: l.owner, start: null, end: null, status, takeover: false };
+      e = { token: l.token, owner: l.owner, start: null, end: null, status, takeover: false };
       k.epochs.push(e);
       if (k.epochs.length > MAX_EPOCHS) k.epochs.shift();
     }
@@ -408,7 +409,7 @@
     // Whatever ended while this page was not connected ended unseen.
     for (const [key, l] of state.leases) {
       const s = seen.get(key);
-      if (!s || s.leaseId !== l.leaseId) removeLease(key);
+      if (!s || s.token !== l.token) removeLease(key);
     }
     for (const k of state.keys.values()) {
       const last = k.epochs[k.epochs.length - 1];
@@ -421,7 +422,7 @@
         continue;
       }
       const s = seen.get(k.key);
-      if (!s || s.leaseId !== last.leaseId) {
+      if (!s || s.token !== last.token) {
         endEpoch(last, 'unknown', t);
         k.dirty = true;
       }
@@ -443,17 +444,17 @@
     switch (ev.type) {
       case 'ACQUIRED': {
         const prev = state.leases.get(l.key);
-        if (prev && prev.leaseId !== l.leaseId) removeLease(l.key);
+        if (prev && prev.token !== l.token) removeLease(l.key);
         setLease(l, t, true);
         startEpoch(l, t, true);
         break;
       }
       case 'RELEASED':
-        removeLease(l.key, l.leaseId);
+        removeLease(l.key, l.token);
         finishEpoch(l, 'released', t);
         break;
       case 'EXPIRED':
-        removeLease(l.key, l.leaseId);
+        removeLease(l.key, l.token);
         finishEpoch(l, 'expired', t);
         break;
       default:
@@ -495,7 +496,7 @@
       for (const raw of body.leases || []) {
         const l = normLease(raw);
         const cur = state.leases.get(l.key);
-        if (cur && cur.leaseId === l.leaseId) {
+        if (cur && cur.token === l.token) {
           cur.remainingMs = l.remainingMs;
           cur.deadline = t + l.remainingMs;
         }

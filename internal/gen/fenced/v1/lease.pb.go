@@ -82,7 +82,9 @@ func (Event_Type) EnumDescriptor() ([]byte, []int) {
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// Random, at least 128 bits, hex. Needed to renew or release.
+	// Random, at least 128 bits, hex. Needed to renew or release, so only
+	// the holder sees it: set in the answers to Acquire, Renew and KeepAlive,
+	// empty in Get, List and Watch.
 	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	Owner   string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	// Fencing token: present it to every resource you write to.
