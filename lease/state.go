@@ -3,6 +3,8 @@ package lease
 import (
 	"sort"
 	"strings"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 // EventType says what a transition did to a lease.
@@ -106,6 +108,9 @@ func (s *State) Apply(index uint64, c Command) Result {
 		res := Result{Event: Event{Type: typ, Lease: *l, Revision: index}}
 		if c.NextID != "" {
 			next := &Lease{Key: c.Key, ID: c.NextID, Owner: c.Owner, Token: index, TTL: c.TTL}
+			if failpoint.Enabled(failpoint.HandoverOldToken) {
+				next.Token = l.Token
+			}
 			s.leases[c.Key] = next
 			delete(s.idle, c.Key)
 			res.Next = Event{Type: Acquired, Lease: *next, Revision: index}

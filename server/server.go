@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
@@ -125,11 +126,7 @@ func (s *Server) startRaft() error {
 	rc.ElectionTimeout = s.cfg.HeartbeatTimeout
 	rc.LeaderLeaseTimeout = s.cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
-	// Raft compares the log with SnapshotThreshold only this often (its
-	// default is two minutes); at thousands of entries a second the log,
-	// and the bolt file that never shrinks, grew by hundreds of MB between
-	// looks.
-	rc.SnapshotInterval = 10 * time.Second
+	rc.SnapshotInterval = s.cfg.SnapshotInterval
 	rc.TrailingLogs = s.cfg.SnapshotThreshold
 	// Group commit: the leader takes every queued apply (up to
 	// MaxAppendEntries) into one bolt transaction, whose commit syncs the
@@ -139,7 +136,7 @@ func (s *Server) startRaft() error {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	logs, err := raft.NewLogCache(1024, &timedLogStore{LogStore: s.store, fsync: s.metrics.fsync})
+	logs, err := raft.NewLogCache(1024, &timedLogStore{LogStore: failpoint.WrapLogStore(s.store), fsync: s.metrics.fsync})
 	if err != nil {
 		return err
 	}

@@ -114,13 +114,15 @@ func requireFaults(t *testing.T, rep *Report) {
 		"grants": rep.Acquisitions.OK, "renewals": rep.Renewals.OK, "reads": rep.Gets.OK,
 		"acknowledged store writes": rep.StoreWrites.OK, "committed SQL writes": rep.SQLWrites.OK,
 		"node crashes": rep.Crashes, "pauses": rep.Pauses, "delayed writes": rep.DelayedWrites.Delivered,
+		"crashes after an acknowledgement": rep.CrashesAfterAck, "snapshots": rep.SnapshotsTaken,
+		"snapshot restores": rep.SnapshotRestores,
 	} {
 		if n == 0 {
 			t.Errorf("the run had no %s", what)
 		}
 	}
 	for _, name := range []string{NameStoreOrder, NameSQLOrder, NameProvenance, NameTokens, NameAckedPresent,
-		NameExclusion, NameLinearizability, NameProcesses} {
+		NameExclusion, NameRenewals, NameLinearizability, NameProcesses} {
 		if c := rep.Check(name); c.Name == "" || c.Skipped != "" || c.Checked == 0 {
 			t.Errorf("checker %s did not run: %+v", name, c)
 		}
