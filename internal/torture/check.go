@@ -376,9 +376,13 @@ func CheckRenewals(h *History) CheckResult {
 			if last == nil {
 				continue
 			}
+			// A renewal answers with the lease's TTL; fall back on the
+			// grant's.
 			ttl := time.Duration(last.TTLMs) * time.Millisecond
-			if ttl == 0 {
-				ttl = time.Duration(x.TTLMs) * time.Millisecond
+			for _, a := range l.acked {
+				if ttl == 0 && a.Kind == KindAcquire {
+					ttl = time.Duration(a.TTLMs) * time.Millisecond
+				}
 			}
 			due := last.Call + int64(ttl)
 			if ttl > 0 && x.Return < due-int64(exclusionTolerance(ttl)) {

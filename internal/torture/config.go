@@ -67,10 +67,10 @@ type Config struct {
 
 	// CrashInterval is the mean time between crashes (kill -9) of a node;
 	// each gap is uniform in [CrashInterval/2, 3×CrashInterval/2]. Lower it
-	// for a higher kill rate (fencectl torture --crash-interval). A third
-	// of the crashes are aimed at an acquisition in flight, a third land
-	// within microseconds after a worker recorded an acknowledged grant,
-	// renewal or release. Default 8s.
+	// for a higher kill rate (fencectl torture --crash-interval). A sixth
+	// of the crashes are aimed at an acquisition in flight, half land
+	// within microseconds after a worker recorded an acknowledged grant or
+	// release (two thirds of them) or renewal. Default 8s.
 	CrashInterval time.Duration
 	// SnapshotBeforeCrash is the chance that the harness makes a local node
 	// take a snapshot just before it kills it, so that the restart

@@ -41,11 +41,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("torture: output dir: %w", err)
 	}
 	e := &engine{
-		cfg:     cfg,
-		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x70727475)),
-		aim:     make(chan struct{}, 1),
-		acked:   make(chan struct{}, 1),
-		workers: map[int]*workerState{},
+		cfg:        cfg,
+		rng:        rand.New(rand.NewPCG(cfg.Seed, 0x70727475)),
+		aim:        make(chan struct{}, 1),
+		ackedLog:   make(chan struct{}, 1),
+		ackedRenew: make(chan struct{}, 1),
+		workers:    map[int]*workerState{},
 	}
 	e.runID = fmt.Sprintf("%06x", e.rng.Uint32()&0xffffff)
 	if e.cfg.KeyPrefix == "" {
@@ -76,7 +77,9 @@ type engine struct {
 	workers map[int]*workerState
 	stats   FaultStats
 	aim     chan struct{} // an acquisition is starting or a key was just freed
-	acked   chan struct{} // a worker just recorded an acknowledged lease call
+	// ackedLog and ackedRenew: a worker just recorded an acknowledged
+	// grant or release (written to the raft log), or renewal (not).
+	ackedLog, ackedRenew chan struct{}
 
 	faults    sync.WaitGroup
 	faultCtx  context.Context // set when faults start; guarded by mu
@@ -107,8 +110,8 @@ type FaultStats struct {
 	CrashesAfterAck int `json:"crashesAfterAck"`
 	// ForcedSnapshots counts snapshots the harness asked for just before a
 	// crash; SnapshotsTaken and SnapshotRestores are what the node
-	// processes reported, forced or not (a snapshot cut by the kill that
-	// followed counts as taken).
+	// processes reported, forced or not; a kill can come before a node
+	// reports its last one, so they are lower bounds.
 	ForcedSnapshots  int `json:"forcedSnapshots"`
 	SnapshotsTaken   int `json:"snapshotsTaken"`
 	SnapshotRestores int `json:"snapshotRestores"`
@@ -465,8 +468,12 @@ func (e *engine) onEvent(ws *workerState, line []byte) {
 		return
 	}
 	if ev.Type == evAcked {
+		c := e.ackedLog
+		if ev.Kind == KindRenew {
+			c = e.ackedRenew
+		}
 		select {
-		case e.acked <- struct{}{}:
+		case c <- struct{}{}:
 		default:
 		}
 		return
@@ -586,18 +593,19 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		if !sleepCtx(ctx, e.uniform(iv/2, iv*3/2)) {
 			return
 		}
-		// A third random, a third a few milliseconds after an
-		// acquisition starts or a key is freed, a third within
-		// microseconds after an acknowledgement: the write it reports
-		// must survive.
+		// A third random, a sixth a few milliseconds after an
+		// acquisition starts or a key is freed, half within microseconds
+		// after an acknowledgement, mostly of a grant or release, whose
+		// log entry must survive.
 		var aimed, afterAck bool
-		switch e.intN(3) {
-		case 1:
+		switch e.intN(6) {
+		case 2:
 			aimed = e.await(ctx, e.aim)
 			time.Sleep(e.uniform(0, 3*time.Millisecond))
-		case 2:
-			afterAck = e.await(ctx, e.acked)
-			time.Sleep(e.uniform(0, 200*time.Microsecond))
+		case 3, 4:
+			afterAck = e.await(ctx, e.ackedLog)
+		case 5:
+			afterAck = e.await(ctx, e.ackedRenew)
 		}
 		if ctx.Err() != nil {
 			return

@@ -93,8 +93,12 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 	cfg.StoreCrashInterval = 0
 	cfg.CheckTimeout = 15 * time.Second
 	if slices.Contains([]failpoint.Name{failpoint.LogAckBeforeWrite, failpoint.RestoreDropsLeases}, name) {
-		cfg.CrashInterval = 2 * time.Second
-		cfg.DownMax = 300 * time.Millisecond
+		// The node is back, and leads, well within a TTL: a lease the
+		// crash lost then shows in its holder's next renewal.
+		cfg.CrashInterval = 1500 * time.Millisecond
+		cfg.DownMin, cfg.DownMax = 50*time.Millisecond, 200*time.Millisecond
+		cfg.NodeHeartbeatTimeout = 150 * time.Millisecond
+		cfg.SnapshotBeforeCrash = 0.7
 	}
 	return cfg
 }

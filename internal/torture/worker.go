@@ -78,10 +78,12 @@ func (s WorkerSpec) name() string {
 // Event is a line a worker prints on its standard output for the harness,
 // which uses them to aim pauses and crashes.
 type Event struct {
-	Type  string `json:"e"` // acquiring, holding, released, idle
+	Type  string `json:"e"` // acquiring, holding, released, idle, acked
 	Key   string `json:"k,omitempty"`
 	Token uint64 `json:"t,omitempty"`
 	Lease int    `json:"l,omitempty"` // per-worker lease number
+	// Kind is the operation an acked event reports.
+	Kind Kind `json:"o,omitempty"`
 }
 
 const (
@@ -123,7 +125,7 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 	}
 	w.rec.seq = int64(spec.Incarnation) * 1_000_000_000
 	w.leases = newLeaseRecorder(w.rec, 2*time.Second)
-	w.leases.onAck = func(op *Op) { w.emit(Event{Type: evAcked, Key: op.Key}) }
+	w.leases.onAck = func(op *Op) { w.emit(Event{Type: evAcked, Key: op.Key, Kind: op.Kind}) }
 	w.client, err = client.New(client.Config{
 		Endpoint:       spec.Endpoint,
 		HTTPClient:     w.leases,
