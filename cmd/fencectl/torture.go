@@ -78,6 +78,7 @@ the negative control found none), 1 for any other error.`,
 	f.Float64Var(&cfg.PauseProbability, "pause-probability", 0.3, "chance that a lease holder is frozen (SIGSTOP) for 1.5-3 TTL; negative disables")
 	f.Float64Var(&cfg.DelayShare, "delay-share", 0.1, "share of store writes held by the proxy for 1.5-3 TTL; negative disables")
 	f.DurationVar(&cfg.CrashInterval, "crash-interval", 8*time.Second, "mean time between kill -9 of the node")
+	f.Float64Var(&cfg.AfterAckShare, "after-ack-share", 0.5, "share of node crashes sent right after an acknowledged grant, release or renewal; negative: none")
 	f.Float64Var(&cfg.SnapshotBeforeCrash, "snapshot-before-crash", 0.3, "chance that the node is made to take a snapshot just before a crash; negative disables")
 	f.Uint64Var(&cfg.NodeSnapshotThreshold, "node-snapshot-threshold", 8, "the local node's --snapshot-threshold (low, so that runs snapshot, restore and truncate the log)")
 	f.DurationVar(&cfg.NodeSnapshotInterval, "node-snapshot-interval", 200*time.Millisecond, "the local node's --snapshot-interval")

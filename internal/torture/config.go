@@ -67,14 +67,19 @@ type Config struct {
 
 	// CrashInterval is the mean time between crashes (kill -9) of a node;
 	// each gap is uniform in [CrashInterval/2, 3×CrashInterval/2]. Lower it
-	// for a higher kill rate (fencectl torture --crash-interval). A sixth
-	// of the crashes are aimed at an acquisition in flight, half land
-	// within microseconds after a worker recorded an acknowledged grant or
-	// release (two thirds of them) or renewal. Default 8s.
+	// for a higher kill rate (fencectl torture --crash-interval). Default
+	// 8s.
 	CrashInterval time.Duration
+	// AfterAckShare is the share of crashes that land within microseconds
+	// after a worker recorded an acknowledged grant or release (two thirds
+	// of them) or renewal. A third of the other crashes are aimed a few
+	// milliseconds after an acquisition starts or a key is freed. Default
+	// 0.5; negative: none.
+	AfterAckShare float64
 	// SnapshotBeforeCrash is the chance that the harness makes a local node
-	// take a snapshot just before it kills it, so that the restart
-	// restores a fresh snapshot. Default 0.3; negative disables.
+	// take a snapshot just before it kills it (except right after an
+	// acknowledgement), so that the restart restores a fresh snapshot.
+	// Default 0.3; negative disables.
 	SnapshotBeforeCrash float64
 	// NoCrashes disables node crashes.
 	NoCrashes bool
@@ -172,6 +177,7 @@ func (c *Config) Validate() error {
 	setDefault(&c.DownMin, 100*time.Millisecond)
 	setDefault(&c.DownMax, time.Second)
 	setDefault(&c.SnapshotBeforeCrash, 0.3)
+	setDefault(&c.AfterAckShare, 0.5)
 	setDefault(&c.NodeSnapshotThreshold, 8)
 	setDefault(&c.NodeSnapshotInterval, 200*time.Millisecond)
 	setDefault(&c.Nodes, 1)
@@ -209,7 +215,7 @@ func (c *Config) Validate() error {
 		bad("WritesMin %d and WritesMax %d must satisfy 1 <= WritesMin <= WritesMax", c.WritesMin, c.WritesMax)
 	}
 	for name, p := range map[string]float64{"GetProbability": c.GetProbability, "TryProbability": c.TryProbability, "AbandonProbability": c.AbandonProbability,
-		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare, "LongHoldShare": c.LongHoldShare, "SnapshotBeforeCrash": c.SnapshotBeforeCrash} {
+		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare, "LongHoldShare": c.LongHoldShare, "AfterAckShare": c.AfterAckShare, "SnapshotBeforeCrash": c.SnapshotBeforeCrash} {
 		if p > 1 {
 			bad("%s %v is above 1", name, p)
 		}
@@ -225,6 +231,7 @@ func (c *Config) Validate() error {
 	if c.CrashInterval < 0 || c.DownMin < 0 || c.DownMax < c.DownMin || c.StoreCrashInterval < 0 {
 		bad("crash timing must satisfy CrashInterval >= 0, StoreCrashInterval >= 0, 0 <= DownMin <= DownMax")
 	}
+	c.AfterAckShare = enabled(c.AfterAckShare)
 	if c.NodeSnapshotInterval < 5*time.Millisecond {
 		bad("NodeSnapshotInterval %v is below 5ms", c.NodeSnapshotInterval)
 	}

@@ -18,10 +18,10 @@
 //     proxy that holds them past the lease's expiry before delivering them,
 //     after the worker has given up and released the lease.
 //   - The node (`fencectl torture node`, the same server as cmd/fenced) is
-//     killed with SIGKILL at random moments, a sixth of them a few
-//     milliseconds after an acquisition starts or a key is freed, half
-//     within microseconds after a worker recorded an acknowledged grant,
-//     release or renewal, and started again on the same data directory and
+//     killed with SIGKILL at random moments, half of them within
+//     microseconds after a worker recorded an acknowledged grant, release
+//     or renewal (Config.AfterAckShare), a sixth a few milliseconds after
+//     an acquisition starts or a key is freed, and started again on the same data directory and
 //     ports. Optionally the store is crashed too.
 //   - The node snapshots every 8 log entries (checked every 200ms) and,
 //     before some kills, on SIGUSR1 from the harness, so that every run

@@ -593,19 +593,21 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		if !sleepCtx(ctx, e.uniform(iv/2, iv*3/2)) {
 			return
 		}
-		// A third random, a sixth a few milliseconds after an
-		// acquisition starts or a key is freed, half within microseconds
-		// after an acknowledgement, mostly of a grant or release, whose
-		// log entry must survive.
+		// AfterAckShare of the kills come within microseconds after an
+		// acknowledgement, two thirds of them of a grant or release, whose
+		// log entry must survive; of the others, a third come a few
+		// milliseconds after an acquisition starts or a key is freed.
 		var aimed, afterAck bool
-		switch e.intN(6) {
-		case 2:
+		switch {
+		case e.chance(e.cfg.AfterAckShare):
+			c := e.ackedLog
+			if e.chance(1.0 / 3) {
+				c = e.ackedRenew
+			}
+			afterAck = e.await(ctx, c)
+		case e.chance(1.0 / 3):
 			aimed = e.await(ctx, e.aim)
 			time.Sleep(e.uniform(0, 3*time.Millisecond))
-		case 3, 4:
-			afterAck = e.await(ctx, e.ackedLog)
-		case 5:
-			afterAck = e.await(ctx, e.ackedRenew)
 		}
 		if ctx.Err() != nil {
 			return
@@ -623,7 +625,8 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		n := up[e.rng.IntN(len(up))]
 		e.rngMu.Unlock()
 		forced := false
-		if ln, ok := n.(*localNode); ok && e.chance(enabled(e.cfg.SnapshotBeforeCrash)) && ln.healthy() {
+		// Not after an acknowledgement: the kill must follow it at once.
+		if ln, ok := n.(*localNode); ok && !afterAck && e.chance(enabled(e.cfg.SnapshotBeforeCrash)) && ln.healthy() {
 			// The node handles the signal once it serves; a snapshot of a
 			// few leases takes a few milliseconds, so most finish first.
 			forced = ln.proc.signal(sigSnapshot) == nil

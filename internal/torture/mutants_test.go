@@ -100,5 +100,14 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.NodeHeartbeatTimeout = 150 * time.Millisecond
 		cfg.SnapshotBeforeCrash = 0.7
 	}
+	if name == failpoint.LogAckBeforeWrite {
+		// Every kill right after an acknowledgement; no snapshots, whose
+		// log truncation waits for the late writes.
+		cfg.AfterAckShare = 1
+		cfg.Duration = 30 * time.Second
+		cfg.CrashInterval = time.Second
+		cfg.SnapshotBeforeCrash = -1
+		cfg.NodeSnapshotThreshold = 1 << 20
+	}
 	return cfg
 }
