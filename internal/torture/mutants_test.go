@@ -100,6 +100,19 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.NodeHeartbeatTimeout = 150 * time.Millisecond
 		cfg.SnapshotBeforeCrash = 0.7
 	}
+	if name == failpoint.GrantHeld || name == failpoint.ReleaseAnyID {
+		// Both need a key that is held by someone else: an acquisition
+		// running into a holder, or a release from a holder that was
+		// frozen past its lease while another took the key.
+		cfg.Workers, cfg.Keys = 5, 2
+		cfg.PauseProbability = 0.6
+		cfg.Duration = 25 * time.Second
+	}
+	if name == failpoint.GrantHeld {
+		// A waiting acquisition tries the key only at the head of the
+		// line; one that does not wait tries it every ~50ms.
+		cfg.TryProbability = 0.8
+	}
 	if name == failpoint.LogAckBeforeWrite {
 		// Every kill right after an acknowledgement; no snapshots, whose
 		// log truncation waits for the late writes.
