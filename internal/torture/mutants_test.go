@@ -108,6 +108,12 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.PauseProbability = 0.6
 		cfg.Duration = 25 * time.Second
 	}
+	if name == failpoint.ReleaseAnyID {
+		// A stale release is sent only when a holder frozen past its
+		// lease releases before its client's next renewal finds out.
+		cfg.PauseProbability = 0.9
+		cfg.Duration = 30 * time.Second
+	}
 	if name == failpoint.GrantHeld {
 		// A waiting acquisition tries the key only at the head of the
 		// line; one that does not wait tries it every ~50ms.
