@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 // Snapshot is a frozen copy of a State, safe to write out while the state
@@ -100,6 +102,9 @@ func Restore(r io.Reader, maxIdle int) (*State, error) {
 		l := &Lease{Key: d.string(), ID: d.string(), Owner: d.string(), Token: d.uvarint()}
 		l.TTL = time.Duration(d.uvarint()) * time.Millisecond
 		s.leases[l.Key] = l
+	}
+	if failpoint.Enabled(failpoint.RestoreDropsLeases) {
+		clear(s.leases)
 	}
 	n = d.uvarint()
 	for i := uint64(0); i < n && d.err == nil; i++ {

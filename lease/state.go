@@ -3,6 +3,8 @@ package lease
 import (
 	"sort"
 	"strings"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 // EventType says what a transition did to a lease.
@@ -134,6 +136,9 @@ func (s *State) end(index uint64, t EventType, e Expiry) Result {
 	res := Result{Event: Event{Type: t, Lease: *l, Revision: index}}
 	if e.NextID != "" {
 		next := &Lease{Key: e.Key, ID: e.NextID, Owner: e.Owner, Token: index, TTL: e.TTL}
+		if failpoint.Enabled(failpoint.HandoverOldToken) {
+			next.Token = l.Token
+		}
 		s.leases[e.Key] = next
 		delete(s.idle, e.Key)
 		res.Next = Event{Type: Acquired, Lease: *next, Revision: index}

@@ -65,9 +65,16 @@ type Config struct {
 	// values fail over faster and start a single node sooner.
 	// Default 500ms.
 	HeartbeatTimeout time.Duration
-	// SnapshotThreshold is the number of log entries between snapshots.
-	// Default 16384.
+	// SnapshotThreshold is the number of log entries between snapshots;
+	// as many entries are kept in the log after one, for peers that fall
+	// behind. Default 16384.
 	SnapshotThreshold uint64
+	// SnapshotInterval is how often the log is compared with
+	// SnapshotThreshold (raft's own default is two minutes: at thousands of
+	// entries a second the log grew by hundreds of MB between looks).
+	// Tests set both low so that snapshots, restores and log truncation
+	// happen within seconds. Default 10s; at least 5ms.
+	SnapshotInterval time.Duration
 
 	// Profiling serves net/http/pprof under /debug/pprof/ on the API port.
 	// Off by default: profiles expose internals and cost CPU while taken.
@@ -108,6 +115,7 @@ func (c *Config) Validate() error {
 	setDefault(&c.WatchHistory, 4096)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
 	setDefault(&c.SnapshotThreshold, 16384)
+	setDefault(&c.SnapshotInterval, 10*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -139,6 +147,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateCluster(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.SnapshotInterval < 5*time.Millisecond {
+		errs = append(errs, fmt.Errorf("config: SnapshotInterval %v is below 5ms", c.SnapshotInterval))
 	}
 	for name, v := range map[string]int64{
 		"MaxWait": int64(c.MaxWait), "MaxBodyBytes": c.MaxBodyBytes, "MaxLeases": int64(c.MaxLeases),

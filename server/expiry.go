@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -87,6 +88,9 @@ func (e *expirer) add(l lease.Lease, now time.Time) {
 		heap.Remove(&e.heap, old.index)
 	}
 	t := &tracked{lease: l, deadline: mono(now).add(l.TTL)}
+	if failpoint.Enabled(failpoint.ExpireHalfTTL) {
+		t.deadline = mono(now).add(l.TTL / 2)
+	}
 	e.byKey[l.Key] = t
 	heap.Push(&e.heap, t)
 	if t.index == 0 {
@@ -114,7 +118,13 @@ func (e *expirer) renew(key, id string, now time.Time) (lease.Lease, error) {
 	if !ok || t.lease.ID != id || t.deadline <= mono(now) {
 		return lease.Lease{}, lease.ErrNotHeld
 	}
+	if failpoint.Enabled(failpoint.RenewNoExtend) {
+		return t.lease, nil
+	}
 	t.deadline = mono(now).add(t.lease.TTL)
+	if failpoint.Enabled(failpoint.ExpireHalfTTL) {
+		t.deadline = mono(now).add(t.lease.TTL / 2)
+	}
 	heap.Fix(&e.heap, t.index)
 	return t.lease, nil
 }

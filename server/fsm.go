@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
@@ -21,6 +22,10 @@ type fsm struct {
 	// onRestore sees the state after a snapshot replaced it, with mu held
 	// for reading.
 	onRestore func(*lease.State)
+
+	// snapshots and restores count FSM snapshots started and restores
+	// done since the process started (Server.SnapshotStats).
+	snapshots, restores atomic.Uint64
 }
 
 var (
@@ -78,6 +83,7 @@ func appendEvents(events []lease.Event, res lease.Result) []lease.Event {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	f.snapshots.Add(1)
 	return fsmSnapshot{f.state.Snapshot()}, nil
 }
 
@@ -90,6 +96,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.state = s
 	f.mu.Unlock()
+	f.restores.Add(1)
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	f.onRestore(s)

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
@@ -129,10 +130,7 @@ func (s *Server) startRaft() error {
 	rc.ElectionTimeout = s.cfg.HeartbeatTimeout
 	rc.LeaderLeaseTimeout = s.cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
-	// Raft compares the log with SnapshotThreshold only this often (its
-	// default is two minutes); at thousands of entries a second the log
-	// grew by hundreds of MB between looks.
-	rc.SnapshotInterval = 10 * time.Second
+	rc.SnapshotInterval = s.cfg.SnapshotInterval
 	rc.TrailingLogs = s.cfg.SnapshotThreshold
 	// Group commit: the leader takes every queued apply (up to
 	// MaxAppendEntries) into one append to the WAL, one write and one
@@ -146,6 +144,7 @@ func (s *Server) startRaft() error {
 	if s.cfg.wrapLogStore != nil {
 		store = s.cfg.wrapLogStore(store)
 	}
+	store = failpoint.WrapLogStore(store)
 	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {

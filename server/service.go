@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/internal/failpoint"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
@@ -357,6 +358,10 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 		cur, held = st.Get(c.Key)
 		count = st.Len()
 	})
+	if held && failpoint.Enabled(failpoint.GrantHeld) && failpoint.OneIn(16) {
+		_, _ = s.apply(lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
+		held = false
+	}
 	if held {
 		return lease.Lease{}, &lease.HeldError{Key: cur.Key, Owner: cur.Owner, Token: cur.Token,
 			Remaining: s.expirer.remaining(cur.Key, time.Now())}
@@ -430,6 +435,13 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	}
 	var err error
 	s.fsm.read(func(st *lease.State) { _, err = st.Current(key, id) })
+	if failpoint.Enabled(failpoint.ReleaseAnyID) {
+		s.fsm.read(func(st *lease.State) {
+			if cur, ok := st.Get(key); ok {
+				id, err = cur.ID, nil
+			}
+		})
+	}
 	if err != nil {
 		return describeNotHeld(err, key, id)
 	}
