@@ -239,7 +239,7 @@ func (s *Server) becomeLeader(ctx context.Context) {
 		leases = make([]lease.Lease, 0, st.Len())
 		st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
 	})
-	s.expirer.reset(leases, time.Now())
+	s.expirer.reset(leases, s.expirer.now())
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
 	if ctx.Err() != nil {
@@ -259,7 +259,7 @@ func (s *Server) applied(ev lease.Event) {
 	replay := ev.Revision <= s.replayedTo
 	switch ev.Type {
 	case lease.Acquired:
-		s.expirer.add(l, time.Now())
+		s.expirer.add(l, s.expirer.now())
 		prev, tookOver := s.expired.take(l.Key)
 		if replay {
 			break
@@ -298,7 +298,7 @@ func (s *Server) applied(ev lease.Event) {
 func (s *Server) restored(st *lease.State) {
 	leases := make([]lease.Lease, 0, st.Len())
 	st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
-	s.expirer.reset(leases, time.Now())
+	s.expirer.reset(leases, s.expirer.now())
 	s.hub.restored(st.Applied())
 	s.waiters.freedAll()
 }
