@@ -356,8 +356,10 @@ var ErrInvalid = errors.New("invalid request")
 // serve now (no leader, shutting down); they may succeed on retry.
 var ErrUnavailable = errors.New("service unavailable")
 
-// fromRPC turns Connect errors into the package's errors. The original
-// error stays in the chain.
+// fromRPC turns Connect errors into the package's errors. A refusal of a
+// held key becomes a *HeldError describing the holder; the other mapped
+// codes keep the *connect.Error in the chain beside the sentinel, so its
+// code and metadata stay readable with errors.As.
 func fromRPC(err error) error {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
@@ -374,11 +376,11 @@ func fromRPC(err error) error {
 			}
 		}
 	case connect.CodeNotFound:
-		return fmt.Errorf("%w: %s", ErrNotHeld, ce.Message())
+		return fmt.Errorf("%w: %w", ErrNotHeld, ce)
 	case connect.CodeInvalidArgument:
-		return fmt.Errorf("%w: %s", ErrInvalid, ce.Message())
+		return fmt.Errorf("%w: %w", ErrInvalid, ce)
 	case connect.CodeUnavailable:
-		return fmt.Errorf("%w: %s", ErrUnavailable, ce.Message())
+		return fmt.Errorf("%w: %w", ErrUnavailable, ce)
 	}
 	return err
 }

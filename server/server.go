@@ -41,10 +41,10 @@ type Server struct {
 	counts     transitions
 	metrics    *metrics
 
+	// notify carries raft's leadership changes to watchLeadership.
+	notify <-chan bool
 	// ready is true while this node is the leader and has applied every
 	// entry of earlier terms, so its state and deadlines are current.
-	notify <-chan bool
-
 	ready    atomic.Bool
 	leaderMu sync.Mutex // orders changes of ready with leadership changes
 

@@ -273,7 +273,7 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w := s.waiters.enqueueWanting(key, &c)
+	w := s.waiters.enqueue(key, &c)
 	defer s.waiters.leave(key, w)
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
