@@ -84,8 +84,8 @@ const (
 	DefaultDeadlineMargin = 10 * time.Millisecond
 )
 
-// Validate fills in defaults and checks cross-field rules.
-func (c *Config) Validate() error {
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
 	if c.Endpoint == "" {
 		c.Endpoint = "http://127.0.0.1:7420"
 	}
@@ -105,6 +105,13 @@ func (c *Config) Validate() error {
 	if c.DeadlineMargin == 0 {
 		c.DeadlineMargin = DefaultDeadlineMargin
 	}
+	return c
+}
+
+// Validate checks the configuration as New would use it, zero fields
+// replaced by their defaults. It does not change c.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	switch {
 	case c.TTL < time.Millisecond:
 		return fmt.Errorf("client config: TTL %v is below 1ms", c.TTL)
@@ -148,6 +155,7 @@ type Client struct {
 
 // New returns a client. It does not connect until the first request.
 func New(cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -101,8 +101,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Validate reports whether the configuration can be used.
-func (c *Config) Validate() error {
+// Validate reports whether the configuration can be used. It does not
+// change c; Open applies the defaults to its own copy.
+func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("store: DataDir is required")
 	}
@@ -112,7 +113,8 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func (c *Config) setDefaults() {
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
 	if c.MaxValueBytes == 0 {
 		c.MaxValueBytes = DefaultMaxValueBytes
 	}
@@ -135,6 +137,7 @@ func (c *Config) setDefaults() {
 			c.Gatherer = g
 		}
 	}
+	return c
 }
 
 // Op is the kind of an audited write.
@@ -192,7 +195,7 @@ func Open(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.setDefaults()
+	cfg = cfg.withDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: create data dir: %w", err)
 	}
