@@ -163,14 +163,9 @@ func (b *Bolt) Do(ctx context.Context, scope string, token uint64, apply func(ct
 }
 
 func (b *Bolt) do(ctx context.Context, scope string, token uint64, apply func(context.Context) error) (Decision, bool, error) {
-	var highest uint64
-	err := b.db.View(func(tx *bbolt.Tx) error {
-		var err error
-		highest, err = readHighest(tx, scope)
-		return err
-	})
+	highest, err := b.loadHighest(scope)
 	if err != nil {
-		return Decision{}, false, fmt.Errorf("fence: read highest token of %q: %w", scope, err)
+		return Decision{}, false, err
 	}
 	if err := Check(scope, token, highest); err != nil {
 		return Decision{Scope: scope, Presented: token, Highest: highest}, true, err
@@ -296,6 +291,12 @@ func (b *Bolt) Highest(ctx context.Context, scope string) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	return b.loadHighest(scope)
+}
+
+// loadHighest reads the highest token recorded for scope in a read
+// transaction of its own.
+func (b *Bolt) loadHighest(scope string) (uint64, error) {
 	var highest uint64
 	err := b.db.View(func(tx *bbolt.Tx) error {
 		var err error
