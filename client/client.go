@@ -92,11 +92,10 @@ const (
 	DefaultDeadlineMargin = 10 * time.Millisecond
 )
 
-// Validate fills in defaults and checks cross-field rules.
-func (c *Config) Validate() error {
-	if err := normalizeEndpoints(c); err != nil {
-		return err
-	}
+// withDefaults returns c with each zero field set to its default and the
+// endpoints merged into Endpoints (see normalizeEndpoints), which is a copy.
+func (c Config) withDefaults() Config {
+	c.Endpoints = append([]string(nil), c.Endpoints...)
 	if c.FailoverTimeout == 0 {
 		c.FailoverTimeout = 5 * time.Second
 	}
@@ -115,6 +114,16 @@ func (c *Config) Validate() error {
 	}
 	if c.DeadlineMargin == 0 {
 		c.DeadlineMargin = DefaultDeadlineMargin
+	}
+	return c
+}
+
+// Validate checks the configuration as New would use it, zero fields
+// replaced by their defaults. It does not change c.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := normalizeEndpoints(&c); err != nil {
+		return err
 	}
 	switch {
 	case c.TTL < time.Millisecond:
@@ -162,6 +171,10 @@ type Client struct {
 // New returns a client. It does not connect until the first request.
 func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := normalizeEndpoints(&cfg); err != nil {
 		return nil, err
 	}
 	c := &Client{cfg: cfg}
@@ -453,8 +466,10 @@ var ErrInvalid = errors.New("invalid request")
 // serve now (no leader, shutting down); they may succeed on retry.
 var ErrUnavailable = errors.New("service unavailable")
 
-// fromRPC turns Connect errors into the package's errors. The original
-// error stays in the chain.
+// fromRPC turns Connect errors into the package's errors. A refusal of a
+// held key becomes a *HeldError describing the holder; the other mapped
+// codes keep the *connect.Error in the chain beside the sentinel, so its
+// code and metadata stay readable with errors.As.
 func fromRPC(err error) error {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
@@ -471,11 +486,11 @@ func fromRPC(err error) error {
 			}
 		}
 	case connect.CodeNotFound:
-		return fmt.Errorf("%w: %s", ErrNotHeld, ce.Message())
+		return fmt.Errorf("%w: %w", ErrNotHeld, ce)
 	case connect.CodeInvalidArgument:
-		return fmt.Errorf("%w: %s", ErrInvalid, ce.Message())
+		return fmt.Errorf("%w: %w", ErrInvalid, ce)
 	case connect.CodeUnavailable:
-		return fmt.Errorf("%w: %s", ErrUnavailable, ce.Message())
+		return fmt.Errorf("%w: %w", ErrUnavailable, ce)
 	}
 	return err
 }

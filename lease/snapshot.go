@@ -15,7 +15,6 @@ import (
 // moves on.
 type Snapshot struct {
 	applied uint64
-	maxIdle int
 	leases  []*Lease
 	idle    []idleKey // oldest first
 }
@@ -24,7 +23,7 @@ type Snapshot struct {
 // holds pointers to the leases, which are never changed once created, so
 // that a snapshot of a million leases takes 8 MB instead of 64.
 func (s *State) Snapshot() *Snapshot {
-	snap := &Snapshot{applied: s.applied, maxIdle: s.maxIdle, leases: make([]*Lease, 0, len(s.leases))}
+	snap := &Snapshot{applied: s.applied, leases: make([]*Lease, 0, len(s.leases))}
 	for _, l := range s.leases {
 		snap.leases = append(snap.leases, l)
 	}

@@ -82,8 +82,9 @@ func New(maxIdle int) *State {
 }
 
 // Apply applies c, written at log index index in leadership term term.
-// Indexes must increase from call to call; an index at or below Applied is
-// ignored, which makes re-delivery after a restore harmless.
+// Indexes must increase from call to call; an index at or below Applied
+// changes nothing and returns ErrBadCommand, which makes re-delivery after a
+// restore harmless.
 //
 // An OpExpireBatch whose Term is not term changes nothing and returns
 // ErrWrongTerm: expiry is decided on the deadlines one leader tracked, and

@@ -15,7 +15,8 @@ import (
 )
 
 // Config configures a Server. The zero value of every field means its
-// default; Validate fills the defaults in and checks the cross-field rules.
+// default; New applies the defaults to its copy, and Validate checks the
+// configuration as New would use it, without changing it.
 type Config struct {
 	// DataDir holds the raft log, stable store and snapshots.
 	// Default "./fenced-data".
@@ -96,8 +97,8 @@ type Config struct {
 	wrapLogStore func(raft.LogStore) raft.LogStore
 }
 
-// Validate fills in defaults and checks the configuration.
-func (c *Config) Validate() error {
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
 	setDefault(&c.DataDir, "fenced-data")
 	setDefault(&c.Listen, "127.0.0.1:7420")
 	setDefault(&c.NodeID, "node1")
@@ -130,6 +131,13 @@ func (c *Config) Validate() error {
 	if c.Gatherer == nil {
 		c.Gatherer = prometheus.DefaultGatherer
 	}
+	return c
+}
+
+// Validate checks the configuration as New would use it, zero fields
+// replaced by their defaults. It does not change c.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	if c.Registerer == nil {
 		return errors.New("config: Gatherer set without Registerer")
 	}

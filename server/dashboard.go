@@ -103,7 +103,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		leases = st.List(prefix, s.cfg.ListLimit)
 		revision = st.Applied()
 	})
-	now := time.Now()
+	now := s.expirer.now()
 	snap := struct {
 		Revision uint64      `json:"revision"`
 		Leases   []leaseJSON `json:"leases"`

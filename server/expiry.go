@@ -3,6 +3,7 @@ package server
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencedio/fenced/internal/failpoint"
@@ -40,6 +41,11 @@ type expirer struct {
 	maxBatch    int // leases per expire call
 	maxInflight int // expire calls at once
 	submitting  sync.WaitGroup
+
+	// clock, when set, replaces the wall clock for every deadline: tests
+	// set a manual one so that TTLs of a few hundred milliseconds pass when
+	// the test says, not when a loaded machine gets round to it.
+	clock atomic.Pointer[func() time.Time]
 }
 
 // Defaults of expirer.maxBatch and maxInflight. A batch of 1024 leases is
@@ -71,6 +77,15 @@ func (m monoTime) add(d time.Duration) monoTime { return m + monoTime(d) }
 func newExpirer(expire func(term uint64, due []lease.Lease)) *expirer {
 	return &expirer{byKey: make(map[string]*tracked), kick: make(chan struct{}, 1), expire: expire,
 		maxBatch: defaultExpiryBatch, maxInflight: defaultExpiryInflight}
+}
+
+// now is the time deadlines are measured on: the wall clock unless a test
+// set another.
+func (e *expirer) now() time.Time {
+	if f := e.clock.Load(); f != nil {
+		return (*f)()
+	}
+	return time.Now()
 }
 
 func (e *expirer) wake() {
@@ -182,7 +197,7 @@ func (e *expirer) run(done <-chan struct{}) {
 		wait := time.Hour
 		e.mu.Lock()
 		if e.active {
-			now := mono(time.Now())
+			now := mono(e.now())
 			for e.inflight < e.maxInflight && len(e.heap) > 0 && e.heap[0].deadline <= now {
 				due := make([]lease.Lease, 0, min(e.maxBatch, len(e.heap)))
 				for len(due) < e.maxBatch && len(e.heap) > 0 && e.heap[0].deadline <= now {

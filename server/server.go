@@ -45,10 +45,10 @@ type Server struct {
 	counts     transitions
 	metrics    *metrics
 
+	// notify carries raft's leadership changes to watchLeadership.
+	notify <-chan bool
 	// ready is true while this node is the leader and has applied every
 	// entry of earlier terms, so its state and deadlines are current.
-	notify <-chan bool
-
 	ready    atomic.Bool
 	leaderMu sync.Mutex // orders changes of ready with leadership changes
 	// leading ends when this node stops leading (nil while it does not
@@ -71,6 +71,7 @@ type Server struct {
 // New opens (or creates) the node's data directory and starts raft. A node
 // whose directory holds no raft state bootstraps a cluster of one.
 func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -244,7 +245,7 @@ func (s *Server) becomeLeader(ctx context.Context) {
 		leases = make([]lease.Lease, 0, st.Len())
 		st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
 	})
-	s.expirer.reset(leases, time.Now())
+	s.expirer.reset(leases, s.expirer.now())
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
 	if ctx.Err() != nil {
@@ -264,7 +265,7 @@ func (s *Server) applied(ev lease.Event) {
 	replay := ev.Revision <= s.replayedTo
 	switch ev.Type {
 	case lease.Acquired:
-		s.expirer.add(l, time.Now())
+		s.expirer.add(l, s.expirer.now())
 		prev, tookOver := s.expired.take(l.Key)
 		if replay {
 			break
@@ -303,7 +304,7 @@ func (s *Server) applied(ev lease.Event) {
 func (s *Server) restored(st *lease.State) {
 	leases := make([]lease.Lease, 0, st.Len())
 	st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
-	s.expirer.reset(leases, time.Now())
+	s.expirer.reset(leases, s.expirer.now())
 	s.hub.restored(st.Applied())
 	s.waiters.freedAll()
 }

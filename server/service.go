@@ -249,7 +249,7 @@ func wireLease(l lease.Lease, remaining time.Duration, v view) *fencedv1.Lease {
 
 // currentLease is wireLease for a current lease, with the time it has left.
 func (s *Server) currentLease(l lease.Lease, v view) *fencedv1.Lease {
-	return wireLease(l, s.expirer.remaining(l.Key, time.Now()), v)
+	return wireLease(l, s.expirer.remaining(l.Key, s.expirer.now()), v)
 }
 
 func (s *Server) eventToProto(ev lease.Event) *fencedv1.Event {
@@ -297,7 +297,7 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w := s.waiters.enqueueWanting(key, &c)
+	w := s.waiters.enqueue(key, &c)
 	defer s.waiters.leave(key, w)
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
@@ -364,7 +364,7 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 	}
 	if held {
 		return lease.Lease{}, &lease.HeldError{Key: cur.Key, Owner: cur.Owner, Token: cur.Token,
-			Remaining: s.expirer.remaining(cur.Key, time.Now())}
+			Remaining: s.expirer.remaining(cur.Key, s.expirer.now())}
 	}
 	if count >= s.cfg.MaxLeases {
 		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
@@ -388,7 +388,7 @@ func (s *Server) refreshHeld(key string, err error) error {
 		var ok bool
 		s.fsm.read(func(st *lease.State) { cur, ok = st.Get(key) })
 		if ok {
-			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.remaining(key, time.Now())}
+			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.remaining(key, s.expirer.now())}
 		}
 	}
 	return err
@@ -406,7 +406,7 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 	if !s.ready.Load() {
 		return lease.Lease{}, errNotReady
 	}
-	start := time.Now()
+	start := s.expirer.now()
 	if err := s.leader.confirm(); err != nil {
 		return lease.Lease{}, err
 	}

@@ -27,8 +27,7 @@ type waitQueues struct {
 
 type waiter struct {
 	ready chan struct{}
-	// want is what the waiter asks for; nil means it cannot be handed a
-	// key (only tries on its own).
+	// want is what the waiter asks for, and what a handover grants it.
 	want *lease.Command
 
 	// Guarded by waitQueues.mu.
@@ -45,12 +44,9 @@ func (w *waiter) signal() {
 	}
 }
 
-// enqueue adds a waiter at the tail of key's queue.
-func (q *waitQueues) enqueue(key string) *waiter { return q.enqueueWanting(key, nil) }
-
-// enqueueWanting adds a waiter that may be handed the key: want is its
-// acquire command (ID unset).
-func (q *waitQueues) enqueueWanting(key string, want *lease.Command) *waiter {
+// enqueue adds a waiter at the tail of key's queue: want is its acquire
+// command (ID unset), which a handover may grant it.
+func (q *waitQueues) enqueue(key string, want *lease.Command) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	wt := &waiter{ready: make(chan struct{}, 1), want: want}
@@ -60,13 +56,13 @@ func (q *waitQueues) enqueueWanting(key string, want *lease.Command) *waiter {
 }
 
 // claim marks the head of key's queue as the receiver of a handover and
-// returns it, or nil if there is no head that can take one. Every claim
+// returns it, or nil if there is no head that can take one now. Every claim
 // must be followed by exactly one settle.
 func (q *waitQueues) claim(key string) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.queues[key]
-	if len(ws) == 0 || ws[0].want == nil || ws[0].claimed || ws[0].grant != nil {
+	if len(ws) == 0 || ws[0].claimed || ws[0].grant != nil {
 		return nil
 	}
 	ws[0].claimed = true
@@ -115,14 +111,6 @@ func (q *waitQueues) abandon(key string, wt *waiter) (l lease.Lease, granted, in
 	}
 	q.remove(key, wt)
 	return lease.Lease{}, false, false
-}
-
-// isHead reports whether wt is first in key's queue.
-func (q *waitQueues) isHead(key string, wt *waiter) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	ws := q.queues[key]
-	return len(ws) > 0 && ws[0] == wt
 }
 
 // leave removes wt; if it was the head, the next waiter gets a turn.

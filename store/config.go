@@ -1,0 +1,91 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencedio/fenced/fence"
+)
+
+// Config configures a Store. The zero value of every field except DataDir
+// is usable.
+type Config struct {
+	// DataDir holds the store's bbolt file (FileName). It is created if
+	// missing. Required.
+	DataDir string
+
+	// NoFencing makes the store accept stale tokens: the scope and token
+	// headers are still required and validated and every write is still
+	// audited (with HighestBefore, so checkers can see stale overwrites), but
+	// a write that the guard rejects as stale is applied anyway, in a
+	// transaction of its own that leaves the highest token as it is. A
+	// negative control for demos and torture tests only; Open logs a loud
+	// warning.
+	NoFencing bool
+
+	// MaxValueBytes limits the size of a value; larger PUTs get 413.
+	// Default DefaultMaxValueBytes (1 MiB).
+	MaxValueBytes int64
+
+	// Logger receives stale rejections (Warn) and accepted writes (Debug).
+	// Default slog.Default().
+	Logger *slog.Logger
+
+	// Registerer receives the fenced_store_* metrics. Default: a private
+	// registry (with Go and process collectors) served on /metrics.
+	Registerer prometheus.Registerer
+
+	// Gatherer is what /metrics serves. Default: Registerer if it is also a
+	// Gatherer (a *prometheus.Registry is), else nothing is served there.
+	Gatherer prometheus.Gatherer
+
+	// Observer, if set, is told of every stale rejection and every accepted
+	// write, after commit and outside any lock.
+	Observer fence.Observer
+
+	// Now stamps audit records. Default time.Now.
+	Now func() time.Time
+}
+
+// Validate reports whether the configuration can be used. It does not
+// change c; Open applies the defaults to its own copy.
+func (c Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("store: DataDir is required")
+	}
+	if c.MaxValueBytes < 0 {
+		return fmt.Errorf("store: MaxValueBytes %d is negative", c.MaxValueBytes)
+	}
+	return nil
+}
+
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.MaxValueBytes == 0 {
+		c.MaxValueBytes = DefaultMaxValueBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(
+			prometheus.NewGoCollector(),
+			prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+		)
+		c.Registerer = reg
+	}
+	if c.Gatherer == nil {
+		if g, ok := c.Registerer.(prometheus.Gatherer); ok {
+			c.Gatherer = g
+		}
+	}
+	return c
+}
