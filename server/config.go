@@ -50,6 +50,11 @@ type Config struct {
 	// Default 4096.
 	WatchHistory int
 
+	// ApplyStallTimeout is how long log writes may be pending without any
+	// being applied before /healthz answers 503 "apply path stalled".
+	// Default 10s.
+	ApplyStallTimeout time.Duration
+
 	// HeartbeatTimeout is raft's heartbeat and election timeout. Lower
 	// values fail over faster and start a single node sooner.
 	// Default 500ms.
@@ -94,6 +99,7 @@ func (c *Config) Validate() error {
 	setDefault(&c.WatchBuffer, 1024)
 	setDefault(&c.WatchHistory, 4096)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
+	setDefault(&c.ApplyStallTimeout, 10*time.Second)
 	setDefault(&c.SnapshotThreshold, 16384)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -127,7 +133,7 @@ func (c *Config) Validate() error {
 	for name, v := range map[string]int64{
 		"MaxWait": int64(c.MaxWait), "MaxBodyBytes": c.MaxBodyBytes, "MaxLeases": int64(c.MaxLeases),
 		"MaxIdleKeys": int64(c.MaxIdleKeys), "ListLimit": int64(c.ListLimit), "WatchBuffer": int64(c.WatchBuffer),
-		"WatchHistory": int64(c.WatchHistory),
+		"WatchHistory": int64(c.WatchHistory), "ApplyStallTimeout": int64(c.ApplyStallTimeout),
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))

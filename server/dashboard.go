@@ -61,7 +61,7 @@ func (s *Server) Stats() Stats {
 		Acquired: s.counts.acquired.Load(), Released: s.counts.released.Load(),
 		Expired: s.counts.expired.Load(), Takeovers: s.counts.takeovers.Load(),
 	}
-	s.fsm.read(func(ls *lease.State) { st.Leases = ls.Len() })
+	st.Leases = s.fsm.view().Len()
 	return st
 }
 
@@ -95,22 +95,29 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, _, _ := s.hub.subscribe(prefix, 0)
 	defer s.hub.unsubscribe(sub)
-	var (
-		leases   []lease.Lease
-		revision uint64
-	)
-	s.fsm.read(func(st *lease.State) {
-		leases = st.List(prefix, s.cfg.ListLimit)
-		revision = st.Applied()
-	})
-	now := time.Now()
+	// Building a snapshot costs O(ListLimit) memory and CPU; at most
+	// snapshotSlots are built at once, so a crowd of dashboards connecting
+	// together queues here instead of multiplying the peak.
+	select {
+	case s.snapshotSlots <- struct{}{}:
+	case <-r.Context().Done():
+		return
+	}
+	view := s.fsm.view()
+	leases := view.List(prefix, s.cfg.ListLimit)
+	revision := view.Applied()
+	remaining := s.expirer.remainingOf(leases, time.Now())
 	snap := struct {
 		Revision uint64      `json:"revision"`
 		Leases   []leaseJSON `json:"leases"`
 	}{Revision: revision, Leases: make([]leaseJSON, len(leases))}
 	for i, l := range leases {
-		snap.Leases[i] = dashboardLease(wireLease(l, s.expirer.remaining(l.Key, now), publicView))
+		snap.Leases[i] = dashboardLease(wireLease(l, remaining[i], publicView))
 	}
+	leases = nil
+	snapJSON, _ := json.Marshal(snap)
+	snap.Leases = nil
+	<-s.snapshotSlots
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	send := func(event string, v any) bool {
@@ -123,7 +130,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	// Reconnect a second after a lost connection (browsers default to 3s).
 	fmt.Fprint(w, "retry: 1000\n\n")
-	if !send("snapshot", snap) {
+	if !send("snapshot", json.RawMessage(snapJSON)) {
 		return
 	}
 	keepalive := time.NewTicker(15 * time.Second)

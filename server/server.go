@@ -58,6 +58,15 @@ type Server struct {
 
 	failMu  sync.Mutex
 	failure error // a failed write of the raft log, which stopped the node
+
+	// applyPending counts log writes submitted and not yet answered;
+	// applyProgress (unix nanoseconds) is when the apply path last made
+	// progress, or when it last became busy. /healthz reports a stall when
+	// writes have been pending without progress for ApplyStallTimeout.
+	applyPending  atomic.Int64
+	applyProgress atomic.Int64
+	// snapshotSlots bounds the dashboard snapshots built at once.
+	snapshotSlots chan struct{}
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
@@ -74,6 +83,8 @@ func New(cfg Config) (*Server, error) {
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
 
+		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
+
 		closeEnd: make(chan struct{}),
 	}
 	s.expirer = newExpirer(s.expireLeases)
@@ -82,6 +93,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.fsm.onEvent = s.applied
+	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
 	s.fsm.onRestore = s.restored
 	if err := s.startRaft(); err != nil {
 		s.closeRaft()
@@ -393,9 +405,15 @@ func (s *Server) applyAsync(c lease.Command) func() (lease.Result, error) {
 		return func() (lease.Result, error) { return lease.Result{}, err }
 	}
 	start := time.Now()
+	if s.applyPending.Add(1) == 1 {
+		s.applyProgress.Store(start.UnixNano()) // idle until now: not a stall
+	}
 	f := s.raft.Apply(data, 0)
+	var once sync.Once
 	return func() (lease.Result, error) {
-		if err := f.Error(); err != nil {
+		err := f.Error()
+		once.Do(func() { s.applyPending.Add(-1) })
+		if err != nil {
 			return lease.Result{}, err
 		}
 		s.metrics.apply.Observe(time.Since(start).Seconds())
@@ -426,12 +444,36 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// maxConcurrentSnapshots bounds the dashboard snapshots built at once; one
+// per core of a small machine keeps the rest of the CPU for the write path.
+const maxConcurrentSnapshots = 2
+
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !s.ready.Load() {
 		http.Error(w, "not serving acquisitions: no leader yet, or not the leader", http.StatusServiceUnavailable)
 		return
 	}
+	if stalled := s.applyStalled(time.Now()); stalled > 0 {
+		http.Error(w, fmt.Sprintf("apply path stalled: %d log writes pending, no progress for %v (limit %v)",
+			s.applyPending.Load(), stalled.Round(time.Millisecond), s.cfg.ApplyStallTimeout), http.StatusServiceUnavailable)
+		return
+	}
 	fmt.Fprintln(w, "ok")
+}
+
+// applyStalled returns how long log writes have been pending without any
+// being applied, if that exceeds Config.ApplyStallTimeout, and 0 otherwise.
+// A leader that answers heartbeats but cannot apply (a hung disk, a
+// saturated FSM) refuses every acquisition; this lets /healthz say so.
+func (s *Server) applyStalled(now time.Time) time.Duration {
+	if s.applyPending.Load() == 0 {
+		return 0
+	}
+	since := now.Sub(time.Unix(0, s.applyProgress.Load()))
+	if since <= s.cfg.ApplyStallTimeout {
+		return 0
+	}
+	return since
 }
 
 // Ready reports whether this node serves acquisitions.

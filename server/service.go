@@ -136,11 +136,11 @@ func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRe
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit
 	}
-	var leases []lease.Lease
-	v.s.fsm.read(func(st *lease.State) { leases = st.List(prefix, limit) })
+	leases := v.s.fsm.view().List(prefix, limit)
+	remaining := v.s.expirer.remainingOf(leases, time.Now())
 	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases))}
 	for i, l := range leases {
-		resp.Leases[i] = v.s.currentLease(l, publicView)
+		resp.Leases[i] = wireLease(l, remaining[i], publicView)
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -142,6 +142,7 @@ serving the lease API, /metrics and /healthz on 127.0.0.1:7420.`,
 	f.DurationVar(&cfg.MaxWait, "max-wait", 10*time.Minute, "longest waitMs accepted")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 64<<10, "largest request body accepted")
 	f.IntVar(&cfg.MaxLeases, "max-leases", 2_000_000, "refuse new leases while this many are current")
+	registerLimitFlags(f, &cfg)
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
 	logs.register(cmd)
 	cmd.AddCommand(storeCmd())
