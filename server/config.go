@@ -49,6 +49,17 @@ type Config struct {
 	// WatchHistory is the number of past events kept to resume a watch.
 	// Default 4096.
 	WatchHistory int
+	// MaxWatchers caps open Watch streams on this server, and
+	// MaxWatchersPerClient those from one client IP address; more are
+	// refused with resource_exhausted. Defaults 10,000 and 1,000.
+	MaxWatchers, MaxWatchersPerClient int
+	// MaxEventSubscribers caps open dashboard streams (/v1/events), and
+	// MaxEventSubscribersPerClient those from one client IP address; more
+	// are refused with 429. Defaults 1,000 and 100.
+	MaxEventSubscribers, MaxEventSubscribersPerClient int
+	// StreamWriteTimeout bounds every send on a stream (Watch, /v1/events):
+	// a subscriber that stops reading for this long is cut off. Default 10s.
+	StreamWriteTimeout time.Duration
 
 	// ApplyStallTimeout is how long log writes may be pending without any
 	// being applied before /healthz answers 503 "apply path stalled".
@@ -98,6 +109,11 @@ func (c *Config) Validate() error {
 	setDefault(&c.ListLimit, 10_000)
 	setDefault(&c.WatchBuffer, 1024)
 	setDefault(&c.WatchHistory, 4096)
+	setDefault(&c.MaxWatchers, 10_000)
+	setDefault(&c.MaxWatchersPerClient, 1_000)
+	setDefault(&c.MaxEventSubscribers, 1_000)
+	setDefault(&c.MaxEventSubscribersPerClient, 100)
+	setDefault(&c.StreamWriteTimeout, 10*time.Second)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
 	setDefault(&c.ApplyStallTimeout, 10*time.Second)
 	setDefault(&c.SnapshotThreshold, 16384)
@@ -134,6 +150,9 @@ func (c *Config) Validate() error {
 		"MaxWait": int64(c.MaxWait), "MaxBodyBytes": c.MaxBodyBytes, "MaxLeases": int64(c.MaxLeases),
 		"MaxIdleKeys": int64(c.MaxIdleKeys), "ListLimit": int64(c.ListLimit), "WatchBuffer": int64(c.WatchBuffer),
 		"WatchHistory": int64(c.WatchHistory), "ApplyStallTimeout": int64(c.ApplyStallTimeout),
+		"MaxWatchers": int64(c.MaxWatchers), "MaxWatchersPerClient": int64(c.MaxWatchersPerClient),
+		"MaxEventSubscribers": int64(c.MaxEventSubscribers), "MaxEventSubscribersPerClient": int64(c.MaxEventSubscribersPerClient),
+		"StreamWriteTimeout": int64(c.StreamWriteTimeout),
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))

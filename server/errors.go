@@ -45,7 +45,7 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, errInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, errTooManyLeases):
+	case errors.Is(err, errTooManyLeases), errors.Is(err, errTooManyStreams):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout):

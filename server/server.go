@@ -65,6 +65,8 @@ type Server struct {
 	// writes have been pending without progress for ApplyStallTimeout.
 	applyPending  atomic.Int64
 	applyProgress atomic.Int64
+	// watchers and subscribers cap Watch and /v1/events streams.
+	watchers, subscribers *streamLimiter
 	// snapshotSlots bounds the dashboard snapshots built at once.
 	snapshotSlots chan struct{}
 }
@@ -84,6 +86,8 @@ func New(cfg Config) (*Server, error) {
 		done:    make(chan struct{}),
 
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
+		watchers:      newStreamLimiter("watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
+		subscribers:   newStreamLimiter("event subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
 
 		closeEnd: make(chan struct{}),
 	}
@@ -99,7 +103,8 @@ func New(cfg Config) (*Server, error) {
 		s.closeRaft()
 		return nil, err
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.hub.run(s.done) }()
 	go func() { defer s.wg.Done(); s.expirer.run(s.done) }()
 	go func() { defer s.wg.Done(); s.watchLeadership() }()
 	return s, nil
@@ -431,7 +436,7 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(&service{s: s}, s.handlerOptions()...)
-	mux.Handle(path, limitBody(h, s.cfg.MaxBodyBytes))
+	mux.Handle(path, withResponseController(limitBody(h, s.cfg.MaxBodyBytes)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.registerDashboard(mux)
 	if s.cfg.Profiling {

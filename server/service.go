@@ -32,7 +32,7 @@ type service struct{ s *Server }
 var _ fencedv1connect.LeaseServiceHandler = (*service)(nil)
 
 func (s *Server) handlerOptions() []connect.HandlerOption {
-	return append(jsonCodecs(),
+	return append(s.codecs(),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		// Lease messages are a few hundred bytes; compressing them costs
 		// more CPU than it saves on the wire.
@@ -152,13 +152,28 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			return connectError(fmt.Errorf("prefix: %w", err))
 		}
 	}
-	send := func(ev *fencedv1.Event) error {
-		return stream.Send(&fencedv1.WatchResponse{Event: ev})
+	release, err := v.s.watchers.acquire(clientIP(req.Peer().Addr))
+	if err != nil {
+		return connectError(err)
+	}
+	defer release()
+	// Every send must finish within StreamWriteTimeout: a watcher that
+	// stops reading is cut off instead of holding its goroutine forever.
+	deadline := writeDeadlineFrom(ctx, v.s.cfg.StreamWriteTimeout)
+	send := func(m *fencedv1.WatchResponse) error {
+		deadline()
+		return stream.Send(m)
 	}
 	resync := func() error {
-		var rev uint64
-		v.s.fsm.read(func(st *lease.State) { rev = st.Applied() })
-		return send(&fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: rev})
+		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: v.s.fsm.view().Applied()}})
+	}
+	sendAll := func(evs []*hubEvent) error {
+		for _, ev := range evs {
+			if err := send(ev.watch); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	sub, replay, complete := v.s.hub.subscribe(prefix, req.Msg.GetAfterRevision())
 	defer func() { v.s.hub.unsubscribe(sub) }()
@@ -167,31 +182,22 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			return err
 		}
 	}
-	for _, ev := range replay {
-		if err := send(v.s.eventToProto(ev)); err != nil {
-			return err
-		}
+	if err := sendAll(replay); err != nil {
+		return err
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev := <-sub.events:
-			if err := send(v.s.eventToProto(ev)); err != nil {
+		case <-sub.ready:
+			if err := sendAll(sub.take()); err != nil {
 				return err
 			}
 		case <-sub.lost:
-			// Fell behind: deliver what was buffered, then say so and start
+			// Fell behind: deliver what was queued, then say so and start
 			// again from now.
-			for drained := false; !drained; {
-				select {
-				case ev := <-sub.events:
-					if err := send(v.s.eventToProto(ev)); err != nil {
-						return err
-					}
-				default:
-					drained = true
-				}
+			if err := sendAll(sub.take()); err != nil {
+				return err
 			}
 			sub, _, _ = v.s.hub.subscribe(prefix, 0)
 			if err := resync(); err != nil {
@@ -228,7 +234,7 @@ func (s *Server) currentLease(l lease.Lease, v view) *fencedv1.Lease {
 	return wireLease(l, s.expirer.remaining(l.Key, time.Now()), v)
 }
 
-func (s *Server) eventToProto(ev lease.Event) *fencedv1.Event {
+func eventToProto(ev lease.Event) *fencedv1.Event {
 	l := ev.Lease
 	e := &fencedv1.Event{Revision: ev.Revision, Lease: wireLease(l, 0, publicView)}
 	switch ev.Type {

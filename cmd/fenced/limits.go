@@ -12,4 +12,10 @@ import (
 func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 	f.DurationVar(&cfg.ApplyStallTimeout, "apply-stall-timeout", 10*time.Second,
 		"/healthz answers 503 when log writes are pending this long without progress")
+	f.IntVar(&cfg.MaxWatchers, "max-watchers", 10_000, "open Watch streams allowed on this server")
+	f.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", 1_000, "open Watch streams allowed from one client IP")
+	f.IntVar(&cfg.MaxEventSubscribers, "max-event-subscribers", 1_000, "open dashboard streams (/v1/events) allowed on this server")
+	f.IntVar(&cfg.MaxEventSubscribersPerClient, "max-event-subscribers-per-client", 100, "open dashboard streams allowed from one client IP")
+	f.DurationVar(&cfg.StreamWriteTimeout, "stream-write-timeout", 10*time.Second,
+		"cut off a Watch or dashboard subscriber that takes longer than this to accept one send")
 }
