@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/fencedio/fenced/internal/httplimit"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,6 +67,24 @@ type Config struct {
 	// Default 10s.
 	ApplyStallTimeout time.Duration
 
+	// MaxHeaderBytes bounds request headers; larger ones get 431. Over
+	// HTTP/2 it is also the advertised header list size. Default 64 KiB.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds the time to receive request headers.
+	// Default 10s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long.
+	// Default 2m.
+	IdleTimeout time.Duration
+	// BodyReadTimeout bounds the time to receive the body of a unary call;
+	// a slower body fails. Streams are bounded by StreamWriteTimeout
+	// instead. Default 30s.
+	BodyReadTimeout time.Duration
+	// MaxConns caps open API connections; more wait to be accepted.
+	// Default: three quarters of the file descriptor limit (RLIMIT_NOFILE),
+	// at least 64, so that the raft log and peers keep descriptors.
+	MaxConns int
+
 	// HeartbeatTimeout is raft's heartbeat and election timeout. Lower
 	// values fail over faster and start a single node sooner.
 	// Default 500ms.
@@ -116,6 +135,11 @@ func (c *Config) Validate() error {
 	setDefault(&c.StreamWriteTimeout, 10*time.Second)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
 	setDefault(&c.ApplyStallTimeout, 10*time.Second)
+	limits := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}
+	limitsErr := limits.Validate()
+	c.MaxHeaderBytes, c.ReadHeaderTimeout, c.IdleTimeout = limits.MaxHeaderBytes, limits.ReadHeaderTimeout, limits.IdleTimeout
+	c.BodyReadTimeout, c.MaxConns = limits.BodyTimeout, limits.MaxConns
 	setDefault(&c.SnapshotThreshold, 16384)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -135,7 +159,7 @@ func (c *Config) Validate() error {
 		return errors.New("config: Gatherer set without Registerer")
 	}
 
-	var errs []error
+	errs := []error{limitsErr}
 	if c.MinTTL < time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: MinTTL %v is below 1ms", c.MinTTL))
 	}

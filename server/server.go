@@ -436,7 +436,7 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(&service{s: s}, s.handlerOptions()...)
-	mux.Handle(path, withResponseController(limitBody(h, s.cfg.MaxBodyBytes)))
+	mux.Handle(path, withResponseController(s.limitRPC(limitBody(h, s.cfg.MaxBodyBytes))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.registerDashboard(mux)
 	if s.cfg.Profiling {
@@ -510,21 +510,13 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // ServeListener is Serve on an existing listener.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
 	s.closeMu.Lock()
 	s.listener = ln
-	s.http = &http.Server{
-		Handler:           s.Handler(),
-		Protocols:         protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return s.baseContext() },
-	}
+	s.http = s.newHTTPServer()
 	srv := s.http
 	s.closeMu.Unlock()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(bufferedListener{ln}) }()
+	go func() { errc <- srv.Serve(s.limitListener(ln)) }()
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {

@@ -18,4 +18,14 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 	f.IntVar(&cfg.MaxEventSubscribersPerClient, "max-event-subscribers-per-client", 100, "open dashboard streams allowed from one client IP")
 	f.DurationVar(&cfg.StreamWriteTimeout, "stream-write-timeout", 10*time.Second,
 		"cut off a Watch or dashboard subscriber that takes longer than this to accept one send")
+	registerHTTPFlags(f, &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns)
+}
+
+// registerHTTPFlags adds the HTTP server limits shared by fenced and fenced
+// store.
+func registerHTTPFlags(f *pflag.FlagSet, maxHeaderBytes *int, idle, body *time.Duration, maxConns *int) {
+	f.IntVar(maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block accepted (431 above; also the HTTP/2 header list size)")
+	f.DurationVar(idle, "idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
+	f.DurationVar(body, "body-read-timeout", 30*time.Second, "fail a request body not received within this time (streams exempt)")
+	f.IntVar(maxConns, "max-conns", 0, "open connections allowed (0: three quarters of the file descriptor limit)")
 }
