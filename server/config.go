@@ -38,6 +38,14 @@ type Config struct {
 	// MaxLeases refuses new acquisitions while this many leases are current.
 	// Default 2,000,000.
 	MaxLeases int
+	// MaxLeasesPerOwner refuses new acquisitions by an owner that holds
+	// this many leases, and MaxWaitersPerOwner acquisitions that would make
+	// an owner wait in more than this many lines at once; both answer
+	// resource_exhausted naming the quota. The owner is the one a request
+	// names. Defaults 100,000 and 10,000: far above what one service
+	// instance needs, low enough that one runaway client cannot fill
+	// MaxLeases alone.
+	MaxLeasesPerOwner, MaxWaitersPerOwner int
 	// MaxIdleKeys bounds how many freed keys remember their last token
 	// (lease.New). Every node must use the same value. Default 100,000.
 	MaxIdleKeys int
@@ -124,6 +132,8 @@ func (c *Config) Validate() error {
 	setDefault(&c.MaxWait, 10*time.Minute)
 	setDefault(&c.MaxBodyBytes, 64<<10)
 	setDefault(&c.MaxLeases, 2_000_000)
+	setDefault(&c.MaxLeasesPerOwner, 100_000)
+	setDefault(&c.MaxWaitersPerOwner, 10_000)
 	setDefault(&c.MaxIdleKeys, lease.DefaultMaxIdleKeys)
 	setDefault(&c.ListLimit, 10_000)
 	setDefault(&c.WatchBuffer, 1024)
@@ -177,6 +187,7 @@ func (c *Config) Validate() error {
 		"MaxWatchers": int64(c.MaxWatchers), "MaxWatchersPerClient": int64(c.MaxWatchersPerClient),
 		"MaxEventSubscribers": int64(c.MaxEventSubscribers), "MaxEventSubscribersPerClient": int64(c.MaxEventSubscribersPerClient),
 		"StreamWriteTimeout": int64(c.StreamWriteTimeout),
+		"MaxLeasesPerOwner":  int64(c.MaxLeasesPerOwner), "MaxWaitersPerOwner": int64(c.MaxWaitersPerOwner),
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))

@@ -23,6 +23,8 @@ type waitQueues struct {
 	mu     sync.Mutex
 	queues map[string][]*waiter
 	count  int
+	// byOwner counts the waiters of each owner (those with a want).
+	byOwner map[string]int
 }
 
 type waiter struct {
@@ -36,7 +38,9 @@ type waiter struct {
 	grant   *lease.Lease // the lease a handover gave this waiter
 }
 
-func newWaitQueues() *waitQueues { return &waitQueues{queues: make(map[string][]*waiter)} }
+func newWaitQueues() *waitQueues {
+	return &waitQueues{queues: make(map[string][]*waiter), byOwner: make(map[string]int)}
+}
 
 func (w *waiter) signal() {
 	select {
@@ -51,12 +55,25 @@ func (q *waitQueues) enqueue(key string) *waiter { return q.enqueueWanting(key, 
 // enqueueWanting adds a waiter that may be handed the key: want is its
 // acquire command (ID unset).
 func (q *waitQueues) enqueueWanting(key string, want *lease.Command) *waiter {
+	wt, _ := q.enqueueLimited(key, want, 0)
+	return wt
+}
+
+// enqueueLimited is enqueueWanting, refused with a quotaError when
+// want.Owner already has maxPerOwner waiters (0: no limit).
+func (q *waitQueues) enqueueLimited(key string, want *lease.Command, maxPerOwner int) (*waiter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if want != nil {
+		if n := q.byOwner[want.Owner]; maxPerOwner > 0 && n >= maxPerOwner {
+			return nil, &quotaError{Quota: "max-waiters-per-owner", Owner: want.Owner, Used: n, Limit: maxPerOwner}
+		}
+		q.byOwner[want.Owner]++
+	}
 	wt := &waiter{ready: make(chan struct{}, 1), want: want}
 	q.queues[key] = append(q.queues[key], wt)
 	q.count++
-	return wt
+	return wt, nil
 }
 
 // claim marks the head of key's queue as the receiver of a handover and
@@ -140,6 +157,11 @@ func (q *waitQueues) remove(key string, wt *waiter) {
 		}
 		ws = append(ws[:i], ws[i+1:]...)
 		q.count--
+		if wt.want != nil {
+			if q.byOwner[wt.want.Owner]--; q.byOwner[wt.want.Owner] <= 0 {
+				delete(q.byOwner, wt.want.Owner)
+			}
+		}
 		if len(ws) == 0 {
 			delete(q.queues, key)
 			return
