@@ -75,10 +75,14 @@ func TestSlowBodyCut(t *testing.T) {
 	// A unary call that promises 100 bytes and sends 10.
 	fmt.Fprint(c, "POST /fenced.v1.LeaseService/Get HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"key\":\"a")
 	start := time.Now()
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	_, err := io.ReadAll(br) // a response, then the close; or just the close
+	// An answer (deadline_exceeded) or the connection closed, either way
+	// well before the 10s the client waits.
+	resp, err := readResponse(t, c, br, 10*time.Second)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("slow body still held after 10s")
+	}
+	if err == nil && resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("slow body answered %d, want 504 deadline_exceeded", resp.StatusCode)
 	}
 	if took := time.Since(start); took < 300*time.Millisecond {
 		t.Fatalf("cut after %v, before the 300ms deadline", took)

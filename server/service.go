@@ -159,17 +159,18 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	defer release()
 	// Every send must finish within StreamWriteTimeout: a watcher that
 	// stops reading is cut off instead of holding its goroutine forever.
-	deadline := writeDeadlineFrom(ctx, v.s.cfg.StreamWriteTimeout)
-	send := func(m *fencedv1.WatchResponse) error {
-		deadline()
+	// A batch of queued events is flushed once, after its last event.
+	ctl := streamControlFrom(ctx)
+	send := func(m *fencedv1.WatchResponse, more bool) error {
+		ctl.beforeSend(v.s.cfg.StreamWriteTimeout, more)
 		return stream.Send(m)
 	}
 	resync := func() error {
-		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: v.s.fsm.view().Applied()}})
+		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: v.s.fsm.view().Applied()}}, false)
 	}
 	sendAll := func(evs []*hubEvent) error {
-		for _, ev := range evs {
-			if err := send(ev.watch); err != nil {
+		for i, ev := range evs {
+			if err := send(ev.watch, i < len(evs)-1); err != nil {
 				return err
 			}
 		}

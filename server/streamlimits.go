@@ -63,25 +63,61 @@ func clientIP(addr string) string {
 	return addr
 }
 
-type responseControllerKey struct{}
+type streamControlKey struct{}
 
-// withResponseController gives handlers below it (connect's stream handlers
-// cannot reach the ResponseWriter) the request's ResponseController, for
-// per-send write deadlines.
-func withResponseController(next http.Handler) http.Handler {
+// streamControl lets a stream handler below connect (which cannot reach
+// the ResponseWriter) set per-send write deadlines and hold back flushes.
+type streamControl struct {
+	rc *http.ResponseController
+	w  *batchingWriter
+}
+
+// batchingWriter skips Flush while hold is set. connect flushes after every
+// message of a stream; a Watch handler sending a batch of queued events
+// holds the flushes of all but the last, so the batch leaves in a few large
+// writes instead of one system call per event.
+type batchingWriter struct {
+	http.ResponseWriter
+	hold bool // only the handler's goroutine touches it
+}
+
+func (b *batchingWriter) Flush() {
+	if !b.hold {
+		http.NewResponseController(b.ResponseWriter).Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (b *batchingWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }
+
+// withStreamControl gives stream handlers a streamControl through their
+// context. Unary calls pass through untouched.
+func withStreamControl(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := context.WithValue(r.Context(), responseControllerKey{}, http.NewResponseController(w))
-		next.ServeHTTP(w, r.WithContext(ctx))
+		if !isStreamProcedure(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		bw := &batchingWriter{ResponseWriter: w}
+		ctl := &streamControl{rc: http.NewResponseController(w), w: bw}
+		next.ServeHTTP(bw, r.WithContext(context.WithValue(r.Context(), streamControlKey{}, ctl)))
 	})
 }
 
-// writeDeadlineFrom returns a func that sets the write deadline of ctx's
-// response to timeout from now; call it before every send of a stream. It
-// does nothing when ctx has no ResponseController or timeout is 0.
-func writeDeadlineFrom(ctx context.Context, timeout time.Duration) func() {
-	rc, _ := ctx.Value(responseControllerKey{}).(*http.ResponseController)
-	if rc == nil || timeout <= 0 {
-		return func() {}
+// streamControlFrom returns ctx's streamControl, or nil.
+func streamControlFrom(ctx context.Context) *streamControl {
+	ctl, _ := ctx.Value(streamControlKey{}).(*streamControl)
+	return ctl
+}
+
+// beforeSend sets the write deadline to timeout from now (none when timeout
+// is 0) and holds the flush after the send when more follows.
+func (c *streamControl) beforeSend(timeout time.Duration, more bool) {
+	if c == nil {
+		return
 	}
-	return func() { rc.SetWriteDeadline(time.Now().Add(timeout)) }
+	if timeout > 0 {
+		c.rc.SetWriteDeadline(time.Now().Add(timeout))
+	}
+	c.w.hold = more
 }
