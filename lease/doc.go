@@ -24,6 +24,10 @@
 //   - An expiry batch (OpExpireBatch) takes effect only in an entry of the
 //     leadership term that decided it (Command.Term), so a deposed leader's
 //     late decision, written after it leads again, ends nothing.
+//   - Leases are kept in a persistent ordered index besides the map: View
+//     takes a frozen view in O(1), which stays valid and unchanged while the
+//     state moves on, and List costs O(log n + answer). Snapshots write
+//     leases in key order, so equal states write equal bytes.
 //
 // Non-guarantees:
 //   - Tokens are not dense: consecutive grants of a key may differ by more

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/fencedio/fenced/internal/httplimit"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +50,14 @@ type Config struct {
 	// MaxLeases refuses new acquisitions while this many leases are current.
 	// Default 2,000,000.
 	MaxLeases int
+	// MaxLeasesPerOwner refuses new acquisitions by an owner that holds
+	// this many leases, and MaxWaitersPerOwner acquisitions that would make
+	// an owner wait in more than this many lines at once; both answer
+	// resource_exhausted naming the quota. The owner is the one a request
+	// names. Defaults 100,000 and 10,000: far above what one service
+	// instance needs, low enough that one runaway client cannot fill
+	// MaxLeases alone.
+	MaxLeasesPerOwner, MaxWaitersPerOwner int
 	// MaxIdleKeys bounds how many freed keys remember their last token
 	// (lease.New). Every node must use the same value. Default 100,000.
 	MaxIdleKeys int
@@ -61,6 +70,40 @@ type Config struct {
 	// WatchHistory is the number of past events kept to resume a watch.
 	// Default 4096.
 	WatchHistory int
+	// MaxWatchers caps open Watch streams on this server, and
+	// MaxWatchersPerClient those from one client IP address; more are
+	// refused with resource_exhausted. Defaults 10,000 and 1,000.
+	MaxWatchers, MaxWatchersPerClient int
+	// MaxEventSubscribers caps open dashboard streams (/v1/events), and
+	// MaxEventSubscribersPerClient those from one client IP address; more
+	// are refused with 429. Defaults 1,000 and 100.
+	MaxEventSubscribers, MaxEventSubscribersPerClient int
+	// StreamWriteTimeout bounds every send on a stream (Watch, /v1/events):
+	// a subscriber that stops reading for this long is cut off. Default 10s.
+	StreamWriteTimeout time.Duration
+
+	// ApplyStallTimeout is how long log writes may be pending without any
+	// being applied before /healthz answers 503 "apply path stalled".
+	// Default 10s.
+	ApplyStallTimeout time.Duration
+
+	// MaxHeaderBytes bounds request headers; larger ones get 431. Over
+	// HTTP/2 it is also the advertised header list size. Default 64 KiB.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds the time to receive request headers.
+	// Default 10s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long.
+	// Default 2m.
+	IdleTimeout time.Duration
+	// BodyReadTimeout bounds the time to receive the body of a unary call;
+	// a slower body fails. Streams are bounded by StreamWriteTimeout
+	// instead. Default 30s.
+	BodyReadTimeout time.Duration
+	// MaxConns caps open API connections; more wait to be accepted.
+	// Default: three quarters of the file descriptor limit (RLIMIT_NOFILE),
+	// at least 64, so that the raft log and peers keep descriptors.
+	MaxConns int
 
 	// HeartbeatTimeout is raft's heartbeat and election timeout. Lower
 	// values fail over faster and start a single node sooner.
@@ -110,11 +153,24 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxWait, 10*time.Minute)
 	setDefault(&c.MaxBodyBytes, 64<<10)
 	setDefault(&c.MaxLeases, 2_000_000)
+	setDefault(&c.MaxLeasesPerOwner, 100_000)
+	setDefault(&c.MaxWaitersPerOwner, 10_000)
 	setDefault(&c.MaxIdleKeys, lease.DefaultMaxIdleKeys)
 	setDefault(&c.ListLimit, 10_000)
 	setDefault(&c.WatchBuffer, 1024)
 	setDefault(&c.WatchHistory, 4096)
+	setDefault(&c.MaxWatchers, 10_000)
+	setDefault(&c.MaxWatchersPerClient, 1_000)
+	setDefault(&c.MaxEventSubscribers, 1_000)
+	setDefault(&c.MaxEventSubscribersPerClient, 100)
+	setDefault(&c.StreamWriteTimeout, 10*time.Second)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
+	setDefault(&c.ApplyStallTimeout, 10*time.Second)
+	limits := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}
+	limits.Validate() // fills in the defaults; Config.Validate reports its error
+	c.MaxHeaderBytes, c.ReadHeaderTimeout, c.IdleTimeout = limits.MaxHeaderBytes, limits.ReadHeaderTimeout, limits.IdleTimeout
+	c.BodyReadTimeout, c.MaxConns = limits.BodyTimeout, limits.MaxConns
 	setDefault(&c.SnapshotThreshold, 16384)
 	setDefault(&c.SnapshotInterval, 10*time.Second)
 	if c.Logger == nil {
@@ -142,7 +198,9 @@ func (c Config) Validate() error {
 		return errors.New("config: Gatherer set without Registerer")
 	}
 
-	var errs []error
+	limits := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}
+	errs := []error{limits.Validate()}
 	if c.MinTTL < time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: MinTTL %v is below 1ms", c.MinTTL))
 	}
@@ -162,7 +220,11 @@ func (c Config) Validate() error {
 	for name, v := range map[string]int64{
 		"MaxWait": int64(c.MaxWait), "MaxBodyBytes": c.MaxBodyBytes, "MaxLeases": int64(c.MaxLeases),
 		"MaxIdleKeys": int64(c.MaxIdleKeys), "ListLimit": int64(c.ListLimit), "WatchBuffer": int64(c.WatchBuffer),
-		"WatchHistory": int64(c.WatchHistory),
+		"WatchHistory": int64(c.WatchHistory), "ApplyStallTimeout": int64(c.ApplyStallTimeout),
+		"MaxWatchers": int64(c.MaxWatchers), "MaxWatchersPerClient": int64(c.MaxWatchersPerClient),
+		"MaxEventSubscribers": int64(c.MaxEventSubscribers), "MaxEventSubscribersPerClient": int64(c.MaxEventSubscribersPerClient),
+		"StreamWriteTimeout": int64(c.StreamWriteTimeout),
+		"MaxLeasesPerOwner":  int64(c.MaxLeasesPerOwner), "MaxWaitersPerOwner": int64(c.MaxWaitersPerOwner),
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))

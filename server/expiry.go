@@ -154,6 +154,24 @@ func (e *expirer) remaining(key string, now time.Time) time.Duration {
 	return 0
 }
 
+// remainingOf returns remaining for each lease of leases. It takes the
+// lock once per chunk rather than once per lease, and lets go between
+// chunks so that a long list never holds up the apply path for long.
+func (e *expirer) remainingOf(leases []lease.Lease, now time.Time) []time.Duration {
+	out := make([]time.Duration, len(leases))
+	const chunk = 256
+	for start := 0; start < len(leases); start += chunk {
+		e.mu.Lock()
+		for i := start; i < min(start+chunk, len(leases)); i++ {
+			if t, ok := e.byKey[leases[i].Key]; ok {
+				out[i] = max(time.Duration(t.deadline-mono(now)), 0)
+			}
+		}
+		e.mu.Unlock()
+	}
+	return out
+}
+
 // reset replaces the tracked set with leases, each with a full TTL from now.
 func (e *expirer) reset(leases []lease.Lease, now time.Time) {
 	e.mu.Lock()

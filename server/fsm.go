@@ -26,6 +26,8 @@ type fsm struct {
 	// snapshots and restores count FSM snapshots started and restores
 	// done since the process started (Server.SnapshotStats).
 	snapshots, restores atomic.Uint64
+	// onProgress is called after every applied batch.
+	onProgress func()
 }
 
 var (
@@ -34,7 +36,7 @@ var (
 )
 
 func newFSM(maxIdle int) *fsm {
-	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, onEvent: func(lease.Event) {}, onRestore: func(*lease.State) {}}
+	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, onEvent: func(lease.Event) {}, onRestore: func(*lease.State) {}, onProgress: func() {}}
 }
 
 // Apply applies one log entry and returns its lease.Result.
@@ -64,6 +66,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		}
 	}
 	f.mu.Unlock()
+	f.onProgress()
 	for _, ev := range events {
 		f.onEvent(ev)
 	}
@@ -108,6 +111,15 @@ func (f *fsm) read(fn func(*lease.State)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.state)
+}
+
+// view returns a frozen view of the leases, taken in O(1) under the read
+// lock; reading it needs no lock, so lists and snapshots for the dashboard
+// never hold up the apply path however long they are.
+func (f *fsm) view() lease.View {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.View()
 }
 
 type fsmSnapshot struct{ snap *lease.Snapshot }

@@ -66,6 +66,17 @@ type Server struct {
 
 	failMu  sync.Mutex
 	failure error // a failed write of the raft log, which stopped the node
+
+	// applyPending counts log writes submitted and not yet answered;
+	// applyProgress (unix nanoseconds) is when the apply path last made
+	// progress, or when it last became busy. /healthz reports a stall when
+	// writes have been pending without progress for ApplyStallTimeout.
+	applyPending  atomic.Int64
+	applyProgress atomic.Int64
+	// watchers and subscribers cap Watch and /v1/events streams.
+	watchers, subscribers *streamLimiter
+	// snapshotSlots bounds the dashboard snapshots built at once.
+	snapshotSlots chan struct{}
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
@@ -83,6 +94,10 @@ func New(cfg Config) (*Server, error) {
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
 
+		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
+		watchers:      newStreamLimiter("watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
+		subscribers:   newStreamLimiter("event subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
+
 		closeEnd: make(chan struct{}),
 	}
 	s.expirer = newExpirer(s.expireLeases)
@@ -92,6 +107,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.fsm.onEvent = s.applied
+	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
 	s.fsm.onRestore = s.restored
 	if err := s.startRaft(); err != nil {
 		close(s.done)
@@ -99,7 +115,8 @@ func New(cfg Config) (*Server, error) {
 		s.wg.Wait()
 		return nil, err
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.hub.run(s.done) }()
 	go func() { defer s.wg.Done(); s.expirer.run(s.done) }()
 	go func() { defer s.wg.Done(); s.watchLeadership() }()
 	return s, nil
@@ -399,9 +416,15 @@ func (s *Server) applyAsync(c lease.Command) func() (lease.Result, error) {
 		return func() (lease.Result, error) { return lease.Result{}, err }
 	}
 	start := time.Now()
+	if s.applyPending.Add(1) == 1 {
+		s.applyProgress.Store(start.UnixNano()) // idle until now: not a stall
+	}
 	f := s.raft.Apply(data, 0)
+	var once sync.Once
 	return func() (lease.Result, error) {
-		if err := f.Error(); err != nil {
+		err := f.Error()
+		once.Do(func() { s.applyPending.Add(-1) })
+		if err != nil {
 			return lease.Result{}, err
 		}
 		s.metrics.apply.Observe(time.Since(start).Seconds())
@@ -419,7 +442,7 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
-	mux.Handle(path, limitBody(h, s.cfg.MaxBodyBytes))
+	mux.Handle(path, withStreamControl(s.limitRPC(limitBody(h, s.cfg.MaxBodyBytes))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/role", s.serveRole)
 	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s}, s.handlerOptions()...)
@@ -435,12 +458,36 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// maxConcurrentSnapshots bounds the dashboard snapshots built at once; one
+// per core of a small machine keeps the rest of the CPU for the write path.
+const maxConcurrentSnapshots = 2
+
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !s.canServe() {
 		http.Error(w, "not serving acquisitions: no leader yet, or no contact with it", http.StatusServiceUnavailable)
 		return
 	}
+	if stalled := s.applyStalled(time.Now()); stalled > 0 {
+		http.Error(w, fmt.Sprintf("apply path stalled: %d log writes pending, no progress for %v (limit %v)",
+			s.applyPending.Load(), stalled.Round(time.Millisecond), s.cfg.ApplyStallTimeout), http.StatusServiceUnavailable)
+		return
+	}
 	fmt.Fprintln(w, "ok")
+}
+
+// applyStalled returns how long log writes have been pending without any
+// being applied, if that exceeds Config.ApplyStallTimeout, and 0 otherwise.
+// A leader that answers heartbeats but cannot apply (a hung disk, a
+// saturated FSM) refuses every acquisition; this lets /healthz say so.
+func (s *Server) applyStalled(now time.Time) time.Duration {
+	if s.applyPending.Load() == 0 {
+		return 0
+	}
+	since := now.Sub(time.Unix(0, s.applyProgress.Load()))
+	if since <= s.cfg.ApplyStallTimeout {
+		return 0
+	}
+	return since
 }
 
 // Ready reports whether this node serves acquisitions.
@@ -472,21 +519,13 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // ServeListener is Serve on an existing listener.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
 	s.closeMu.Lock()
 	s.listener = ln
-	s.http = &http.Server{
-		Handler:           s.Handler(),
-		Protocols:         protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return s.baseContext() },
-	}
+	s.http = s.newHTTPServer()
 	srv := s.http
 	s.closeMu.Unlock()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(bufferedListener{ln}) }()
+	go func() { errc <- srv.Serve(s.limitListener(ln)) }()
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {

@@ -33,7 +33,7 @@ type service struct{ s *Server }
 var _ fencedv1connect.LeaseServiceHandler = (*service)(nil)
 
 func (s *Server) handlerOptions() []connect.HandlerOption {
-	return append(jsonCodecs(),
+	return append(s.codecs(),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		// Lease messages are a few hundred bytes; compressing them costs
 		// more CPU than it saves on the wire.
@@ -160,11 +160,11 @@ func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.Li
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit
 	}
-	var leases []lease.Lease
-	v.s.fsm.read(func(st *lease.State) { leases = st.List(prefix, limit) })
+	leases := v.s.fsm.view().List(prefix, limit)
+	remaining := v.s.expirer.remainingOf(leases, time.Now())
 	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases))}
 	for i, l := range leases {
-		resp.Leases[i] = v.s.currentLease(l, publicView)
+		resp.Leases[i] = wireLease(l, remaining[i], publicView)
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -176,13 +176,29 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			return connectError(fmt.Errorf("prefix: %w", err))
 		}
 	}
-	send := func(ev *fencedv1.Event) error {
-		return stream.Send(&fencedv1.WatchResponse{Event: ev})
+	release, err := v.s.watchers.acquire(clientIP(req.Peer().Addr))
+	if err != nil {
+		return connectError(err)
+	}
+	defer release()
+	// Every send must finish within StreamWriteTimeout: a watcher that
+	// stops reading is cut off instead of holding its goroutine forever.
+	// A batch of queued events is flushed once, after its last event.
+	ctl := streamControlFrom(ctx)
+	send := func(m *fencedv1.WatchResponse, more bool) error {
+		ctl.beforeSend(v.s.cfg.StreamWriteTimeout, more)
+		return stream.Send(m)
 	}
 	resync := func() error {
-		var rev uint64
-		v.s.fsm.read(func(st *lease.State) { rev = st.Applied() })
-		return send(&fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: rev})
+		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: v.s.fsm.view().Applied()}}, false)
+	}
+	sendAll := func(evs []*hubEvent) error {
+		for i, ev := range evs {
+			if err := send(ev.watch, i < len(evs)-1); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	sub, replay, complete := v.s.hub.subscribe(prefix, req.Msg.GetAfterRevision())
 	defer func() { v.s.hub.unsubscribe(sub) }()
@@ -191,31 +207,22 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			return err
 		}
 	}
-	for _, ev := range replay {
-		if err := send(v.s.eventToProto(ev)); err != nil {
-			return err
-		}
+	if err := sendAll(replay); err != nil {
+		return err
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev := <-sub.events:
-			if err := send(v.s.eventToProto(ev)); err != nil {
+		case <-sub.ready:
+			if err := sendAll(sub.take()); err != nil {
 				return err
 			}
 		case <-sub.lost:
-			// Fell behind: deliver what was buffered, then say so and start
+			// Fell behind: deliver what was queued, then say so and start
 			// again from now.
-			for drained := false; !drained; {
-				select {
-				case ev := <-sub.events:
-					if err := send(v.s.eventToProto(ev)); err != nil {
-						return err
-					}
-				default:
-					drained = true
-				}
+			if err := sendAll(sub.take()); err != nil {
+				return err
 			}
 			sub, _, _ = v.s.hub.subscribe(prefix, 0)
 			if err := resync(); err != nil {
@@ -252,7 +259,7 @@ func (s *Server) currentLease(l lease.Lease, v view) *fencedv1.Lease {
 	return wireLease(l, s.expirer.remaining(l.Key, s.expirer.now()), v)
 }
 
-func (s *Server) eventToProto(ev lease.Event) *fencedv1.Event {
+func eventToProto(ev lease.Event) *fencedv1.Event {
 	l := ev.Lease
 	e := &fencedv1.Event{Revision: ev.Revision, Lease: wireLease(l, 0, publicView)}
 	switch ev.Type {
@@ -295,9 +302,15 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 		return s.tryAcquire(c)
 	}
 
+	if err := s.checkLeaseQuota(owner); err != nil {
+		return lease.Lease{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w := s.waiters.enqueue(key, &c)
+	w, err := s.waiters.enqueueLimited(key, &c, s.cfg.MaxWaitersPerOwner)
+	if err != nil {
+		return lease.Lease{}, err
+	}
 	defer s.waiters.leave(key, w)
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
@@ -350,13 +363,15 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 		return lease.Lease{}, errNotReady
 	}
 	var (
-		cur   lease.Lease
-		held  bool
-		count int
+		cur    lease.Lease
+		held   bool
+		count  int
+		owners int
 	)
 	s.fsm.read(func(st *lease.State) {
 		cur, held = st.Get(c.Key)
 		count = st.Len()
+		owners = st.OwnerLen(c.Owner)
 	})
 	if held && failpoint.Enabled(failpoint.GrantHeld) && failpoint.OneIn(16) {
 		_, _ = s.apply(lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
@@ -369,6 +384,9 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 	if count >= s.cfg.MaxLeases {
 		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
 	}
+	if owners >= s.cfg.MaxLeasesPerOwner {
+		return lease.Lease{}, &quotaError{Quota: "max-leases-per-owner", Owner: c.Owner, Used: owners, Limit: s.cfg.MaxLeasesPerOwner}
+	}
 	c.ID = newLeaseID()
 	res, err := s.apply(c)
 	if err != nil {
@@ -378,6 +396,19 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 		return lease.Lease{}, s.refreshHeld(c.Key, res.Err)
 	}
 	return res.Event.Lease, nil
+}
+
+// checkLeaseQuota refuses owner once it holds MaxLeasesPerOwner leases.
+// Owners are what clients say they are; once requests are authenticated,
+// the quota belongs to the principal instead. Grants in flight are not
+// counted, so concurrent acquisitions may overshoot by a few.
+func (s *Server) checkLeaseQuota(owner string) error {
+	var n int
+	s.fsm.read(func(st *lease.State) { n = st.OwnerLen(owner) })
+	if n >= s.cfg.MaxLeasesPerOwner {
+		return &quotaError{Quota: "max-leases-per-owner", Owner: owner, Used: n, Limit: s.cfg.MaxLeasesPerOwner}
+	}
+	return nil
 }
 
 // refreshHeld fills in the remaining TTL of a held error.

@@ -23,6 +23,8 @@ type waitQueues struct {
 	mu     sync.Mutex
 	queues map[string][]*waiter
 	count  int
+	// byOwner counts the waiters of each owner (those with a want).
+	byOwner map[string]int
 }
 
 type waiter struct {
@@ -35,7 +37,9 @@ type waiter struct {
 	grant   *lease.Lease // the lease a handover gave this waiter
 }
 
-func newWaitQueues() *waitQueues { return &waitQueues{queues: make(map[string][]*waiter)} }
+func newWaitQueues() *waitQueues {
+	return &waitQueues{queues: make(map[string][]*waiter), byOwner: make(map[string]int)}
+}
 
 func (w *waiter) signal() {
 	select {
@@ -47,12 +51,25 @@ func (w *waiter) signal() {
 // enqueue adds a waiter at the tail of key's queue: want is its acquire
 // command (ID unset), which a handover may grant it.
 func (q *waitQueues) enqueue(key string, want *lease.Command) *waiter {
+	wt, _ := q.enqueueLimited(key, want, 0)
+	return wt
+}
+
+// enqueueLimited is enqueue, refused with a quotaError when want.Owner
+// already has maxPerOwner waiters (0: no limit).
+func (q *waitQueues) enqueueLimited(key string, want *lease.Command, maxPerOwner int) (*waiter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if want != nil {
+		if n := q.byOwner[want.Owner]; maxPerOwner > 0 && n >= maxPerOwner {
+			return nil, &quotaError{Quota: "max-waiters-per-owner", Owner: want.Owner, Used: n, Limit: maxPerOwner}
+		}
+		q.byOwner[want.Owner]++
+	}
 	wt := &waiter{ready: make(chan struct{}, 1), want: want}
 	q.queues[key] = append(q.queues[key], wt)
 	q.count++
-	return wt
+	return wt, nil
 }
 
 // claim marks the head of key's queue as the receiver of a handover and
@@ -128,6 +145,11 @@ func (q *waitQueues) remove(key string, wt *waiter) {
 		}
 		ws = append(ws[:i], ws[i+1:]...)
 		q.count--
+		if wt.want != nil {
+			if q.byOwner[wt.want.Owner]--; q.byOwner[wt.want.Owner] <= 0 {
+				delete(q.byOwner, wt.want.Owner)
+			}
+		}
 		if len(ws) == 0 {
 			delete(q.queues, key)
 			return

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/internal/httplimit"
 )
 
 // Config configures a Store. The zero value of every field except DataDir
@@ -30,6 +31,18 @@ type Config struct {
 	// MaxValueBytes limits the size of a value; larger PUTs get 413.
 	// Default DefaultMaxValueBytes (1 MiB).
 	MaxValueBytes int64
+
+	// MaxHeaderBytes, ReadHeaderTimeout, IdleTimeout, BodyReadTimeout and
+	// MaxConns limit Serve's HTTP server: headers above MaxHeaderBytes get
+	// 431, keep-alive connections idle for IdleTimeout are closed, a body not
+	// received within BodyReadTimeout fails, and at most MaxConns
+	// connections are open at once. Defaults 64 KiB, 10s, 2m, 30s, and
+	// three quarters of the file descriptor limit.
+	MaxHeaderBytes    int
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	BodyReadTimeout   time.Duration
+	MaxConns          int
 
 	// Logger receives stale rejections (Warn) and accepted writes (Debug).
 	// Default slog.Default().
@@ -60,7 +73,19 @@ func (c Config) Validate() error {
 	if c.MaxValueBytes < 0 {
 		return fmt.Errorf("store: MaxValueBytes %d is negative", c.MaxValueBytes)
 	}
+	l := c.httpLimits()
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
 	return nil
+}
+
+// httpLimits are Serve's limits, with defaults filled in.
+func (c Config) httpLimits() httplimit.Limits {
+	l := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}
+	l.Validate()
+	return l
 }
 
 // withDefaults returns c with each zero field set to its default.

@@ -162,6 +162,7 @@ there and ignores the list. Every node serves every call.`,
 	f.IntVar(&cfg.MaxLeases, "max-leases", 2_000_000, "refuse new leases while this many are current")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 16384, "log entries between snapshots (also kept after one for lagging peers)")
 	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 10*time.Second, "how often the log is compared with --snapshot-threshold")
+	registerLimitFlags(f, &cfg)
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
 	logs.register(cmd)
 	cmd.AddCommand(storeCmd())

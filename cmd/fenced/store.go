@@ -59,6 +59,7 @@ in one transaction of one embedded database.`,
 	cmd.Flags().StringVar(&cfg.DataDir, "data-dir", "fenced-store-data", "directory of the store's database")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address to serve on")
 	cmd.Flags().BoolVar(&cfg.NoFencing, "no-fencing", false, "accept every write, ignoring tokens (a negative control for demos and tests)")
+	registerHTTPFlags(cmd.Flags(), &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns)
 	logs.register(cmd)
 	return cmd
 }
