@@ -40,3 +40,6 @@ func (c *ManualClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 	c.s.expirer.wake()
 }
+
+// ConfigWithDefaults is Config.withDefaults, for tests of the defaults.
+func ConfigWithDefaults(c Config) Config { return c.withDefaults() }

@@ -84,8 +84,8 @@ func formatPeers(peers []Peer) string {
 }
 
 // validateCluster checks InitialCluster against NodeID and RaftListen, and
-// the timing rules above. RaftListen may be left empty in a cluster: it is
-// then this node's address in the list.
+// the timing rules above. An empty RaftListen has become this node's address
+// in the list by then (withDefaults).
 func (c *Config) validateCluster() error {
 	var errs []error
 	if c.Join && len(c.InitialCluster) > 0 {
@@ -125,9 +125,6 @@ func (c *Config) validateCluster() error {
 		errs = append(errs, fmt.Errorf("config: this node's ID %q is not in the initial cluster %s: set the node ID to one of them",
 			c.NodeID, formatPeers(c.InitialCluster)))
 	} else {
-		if c.RaftListen == "" {
-			c.RaftListen = self.Address
-		}
 		if !sameListenAddress(c.RaftListen, self.Address) {
 			errs = append(errs, fmt.Errorf("config: node %q has the raft address %s in the initial cluster but listens on %s: peers would not reach it",
 				c.NodeID, self.Address, c.RaftListen))

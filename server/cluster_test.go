@@ -63,8 +63,8 @@ func TestConfigCluster(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Validate: %v", err)
 				}
-				if cfg.RaftListen != tt.wantListen {
-					t.Errorf("RaftListen %q, want %q", cfg.RaftListen, tt.wantListen)
+				if got := server.ConfigWithDefaults(cfg).RaftListen; got != tt.wantListen {
+					t.Errorf("RaftListen %q, want %q", got, tt.wantListen)
 				}
 				return
 			}

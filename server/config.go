@@ -145,9 +145,11 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.DataDir, "fenced-data")
 	setDefault(&c.Listen, "127.0.0.1:7420")
 	setDefault(&c.NodeID, "node1")
-	if len(c.InitialCluster) == 0 || c.advertisedRaftAddress() == "" {
-		setDefault(&c.RaftListen, "127.0.0.1:7421")
+	// In a cluster the default is this node's address in the list.
+	if self := c.advertisedRaftAddress(); len(c.InitialCluster) > 0 && self != "" {
+		setDefault(&c.RaftListen, self)
 	}
+	setDefault(&c.RaftListen, "127.0.0.1:7421")
 	setDefault(&c.MinTTL, time.Second)
 	setDefault(&c.MaxTTL, time.Hour)
 	setDefault(&c.MaxWait, 10*time.Minute)
