@@ -192,7 +192,13 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	resync := func() error {
 		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: v.s.fsm.view().Applied()}}, false)
 	}
+	// A node behind the one the watcher left may apply events at or below
+	// afterRevision only after the subscription: they were delivered already.
+	after := req.Msg.GetAfterRevision()
 	sendAll := func(evs []*hubEvent) error {
+		for len(evs) > 0 && evs[0].Revision <= after {
+			evs = evs[1:]
+		}
 		for i, ev := range evs {
 			if err := send(ev.watch, i < len(evs)-1); err != nil {
 				return err
@@ -200,7 +206,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		}
 		return nil
 	}
-	sub, replay, complete := v.s.hub.subscribe(prefix, req.Msg.GetAfterRevision())
+	sub, replay, complete := v.s.hub.subscribe(prefix, after)
 	defer func() { v.s.hub.unsubscribe(sub) }()
 	if !complete {
 		if err := resync(); err != nil {
