@@ -10,8 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/client"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/faultproxy"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 )
 
 // proxiedCluster is a cluster whose every raft peer port sits behind a
