@@ -105,6 +105,7 @@ func rootCmd() *cobra.Command {
 		cfg            server.Config
 		logs           logFlags
 		initialCluster string
+		configFile     string
 	)
 	cmd := &cobra.Command{
 		Use:   "fenced",
@@ -124,6 +125,11 @@ there and ignores the list. Every node serves every call.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := applyConfigFile(cmd, configFile); err != nil {
+					return usage(cmd, err)
+				}
+			}
 			log, err := logs.logger(os.Stderr)
 			if err != nil {
 				return usage(cmd, err)
@@ -164,6 +170,7 @@ there and ignores the list. Every node serves every call.`,
 	f.IntVar(&cfg.MaxLeases, "max-leases", 2_000_000, "refuse new leases while this many are current")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
 	logs.register(cmd)
+	registerConfigFlag(cmd, &configFile)
 	cmd.AddCommand(storeCmd())
 	return cmd
 }
