@@ -441,6 +441,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(path, limitBody(h, s.cfg.MaxBodyBytes))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/role", s.serveRole)
+	mux.HandleFunc("GET /v1/backup", s.serveBackup)
 	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s}, s.handlerOptions()...)
 	mux.Handle(adminPath, limitBody(adminHandler, s.cfg.MaxBodyBytes))
 	s.registerDashboard(mux)
