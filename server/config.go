@@ -71,9 +71,21 @@ type Config struct {
 	// values fail over faster and start a single node sooner.
 	// Default 500ms.
 	HeartbeatTimeout time.Duration
-	// SnapshotThreshold is the number of log entries between snapshots.
-	// Default 16384.
+	// SnapshotThreshold is the number of log entries between snapshots;
+	// as many entries are kept in the log after one, for peers that fall
+	// behind. Default 16384.
 	SnapshotThreshold uint64
+	// SnapshotInterval is how often the log is compared with
+	// SnapshotThreshold (raft's own default is two minutes: at thousands of
+	// entries a second the log grew by hundreds of MB between looks).
+	// Tests set both low so that snapshots, restores and log truncation
+	// happen within seconds. Default 10s; at least 5ms.
+	SnapshotInterval time.Duration
+	// TrailingLogs is how many entries a snapshot leaves in the log (log
+	// compaction removes the rest): a follower that falls fewer entries
+	// behind catches up from the log, one further behind, or a new one,
+	// from the snapshot. Default SnapshotThreshold.
+	TrailingLogs uint64
 
 	// Profiling serves net/http/pprof under /debug/pprof/ on the API port.
 	// Off by default: profiles expose internals and cost CPU while taken.
@@ -114,6 +126,8 @@ func (c *Config) Validate() error {
 	setDefault(&c.WatchHistory, 4096)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
 	setDefault(&c.SnapshotThreshold, 16384)
+	setDefault(&c.SnapshotInterval, 10*time.Second)
+	setDefault(&c.TrailingLogs, c.SnapshotThreshold)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -142,6 +156,9 @@ func (c *Config) Validate() error {
 	if c.MinTTL <= c.HeartbeatTimeout/2 {
 		// A lease must outlive a leadership check, or renewals cannot keep it.
 		errs = append(errs, fmt.Errorf("config: MinTTL %v must exceed half the HeartbeatTimeout %v", c.MinTTL, c.HeartbeatTimeout))
+	}
+	if c.SnapshotInterval < 5*time.Millisecond {
+		errs = append(errs, fmt.Errorf("config: SnapshotInterval %v is below 5ms", c.SnapshotInterval))
 	}
 	if err := c.validateCluster(); err != nil {
 		errs = append(errs, err)

@@ -133,11 +133,8 @@ func (s *Server) startRaft() error {
 	rc.ElectionTimeout = s.cfg.HeartbeatTimeout
 	rc.LeaderLeaseTimeout = s.cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
-	// Raft compares the log with SnapshotThreshold only this often (its
-	// default is two minutes); at thousands of entries a second the log
-	// grew by hundreds of MB between looks.
-	rc.SnapshotInterval = 10 * time.Second
-	rc.TrailingLogs = s.cfg.SnapshotThreshold
+	rc.SnapshotInterval = s.cfg.SnapshotInterval
+	rc.TrailingLogs = s.cfg.TrailingLogs
 	// Group commit: the leader takes every queued apply (up to
 	// MaxAppendEntries) into one append to the WAL, one write and one
 	// fsync however many entries it holds.
@@ -146,7 +143,7 @@ func (s *Server) startRaft() error {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	var store raft.LogStore = s.store
+	var store raft.LogStore = compactedLogStore{s.store}
 	if s.cfg.wrapLogStore != nil {
 		store = s.cfg.wrapLogStore(store)
 	}

@@ -168,10 +168,14 @@ there and ignores the list. Every node serves every call.`,
 	f.DurationVar(&cfg.MaxWait, "max-wait", 10*time.Minute, "longest waitMs accepted")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 64<<10, "largest request body accepted")
 	f.IntVar(&cfg.MaxLeases, "max-leases", 2_000_000, "refuse new leases while this many are current")
+	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 16384, "log entries between snapshots (also kept after one for lagging peers)")
+	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 10*time.Second, "how often the log is compared with --snapshot-threshold")
+	f.Uint64Var(&cfg.TrailingLogs, "snapshot-trailing-logs", 0,
+		"log entries a snapshot leaves for lagging followers; compaction removes older ones (default --snapshot-threshold)")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
 	logs.register(cmd)
 	registerConfigFlag(cmd, &configFile)
-	cmd.AddCommand(storeCmd())
+	cmd.AddCommand(storeCmd(), restoreCmd())
 	return cmd
 }
 
