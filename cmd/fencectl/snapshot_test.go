@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/fencedtest"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server"
 )
