@@ -170,6 +170,8 @@ func TestClusterLeaderPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := a.Msg.GetLease()
+	load := startLoad(t, c.urls(), 4)
+	time.Sleep(time.Second) // steady load first
 
 	c.isolate(old)
 	cut := time.Now()
@@ -181,7 +183,9 @@ func TestClusterLeaderPartition(t *testing.T) {
 
 	others := c.others(old)
 	newLeader := c.waitLeaderAmong(others, 15*time.Second)
-	t.Logf("new leader %s %v after the cut", c.nodes[newLeader].id, time.Since(cut).Round(time.Millisecond))
+	// Not a failover time: the refused calls above wait out their deadlines
+	// first. The load's longest gap between grants, logged below, is one.
+	t.Logf("new leader %s", c.nodes[newLeader].id)
 	callsRefused(t, c.nodes[old].url, "the isolated old leader", before)
 
 	// The majority serves, through both its endpoints. The contended key
@@ -216,6 +220,13 @@ func TestClusterLeaderPartition(t *testing.T) {
 	if err != nil || g.Msg.GetLease().GetToken() != after.GetToken() || g.Msg.GetLease().GetOwner() != "B" {
 		t.Errorf("read through the healed old leader: %v %v, want B's lease with token %d", g, err, after.GetToken())
 	}
+	time.Sleep(time.Second) // load on the healed cluster
+	h, worstGap := load.stop()
+	t.Logf("%d grants under load; longest time without one %v", len(h.grants), worstGap)
+	if len(h.grants) == 0 {
+		t.Error("no grant under load")
+	}
+	checkLoad(t, h, c.nodes[newLeader].url)
 	if err := holder.Err(); err != nil {
 		t.Errorf("the healthy holder lost its lease: %v", err)
 	}
