@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
+	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server"
 	"github.com/spf13/cobra"
 )
@@ -69,6 +71,9 @@ cluster from it with 'fenced restore --from FILE'.`,
 			if cerr := tmp.Close(); err == nil {
 				err = cerr
 			}
+			if err == nil {
+				err = checkBackup(tmp.Name(), resp.Header.Get(server.BackupIndexHeader))
+			}
 			if err != nil {
 				return fmt.Errorf("backup from %s: %w", from, err)
 			}
@@ -80,4 +85,23 @@ cluster from it with 'fenced restore --from FILE'.`,
 		},
 	})
 	return cmd
+}
+
+// checkBackup reads the backup at path back, so that a transfer cut short
+// is an error here rather than at a restore: it must parse whole and be
+// taken at the index the node announced.
+func checkBackup(path, index string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := lease.Restore(f, 0)
+	if err != nil {
+		return err
+	}
+	if got := strconv.FormatUint(st.Applied(), 10); got != index {
+		return fmt.Errorf("backup taken at index %s, announced as %q", got, index)
+	}
+	return nil
 }
