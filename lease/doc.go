@@ -37,4 +37,7 @@
 //     state machine.
 //   - Single OpExpire entries, which logs written before expiry batches may
 //     hold, carry no term and apply in any term.
+//   - I1 across a restore from a backup (Snapshot.Backup, State.Rebase)
+//     holds only if the old cluster wrote fewer entries after the backup
+//     than the margin the restore skipped (DefaultRestoreBump by default).
 package lease

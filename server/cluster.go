@@ -125,7 +125,11 @@ func (c *Config) validateCluster() error {
 		errs = append(errs, fmt.Errorf("config: this node's ID %q is not in the initial cluster %s: set the node ID to one of them",
 			c.NodeID, formatPeers(c.InitialCluster)))
 	} else {
-		if !sameListenAddress(c.RaftListen, self.Address) {
+		if c.RaftAdvertise != "" && c.RaftAdvertise != self.Address {
+			errs = append(errs, fmt.Errorf("config: node %q advertises the raft address %s but has %s in the initial cluster: peers would dial the wrong one",
+				c.NodeID, c.RaftAdvertise, self.Address))
+		}
+		if c.RaftAdvertise == "" && !sameListenAddress(c.RaftListen, self.Address) {
 			errs = append(errs, fmt.Errorf("config: node %q has the raft address %s in the initial cluster but listens on %s: peers would not reach it",
 				c.NodeID, self.Address, c.RaftListen))
 		}
@@ -152,9 +156,13 @@ func sameListenAddress(listen, advertised string) bool {
 	return lh == "" || (ip != nil && ip.IsUnspecified())
 }
 
-// advertisedRaftAddress is the address peers dial to reach this node: its
-// address in the initial cluster, or "" for the address it listens on.
+// advertisedRaftAddress is the address peers dial to reach this node:
+// RaftAdvertise, its address in the initial cluster, or "" for the address
+// it listens on.
 func (c *Config) advertisedRaftAddress() string {
+	if c.RaftAdvertise != "" {
+		return c.RaftAdvertise
+	}
 	for _, p := range c.InitialCluster {
 		if p.ID == c.NodeID {
 			return p.Address

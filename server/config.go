@@ -27,6 +27,12 @@ type Config struct {
 	Listen string
 	// RaftListen is the address raft peers use. Default "127.0.0.1:7421".
 	RaftListen string
+	// RaftAdvertise is the address peers dial to reach this node, when it
+	// is not RaftListen: behind NAT, a proxy or a port forward (etcd's
+	// --initial-advertise-peer-urls). InitialCluster lists advertised
+	// addresses. Default: this node's address in InitialCluster, or
+	// RaftListen.
+	RaftAdvertise string
 	// NodeID names this node in the raft configuration. Default "node1".
 	NodeID string
 	// InitialCluster lists the members a new cluster starts with, this
@@ -119,6 +125,11 @@ type Config struct {
 	// Tests set both low so that snapshots, restores and log truncation
 	// happen within seconds. Default 10s; at least 5ms.
 	SnapshotInterval time.Duration
+	// TrailingLogs is how many entries a snapshot leaves in the log (log
+	// compaction removes the rest): a follower that falls fewer entries
+	// behind catches up from the log, one further behind, or a new one,
+	// from the snapshot. Default SnapshotThreshold.
+	TrailingLogs uint64
 
 	// Profiling serves net/http/pprof under /debug/pprof/ on the API port.
 	// Off by default: profiles expose internals and cost CPU while taken.
@@ -175,6 +186,7 @@ func (c Config) withDefaults() Config {
 	c.BodyReadTimeout, c.MaxConns = limits.BodyTimeout, limits.MaxConns
 	setDefault(&c.SnapshotThreshold, 16384)
 	setDefault(&c.SnapshotInterval, 10*time.Second)
+	setDefault(&c.TrailingLogs, c.SnapshotThreshold)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -213,6 +225,9 @@ func (c Config) Validate() error {
 		// A lease must outlive a leadership check, or renewals cannot keep it.
 		errs = append(errs, fmt.Errorf("config: MinTTL %v must exceed half the HeartbeatTimeout %v", c.MinTTL, c.HeartbeatTimeout))
 	}
+	if c.SnapshotInterval < 5*time.Millisecond {
+		errs = append(errs, fmt.Errorf("config: SnapshotInterval %v is below 5ms", c.SnapshotInterval))
+	}
 	if err := c.validateCluster(); err != nil {
 		errs = append(errs, err)
 	}
@@ -232,7 +247,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))
 		}
 	}
-	for name, addr := range map[string]string{"Listen": c.Listen, "RaftListen": c.RaftListen} {
+	addrs := map[string]string{"Listen": c.Listen, "RaftListen": c.RaftListen}
+	if c.RaftAdvertise != "" {
+		addrs["RaftAdvertise"] = c.RaftAdvertise
+	}
+	for name, addr := range addrs {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("config: %s %q: %w", name, addr, err))
 		}

@@ -32,6 +32,9 @@ const peerHandshakeTimeout = 10 * time.Second
 type peerMux struct {
 	ln        net.Listener
 	advertise net.Addr
+	// local is the address peer connections are dialed from (nil: the
+	// system's choice); see dialSource.
+	local net.Addr
 
 	raftConns chan net.Conn
 	apiConns  chan net.Conn
@@ -59,7 +62,7 @@ func listenPeers(addr, advertise string) (*peerMux, error) {
 		ln.Close()
 		return nil, fmt.Errorf("raft address %s: peers cannot dial an unspecified address", adv)
 	}
-	m := &peerMux{ln: ln, advertise: adv, raftConns: make(chan net.Conn), apiConns: make(chan net.Conn), done: make(chan struct{})}
+	m := &peerMux{ln: ln, advertise: adv, local: dialSource(ln.Addr()), raftConns: make(chan net.Conn), apiConns: make(chan net.Conn), done: make(chan struct{})}
 	go m.acceptLoop()
 	return m, nil
 }
@@ -136,7 +139,27 @@ func (m *peerMux) Addr() net.Addr { return m.advertise }
 func (m *peerMux) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return dialPeer(ctx, string(address), peerRaft)
+	return m.dial(ctx, string(address), peerRaft)
+}
+
+// dialSource is the address to dial peers from when listening on listen: on
+// a loopback address other than 127.0.0.1, that address. Nodes on one
+// machine given 127.0.0.2, 127.0.0.3, ... are then told apart by the source
+// of their connections, which lets a test proxy cut one link (node A to
+// node B) and not another (C to B); otherwise every loopback connection
+// comes from 127.0.0.1. Other addresses leave the choice to the system,
+// whose routing knows the way to remote peers.
+func dialSource(listen net.Addr) net.Addr {
+	ta, ok := listen.(*net.TCPAddr)
+	if !ok || !ta.IP.IsLoopback() || ta.IP.Equal(net.IPv4(127, 0, 0, 1)) || ta.IP.Equal(net.IPv6loopback) {
+		return nil
+	}
+	return &net.TCPAddr{IP: ta.IP}
+}
+
+// dial connects to the peer port at address and announces kind.
+func (m *peerMux) dial(ctx context.Context, address string, kind byte) (net.Conn, error) {
+	return dialPeer(ctx, net.Dialer{LocalAddr: m.local}, address, kind)
 }
 
 // apiListener returns a net.Listener of forwarded API connections. Closing
@@ -159,8 +182,7 @@ func (l *apiListener) Close() error {
 }
 
 // dialPeer connects to a peer port and announces the kind of connection.
-func dialPeer(ctx context.Context, address string, kind byte) (net.Conn, error) {
-	var d net.Dialer
+func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte) (net.Conn, error) {
 	c, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
 		return nil, err

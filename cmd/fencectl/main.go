@@ -76,7 +76,7 @@ func rootCmd() *cobra.Command {
 		"comma-separated base URLs of a cluster's nodes; calls fail over between them; replaces --endpoint (env FENCED_ENDPOINTS)")
 	cmd.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	cmd.PersistentFlags().DurationVar(&g.timeout, "timeout", 5*time.Second, "timeout of one-shot requests")
-	cmd.AddCommand(acquireCmd(g), renewCmd(g), releaseCmd(g), getCmd(g), listCmd(g), watchCmd(g), benchCmd(g), demoCmd(), statusCmd(g), memberCmd(g))
+	cmd.AddCommand(acquireCmd(g), renewCmd(g), releaseCmd(g), getCmd(g), listCmd(g), watchCmd(g), benchCmd(g), demoCmd(), statusCmd(g), memberCmd(g), snapshotCmd(g))
 	cmd.AddCommand(tortureCmd(g))
 	return cmd
 }

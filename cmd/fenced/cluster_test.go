@@ -36,11 +36,22 @@ type clusterNode struct {
 	id, api, raft, dataDir string
 	url                    string
 	starts                 int
+	extraArgs              []string // given on every start
 	p                      *fencedProcess
 	stopped                bool // SIGSTOPped by the test
 }
 
 func newTestCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	c := newStoppedCluster(t, n)
+	for i := range c.nodes {
+		c.start(i)
+	}
+	return c
+}
+
+// newStoppedCluster is newTestCluster before any node starts.
+func newStoppedCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary and runs a cluster of processes")
@@ -60,9 +71,6 @@ func newTestCluster(t *testing.T, n int) *testCluster {
 			dumpLogs(t, c.logDir)
 		}
 	})
-	for i := range c.nodes {
-		c.start(i)
-	}
 	return c
 }
 
@@ -79,6 +87,7 @@ func (c *testCluster) start(i int) {
 	t.Cleanup(func() { logFile.Close() })
 	cmd := exec.Command(c.bin, "--node-id", nd.id, "--initial-cluster", c.ic,
 		"--listen", nd.api, "--data-dir", nd.dataDir, "--log-level", "warn")
+	cmd.Args = append(cmd.Args, nd.extraArgs...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", nd.id, err)
@@ -719,6 +728,7 @@ func (c *testCluster) startJoining(i int) {
 	t.Cleanup(func() { logFile.Close() })
 	cmd := exec.Command(c.bin, "--node-id", nd.id, "--join", "--raft-listen", nd.raft,
 		"--listen", nd.api, "--data-dir", nd.dataDir, "--log-level", "warn")
+	cmd.Args = append(cmd.Args, nd.extraArgs...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", nd.id, err)

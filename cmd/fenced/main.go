@@ -105,6 +105,7 @@ func rootCmd() *cobra.Command {
 		cfg            server.Config
 		logs           logFlags
 		initialCluster string
+		configFile     string
 	)
 	cmd := &cobra.Command{
 		Use:   "fenced",
@@ -124,6 +125,11 @@ there and ignores the list. Every node serves every call.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := applyConfigFile(cmd, configFile); err != nil {
+					return usage(cmd, err)
+				}
+			}
 			log, err := logs.logger(os.Stderr)
 			if err != nil {
 				return usage(cmd, err)
@@ -148,6 +154,8 @@ there and ignores the list. Every node serves every call.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "fenced-data", "directory for the raft log and snapshots")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7420", "address of the lease API, /metrics and /healthz")
 	f.StringVar(&cfg.RaftListen, "raft-listen", "127.0.0.1:7421", "address for raft peers and calls forwarded by them (default in a cluster: this node's address in --initial-cluster)")
+	f.StringVar(&cfg.RaftAdvertise, "raft-advertise", "",
+		"address peers dial to reach this node, when not --raft-listen (a proxy, NAT); --initial-cluster lists this one (default --raft-listen)")
 	f.StringVar(&cfg.NodeID, "node-id", "node1", "this node's name in the raft configuration")
 	f.StringVar(&initialCluster, "initial-cluster", "",
 		"members of a new cluster, ID=RAFTHOST:PORT,... (the same on every node; ignored once the data directory holds raft state)")
@@ -163,9 +171,12 @@ there and ignores the list. Every node serves every call.`,
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 16384, "log entries between snapshots (also kept after one for lagging peers)")
 	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 10*time.Second, "how often the log is compared with --snapshot-threshold")
 	registerLimitFlags(f, &cfg)
+	f.Uint64Var(&cfg.TrailingLogs, "snapshot-trailing-logs", 0,
+		"log entries a snapshot leaves for lagging followers; compaction removes older ones (default --snapshot-threshold)")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
 	logs.register(cmd)
-	cmd.AddCommand(storeCmd())
+	registerConfigFlag(cmd, &configFile)
+	cmd.AddCommand(storeCmd(), restoreCmd())
 	return cmd
 }
 
