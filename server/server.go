@@ -371,7 +371,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		handovers = append(handovers, handover{l.Key, w, s.applyAsync(c)})
 	}
 	if len(plain) > 0 {
-		res, err := s.applyAsync(lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain})()
+		res, err := s.awaitApply(s.applyAsync(lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain}))
 		if err == nil {
 			err = res.Err
 		}
@@ -380,7 +380,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		}
 	}
 	for _, h := range handovers {
-		res, err := h.wait()
+		res, err := s.awaitApply(h.wait)
 		if err == nil {
 			err = res.Err
 		}
@@ -392,6 +392,30 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		if err != nil {
 			s.log.Warn("expiry not applied", "scope", h.key, "term", term, "err", err)
 		}
+	}
+}
+
+// awaitApply waits for an apply started by applyAsync, or until the node
+// closes: raft never answers an apply still queued in its buffered apply
+// channel when it shuts down, and the expirer must not hold Close up. An
+// apply abandoned this way may still have been committed; a waiter it was
+// handing a key to gets its turn back and, the node closing, an
+// unavailable error: an uncertain outcome, as for any write cut by a crash.
+func (s *Server) awaitApply(wait func() (lease.Result, error)) (lease.Result, error) {
+	type answer struct {
+		res lease.Result
+		err error
+	}
+	c := make(chan answer, 1)
+	go func() {
+		res, err := wait()
+		c <- answer{res, err}
+	}()
+	select {
+	case a := <-c:
+		return a.res, a.err
+	case <-s.done:
+		return lease.Result{}, raft.ErrRaftShutdown
 	}
 }
 
