@@ -67,7 +67,7 @@ func TestClusterRollingRestart(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // load on the whole cluster again
 	}
 	h, worstGap := load.stop()
-	t.Logf("%d grants; longest time without one %v", len(h.grants), worstGap)
+	t.Logf("%d grants; longest time without one %v", h.count(), worstGap)
 	// A failover takes about two heartbeat timeouts, a vote and an fsync,
 	// then the client's retry: seconds, not more.
 	if worstGap > 5*time.Second {

@@ -455,7 +455,7 @@ func testLeaderKill(t *testing.T, n, alsoFollowers int, pause bool) {
 	}
 
 	time.Sleep(1500 * time.Millisecond) // steady load before the kill
-	if len(h.grants) == 0 {
+	if h.count() == 0 {
 		t.Fatal("no grants before the kill")
 	}
 	victims := []int{leader}
@@ -519,7 +519,7 @@ func testLeaderKill(t *testing.T, n, alsoFollowers int, pause bool) {
 		t.Fatal("no grant acknowledged after the kill")
 	}
 	t.Logf("%d grants, %d after the kill, the first %v after it; %d failed attempts",
-		len(h.grants), afterKill.Load(), time.Duration(firstAfter.Load()), failures.Load())
+		h.count(), afterKill.Load(), time.Duration(firstAfter.Load()), failures.Load())
 
 	wcancel()
 	if err := <-watchDone; !errors.Is(err, context.Canceled) {

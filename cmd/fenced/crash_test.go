@@ -484,3 +484,10 @@ func dumpLogs(t *testing.T, dir string) {
 		t.Logf("=== %s (last %d bytes)\n%s", e.Name(), len(b), b)
 	}
 }
+
+// count returns the number of acknowledged grants so far.
+func (h *history) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.grants)
+}
