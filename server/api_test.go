@@ -28,7 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The tests in this file speak the wire contract of DESIGN.md section 4 over
+// The tests in this file speak the wire contract of docs/protocol.md over
 // real HTTP, mostly as raw JSON so that field names and encodings are pinned,
 // not just whatever the generated code happens to accept.
 
@@ -1272,8 +1272,8 @@ func TestServerLimits(t *testing.T) {
 }
 
 // TestOversizedBodyWithoutLength sends bodies above MaxBodyBytes whose size
-// is not declared up front (chunked HTTP/1.1, gRPC frames). DESIGN.md
-// section 4 lists the body limit among the invalid_argument input limits.
+// is not declared up front (chunked HTTP/1.1, gRPC frames). docs/protocol.md
+// lists the body limit among the invalid_argument input limits.
 func TestOversizedBodyWithoutLength(t *testing.T) {
 	t.Parallel()
 	srv := fencedtest.Start(t)
