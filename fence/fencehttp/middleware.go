@@ -54,7 +54,9 @@ func WithLogger(l *slog.Logger) Option {
 // A fenced request runs the next handler inside g.Do, so the token check and
 // whatever the handler changes are atomic with respect to other fenced
 // requests of the same scope, and the handler's request context is the one
-// g.Do passes to apply (a guard may carry a transaction in it). The token is
+// g.Do passes to apply (a guard may carry a transaction in it, as
+// fencesql.Guard.TxGuard does), with the checked scope and token
+// (ScopeFromContext, TokenFromContext). The token is
 // recorded when the handler's final status is not a failure (see
 // WithFailedStatus); a handler that writes nothing answers 200 and succeeds.
 //
@@ -113,7 +115,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	)
 	err = m.guard.Do(r.Context(), scope, token, func(ctx context.Context) error {
 		ran = true
-		panicked, panicVal = serveRecovering(m.next, rec, r.WithContext(ctx))
+		panicked, panicVal = serveRecovering(m.next, rec, r.WithContext(withCredentials(ctx, scope, token)))
 		if panicked {
 			return errHandlerPanicked
 		}
