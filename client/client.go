@@ -312,7 +312,8 @@ const (
 	Acquired EventType = "ACQUIRED"
 	Released EventType = "RELEASED"
 	Expired  EventType = "EXPIRED"
-	// Resync means events were missed: re-read the state with List.
+	// Resync means events were missed: re-read the state with ListRevision
+	// and watch again from its revision.
 	Resync EventType = "RESYNC"
 )
 

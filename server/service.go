@@ -108,12 +108,14 @@ func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequ
 		l    lease.Lease
 		ok   bool
 		last uint64
+		rev  uint64
 	)
 	v.s.fsm.read(func(st *lease.State) {
 		l, ok = st.Get(key)
 		last = st.LastToken(key)
+		rev = readRevision(st)
 	})
-	resp := &fencedv1.GetResponse{LastToken: last}
+	resp := &fencedv1.GetResponse{LastToken: last, Revision: rev}
 	if ok {
 		resp.Lease = v.s.currentLease(l, publicView)
 	}
@@ -136,9 +138,15 @@ func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRe
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit
 	}
-	var leases []lease.Lease
-	v.s.fsm.read(func(st *lease.State) { leases = st.List(prefix, limit) })
-	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases))}
+	var (
+		leases []lease.Lease
+		rev    uint64
+	)
+	v.s.fsm.read(func(st *lease.State) {
+		leases = st.List(prefix, limit)
+		rev = readRevision(st)
+	})
+	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases)), Revision: rev}
 	for i, l := range leases {
 		resp.Leases[i] = v.s.currentLease(l, publicView)
 	}
