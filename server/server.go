@@ -394,7 +394,7 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(&service{s: s}, s.handlerOptions()...)
-	mux.Handle(path, limitBody(h, s.cfg.MaxBodyBytes))
+	mux.Handle(path, explainRefusals(limitBody(h, s.cfg.MaxBodyBytes)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.registerDashboard(mux)
 	if s.cfg.Profiling {
