@@ -48,6 +48,7 @@
 // The durable guard's Bolt.Do applies the mutation before it records the
 // token, so a crash in between leaves the mutation applied and the token
 // unrecorded; Bolt.DoTx, for data kept in the same file, commits both in one
-// transaction. NewSlogObserver and NewPrometheusObserver turn decisions into
-// logs and metrics.
+// transaction. NewSlogObserver turns decisions into logs;
+// fence/fenceprom.NewObserver turns them into Prometheus metrics (a package
+// of its own, so that this one does not link the Prometheus client).
 package fence

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/fencedio/fenced/fence"
 )
 
@@ -70,9 +68,8 @@ func Retryable(err error) bool {
 		}
 		return false
 	}
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1213 || my.Number == 1020
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == 1213 || n == 1020
 	}
 	// modernc.org/sqlite's *sqlite.Error; matched by method so that this
 	// package does not link the SQLite engine into programs that never use it.
