@@ -213,7 +213,11 @@ func WithOwner(owner string) AcquireOption { return func(o *acquireOptions) { o.
 
 // Acquire acquires key and keeps renewing it until it is released or lost.
 // A held key returns a *HeldError (errors.Is ErrHeld) after the wait, if any,
-// ends.
+// ends. When ctx ends first, the error matches ctx.Err()
+// (context.DeadlineExceeded for a deadline) and never ErrHeld, whichever of
+// the client's timer and the server's answer comes first; the acquisition
+// may then have been granted all the same, and that lease expires after
+// its TTL.
 //
 // The local deadline of the new lease counts from when the Acquire was
 // sent, since the server may have granted it at any moment after that.
@@ -236,7 +240,13 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		Key: key, Owner: o.owner, TtlMs: o.ttl.Milliseconds(), WaitMs: o.wait.Milliseconds(),
 	}))
 	if err != nil {
-		return nil, fmt.Errorf("acquire %q: %w", key, fromRPC(err))
+		err = fromRPC(err)
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, ErrHeld) {
+			// The answer "held" raced the caller's own deadline: report the
+			// deadline, as the server does when it sees it first.
+			err = fmt.Errorf("%w (the key was still held: %v)", cerr, err)
+		}
+		return nil, fmt.Errorf("acquire %q: %w", key, err)
 	}
 	info := infoFromProto(resp.Msg.GetLease())
 	interval, window := c.cfg.renewInterval(info.TTL), c.cfg.window(info.TTL)
@@ -380,6 +390,12 @@ func fromRPC(err error) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, ce.Message())
 	case connect.CodeUnavailable:
 		return fmt.Errorf("%w: %s", ErrUnavailable, ce.Message())
+	case connect.CodeDeadlineExceeded:
+		// The server's answer when the caller's deadline, which it was sent,
+		// ended first; the same error as the client's own timer gives.
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
 	}
 	return err
 }

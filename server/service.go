@@ -279,6 +279,7 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 		return s.tryAcquire(c)
 	}
 
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	w := s.waiters.enqueueWanting(key, &c)
@@ -302,6 +303,13 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 		select {
 		case <-w.ready:
 		case <-ctx.Done():
+			if err := caller.Err(); err != nil {
+				// The caller's deadline (or cancellation) cut the wait, not
+				// waitMs: answer with that (deadline_exceeded), never with
+				// "held", so that the caller sees one error whether its own
+				// timer or this answer comes first.
+				return s.giveUp(key, w, err)
+			}
 			return s.giveUp(key, w, lastErr)
 		}
 	}
