@@ -243,7 +243,11 @@ func WithOwner(owner string) AcquireOption { return func(o *acquireOptions) { o.
 
 // Acquire acquires key and keeps renewing it until it is released or lost.
 // A held key returns a *HeldError (errors.Is ErrHeld) after the wait, if any,
-// ends.
+// ends. When ctx ends first, the error matches ctx.Err()
+// (context.DeadlineExceeded for a deadline) and never ErrHeld, whichever of
+// the client's timer and the server's answer comes first; the acquisition
+// may then have been granted all the same, and that lease expires after
+// its TTL.
 //
 // The local deadline of the new lease counts from when the Acquire was
 // sent, since the server may have granted it at any moment after that.
@@ -273,7 +277,13 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("acquire %q: %w", key, fromRPC(err))
+		err = fromRPC(err)
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, ErrHeld) {
+			// The answer "held" raced the caller's own deadline: report the
+			// deadline, as the server does when it sees it first.
+			err = fmt.Errorf("%w (the key was still held: %v)", cerr, err)
+		}
+		return nil, fmt.Errorf("acquire %q: %w", key, err)
 	}
 	info := infoFromProto(resp.Msg.GetLease())
 	interval, window := c.cfg.renewInterval(info.TTL), c.cfg.window(info.TTL)
@@ -343,19 +353,8 @@ func (c *Client) Get(ctx context.Context, key string) (info Info, ok bool, lastT
 // List returns up to limit current leases under prefix, sorted by key
 // (limit 0: the server's default).
 func (c *Client) List(ctx context.Context, prefix string, limit int) ([]Info, error) {
-	var resp *connect.Response[fencedv1.ListResponse]
-	err := c.eps.do(ctx, func(ep endpoint) (err error) {
-		resp, err = ep.rpc.List(ctx, connect.NewRequest(&fencedv1.ListRequest{Prefix: prefix, Limit: int32(min(limit, 1<<31-1))}))
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", prefix, fromRPC(err))
-	}
-	out := make([]Info, len(resp.Msg.GetLeases()))
-	for i, l := range resp.Msg.GetLeases() {
-		out[i] = infoFromProto(l)
-	}
-	return out, nil
+	leases, _, err := c.ListRevision(ctx, prefix, limit)
+	return leases, err
 }
 
 // EventType is the kind of a watched transition.
@@ -365,7 +364,8 @@ const (
 	Acquired EventType = "ACQUIRED"
 	Released EventType = "RELEASED"
 	Expired  EventType = "EXPIRED"
-	// Resync means events were missed: re-read the state with List.
+	// Resync means events were missed: re-read the state with ListRevision
+	// and watch again from its revision.
 	Resync EventType = "RESYNC"
 )
 
@@ -491,6 +491,12 @@ func fromRPC(err error) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, ce)
 	case connect.CodeUnavailable:
 		return fmt.Errorf("%w: %w", ErrUnavailable, ce)
+	case connect.CodeDeadlineExceeded:
+		// The server's answer when the caller's deadline, which it was sent,
+		// ended first; the same error as the client's own timer gives.
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
 	}
 	return err
 }

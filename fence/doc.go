@@ -32,9 +32,23 @@
 // Equal tokens are accepted: the current holder writes many times with the
 // same token.
 //
+// # Leases
+//
+// Lease is the holder's side of a lease (key, token, Lost); *client.Lease
+// satisfies it. Every guard has a lease-taking form beside its token-taking
+// one (DoLease here and Memory.DoLease, Bolt.DoLease, Bolt.DoTxLease;
+// fencesql.Guard.DoLease; fenceredis.Guard.WithLease; the fencehttp and
+// fenceconnect client halves take a Lease too). It uses the lease's key as
+// the scope and its token, and when the token is stale it calls the lease's
+// Lost before returning the rejection, so the holder's context is cancelled
+// and it cannot forget to stop (invariant I7). The token-taking forms are
+// for callers without such a lease, such as a service that read a token from
+// a request.
+//
 // The durable guard's Bolt.Do applies the mutation before it records the
 // token, so a crash in between leaves the mutation applied and the token
 // unrecorded; Bolt.DoTx, for data kept in the same file, commits both in one
-// transaction. NewSlogObserver and NewPrometheusObserver turn decisions into
-// logs and metrics.
+// transaction. NewSlogObserver turns decisions into logs;
+// fence/fenceprom.NewObserver turns them into Prometheus metrics (a package
+// of its own, so that this one does not link the Prometheus client).
 package fence

@@ -30,7 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The tests in this file speak the wire contract of DESIGN.md section 4 over
+// The tests in this file speak the wire contract of docs/protocol.md over
 // real HTTP, mostly as raw JSON so that field names and encodings are pinned,
 // not just whatever the generated code happens to accept.
 
@@ -80,10 +80,12 @@ type leaseResp struct {
 type getResp struct {
 	Lease     *wireLease `json:"lease"`
 	LastToken jsonU64    `json:"lastToken"`
+	Revision  jsonU64    `json:"revision"`
 }
 
 type listResp struct {
-	Leases []wireLease `json:"leases"`
+	Leases   []wireLease `json:"leases"`
+	Revision jsonU64     `json:"revision"`
 }
 
 type wireDetail struct {
@@ -577,11 +579,13 @@ func TestList(t *testing.T) {
 			t.Errorf("List(%q, %d) = %q, want %q", tc.prefix, tc.limit, got, tc.want)
 		}
 	}
-	// An empty result is {"leases":[]}, as the wire contract shows it, never
-	// null or an error.
+	// An empty result has "leases":[], as the wire contract shows it, never
+	// null or an error, next to the revision it reflects.
 	status, raw := a.post("List", `{"prefix":"nothing/"}`)
-	if status != http.StatusOK || strings.TrimSpace(string(raw)) != `{"leases":[]}` {
-		t.Fatalf("empty List: HTTP %d %s", status, raw)
+	var empty map[string]json.RawMessage
+	if status != http.StatusOK || json.Unmarshal(raw, &empty) != nil || string(empty["leases"]) != `[]` ||
+		len(empty) != 2 || !regexp.MustCompile(`^"[1-9][0-9]*"$`).Match(empty["revision"]) {
+		t.Fatalf("empty List: HTTP %d %s; want {\"leases\":[], \"revision\":\"N\"}", status, raw)
 	}
 	// An empty body lists everything too.
 	if got := keysOf(a.list("", 0)); len(got) != len(keys) {
@@ -1289,8 +1293,8 @@ func TestServerLimits(t *testing.T) {
 }
 
 // TestOversizedBodyWithoutLength sends bodies above MaxBodyBytes whose size
-// is not declared up front (chunked HTTP/1.1, gRPC frames). DESIGN.md
-// section 4 lists the body limit among the invalid_argument input limits.
+// is not declared up front (chunked HTTP/1.1, gRPC frames). docs/protocol.md
+// lists the body limit among the invalid_argument input limits.
 func TestOversizedBodyWithoutLength(t *testing.T) {
 	t.Parallel()
 	srv := fencedtest.Start(t)

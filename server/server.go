@@ -484,7 +484,7 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
-	mux.Handle(path, withStreamControl(s.limitRPC(limitBody(h, s.cfg.MaxBodyBytes))))
+	mux.Handle(path, explainRefusals(withStreamControl(s.limitRPC(limitBody(h, s.cfg.MaxBodyBytes)))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/role", s.serveRole)
 	mux.HandleFunc("GET /v1/backup", s.serveBackup)

@@ -118,12 +118,14 @@ func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetR
 		l    lease.Lease
 		ok   bool
 		last uint64
+		rev  uint64
 	)
 	v.s.fsm.read(func(st *lease.State) {
 		l, ok = st.Get(key)
 		last = st.LastToken(key)
+		rev = readRevision(st)
 	})
-	resp := &fencedv1.GetResponse{LastToken: last}
+	resp := &fencedv1.GetResponse{LastToken: last, Revision: rev}
 	if ok {
 		resp.Lease = v.s.currentLease(l, publicView)
 	}
@@ -160,9 +162,10 @@ func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.Li
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit
 	}
-	leases := v.s.fsm.view().List(prefix, limit)
-	remaining := v.s.expirer.remainingOf(leases, time.Now())
-	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases))}
+	view := v.s.fsm.view()
+	leases := view.List(prefix, limit)
+	remaining := v.s.expirer.remainingOf(leases, v.s.expirer.now())
+	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases)), Revision: max(view.Applied(), 1)}
 	for i, l := range leases {
 		resp.Leases[i] = wireLease(l, remaining[i], publicView)
 	}
@@ -311,6 +314,7 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 	if err := s.checkLeaseQuota(owner); err != nil {
 		return lease.Lease{}, err
 	}
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	w, err := s.waiters.enqueueLimited(key, &c, s.cfg.MaxWaitersPerOwner)
@@ -337,6 +341,13 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 		select {
 		case <-w.ready:
 		case <-ctx.Done():
+			if err := caller.Err(); err != nil {
+				// The caller's deadline (or cancellation) cut the wait, not
+				// waitMs: answer with that (deadline_exceeded), never with
+				// "held", so that the caller sees one error whether its own
+				// timer or this answer comes first.
+				return s.giveUp(key, w, err)
+			}
 			return s.giveUp(key, w, lastErr)
 		}
 	}

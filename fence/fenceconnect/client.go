@@ -8,22 +8,14 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
 )
 
-// Lease is the holder's side of a lease: *client.Lease satisfies it. It has
-// the same method set as fencehttp.Lease, so one value serves both.
-//
-// Implementations must be safe for concurrent use. Lost may be called more
-// than once (once per stale answer) and must be cheap and non-blocking.
-type Lease interface {
-	// Key returns the lease key, which is the fencing scope.
-	Key() string
-	// Token returns the fencing token of the lease.
-	Token() uint64
-	// Lost marks authority as lost and cancels the lease's context.
-	Lost(err error)
-}
+// Lease is the holder's side of a lease: *client.Lease satisfies it. It is
+// fence.Lease (as is fencehttp.Lease), so one value serves every guard and
+// transport; the name stays here so that existing code keeps compiling.
+type Lease = fence.Lease
 
 // NewClientInterceptor returns a client-side interceptor that sends the
 // lease's key and token as the fencing-scope and fencing-token headers on

@@ -22,6 +22,24 @@
 // problem bodies are JSON numbers with the full uint64 range. FromHeader,
 // ProblemFor and WriteProblem let other servers give identical answers.
 //
+// The handler reads the checked scope and token with ScopeFromContext and
+// TokenFromContext instead of parsing the headers again.
+//
+// # Which guard
+//
+// The guard decides what "atomic" covers; pick the one next to the data:
+//
+//   - data in PostgreSQL, MySQL/MariaDB or SQLite: fencesql.Guard.TxGuard.
+//     The handler runs inside the guard's transaction; it writes through
+//     fencesql.TxFromContext(r.Context()), so its writes and the new highest
+//     token commit together, and a handler that fails (by default, 5xx)
+//     rolls both back;
+//   - data in the process's memory: fence.NewMemory;
+//   - data elsewhere (files, another service): a durable guard that keeps
+//     only the tokens, fence.OpenBolt or fencesql.Guard.External; the check
+//     serializes the handlers of a scope, but the handler's effect and the
+//     token are not committed together (see their docs).
+//
 // On the client, Transport adds both headers from a Lease and calls
 // Lease.Lost when a resource answers that the token is stale, which cancels
 // the lease's context (invariant I7).

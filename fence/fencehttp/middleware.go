@@ -55,7 +55,9 @@ func WithLogger(l *slog.Logger) Option {
 // A fenced request runs the next handler inside g.Do, so the token check and
 // whatever the handler changes are atomic with respect to other fenced
 // requests of the same scope, and the handler's request context is the one
-// g.Do passes to apply (a guard may carry a transaction in it). The token is
+// g.Do passes to apply (a guard may carry a transaction in it, as
+// fencesql.Guard.TxGuard does), with the checked scope and token
+// (ScopeFromContext, TokenFromContext). The token is
 // recorded when the handler's final status is not a failure (see
 // WithFailedStatus); a handler that writes nothing answers 200 and succeeds.
 //
@@ -105,7 +107,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := &statusRecorder{ResponseWriter: w}
 	ran, _, err := guarded.Do(r.Context(), m.guard, scope, token, func(ctx context.Context) error {
-		m.next.ServeHTTP(rec, r.WithContext(ctx))
+		m.next.ServeHTTP(rec, r.WithContext(withCredentials(ctx, scope, token)))
 		if m.failed(rec.final()) {
 			return errHandlerFailed
 		}

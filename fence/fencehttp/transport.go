@@ -4,21 +4,13 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+
+	"github.com/fencedio/fenced/fence"
 )
 
-// Lease is the holder's side of a lease: *client.Lease satisfies it.
-//
-// Implementations must be safe for concurrent use. Lost may be called more
-// than once (once per stale answer) and must be cheap and non-blocking; it
-// is called on the goroutine that made the request.
-type Lease interface {
-	// Key returns the lease key, which is the fencing scope.
-	Key() string
-	// Token returns the fencing token of the lease.
-	Token() uint64
-	// Lost marks authority as lost and cancels the lease's context.
-	Lost(err error)
-}
+// Lease is the holder's side of a lease: *client.Lease satisfies it. It is
+// fence.Lease; the name stays here so that existing code keeps compiling.
+type Lease = fence.Lease
 
 // Transport is an http.RoundTripper that fences the requests it carries with
 // a lease, and gives up the lease when a resource reports its token stale

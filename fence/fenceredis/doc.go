@@ -11,6 +11,12 @@
 //	err = g.Set(ctx, "orders/7", lease.Token(), key, "paid", 0)
 //	if errors.Is(err, fence.ErrStaleToken) { ... authority lost ... }
 //
+// With a lease (a *client.Lease or any fence.Lease), WithLease binds the
+// mutations to its key and token and calls its Lost on a stale rejection:
+//
+//	lg := g.WithLease(lease)
+//	n, err := lg.Incr(ctx, lg.Key("invoices"))
+//
 // # Keys
 //
 // The highest token of scope S lives at Prefix + "{" + HashTag(S) +
@@ -31,7 +37,10 @@
 //
 // # Mutations
 //
-// Set, Del and HSet behave like the Redis commands of the same name. Eval
+// Set, Del, HSet, HDel, Incr, IncrBy and HIncrBy behave like the Redis
+// commands of the same name; a command Redis refuses (a key of the wrong
+// type, a value that is not an integer, an overflow) writes nothing and
+// records no token. Eval
 // runs a caller's Lua body after the check, in the same script; see Script
 // for its KEYS, ARGV and TOKEN. Every mutation returns:
 //

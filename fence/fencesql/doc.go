@@ -26,6 +26,13 @@
 //		// Authority is lost: stop, do not retry with the same token.
 //	}
 //
+// With a lease (a *client.Lease or any fence.Lease), Guard.DoLease takes the
+// scope and token from it and calls its Lost on a stale rejection, so the
+// lease's context is already cancelled when the error comes back
+// (Guard.CheckLease and RowFence.UpdateLease likewise):
+//
+//	err := guard.DoLease(ctx, lease, func(ctx context.Context, tx *sql.Tx) error { ... })
+//
 // The table (default name fence_scopes; see CreateTableSQL and
 // Guard.Migrate):
 //

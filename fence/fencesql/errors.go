@@ -6,8 +6,6 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/fencedio/fenced/fence"
 )
 
@@ -92,13 +90,8 @@ func Retryable(err error) bool {
 		}
 		return false
 	}
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		switch my.Number {
-		case 1213, 1205, 1020:
-			return true
-		}
-		return false
+	if n, ok := mysqlErrorNumber(err); ok {
+		return n == 1213 || n == 1205 || n == 1020
 	}
 	// modernc.org/sqlite's *sqlite.Error; matched by method so that this
 	// package does not link the SQLite engine into programs that never use it.

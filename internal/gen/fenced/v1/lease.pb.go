@@ -632,7 +632,11 @@ type GetResponse struct {
 	// Absent when the key is free.
 	Lease *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
 	// The last token issued for key; 0 when none is remembered.
-	LastToken     uint64 `protobuf:"varint,2,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
+	LastToken uint64 `protobuf:"varint,2,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
+	// The revision this answer reflects: every event with a revision up to
+	// this one is included, none after it. Watch with after_revision set to
+	// it continues from exactly this state. At least 1.
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -677,6 +681,13 @@ func (x *GetResponse) GetLease() *Lease {
 func (x *GetResponse) GetLastToken() uint64 {
 	if x != nil {
 		return x.LastToken
+	}
+	return 0
+}
+
+func (x *GetResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
 	}
 	return 0
 }
@@ -738,7 +749,12 @@ func (x *ListRequest) GetLimit() int32 {
 type ListResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Sorted by key.
-	Leases        []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	Leases []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	// The revision this answer reflects: every event with a revision up to
+	// this one is included, none after it. Watch with after_revision set to
+	// it continues from exactly this state, without missing or repeating an
+	// event. At least 1.
+	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -778,6 +794,13 @@ func (x *ListResponse) GetLeases() []*Lease {
 		return x.Leases
 	}
 	return nil
+}
+
+func (x *ListResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type WatchRequest struct {
@@ -1050,16 +1073,18 @@ const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\x0fReleaseResponse\"\x1e\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"T\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"p\n" +
 	"\vGetResponse\x12&\n" +
 	"\x05lease\x18\x01 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\x12\x1d\n" +
 	"\n" +
-	"last_token\x18\x02 \x01(\x04R\tlastToken\";\n" +
+	"last_token\x18\x02 \x01(\x04R\tlastToken\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\";\n" +
 	"\vListRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"8\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"T\n" +
 	"\fListResponse\x12(\n" +
-	"\x06leases\x18\x01 \x03(\v2\x10.fenced.v1.LeaseR\x06leases\"M\n" +
+	"\x06leases\x18\x01 \x03(\v2\x10.fenced.v1.LeaseR\x06leases\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"M\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12%\n" +
 	"\x0eafter_revision\x18\x02 \x01(\x04R\rafterRevision\"7\n" +

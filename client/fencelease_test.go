@@ -1,0 +1,9 @@
+package client_test
+
+import (
+	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/fence"
+)
+
+// A *client.Lease goes wherever the guards and transports take a lease.
+var _ fence.Lease = (*client.Lease)(nil)

@@ -1,0 +1,96 @@
+// Package fenceprom exports the decisions of fencing guards as Prometheus
+// metrics. It is a package of its own so that programs that use the guards
+// without Prometheus do not link its client library.
+//
+//	obs, err := fenceprom.NewObserver(prometheus.DefaultRegisterer, "orders-db")
+//	guard, err := fencesql.New(db, fencesql.Config{Dialect: fencesql.Postgres, Observer: obs})
+package fenceprom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencedio/fenced/fence"
+)
+
+// NewObserver returns a fence.Observer that counts decisions in
+// fenced_guard_decisions_total{guard, result="accepted"|"rejected"} and
+// records, for each rejection, how far the presented token was behind the
+// highest one in the histogram fenced_guard_token_gap{guard}.
+//
+// guard names the guard, e.g. "memory" or "postgres"; it must come from a
+// small fixed set, since every value is a time series. Scopes are never a
+// label. Several guards may share reg under different names; asking twice
+// for the same name returns an observer feeding the same series. A nil reg
+// means prometheus.DefaultRegisterer.
+func NewObserver(reg prometheus.Registerer, guard string) (fence.Observer, error) {
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	// guard is a constant label, so that each guard is a collector of its
+	// own and several can be registered under one metric name.
+	labels := prometheus.Labels{"guard": guard}
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name:        "fenced_guard_decisions_total",
+		Help:        "Mutations checked by a fencing guard, by result (accepted or rejected).",
+		ConstLabels: labels,
+	}, []string{"result"})
+	gap := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:        "fenced_guard_token_gap",
+		Help:        "For rejected mutations, the highest accepted token minus the presented one.",
+		ConstLabels: labels,
+		Buckets:     prometheus.ExponentialBuckets(1, 4, 10), // 1 .. 262144
+	})
+	fresh, err := register(reg, &decisions)
+	if err != nil {
+		return nil, fmt.Errorf("fenceprom: register fenced_guard_decisions_total: %w", err)
+	}
+	if _, err := register(reg, &gap); err != nil {
+		if fresh {
+			reg.Unregister(decisions)
+		}
+		return nil, fmt.Errorf("fenceprom: register fenced_guard_token_gap: %w", err)
+	}
+	return &promObserver{
+		// Resolved once: With on every decision would hash the label value.
+		accepted: decisions.WithLabelValues("accepted"),
+		rejected: decisions.WithLabelValues("rejected"),
+		gap:      gap,
+	}, nil
+}
+
+// register registers *c and reports true, or replaces *c with the identical
+// collector already registered and reports false.
+func register[C prometheus.Collector](reg prometheus.Registerer, c *C) (bool, error) {
+	err := reg.Register(*c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		existing, ok := are.ExistingCollector.(C)
+		if !ok {
+			return false, err
+		}
+		*c = existing
+		return false, nil
+	}
+	return err == nil, err
+}
+
+type promObserver struct {
+	accepted prometheus.Counter
+	rejected prometheus.Counter
+	gap      prometheus.Histogram
+}
+
+func (o *promObserver) Observe(_ context.Context, d fence.Decision) {
+	if d.Accepted {
+		o.accepted.Inc()
+		return
+	}
+	o.rejected.Inc()
+	if d.Highest > d.Presented {
+		o.gap.Observe(float64(d.Highest - d.Presented))
+	}
+}
