@@ -128,7 +128,11 @@ func (c *Config) validateCluster() error {
 		if c.RaftListen == "" {
 			c.RaftListen = self.Address
 		}
-		if !sameListenAddress(c.RaftListen, self.Address) {
+		if c.RaftAdvertise != "" && c.RaftAdvertise != self.Address {
+			errs = append(errs, fmt.Errorf("config: node %q advertises the raft address %s but has %s in the initial cluster: peers would dial the wrong one",
+				c.NodeID, c.RaftAdvertise, self.Address))
+		}
+		if c.RaftAdvertise == "" && !sameListenAddress(c.RaftListen, self.Address) {
 			errs = append(errs, fmt.Errorf("config: node %q has the raft address %s in the initial cluster but listens on %s: peers would not reach it",
 				c.NodeID, self.Address, c.RaftListen))
 		}
@@ -155,9 +159,13 @@ func sameListenAddress(listen, advertised string) bool {
 	return lh == "" || (ip != nil && ip.IsUnspecified())
 }
 
-// advertisedRaftAddress is the address peers dial to reach this node: its
-// address in the initial cluster, or "" for the address it listens on.
+// advertisedRaftAddress is the address peers dial to reach this node:
+// RaftAdvertise, its address in the initial cluster, or "" for the address
+// it listens on.
 func (c *Config) advertisedRaftAddress() string {
+	if c.RaftAdvertise != "" {
+		return c.RaftAdvertise
+	}
 	for _, p := range c.InitialCluster {
 		if p.ID == c.NodeID {
 			return p.Address

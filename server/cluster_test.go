@@ -47,6 +47,8 @@ func TestConfigCluster(t *testing.T) {
 		{name: "not in the list", cfg: server.Config{NodeID: "n4", InitialCluster: three}, wantErr: `"n4" is not in the initial cluster`},
 		{name: "default id not in the list", cfg: server.Config{InitialCluster: three}, wantErr: `"node1" is not in the initial cluster`},
 		{name: "listens elsewhere", cfg: server.Config{NodeID: "n1", RaftListen: "127.0.0.1:9999", InitialCluster: three}, wantErr: "but listens on 127.0.0.1:9999"},
+		{name: "advertised through a proxy", cfg: server.Config{NodeID: "n1", RaftListen: "127.0.0.1:9999", RaftAdvertise: "127.0.0.1:7421", InitialCluster: three}, wantListen: "127.0.0.1:9999"},
+		{name: "advertises another address than listed", cfg: server.Config{NodeID: "n1", RaftListen: "127.0.0.1:9999", RaftAdvertise: "127.0.0.1:7423", InitialCluster: three}, wantErr: "advertises the raft address 127.0.0.1:7423"},
 		{name: "duplicate id", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{"n1", "127.0.0.1:7427"}}, three...)}, wantErr: "appears twice"},
 		{name: "shared address", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{"n4", "127.0.0.1:7423"}}, three...)}, wantErr: "share the address"},
 		{name: "undialable address", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{"n4", "0.0.0.0:7427"}}, three...)}, wantErr: "peers cannot dial it"},

@@ -25,6 +25,12 @@ type Config struct {
 	Listen string
 	// RaftListen is the address raft peers use. Default "127.0.0.1:7421".
 	RaftListen string
+	// RaftAdvertise is the address peers dial to reach this node, when it
+	// is not RaftListen: behind NAT, a proxy or a port forward (etcd's
+	// --initial-advertise-peer-urls). InitialCluster lists advertised
+	// addresses. Default: this node's address in InitialCluster, or
+	// RaftListen.
+	RaftAdvertise string
 	// NodeID names this node in the raft configuration. Default "node1".
 	NodeID string
 	// InitialCluster lists the members a new cluster starts with, this
@@ -160,7 +166,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))
 		}
 	}
-	for name, addr := range map[string]string{"Listen": c.Listen, "RaftListen": c.RaftListen} {
+	addrs := map[string]string{"Listen": c.Listen, "RaftListen": c.RaftListen}
+	if c.RaftAdvertise != "" {
+		addrs["RaftAdvertise"] = c.RaftAdvertise
+	}
+	for name, addr := range addrs {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("config: %s %q: %w", name, addr, err))
 		}

@@ -66,6 +66,10 @@ type Server struct {
 
 	failMu  sync.Mutex
 	failure error // a failed write of the raft log, which stopped the node
+
+	// beforeLeaderReset, if set, runs in becomeLeader just before the
+	// deadlines are reset: tests use it to apply entries in that window.
+	beforeLeaderReset func()
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
@@ -221,6 +225,14 @@ func (s *Server) watchLeadership() {
 
 // becomeLeader waits until every earlier entry is applied, then gives every
 // lease a full TTL and starts serving.
+//
+// A run whose leadership has ended (ctx cancelled) stops without touching
+// the deadlines: a newer run may already track leases this one has not
+// seen. The check and the reset happen under leaderMu, which the ending of
+// leadership takes to cancel ctx, and the reset reads the leases under the
+// state machine's lock, so no entry is applied between the read and the
+// reset: its event reaches the expirer after the reset, not before (where
+// the reset would drop it).
 func (s *Server) becomeLeader(ctx context.Context) {
 	for ctx.Err() == nil {
 		if err := s.raft.Barrier(0).Error(); err != nil {
@@ -234,26 +246,33 @@ func (s *Server) becomeLeader(ctx context.Context) {
 		}
 		break
 	}
+	if ctx.Err() != nil {
+		return
+	}
+	if s.beforeLeaderReset != nil {
+		s.beforeLeaderReset()
+	}
 	// The deadlines set now are this term's: expiries decided on them carry
 	// it, and take effect only in an entry of the same term. Should the
 	// term already have moved on, they take effect nowhere, and the
 	// leadership change that moved it restarts all this.
 	term := s.raft.CurrentTerm()
-	var leases []lease.Lease
-	s.fsm.read(func(st *lease.State) {
-		leases = make([]lease.Lease, 0, st.Len())
-		st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
-	})
-	s.expirer.reset(leases, time.Now())
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
 	if ctx.Err() != nil {
 		return
 	}
+	n := 0
+	s.fsm.read(func(st *lease.State) {
+		leases := make([]lease.Lease, 0, st.Len())
+		st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
+		s.expirer.reset(leases, time.Now())
+		n = len(leases)
+	})
 	s.expirer.activate(term)
 	s.ready.Store(true)
 	s.waiters.freedAll()
-	s.log.Info("serving as leader", "leases", len(leases), "term", term)
+	s.log.Info("serving as leader", "leases", n, "term", term)
 }
 
 // applied sees every transition, in log order, on every node. Transitions

@@ -148,6 +148,8 @@ there and ignores the list. Every node serves every call.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "fenced-data", "directory for the raft log and snapshots")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7420", "address of the lease API, /metrics and /healthz")
 	f.StringVar(&cfg.RaftListen, "raft-listen", "127.0.0.1:7421", "address for raft peers and calls forwarded by them (default in a cluster: this node's address in --initial-cluster)")
+	f.StringVar(&cfg.RaftAdvertise, "raft-advertise", "",
+		"address peers dial to reach this node, when not --raft-listen (a proxy, NAT); --initial-cluster lists this one (default --raft-listen)")
 	f.StringVar(&cfg.NodeID, "node-id", "node1", "this node's name in the raft configuration")
 	f.StringVar(&initialCluster, "initial-cluster", "",
 		"members of a new cluster, ID=RAFTHOST:PORT,... (the same on every node; ignored once the data directory holds raft state)")
