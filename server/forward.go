@@ -115,7 +115,7 @@ func newForwarder(s *Server) *forwarder {
 		transport: &http.Transport{
 			Protocols: protocols,
 			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				return dialPeer(ctx, addr, peerAPI)
+				return dialPeer(ctx, s.peers.localAddr(), addr, peerAPI)
 			},
 			IdleConnTimeout: 90 * time.Second,
 		},

@@ -32,6 +32,12 @@ const peerHandshakeTimeout = 10 * time.Second
 type peerMux struct {
 	ln        net.Listener
 	advertise net.Addr
+	// dialFrom is the local address of outgoing peer connections: the
+	// listened-on IP when it is a loopback address other than 127.0.0.1,
+	// so that nodes sharing one machine on 127.0.0.x addresses can be told
+	// apart by their connections' source (the torture harness's link
+	// proxies rely on it). nil: the system picks.
+	dialFrom *net.TCPAddr
 
 	raftConns chan net.Conn
 	apiConns  chan net.Conn
@@ -60,6 +66,9 @@ func listenPeers(addr, advertise string) (*peerMux, error) {
 		return nil, fmt.Errorf("raft address %s: peers cannot dial an unspecified address", adv)
 	}
 	m := &peerMux{ln: ln, advertise: adv, raftConns: make(chan net.Conn), apiConns: make(chan net.Conn), done: make(chan struct{})}
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP.IsLoopback() && !ta.IP.Equal(net.IPv4(127, 0, 0, 1)) && !ta.IP.Equal(net.IPv6loopback) {
+		m.dialFrom = &net.TCPAddr{IP: ta.IP}
+	}
 	go m.acceptLoop()
 	return m, nil
 }
@@ -132,11 +141,19 @@ func (m *peerMux) Close() error {
 // Addr is the address peers dial: raft stores it in the configuration.
 func (m *peerMux) Addr() net.Addr { return m.advertise }
 
+// localAddr is dialFrom, nil on a nil mux.
+func (m *peerMux) localAddr() *net.TCPAddr {
+	if m == nil {
+		return nil
+	}
+	return m.dialFrom
+}
+
 // Dial opens a raft connection to a peer.
 func (m *peerMux) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return dialPeer(ctx, string(address), peerRaft)
+	return dialPeer(ctx, m.dialFrom, string(address), peerRaft)
 }
 
 // apiListener returns a net.Listener of forwarded API connections. Closing
@@ -159,8 +176,12 @@ func (l *apiListener) Close() error {
 }
 
 // dialPeer connects to a peer port and announces the kind of connection.
-func dialPeer(ctx context.Context, address string, kind byte) (net.Conn, error) {
-	var d net.Dialer
+// A non-nil from binds the connection's local address.
+func dialPeer(ctx context.Context, from *net.TCPAddr, address string, kind byte) (net.Conn, error) {
+	d := net.Dialer{}
+	if from != nil {
+		d.LocalAddr = from
+	}
 	c, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
 		return nil, err
