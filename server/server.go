@@ -207,7 +207,7 @@ func (s *Server) watchLeadership() {
 		case leader := <-s.notify:
 			s.leaderMu.Lock()
 			stop()
-			s.ready.Store(false)
+			s.ready.Store(!leader && s.ready.Load() && failpoint.Enabled(failpoint.DeposedLeaderRenews))
 			s.expirer.deactivate()
 			s.setLeading(leader)
 			s.leaderMu.Unlock()

@@ -54,10 +54,16 @@ const (
 	// RestoreDropsLeases makes a snapshot restore forget the current
 	// leases (their keys become free; lease.Restore).
 	RestoreDropsLeases Name = "restore-drops-leases"
+	// DeposedLeaderRenews lets a leader that lost its leadership go on
+	// acknowledging renewals, without confirming that it still leads: it
+	// stays ready when raft deposes it, and Renew skips the quorum-contact
+	// check (server). Only a cluster run (a paused, partitioned or
+	// outvoted leader) can catch it.
+	DeposedLeaderRenews Name = "deposed-leader-renews"
 )
 
 // All lists every mutant, in the order the mutant test runs them.
-var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases}
+var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews}
 
 // Parse splits a FENCED_FAILPOINTS value into names, rejecting unknown ones.
 func Parse(v string) ([]Name, error) {
