@@ -28,6 +28,10 @@ type ClusterFaultStats struct {
 	// of one that does not; the node restarts after DownMin..DownMax.
 	LeaderKills   int `json:"leaderKills"`
 	FollowerKills int `json:"followerKills"`
+	// TwoDown counts leader kills of a five-node cluster that also killed
+	// a follower at the same moment: two nodes down at once, the most a
+	// five-node cluster survives.
+	TwoDown int `json:"twoDown"`
 	// LeaderPauses freeze the leader (SIGSTOP) for 3 to 6 election
 	// timeouts.
 	LeaderPauses int `json:"leaderPauses"`
@@ -333,6 +337,16 @@ func (e *engine) clusterFault(ctx context.Context, kind string) string {
 		i := leader
 		if kind == "follower-kill" {
 			i = follower()
+		}
+		if kind == "leader-kill" && n >= 5 && e.chance(0.5) {
+			j := follower()
+			downs := make(chan time.Duration, 1)
+			go func() { downs <- e.killNode(j) }()
+			down := e.killNode(i)
+			other := <-downs
+			count(func(s *ClusterFaultStats) { s.LeaderKills++; s.TwoDown++ })
+			return fmt.Sprintf("%s: kill -9 %s (down %v) and follower %s (down %v) at once", kind,
+				e.localNodes[i].Name(), down.Round(time.Millisecond), e.localNodes[j].Name(), other.Round(time.Millisecond))
 		}
 		down := e.killNode(i)
 		count(func(s *ClusterFaultStats) {
