@@ -50,7 +50,8 @@ type Server struct {
 	notify <-chan bool
 
 	ready    atomic.Bool
-	leaderMu sync.Mutex // orders changes of ready with leadership changes
+	everLed  atomic.Bool // has served as leader; only the DeposedLeaderRenews mutant reads it
+	leaderMu sync.Mutex  // orders changes of ready with leadership changes
 	// leading ends when this node stops leading (nil while it does not
 	// lead); see whileLeading. Guarded by leaderMu.
 	leading    context.Context
@@ -207,7 +208,7 @@ func (s *Server) watchLeadership() {
 		case leader := <-s.notify:
 			s.leaderMu.Lock()
 			stop()
-			s.ready.Store(!leader && s.ready.Load() && failpoint.Enabled(failpoint.DeposedLeaderRenews))
+			s.ready.Store(false)
 			s.expirer.deactivate()
 			s.setLeading(leader)
 			s.leaderMu.Unlock()
@@ -271,6 +272,7 @@ func (s *Server) becomeLeader(ctx context.Context) {
 	})
 	s.expirer.activate(term)
 	s.ready.Store(true)
+	s.everLed.Store(true)
 	s.waiters.freedAll()
 	s.log.Info("serving as leader", "leases", n, "term", term)
 }

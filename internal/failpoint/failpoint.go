@@ -54,11 +54,13 @@ const (
 	// RestoreDropsLeases makes a snapshot restore forget the current
 	// leases (their keys become free; lease.Restore).
 	RestoreDropsLeases Name = "restore-drops-leases"
-	// DeposedLeaderRenews lets a leader that lost its leadership go on
-	// acknowledging renewals, without confirming that it still leads: it
-	// stays ready when raft deposes it, and Renew skips the quorum-contact
-	// check (server). Only a cluster run (a paused, partitioned or
-	// outvoted leader) can catch it.
+	// DeposedLeaderRenews lets a node that once led go on acknowledging
+	// renewals itself after it lost the leadership, from its own copy of
+	// the deadlines, without forwarding them or confirming that it leads
+	// (server: Renew skips the readiness and quorum-contact checks; every
+	// other call is forwarded as usual, so clients stay with the node).
+	// Only a cluster run (a paused, partitioned or outvoted leader) can
+	// catch it.
 	DeposedLeaderRenews Name = "deposed-leader-renews"
 )
 
