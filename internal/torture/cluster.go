@@ -118,7 +118,7 @@ func (e *engine) startCluster(ctx context.Context) error {
 			return err
 		}
 		e.linkProxies = append(e.linkProxies, p)
-		e.netem.byIP[ip] = i
+		e.netem.addNode(ip, i)
 		id := fmt.Sprintf("node%d", i+1)
 		specs[i] = NodeSpec{
 			NodeID: id, DataDir: filepath.Join(cfg.OutputDir, id), Listen: listen, RaftListen: raftAddr,

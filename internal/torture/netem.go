@@ -37,6 +37,13 @@ func newNetem() *netem {
 	return &netem{byIP: map[string]int{}, mode: map[[2]int]linkMode{}, delay: map[[2]int]time.Duration{}, conns: map[*proxyConn]struct{}{}}
 }
 
+// addNode names the node that dials from ip.
+func (n *netem) addNode(ip string, i int) {
+	n.mu.Lock()
+	n.byIP[ip] = i
+	n.mu.Unlock()
+}
+
 func (n *netem) link(from, to int) (linkMode, time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -60,7 +60,7 @@ func roundTrip(c net.Conn, d time.Duration) error {
 func TestLinkProxyPartitions(t *testing.T) {
 	n := newNetem()
 	for i := range 3 {
-		n.byIP[nodeIP(i)] = i
+		n.addNode(nodeIP(i), i)
 	}
 	p, err := newLinkProxy(n, 0, echoServer(t))
 	if err != nil {
