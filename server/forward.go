@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/internal/failpoint"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/hashicorp/raft"
@@ -291,6 +292,9 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 }
 
 func (r *routedService) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
+	if failpoint.Enabled(failpoint.DeposedLeaderRenews) && r.s.everLed.Load() {
+		return r.local.Renew(ctx, req)
+	}
 	for range 3 {
 		rpc, err := r.route(ctx, req.Header())
 		if err != nil {

@@ -50,7 +50,8 @@ type Server struct {
 	// ready is true while this node is the leader and has applied every
 	// entry of earlier terms, so its state and deadlines are current.
 	ready    atomic.Bool
-	leaderMu sync.Mutex // orders changes of ready with leadership changes
+	everLed  atomic.Bool // has served as leader; only the DeposedLeaderRenews mutant reads it
+	leaderMu sync.Mutex  // orders changes of ready with leadership changes
 	// leading ends when this node stops leading (nil while it does not
 	// lead); see whileLeading. Guarded by leaderMu.
 	leading    context.Context
@@ -288,6 +289,7 @@ func (s *Server) becomeLeader(ctx context.Context) {
 	})
 	s.expirer.activate(term)
 	s.ready.Store(true)
+	s.everLed.Store(true)
 	s.waiters.freedAll()
 	s.log.Info("serving as leader", "leases", n, "term", term)
 }

@@ -451,11 +451,12 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 	if err := validateID(id); err != nil {
 		return lease.Lease{}, err
 	}
-	if !s.ready.Load() {
+	mutant := failpoint.Enabled(failpoint.DeposedLeaderRenews) && s.everLed.Load()
+	if !s.ready.Load() && !mutant {
 		return lease.Lease{}, errNotReady
 	}
 	start := s.expirer.now()
-	if err := s.leader.confirm(); err != nil {
+	if err := s.leader.confirm(); err != nil && !mutant {
 		return lease.Lease{}, err
 	}
 	// The deadline counts from before the leadership check: a renewal never

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fencedio/fenced/internal/torture"
@@ -78,6 +79,10 @@ the negative control found none), 1 for any other error.`,
 	f.Float64Var(&cfg.PauseProbability, "pause-probability", 0.3, "chance that a lease holder is frozen (SIGSTOP) for 1.5-3 TTL; negative disables")
 	f.Float64Var(&cfg.DelayShare, "delay-share", 0.1, "share of store writes held by the proxy for 1.5-3 TTL; negative disables")
 	f.DurationVar(&cfg.CrashInterval, "crash-interval", 8*time.Second, "mean time between kill -9 of the node")
+	f.IntVar(&cfg.Nodes, "nodes", 1, "local nodes: 1, or a cluster of 3 or 5 on 127.0.0.11... with fault-injecting proxies on the raft links (kills, SIGSTOP of the leader, partitions, slow links, rolling restarts, member remove and re-add)")
+	f.StringSliceVar(&cfg.ClusterFaults, "cluster-faults", nil, "only these cluster fault kinds: "+strings.Join(torture.ClusterFaultKinds, ", ")+" (default: all)")
+	f.DurationVar(&cfg.ClusterFaultInterval, "cluster-fault-interval", 3*time.Second, "mean gap between two cluster faults (--nodes 3|5)")
+	f.DurationVar(&cfg.NodeHeartbeatTimeout, "node-heartbeat-timeout", 0, "the local nodes' raft heartbeat and election timeout (0: the server's default)")
 	f.Float64Var(&cfg.AfterAckShare, "after-ack-share", 0.5, "share of node crashes sent right after an acknowledged grant, release or renewal; negative: none")
 	f.Float64Var(&cfg.SnapshotBeforeCrash, "snapshot-before-crash", 0.3, "chance that the node is made to take a snapshot just before a crash; negative disables")
 	f.Uint64Var(&cfg.NodeSnapshotThreshold, "node-snapshot-threshold", 8, "the local node's --snapshot-threshold (low, so that runs snapshot, restore and truncate the log)")

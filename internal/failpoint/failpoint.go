@@ -54,10 +54,18 @@ const (
 	// RestoreDropsLeases makes a snapshot restore forget the current
 	// leases (their keys become free; lease.Restore).
 	RestoreDropsLeases Name = "restore-drops-leases"
+	// DeposedLeaderRenews lets a node that once led go on acknowledging
+	// renewals itself after it lost the leadership, from its own copy of
+	// the deadlines, without forwarding them or confirming that it leads
+	// (server: Renew skips the readiness and quorum-contact checks; every
+	// other call is forwarded as usual, so clients stay with the node).
+	// Only a cluster run (a paused, partitioned or outvoted leader) can
+	// catch it.
+	DeposedLeaderRenews Name = "deposed-leader-renews"
 )
 
 // All lists every mutant, in the order the mutant test runs them.
-var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases}
+var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews}
 
 // Parse splits a FENCED_FAILPOINTS value into names, rejecting unknown ones.
 func Parse(v string) ([]Name, error) {

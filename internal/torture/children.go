@@ -29,6 +29,11 @@ type NodeSpec struct {
 	// its default.
 	SnapshotThreshold uint64        `json:"snapshotThreshold,omitempty"`
 	SnapshotInterval  time.Duration `json:"snapshotInterval,omitempty"`
+	// InitialCluster ("id=host:port,...", raft addresses as peers dial
+	// them), RaftAdvertise and Join are the cluster flags of fenced.
+	InitialCluster string `json:"initialCluster,omitempty"`
+	RaftAdvertise  string `json:"raftAdvertise,omitempty"`
+	Join           bool   `json:"join,omitempty"`
 }
 
 // statsPrefix starts the lines in which a node reports how many snapshots
@@ -52,7 +57,14 @@ func RunNode(ctx context.Context, spec NodeSpec, logs io.Writer) error {
 	if err := failpoint.Check(); err != nil {
 		return fmt.Errorf("node %s: %w", spec.NodeID, err)
 	}
+	peers, err := server.ParseInitialCluster(spec.InitialCluster)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", spec.NodeID, err)
+	}
 	srv, err := server.New(server.Config{
+		InitialCluster:    peers,
+		RaftAdvertise:     spec.RaftAdvertise,
+		Join:              spec.Join,
 		NodeID:            spec.NodeID,
 		DataDir:           spec.DataDir,
 		Listen:            spec.Listen,

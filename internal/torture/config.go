@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,9 +104,19 @@ type Config struct {
 	// restart the external node at Endpoint. Without both, an external
 	// node is not crashed.
 	NodeKillCommand, NodeStartCommand string
-	// Nodes is the number of local nodes. Default 1; clusters are not
-	// supported yet.
+	// Nodes is the number of local nodes: 1, or a cluster of 3 or 5. A
+	// cluster's nodes listen on 127.0.0.11, .12, ... with a fault-injecting
+	// proxy in front of every raft peer port, and the workers fail over
+	// between all of them. Its faults replace the crashes of a single
+	// node: see ClusterFaultStats. Default 1.
 	Nodes int
+	// ClusterFaultInterval is the mean gap between two cluster faults
+	// (uniform in [½, 1½]×), after the cluster is whole again from the
+	// last one. Default 3s.
+	ClusterFaultInterval time.Duration
+	// ClusterFaults restricts a cluster run to these kinds of faults
+	// (ClusterFaultKinds). Default: all of them.
+	ClusterFaults []string
 	// NodeMinTTL is the local node's --min-ttl. Default min(TTL, 1s).
 	NodeMinTTL time.Duration
 	// Failpoints names the mutants (internal/failpoint) switched on in the
@@ -235,8 +246,20 @@ func (c *Config) Validate() error {
 	if c.NodeSnapshotInterval < 5*time.Millisecond {
 		bad("NodeSnapshotInterval %v is below 5ms", c.NodeSnapshotInterval)
 	}
-	if c.Nodes != 1 {
-		bad("Nodes %d: only a single node is supported so far", c.Nodes)
+	setDefault(&c.ClusterFaultInterval, 3*time.Second)
+	if c.Nodes != 1 && c.Nodes != 3 && c.Nodes != 5 {
+		bad("Nodes %d: 1, 3 or 5", c.Nodes)
+	}
+	if c.Nodes > 1 && c.Endpoint != "" {
+		bad("Nodes applies to local nodes, not to an external Endpoint")
+	}
+	for _, k := range c.ClusterFaults {
+		if !slices.Contains(clusterFaultKinds, k) {
+			bad("ClusterFaults: unknown kind %q (known: %s)", k, strings.Join(clusterFaultKinds, ", "))
+		}
+	}
+	if c.ClusterFaultInterval < 0 {
+		bad("ClusterFaultInterval %v is negative", c.ClusterFaultInterval)
 	}
 	if c.Endpoint != "" && len(c.Failpoints) > 0 {
 		bad("Failpoints apply to local nodes only")

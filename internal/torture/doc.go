@@ -29,8 +29,16 @@
 //   - A quarter of the leases are held about 2×TTL, renewed several times.
 //   - Config.Failpoints switches on mutants (internal/failpoint) in a node
 //     built with the fenced_failpoints tag; TestMutants requires that the
-//     checkers catch each one. Nodes are a slice behind the Node interface so
-//     that cluster faults can be added.
+//     checkers catch each one.
+//   - Config.Nodes 3 or 5 runs a cluster instead (cluster.go): node i on
+//     127.0.0.(11+i), a link proxy (netem.go) in front of every raft peer
+//     port, advertised as the node's raft address, which tells the peers
+//     apart by the source address of their connections and drops,
+//     black-holes or delays each directed link. Faults come one at a time
+//     and heal: kills of the leader or a follower, SIGSTOP of the leader,
+//     isolation of the leader or a follower, moving minority/majority
+//     splits, slow links, rolling restarts, a member removed and added back
+//     empty. Workers fail over between all nodes.
 //   - Every process that exits on its own (a panic in the client, the
 //     server or the store) is a violation, and is restarted.
 //
@@ -58,6 +66,12 @@
 //     grant or renewal, unless a release of it was sent.
 //   - processes-healthy: no worker, node or store process crashed on its
 //     own.
+//   - nodes-come-back (clusters): after every fault and at the end, every
+//     node runs, is healthy and names the same ready leader, whose
+//     configuration has every node as a voter, within 30s.
+//   - nodes-converge (clusters): once quiet at the end, every node has
+//     applied the same raft index and holds the same leases, read from its
+//     own state.
 //
 // A negative control (Config.NoFencing) runs the same workload with the
 // store's fencing off (store.Config.NoFencing) and SQL writes unguarded; the
@@ -80,8 +94,10 @@
 //     the seed fixes the harness's random choices, not the scheduling.
 //   - Acknowledged-write durability is only meaningful for the store when
 //     it is crashed (Config.StoreCrashInterval); PostgreSQL is not crashed.
-//   - Only a single node is supported; partitions and leader failover are
-//     future faults.
+//   - Cluster faults need local nodes and loopback addresses other than
+//     127.0.0.1 (Linux has them all); an external Endpoint is one node.
+//   - A fault whose recovery takes longer than 30s is reported by
+//     nodes-come-back, even if the cluster would have recovered later.
 //   - A linearizability check that times out reports "unknown", not a
 //     violation.
 //   - Against an external store, the store must offer the reference

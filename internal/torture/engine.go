@@ -65,13 +65,20 @@ type engine struct {
 
 	nodes      []Node
 	localNodes []*localNode
-	storeProc  *child
-	storeURL   string
-	proxy      *delayProxy
-	db         *sql.DB
-	scopeTable string
-	writeTable string
-	keys       []string
+	// netem and linkProxies are a cluster's network (Nodes > 1).
+	netem       *netem
+	linkProxies []*linkProxy
+	// clusterProblems are recoveries that failed; guarded by mu.
+	clusterProblems []string
+	// clusterChecks are the end-of-run cluster checks.
+	clusterChecks []CheckResult
+	storeProc     *child
+	storeURL      string
+	proxy         *delayProxy
+	db            *sql.DB
+	scopeTable    string
+	writeTable    string
+	keys          []string
 
 	mu      sync.Mutex
 	workers map[int]*workerState
@@ -122,6 +129,9 @@ type FaultStats struct {
 	// WorkersKilled counts workers that did not stop within the grace
 	// period at the end and were killed.
 	WorkersKilled int `json:"workersKilled"`
+	// Cluster counts the faults of a cluster run; its kills are also
+	// counted in Crashes.
+	Cluster ClusterFaultStats `json:"cluster"`
 }
 
 func (e *engine) logf(format string, args ...any) {
@@ -219,6 +229,9 @@ func (e *engine) run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if e.netem != nil {
+		e.clusterChecks = e.checkCluster()
+	}
 	e.stopServices()
 	for _, n := range e.localNodes {
 		taken, restored := snapshotCounts(n.proc.logPath)
@@ -253,6 +266,9 @@ func (e *engine) startNodes(ctx context.Context) error {
 		e.logf("testing the fenced deployment at %s (crashes: %v)", n.endpoint, n.Crashable() && !cfg.NoCrashes)
 		return nil
 	}
+	if cfg.Nodes > 1 {
+		return e.startCluster(ctx)
+	}
 	for i := range cfg.Nodes {
 		listen, err := freeAddr()
 		if err != nil {
@@ -263,24 +279,14 @@ func (e *engine) startNodes(ctx context.Context) error {
 			return err
 		}
 		id := fmt.Sprintf("node%d", i+1)
-		n, err := newLocalNode(cfg.Command, NodeSpec{
+		err = e.addLocalNode(ctx, NodeSpec{
 			NodeID: id, DataDir: filepath.Join(cfg.OutputDir, id), Listen: listen, RaftListen: raftAddr,
 			MinTTL: cfg.NodeMinTTL, HeartbeatTimeout: cfg.NodeHeartbeatTimeout,
 			SnapshotThreshold: cfg.NodeSnapshotThreshold, SnapshotInterval: cfg.NodeSnapshotInterval,
-		}, filepath.Join(cfg.OutputDir, id+".log"))
+		})
 		if err != nil {
 			return err
 		}
-		if len(cfg.Failpoints) > 0 {
-			n.proc.env = []string{failpoint.EnvVar + "=" + strings.Join(cfg.Failpoints, ",")}
-			e.logf("mutants switched on in %s: %s", id, strings.Join(cfg.Failpoints, ","))
-		}
-		n.proc.onExit = func(err error) { e.serviceCrashed(n.proc, err) }
-		if err := n.Start(ctx); err != nil {
-			return err
-		}
-		e.nodes = append(e.nodes, n)
-		e.localNodes = append(e.localNodes, n)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -289,6 +295,25 @@ func (e *engine) startNodes(ctx context.Context) error {
 			return fmt.Errorf("torture: %s: %w (see %s.log)", n.Name(), err, filepath.Join(e.cfg.OutputDir, n.Name()))
 		}
 	}
+	return nil
+}
+
+// addLocalNode starts a node process of the run.
+func (e *engine) addLocalNode(ctx context.Context, spec NodeSpec) error {
+	n, err := newLocalNode(e.cfg.Command, spec, filepath.Join(e.cfg.OutputDir, spec.NodeID+".log"))
+	if err != nil {
+		return err
+	}
+	if len(e.cfg.Failpoints) > 0 {
+		n.proc.env = []string{failpoint.EnvVar + "=" + strings.Join(e.cfg.Failpoints, ",")}
+		e.logf("mutants switched on in %s: %s", spec.NodeID, strings.Join(e.cfg.Failpoints, ","))
+	}
+	n.proc.onExit = func(err error) { e.serviceCrashed(n.proc, err) }
+	if err := n.Start(ctx); err != nil {
+		return err
+	}
+	e.nodes = append(e.nodes, n)
+	e.localNodes = append(e.localNodes, n)
 	return nil
 }
 
@@ -366,6 +391,10 @@ func (e *engine) workerSpec(id int, history string) WorkerSpec {
 	}
 	if e.proxy != nil {
 		s.ProxyURL = e.proxy.URL()
+	}
+	if len(e.nodes) > 1 {
+		// Each worker starts at a different node and fails over.
+		s.Endpoints = e.endpoints(id)
 	}
 	return s
 }
@@ -553,7 +582,10 @@ func (e *engine) startFaults(ctx context.Context) {
 	e.mu.Lock()
 	e.faultCtx = ctx
 	e.mu.Unlock()
-	if !e.cfg.NoCrashes {
+	if !e.cfg.NoCrashes && e.netem != nil {
+		e.faults.Add(1)
+		go func() { defer e.faults.Done(); e.clusterFaults(ctx) }()
+	} else if !e.cfg.NoCrashes {
 		var crashable []Node
 		for _, n := range e.nodes {
 			if n.Crashable() {
@@ -898,6 +930,9 @@ func (e *engine) cleanup() {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		e.proxy.drain(ctx)
+	}
+	for _, p := range e.linkProxies {
+		p.close()
 	}
 	if e.db != nil {
 		if !e.cfg.KeepTables {

@@ -119,6 +119,14 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		// line; one that does not wait tries it every ~50ms.
 		cfg.TryProbability = 0.8
 	}
+	if name == failpoint.DeposedLeaderRenews {
+		// Only a cluster has deposed leaders: the faults that depose one
+		// while its clients go on renewing there.
+		cfg.Nodes = 3
+		cfg.ClusterFaults = []string{"leader-pause", "leader-isolation", "moving-split"}
+		cfg.ClusterFaultInterval = 2 * time.Second
+		cfg.Duration = 40 * time.Second
+	}
 	if name == failpoint.LogAckBeforeWrite {
 		// Every kill right after an acknowledgement; no snapshots, whose
 		// log truncation waits for the late writes.

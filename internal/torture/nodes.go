@@ -35,16 +35,21 @@ type localNode struct {
 }
 
 func newLocalNode(command []string, spec NodeSpec, logPath string) (*localNode, error) {
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return nil, err
-	}
-	argv := append(append([]string{}, command...), RoleNode, "--spec", string(b))
-	return &localNode{
-		spec:     spec,
-		proc:     &child{name: spec.NodeID, argv: argv, logPath: logPath},
+	n := &localNode{
+		proc:     &child{name: spec.NodeID, logPath: logPath},
 		endpoint: "http://" + spec.Listen,
-	}, nil
+	}
+	n.respec(command, spec)
+	return n, nil
+}
+
+// respec changes what the next start of the node is told.
+func (n *localNode) respec(command []string, spec NodeSpec) {
+	b, _ := json.Marshal(spec)
+	n.spec = spec
+	n.proc.mu.Lock()
+	n.proc.argv = append(append([]string{}, command...), RoleNode, "--spec", string(b))
+	n.proc.mu.Unlock()
 }
 
 func (n *localNode) Name() string                  { return n.spec.NodeID }

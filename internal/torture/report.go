@@ -52,10 +52,12 @@ type Summary struct {
 	// Failpoints are the mutants switched on in the node: the run must
 	// then report violations.
 	Failpoints []string `json:"failpoints,omitempty"`
-	Endpoint   string   `json:"endpoint"`
-	StoreURL   string   `json:"storeUrl"`
-	Postgres   bool     `json:"postgres"`
-	OutputDir  string   `json:"outputDir"`
+	// Endpoint lists the lease API of every node, comma-separated.
+	Endpoint  string `json:"endpoint"`
+	Nodes     int    `json:"nodes"`
+	StoreURL  string `json:"storeUrl"`
+	Postgres  bool   `json:"postgres"`
+	OutputDir string `json:"outputDir"`
 
 	// Operations counts every recorded operation: lease calls and writes.
 	Operations   int    `json:"operations"`
@@ -124,7 +126,8 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 	cfg := &e.cfg
 	s := Summary{
 		RunID: e.runID, Seed: cfg.Seed, Seconds: elapsed.Seconds(), Workers: cfg.Workers, Keys: cfg.Keys,
-		TTLMs: cfg.TTL.Milliseconds(), NoFencing: cfg.NoFencing, Endpoint: e.nodes[0].Endpoint(), StoreURL: e.storeURL,
+		TTLMs: cfg.TTL.Milliseconds(), NoFencing: cfg.NoFencing, Endpoint: strings.Join(e.endpoints(0), ","), StoreURL: e.storeURL,
+		Nodes:    len(e.nodes),
 		Postgres: ev.HasSQL, OutputDir: cfg.OutputDir, Failpoints: cfg.Failpoints,
 	}
 	e.mu.Lock()
@@ -179,6 +182,7 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 	}
 	e.mu.Unlock()
 	s.Checks = append(s.Checks, procs)
+	s.Checks = append(s.Checks, e.clusterChecks...)
 	s.Linearizability = res
 	s.ViolationsByChecker = map[string]int{}
 	for _, c := range s.Checks {
@@ -216,6 +220,16 @@ func (r *Report) WriteText(w io.Writer) {
 		s.Releases.OK, s.Releases.Refused, s.Releases.Failed+s.Releases.Unknown, s.Gets.OK)
 	fmt.Fprintf(w, "  faults: %d node crashes (kill -9; %d aimed at acquisitions, %d with acquisitions in flight), %d store crashes, %d pauses (SIGSTOP longer than the TTL)\n",
 		s.Crashes, s.AimedCrashes, s.CrashesDuringAcquisition, s.StoreCrashes, s.Pauses)
+	if s.Nodes > 1 {
+		c := s.Cluster
+		fmt.Fprintf(w, "  cluster of %d nodes, faults (each healed, then the cluster whole again: %d times):\n", s.Nodes, c.Recoveries)
+		fmt.Fprintf(w, "    kill -9: %d of the leader (%d with a follower at once), %d of a follower; leader SIGSTOP past the election timeout: %d\n",
+			c.LeaderKills, c.TwoDown, c.FollowerKills, c.LeaderPauses)
+		fmt.Fprintf(w, "    partitions: leader isolated %d, follower isolated %d, moving minority/majority splits %d (%d splits); slow links %d\n",
+			c.LeaderIsolations, c.FollowerIsolations, c.MovingSplits, c.SplitSteps, c.SlowLinks)
+		fmt.Fprintf(w, "    rolling restarts %d (%d node restarts); members removed and added back %d; faults skipped for want of a leader %d\n",
+			c.RollingRestarts, c.NodeRestarts, c.MemberReAdds, c.NoLeader)
+	}
 	fmt.Fprintf(w, "    %d crashes right after an acknowledgement; snapshots: %d taken (%d forced just before a crash), %d restored\n",
 		s.CrashesAfterAck, s.SnapshotsTaken, s.ForcedSnapshots, s.SnapshotRestores)
 	fmt.Fprintf(w, "    %d delayed writes delivered after the lease expired: %d accepted, %d rejected as stale, %d other\n",

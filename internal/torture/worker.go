@@ -27,9 +27,12 @@ import (
 
 // WorkerSpec is what a worker process is told by the harness.
 type WorkerSpec struct {
-	ID       int      `json:"id"`
-	Endpoint string   `json:"endpoint"`
-	Keys     []string `json:"keys"`
+	ID       int    `json:"id"`
+	Endpoint string `json:"endpoint"`
+	// Endpoints, if set, are a cluster's nodes: the client fails over
+	// between them (Endpoint is then ignored).
+	Endpoints []string `json:"endpoints,omitempty"`
+	Keys      []string `json:"keys"`
 	// StoreURL is the base URL of the reference store; ProxyURL the delaying
 	// proxy in front of it ("" disables delayed writes).
 	StoreURL string `json:"storeUrl"`
@@ -128,6 +131,7 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 	w.leases.onAck = func(op *Op) { w.emit(Event{Type: evAcked, Key: op.Key, Kind: op.Kind}) }
 	w.client, err = client.New(client.Config{
 		Endpoint:       spec.Endpoint,
+		Endpoints:      spec.Endpoints,
 		HTTPClient:     w.leases,
 		Owner:          spec.name(),
 		TTL:            spec.TTL,

@@ -1,0 +1,652 @@
+package torture
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server"
+)
+
+// ClusterFaultStats counts the faults injected into a cluster (Nodes > 1).
+// Each fault heals, and the harness waits for the cluster to serve again
+// with every node back, before the next one.
+type ClusterFaultStats struct {
+	// LeaderKills and FollowerKills are kill -9 of the node that leads, or
+	// of one that does not; the node restarts after DownMin..DownMax.
+	LeaderKills   int `json:"leaderKills"`
+	FollowerKills int `json:"followerKills"`
+	// TwoDown counts leader kills of a five-node cluster that also killed
+	// a follower at the same moment: two nodes down at once, the most a
+	// five-node cluster survives.
+	TwoDown int `json:"twoDown"`
+	// LeaderPauses freeze the leader (SIGSTOP) for 3 to 6 election
+	// timeouts.
+	LeaderPauses int `json:"leaderPauses"`
+	// LeaderIsolations and FollowerIsolations cut one node off from all
+	// the others, both directions, by dropping or black-holing its links.
+	LeaderIsolations   int `json:"leaderIsolations"`
+	FollowerIsolations int `json:"followerIsolations"`
+	// MovingSplits split the cluster into a minority and a majority, two
+	// or three times in a row with different sides, then heal;
+	// SplitSteps counts the splits.
+	MovingSplits int `json:"movingSplits"`
+	SplitSteps   int `json:"splitSteps"`
+	// SlowLinks delay the traffic of random links by 20-150ms for a while.
+	SlowLinks int `json:"slowLinks"`
+	// RollingRestarts restart every node in turn (SIGTERM, start, wait
+	// until the cluster serves); NodeRestarts counts the nodes.
+	RollingRestarts int `json:"rollingRestarts"`
+	NodeRestarts    int `json:"nodeRestarts"`
+	// MemberReAdds remove a follower from the configuration (after killing
+	// it), wipe its data and add it back as a new empty node (--join).
+	MemberReAdds int `json:"memberReAdds"`
+	// Recoveries counts the times the cluster was seen whole and serving
+	// after a fault; NoLeader counts faults skipped because no leader was
+	// found to aim them at.
+	Recoveries int `json:"recoveries"`
+	NoLeader   int `json:"noLeader"`
+}
+
+// ClusterFaultKinds names the kinds of cluster faults, for
+// Config.ClusterFaults.
+var ClusterFaultKinds = clusterFaultKinds
+
+var clusterFaultKinds = []string{"leader-kill", "follower-kill", "leader-pause", "leader-isolation",
+	"follower-isolation", "moving-split", "slow-links", "rolling-restart", "member-re-add"}
+
+// Kinds returns the count of each fault kind, by name.
+func (s ClusterFaultStats) Kinds() map[string]int {
+	return map[string]int{
+		"leader-kill": s.LeaderKills, "follower-kill": s.FollowerKills, "leader-pause": s.LeaderPauses,
+		"leader-isolation": s.LeaderIsolations, "follower-isolation": s.FollowerIsolations,
+		"moving-split": s.MovingSplits, "slow-links": s.SlowLinks, "rolling-restart": s.RollingRestarts,
+		"member-re-add": s.MemberReAdds,
+	}
+}
+
+// recoveryTimeout bounds how long a cluster may take to serve again, whole,
+// after a fault has healed.
+const recoveryTimeout = 30 * time.Second
+
+// nodeIP is the loopback address of node i of a cluster: distinct per node,
+// so that the link proxies tell the nodes apart by the source of their
+// connections (a node dials its peers from the address it listens on).
+func nodeIP(i int) string { return fmt.Sprintf("127.0.0.%d", 11+i) }
+
+func freeAddrOn(ip string) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// startCluster starts cfg.Nodes nodes that form one cluster, each with a
+// link proxy in front of its raft peer port, whose address is the one its
+// peers dial (--raft-advertise and --initial-cluster).
+func (e *engine) startCluster(ctx context.Context) error {
+	cfg := &e.cfg
+	e.netem = newNetem()
+	specs := make([]NodeSpec, cfg.Nodes)
+	var initial []string
+	for i := range cfg.Nodes {
+		ip := nodeIP(i)
+		listen, err := freeAddrOn(ip)
+		if err != nil {
+			return fmt.Errorf("torture: cluster node on %s: %w (Linux routes all of 127.0.0.0/8 to loopback; other systems may need aliases)", ip, err)
+		}
+		raftAddr, err := freeAddrOn(ip)
+		if err != nil {
+			return err
+		}
+		p, err := newLinkProxy(e.netem, i, raftAddr)
+		if err != nil {
+			return err
+		}
+		e.linkProxies = append(e.linkProxies, p)
+		e.netem.addNode(ip, i)
+		id := fmt.Sprintf("node%d", i+1)
+		specs[i] = NodeSpec{
+			NodeID: id, DataDir: filepath.Join(cfg.OutputDir, id), Listen: listen, RaftListen: raftAddr,
+			RaftAdvertise: p.Addr(), MinTTL: cfg.NodeMinTTL, HeartbeatTimeout: cfg.NodeHeartbeatTimeout,
+			SnapshotThreshold: cfg.NodeSnapshotThreshold, SnapshotInterval: cfg.NodeSnapshotInterval,
+		}
+		initial = append(initial, id+"="+p.Addr())
+	}
+	for i := range specs {
+		specs[i].InitialCluster = strings.Join(initial, ",")
+		if err := e.addLocalNode(ctx, specs[i]); err != nil {
+			return err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+	defer cancel()
+	if err := e.awaitCluster(wctx); err != nil {
+		return fmt.Errorf("torture: the cluster did not form: %w (see the nodes' logs in %s)", err, cfg.OutputDir)
+	}
+	e.logf("cluster of %d formed: %s", cfg.Nodes, strings.Join(initial, ","))
+	return nil
+}
+
+// electionTimeout is the nodes' raft heartbeat (and election) timeout.
+func (e *engine) electionTimeout() time.Duration {
+	if e.cfg.NodeHeartbeatTimeout > 0 {
+		return e.cfg.NodeHeartbeatTimeout
+	}
+	return 500 * time.Millisecond
+}
+
+// endpoints are the API base URLs of every node, starting at node first.
+func (e *engine) endpoints(first int) []string {
+	var out []string
+	for i := range e.nodes {
+		out = append(out, e.nodes[(first+i)%len(e.nodes)].Endpoint())
+	}
+	return out
+}
+
+func getJSON(ctx context.Context, url string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// roles asks every node for its role; a node that does not answer has a
+// zero Role.
+func (e *engine) roles(ctx context.Context) []server.Role {
+	out := make([]server.Role, len(e.localNodes))
+	for i, n := range e.localNodes {
+		_ = getJSON(ctx, n.Endpoint()+"/v1/role", &out[i])
+	}
+	return out
+}
+
+// leader returns the index of the node that says it leads and is ready,
+// or -1.
+func (e *engine) leader(ctx context.Context) int {
+	for i, r := range e.roles(ctx) {
+		if r.Role == "leader" && r.Ready {
+			return i
+		}
+	}
+	return -1
+}
+
+// waitLeader polls for a ready leader for up to d.
+func (e *engine) waitLeader(ctx context.Context, d time.Duration) int {
+	deadline := time.Now().Add(d)
+	for {
+		if l := e.leader(ctx); l >= 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return l
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// awaitCluster waits until the cluster is whole: every node runs, answers
+// /healthz (it can serve acquisitions), names the same leader, and that
+// leader's configuration has every node as a voter.
+func (e *engine) awaitCluster(ctx context.Context) error {
+	var last string
+	for {
+		last = e.clusterWhole(ctx)
+		if last == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s", last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// clusterWhole returns "" if the cluster is whole, or what is missing.
+func (e *engine) clusterWhole(ctx context.Context) string {
+	for _, n := range e.localNodes {
+		if !n.Up() {
+			return n.Name() + " is not running"
+		}
+	}
+	rs := e.roles(ctx)
+	leader := ""
+	for i, r := range rs {
+		if r.NodeID == "" {
+			return e.localNodes[i].Name() + " does not answer /v1/role"
+		}
+		if r.Role == "leader" && r.Ready {
+			leader = r.NodeID
+		}
+	}
+	if leader == "" {
+		return "no ready leader"
+	}
+	for i, r := range rs {
+		if r.LeaderID != leader {
+			return fmt.Sprintf("%s names leader %q, not %s", e.localNodes[i].Name(), r.LeaderID, leader)
+		}
+		if r.NodeID == leader {
+			voters := 0
+			for _, m := range r.Members {
+				if m.Suffrage == "voter" {
+					voters++
+				}
+			}
+			if voters != len(e.localNodes) || len(r.Members) != len(e.localNodes) {
+				return fmt.Sprintf("the leader's configuration is %+v, want %d voters", r.Members, len(e.localNodes))
+			}
+		}
+	}
+	for _, n := range e.localNodes {
+		if !n.healthy() {
+			return n.Name() + " is not healthy"
+		}
+	}
+	return ""
+}
+
+// clusterFaults injects one cluster fault after another until ctx ends.
+// The kinds come in shuffled rounds, so that a short run has each of them
+// once the first round is through. After each fault has healed, the
+// cluster must be whole again within recoveryTimeout (else a violation).
+func (e *engine) clusterFaults(ctx context.Context) {
+	iv := e.cfg.ClusterFaultInterval
+	kinds := clusterFaultKinds
+	if len(e.cfg.ClusterFaults) > 0 {
+		kinds = e.cfg.ClusterFaults
+	}
+	for {
+		deck := slices.Clone(kinds)
+		e.rngMu.Lock()
+		e.rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
+		e.rngMu.Unlock()
+		for _, kind := range deck {
+			if !sleepCtx(ctx, e.uniform(iv/2, iv*3/2)) {
+				return
+			}
+			start := time.Now()
+			what := e.clusterFault(ctx, kind)
+			rctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
+			err := e.awaitCluster(rctx)
+			cancel()
+			e.mu.Lock()
+			if err != nil {
+				e.clusterProblems = append(e.clusterProblems, fmt.Sprintf("after %s: the cluster was not whole within %v: %v", what, recoveryTimeout, err))
+			} else {
+				e.stats.Cluster.Recoveries++
+			}
+			e.mu.Unlock()
+			e.logf("%s; whole again after %v", what, time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
+
+// clusterFault injects one fault of the kind and heals it; it returns what
+// it did, in words.
+func (e *engine) clusterFault(ctx context.Context, kind string) string {
+	n := len(e.localNodes)
+	leader := e.waitLeader(ctx, 5*time.Second)
+	if leader < 0 && kind != "follower-kill" && kind != "slow-links" && kind != "rolling-restart" {
+		e.mu.Lock()
+		e.stats.Cluster.NoLeader++
+		e.mu.Unlock()
+		return kind + " skipped: no leader"
+	}
+	follower := func() int {
+		if leader < 0 {
+			return e.intN(n)
+		}
+		return (leader + 1 + e.intN(n-1)) % n
+	}
+	mode := linkDrop
+	modeName := "dropped"
+	if e.chance(0.5) {
+		mode, modeName = linkBlackHole, "black-holed"
+	}
+	hold := e.uniform(3*e.electionTimeout(), 3*e.electionTimeout()+3*time.Second)
+	count := func(f func(s *ClusterFaultStats)) {
+		e.mu.Lock()
+		f(&e.stats.Cluster)
+		e.mu.Unlock()
+	}
+	switch kind {
+	case "leader-kill", "follower-kill":
+		i := leader
+		if kind == "follower-kill" {
+			i = follower()
+		}
+		if kind == "leader-kill" && n >= 5 && e.chance(0.5) {
+			j := follower()
+			downs := make(chan time.Duration, 1)
+			go func() { downs <- e.killNode(j) }()
+			down := e.killNode(i)
+			other := <-downs
+			count(func(s *ClusterFaultStats) { s.LeaderKills++; s.TwoDown++ })
+			return fmt.Sprintf("%s: kill -9 %s (down %v) and follower %s (down %v) at once", kind,
+				e.localNodes[i].Name(), down.Round(time.Millisecond), e.localNodes[j].Name(), other.Round(time.Millisecond))
+		}
+		down := e.killNode(i)
+		count(func(s *ClusterFaultStats) {
+			if kind == "leader-kill" {
+				s.LeaderKills++
+			} else {
+				s.FollowerKills++
+			}
+		})
+		return fmt.Sprintf("%s: kill -9 %s, down %v", kind, e.localNodes[i].Name(), down.Round(time.Millisecond))
+	case "leader-pause":
+		d := e.uniform(3*e.electionTimeout(), 6*e.electionTimeout())
+		p := e.localNodes[leader].proc
+		if err := p.signal(sigStop); err != nil {
+			return "leader-pause failed: " + err.Error()
+		}
+		sleepCtx(ctx, d)
+		_ = p.signal(sigCont)
+		count(func(s *ClusterFaultStats) { s.LeaderPauses++ })
+		return fmt.Sprintf("leader-pause: SIGSTOP %s for %v", p.name, d.Round(time.Millisecond))
+	case "leader-isolation", "follower-isolation":
+		i := leader
+		if kind == "follower-isolation" {
+			i = follower()
+		}
+		var rest []int
+		for j := range n {
+			if j != i {
+				rest = append(rest, j)
+			}
+		}
+		e.netem.partition(mode, []int{i}, rest)
+		sleepCtx(ctx, hold)
+		e.netem.heal()
+		count(func(s *ClusterFaultStats) {
+			if kind == "leader-isolation" {
+				s.LeaderIsolations++
+			} else {
+				s.FollowerIsolations++
+			}
+		})
+		return fmt.Sprintf("%s: %s cut off (links %s) for %v", kind, e.localNodes[i].Name(), modeName, hold.Round(time.Millisecond))
+	case "moving-split":
+		steps := 2 + e.intN(2)
+		var desc []string
+		for range steps {
+			perm := e.perm(n)
+			size := 1 + e.intN((n-1)/2) // a minority
+			minority, majority := slices.Clone(perm[:size]), slices.Clone(perm[size:])
+			e.netem.partition(mode, minority, majority)
+			desc = append(desc, e.names(minority)+"|"+e.names(majority))
+			count(func(s *ClusterFaultStats) { s.SplitSteps++ })
+			if !sleepCtx(ctx, e.uniform(2*e.electionTimeout(), 2*e.electionTimeout()+2*time.Second)) {
+				break
+			}
+		}
+		e.netem.heal()
+		count(func(s *ClusterFaultStats) { s.MovingSplits++ })
+		return fmt.Sprintf("moving-split (links %s): %s", modeName, strings.Join(desc, " -> "))
+	case "slow-links":
+		links := 1 + e.intN(n*(n-1))
+		for range links {
+			a := e.intN(n)
+			b := (a + 1 + e.intN(n-1)) % n
+			e.netem.setDelay(a, b, e.uniform(20*time.Millisecond, 150*time.Millisecond))
+		}
+		sleepCtx(ctx, hold)
+		e.netem.heal()
+		count(func(s *ClusterFaultStats) { s.SlowLinks++ })
+		return fmt.Sprintf("slow-links: %d directed links delayed for %v", links, hold.Round(time.Millisecond))
+	case "rolling-restart":
+		for _, i := range e.perm(n) {
+			nd := e.localNodes[i]
+			if nd.stop(10 * time.Second) {
+				e.logf("rolling restart: %s did not stop within 10s and was killed", nd.Name())
+			} else {
+				e.checkExit(nd.proc)
+			}
+			if err := nd.Start(context.Background()); err != nil {
+				e.logf("restart %s: %v", nd.Name(), err)
+			}
+			count(func(s *ClusterFaultStats) { s.NodeRestarts++ })
+			rctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
+			err := e.awaitCluster(rctx)
+			cancel()
+			if err != nil {
+				return fmt.Sprintf("rolling-restart stopped after %s: %v", nd.Name(), err)
+			}
+		}
+		count(func(s *ClusterFaultStats) { s.RollingRestarts++ })
+		return "rolling-restart of every node"
+	case "member-re-add":
+		return e.memberReAdd(ctx, follower())
+	}
+	return "unknown fault " + kind
+}
+
+// killNode kills node i with SIGKILL (after a forced snapshot, sometimes),
+// and starts it again after DownMin..DownMax.
+func (e *engine) killNode(i int) time.Duration {
+	nd := e.localNodes[i]
+	forced := false
+	if e.chance(enabled(e.cfg.SnapshotBeforeCrash)) && nd.healthy() {
+		forced = nd.proc.signal(sigSnapshot) == nil
+		time.Sleep(e.uniform(time.Millisecond, 30*time.Millisecond))
+	}
+	inflight := e.acquiring()
+	if err := nd.Kill(context.Background()); err != nil {
+		e.logf("crash %s: %v", nd.Name(), err)
+	}
+	e.mu.Lock()
+	e.stats.Crashes++
+	if forced {
+		e.stats.ForcedSnapshots++
+	}
+	if inflight > 0 {
+		e.stats.CrashesDuringAcquisition++
+	}
+	e.mu.Unlock()
+	down := e.uniform(e.cfg.DownMin, e.cfg.DownMax)
+	time.Sleep(down)
+	if err := nd.Start(context.Background()); err != nil {
+		e.logf("restart %s: %v", nd.Name(), err)
+	}
+	return down
+}
+
+// memberReAdd kills follower i, removes it from the configuration through
+// ClusterService, wipes its data and starts it empty with --join, then
+// adds it back (fencectl member remove / add).
+func (e *engine) memberReAdd(ctx context.Context, i int) string {
+	nd := e.localNodes[i]
+	if err := nd.Kill(context.Background()); err != nil {
+		e.logf("member-re-add: kill %s: %v", nd.Name(), err)
+	}
+	var others []string
+	for j, o := range e.localNodes {
+		if j != i {
+			others = append(others, o.Endpoint())
+		}
+	}
+	call := func(what string, f func(context.Context, fencedv1connect.ClusterServiceClient) error) error {
+		deadline := time.Now().Add(20 * time.Second)
+		for k := 0; ; k++ {
+			c := fencedv1connect.NewClusterServiceClient(http.DefaultClient, others[k%len(others)])
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := f(cctx, c)
+			cancel()
+			if err == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	err := call("remove", func(ctx context.Context, c fencedv1connect.ClusterServiceClient) error {
+		_, err := c.RemoveMember(ctx, connect.NewRequest(&fencedv1.RemoveMemberRequest{Id: nd.Name()}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return nil // an earlier attempt went through
+		}
+		return err
+	})
+	if err != nil {
+		e.mu.Lock()
+		e.clusterProblems = append(e.clusterProblems, fmt.Sprintf("member-re-add: %s: %v", nd.Name(), err))
+		e.mu.Unlock()
+	}
+	if err := os.RemoveAll(nd.spec.DataDir); err != nil {
+		e.logf("member-re-add: wipe %s: %v", nd.spec.DataDir, err)
+	}
+	spec := nd.spec
+	spec.InitialCluster, spec.Join = "", true
+	nd.respec(e.cfg.Command, spec)
+	if err := nd.Start(context.Background()); err != nil {
+		e.logf("restart %s: %v", nd.Name(), err)
+	}
+	err = call("add", func(ctx context.Context, c fencedv1connect.ClusterServiceClient) error {
+		_, err := c.AddMember(ctx, connect.NewRequest(&fencedv1.AddMemberRequest{Id: nd.Name(), Address: spec.RaftAdvertise}))
+		return err
+	})
+	if err != nil {
+		e.mu.Lock()
+		e.clusterProblems = append(e.clusterProblems, fmt.Sprintf("member-re-add: %s: %v", nd.Name(), err))
+		e.mu.Unlock()
+		return fmt.Sprintf("member-re-add of %s failed: %v", nd.Name(), err)
+	}
+	e.mu.Lock()
+	e.stats.Cluster.MemberReAdds++
+	e.mu.Unlock()
+	return fmt.Sprintf("member-re-add: %s killed, removed, wiped and added back empty", nd.Name())
+}
+
+func (e *engine) perm(n int) []int {
+	e.rngMu.Lock()
+	defer e.rngMu.Unlock()
+	return e.rng.Perm(n)
+}
+
+func (e *engine) names(idx []int) string {
+	var s []string
+	for _, i := range idx {
+		s = append(s, e.localNodes[i].Name())
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// Checker names of a cluster run.
+const (
+	NameConvergence = "nodes-converge"
+	NameNodesBack   = "nodes-come-back"
+)
+
+// nodeState is one node's applied state at the end of a run.
+type nodeState struct {
+	Applied uint64
+	Leases  []string // key, lease ID, token, owner of each lease
+}
+
+func (e *engine) nodeState(ctx context.Context, n *localNode) (nodeState, error) {
+	var st server.Stats
+	if err := getJSON(ctx, n.Endpoint()+"/v1/stats", &st); err != nil {
+		return nodeState{}, err
+	}
+	c := fencedv1connect.NewLeaseServiceClient(http.DefaultClient, n.Endpoint())
+	req := connect.NewRequest(&fencedv1.ListRequest{})
+	req.Header().Set("Fenced-Stale-Read", "true")
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := c.List(cctx, req)
+	if err != nil {
+		return nodeState{}, err
+	}
+	out := nodeState{Applied: st.AppliedIndex}
+	for _, l := range resp.Msg.GetLeases() {
+		out.Leases = append(out.Leases, fmt.Sprintf("%s id=%s token=%d owner=%s", l.GetKey(), l.GetLeaseId(), l.GetToken(), l.GetOwner()))
+	}
+	sort.Strings(out.Leases)
+	return out, nil
+}
+
+// checkCluster runs after the workers stopped and before the nodes do:
+// every node must be back (NameNodesBack, which also holds the recoveries
+// that failed during the run), and once the cluster is quiet, every node
+// must have applied the same index and hold the same leases, read from
+// its own state (NameConvergence).
+func (e *engine) checkCluster() []CheckResult {
+	back := CheckResult{Name: NameNodesBack}
+	conv := CheckResult{Name: NameConvergence}
+	e.mu.Lock()
+	back.Checked = e.stats.Cluster.Recoveries + len(e.clusterProblems) + 1
+	for _, p := range e.clusterProblems {
+		back.violation("%s", p)
+	}
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
+	defer cancel()
+	if err := e.awaitCluster(ctx); err != nil {
+		back.violation("at the end of the run, the cluster was not whole within %v: %v", recoveryTimeout, err)
+		conv.Skipped = "the cluster was not whole"
+		return []CheckResult{back, conv}
+	}
+	// Quiet: no applied index moves between two reads of every node's
+	// state, and all are equal. Abandoned leases may still expire, so
+	// this is retried.
+	var diff string
+	for ctx.Err() == nil {
+		var states []nodeState
+		ok := true
+		for _, n := range e.localNodes {
+			st, err := e.nodeState(ctx, n)
+			if err != nil {
+				diff, ok = fmt.Sprintf("%s: %v", n.Name(), err), false
+				break
+			}
+			states = append(states, st)
+		}
+		if ok {
+			conv.Checked = len(states)
+			diff = ""
+			for i, st := range states[1:] {
+				if st.Applied != states[0].Applied {
+					diff = fmt.Sprintf("%s applied index %d, %s %d", e.localNodes[0].Name(), states[0].Applied, e.localNodes[i+1].Name(), st.Applied)
+					break
+				}
+				if !slices.Equal(st.Leases, states[0].Leases) {
+					diff = fmt.Sprintf("at applied index %d, %s holds %q but %s holds %q", st.Applied,
+						e.localNodes[0].Name(), states[0].Leases, e.localNodes[i+1].Name(), st.Leases)
+					break
+				}
+			}
+			if diff == "" {
+				conv.Note = fmt.Sprintf("%d nodes at applied index %d with %d leases", len(states), states[0].Applied, len(states[0].Leases))
+				return []CheckResult{back, conv}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	conv.violation("the nodes never agreed within %v: %s", recoveryTimeout, diff)
+	return []CheckResult{back, conv}
+}

@@ -1,0 +1,43 @@
+package server
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A node listening on a loopback address other than 127.0.0.1 dials its
+// peers from that address, so that a proxy in front of a peer can tell
+// which node a connection comes from.
+func TestPeerDialFromListenIP(t *testing.T) {
+	target, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	for _, tc := range []struct{ listen, wantIP string }{
+		{"127.0.0.12:0", "127.0.0.12"},
+		{"127.0.0.1:0", "127.0.0.1"},
+	} {
+		m, err := listenPeers(tc.listen, "")
+		if err != nil {
+			t.Skipf("cannot listen on %s: %v", tc.listen, err)
+		}
+		c, err := m.Dial(raft.ServerAddress(target.Addr().String()), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := target.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := in.RemoteAddr().(*net.TCPAddr).IP.String(); got != tc.wantIP {
+			t.Errorf("listening on %s: dialled from %s, want %s", tc.listen, got, tc.wantIP)
+		}
+		in.Close()
+		c.Close()
+		m.Close()
+	}
+}
