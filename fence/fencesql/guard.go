@@ -324,14 +324,21 @@ func (g *Guard) Do(ctx context.Context, scope string, token uint64, fn func(ctx 
 	if err != nil {
 		return err
 	}
+	var retried error // the last retryable failure
 	for attempt := 0; ; attempt++ {
 		_, err := g.attempt(ctx, scope, tok, fn)
 		if err == nil {
 			return nil
 		}
+		if retried != nil && ctx.Err() != nil && !Retryable(err) {
+			// The context ended inside an attempt that followed retryable
+			// failures: say what was being retried, not only the deadline.
+			err = fmt.Errorf("%w; the attempts before it failed with: %w", err, retried)
+		}
 		if err := g.retry(ctx, attempt, err); err != nil {
 			return err
 		}
+		retried = err
 	}
 }
 
@@ -366,6 +373,13 @@ func (g *Guard) attempt(ctx context.Context, scope string, tok int64, fn func(co
 	}
 	if err := fn(ctx, tx); err != nil {
 		return true, rolledBack(ctx, scope, tok, err)
+	}
+	// ctx.Err, unlike a receive from ctx.Done, returns only once the
+	// cancellation has reached the transaction's own context: without this
+	// check, fn returning right after ctx.Done could still commit.
+	if ctx.Err() != nil {
+		return true, fmt.Errorf("fencesql: scope %q token %d: %w before commit; the transaction was rolled back",
+			scope, tok, context.Cause(ctx))
 	}
 	if err := tx.Commit(); err != nil {
 		// database/sql refuses to commit once ctx has ended (ErrTxDone or
