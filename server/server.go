@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -40,6 +41,7 @@ type Server struct {
 	replayedTo uint64
 	counts     transitions
 	metrics    *metrics
+	sec        *security // TLS and auth files, reloadable
 
 	// ready is true while this node is the leader and has applied every
 	// entry of earlier terms, so its state and deadlines are current.
@@ -78,6 +80,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.expirer = newExpirer(s.expireLeases)
 	var err error
+	if s.sec, err = newSecurity(&s.cfg); err != nil {
+		return nil, err
+	}
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
@@ -280,7 +285,11 @@ func (s *Server) applied(ev lease.Event) {
 		s.waiters.freed(l.Key)
 		if !replay {
 			s.counts.released.Add(1)
-			s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+			if ev.By != "" {
+				s.log.Info("lease revoked", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "by", ev.By)
+			} else {
+				s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+			}
 		}
 	case lease.Expired:
 		s.expirer.remove(l.Key, l.ID)
@@ -413,7 +422,9 @@ func newLeaseID() string {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(&service{s: s}, s.handlerOptions()...)
-	mux.Handle(path, limitBody(h, s.cfg.MaxBodyBytes))
+	mux.Handle(path, s.authenticate(limitBody(h, s.cfg.MaxBodyBytes)))
+	path, h = fencedv1connect.NewAdminServiceHandler(&adminService{s: s}, s.handlerOptions()...)
+	mux.Handle(path, s.authenticate(limitBody(h, s.cfg.MaxBodyBytes)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.registerDashboard(mux)
 	if s.cfg.Profiling {
@@ -466,6 +477,16 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
+	var served net.Listener = bufferedListener{ln}
+	if s.sec.tls != nil {
+		// Only TLS: the buffer sits under it, so that net/http sees the
+		// *tls.Conn it negotiates HTTP/2 on and answers plaintext HTTP
+		// with 400.
+		protocols = new(http.Protocols)
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+		served = tls.NewListener(served, s.sec.tls.ServerConfig())
+	}
 	s.closeMu.Lock()
 	s.listener = ln
 	s.http = &http.Server{
@@ -477,7 +498,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	srv := s.http
 	s.closeMu.Unlock()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(bufferedListener{ln}) }()
+	go func() { errc <- srv.Serve(served) }()
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {

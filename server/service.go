@@ -37,7 +37,7 @@ func (s *Server) handlerOptions() []connect.HandlerOption {
 		// Lease messages are a few hundred bytes; compressing them costs
 		// more CPU than it saves on the wire.
 		connect.WithCompressMinBytes(4<<10),
-		connect.WithInterceptors(s.observeRequests()),
+		connect.WithInterceptors(s.observeRequests(), s.authInterceptor()),
 	)
 }
 
@@ -70,7 +70,11 @@ func result(err error, ok string) string {
 }
 
 func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
-	l, err := v.s.Acquire(ctx, req.Msg)
+	msg, err := v.s.authorizeAcquire(ctx, req.Msg)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	l, err := v.s.Acquire(ctx, msg)
 	v.s.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
 	if err != nil {
 		return nil, connectError(err)
@@ -79,6 +83,9 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 }
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
+	if err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId()); err != nil {
+		return nil, connectError(err)
+	}
 	l, err := v.s.Renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	v.s.metrics.countRenewal(err)
 	if err != nil {
@@ -88,6 +95,9 @@ func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.Renew
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
+	if err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId()); err != nil {
+		return nil, connectError(err)
+	}
 	err := v.s.Release(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	v.s.metrics.releases.WithLabelValues(result(err, "released")).Inc()
 	if err != nil {
@@ -99,6 +109,9 @@ func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.Rel
 func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
 	key := req.Msg.GetKey()
 	if err := validateKey(key); err != nil {
+		return nil, connectError(err)
+	}
+	if _, err := v.s.authorize(ctx, PermRead, key); err != nil {
 		return nil, connectError(err)
 	}
 	if !v.s.ready.Load() {
@@ -130,6 +143,9 @@ func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRe
 	if limit < 0 {
 		return nil, connectError(invalidf("limit %d is negative", limit))
 	}
+	if _, err := v.s.authorize(ctx, PermRead, prefix); err != nil {
+		return nil, connectError(err)
+	}
 	if !v.s.ready.Load() {
 		return nil, connectError(errNotReady)
 	}
@@ -151,6 +167,9 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		if err := validateKey(prefix); err != nil {
 			return connectError(fmt.Errorf("prefix: %w", err))
 		}
+	}
+	if _, err := v.s.authorize(ctx, PermWatch, prefix); err != nil {
+		return connectError(err)
 	}
 	send := func(ev *fencedv1.Event) error {
 		return stream.Send(&fencedv1.WatchResponse{Event: ev})
@@ -502,7 +521,11 @@ func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fenc
 		if err != nil {
 			return err
 		}
-		l, err := v.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
+		err = v.s.authorizeRenew(ctx, req.GetKey(), req.GetLeaseId())
+		var l lease.Lease
+		if err == nil {
+			l, err = v.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
+		}
 		v.s.metrics.countRenewal(err)
 		resp := &fencedv1.KeepAliveResponse{}
 		var ce *connect.Error

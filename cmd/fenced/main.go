@@ -143,6 +143,7 @@ serving the lease API, /metrics and /healthz on 127.0.0.1:7420.`,
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 64<<10, "largest request body accepted")
 	f.IntVar(&cfg.MaxLeases, "max-leases", 2_000_000, "refuse new leases while this many are current")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
+	registerSecurityFlags(cmd, &cfg)
 	logs.register(cmd)
 	cmd.AddCommand(storeCmd())
 	return cmd
@@ -156,6 +157,8 @@ func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {
 		return listenErrorOf(err, "--raft-listen", cfg.RaftListen)
 	}
 	log.Info("fenced starting", "listen", cfg.Listen, "raft_listen", cfg.RaftListen, "data_dir", cfg.DataDir)
+	stopReload := reloadOnSIGHUP(srv)
+	defer stopReload()
 	err = srv.Serve(ctx)
 	if cerr := srv.Close(); err == nil {
 		err = cerr

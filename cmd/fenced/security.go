@@ -1,0 +1,41 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fencedio/fenced/server"
+	"github.com/spf13/cobra"
+)
+
+// registerSecurityFlags adds the TLS flags, named as etcd names them, and
+// the auth file.
+func registerSecurityFlags(cmd *cobra.Command, cfg *server.Config) {
+	f := cmd.Flags()
+	f.StringVar(&cfg.TLS.CertFile, "cert-file", "", "TLS certificate of the API port (PEM); the port then speaks only TLS")
+	f.StringVar(&cfg.TLS.KeyFile, "key-file", "", "private key of --cert-file (PEM)")
+	f.StringVar(&cfg.TLS.TrustedCAFile, "trusted-ca-file", "", "CA certificates (PEM) that client certificates must chain to")
+	f.BoolVar(&cfg.TLS.ClientCertAuth, "client-cert-auth", false, "require a client certificate from --trusted-ca-file on the API port")
+	f.StringVar(&cfg.AuthFile, "auth-file", "", "auth policy (JSON: token hashes and rules); turns authentication on, denying what no rule grants")
+}
+
+// reloadOnSIGHUP re-reads the TLS and auth files on every SIGHUP until the
+// returned function is called. A file that fails to load is logged and
+// keeps its previous contents.
+func reloadOnSIGHUP(srv *server.Server) func() {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				srv.Reload() // logs its outcome
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(hup); close(done) }
+}
