@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -174,7 +175,7 @@ func (c *Command) UnmarshalBinary(b []byte) error {
 		c.Key = d.string()
 		c.ID = d.string()
 		c.Owner = d.string()
-		c.TTL = time.Duration(d.uvarint()) * time.Millisecond
+		c.TTL = d.millis()
 		if v >= 2 {
 			c.NextID = d.string()
 		}
@@ -201,7 +202,7 @@ func (c *Command) UnmarshalBinary(b []byte) error {
 			e.NextID = d.id()
 			if e.NextID != "" {
 				e.Owner = d.string()
-				e.TTL = time.Duration(d.uvarint()) * time.Millisecond
+				e.TTL = d.millis()
 			}
 		}
 	default:
@@ -309,6 +310,20 @@ func (d *decoder) id() string {
 	s := hex.EncodeToString(d.b[:n/2])
 	d.b = d.b[n/2:]
 	return s
+}
+
+// millis reads a duration in whole milliseconds. One too long for a
+// time.Duration would wrap around to another, so it is refused.
+func (d *decoder) millis() time.Duration {
+	v := d.uvarint()
+	if v > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: duration of %d ms out of range", ErrBadCommand, v)
+		}
+		d.b = nil
+		return 0
+	}
+	return time.Duration(v) * time.Millisecond
 }
 
 func (d *decoder) string() string { return d.take(d.uvarint()) }

@@ -98,7 +98,7 @@ func Restore(r io.Reader, maxIdle int) (*State, error) {
 	n := d.uvarint()
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		l := &Lease{Key: d.string(), ID: d.string(), Owner: d.string(), Token: d.uvarint()}
-		l.TTL = time.Duration(d.uvarint()) * time.Millisecond
+		l.TTL = d.millis()
 		s.leases[l.Key] = l
 	}
 	n = d.uvarint()
