@@ -67,7 +67,7 @@ func newCaller(base string, tlsConf *tls.Config, token string) caller {
 	return caller{fencedv1connect.NewLeaseServiceClient(hc, base), fencedv1connect.NewAdminServiceClient(hc, base)}
 }
 
-func writePolicy(t *testing.T, body string) string {
+func writePolicy(t testing.TB, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "auth.json")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {

@@ -119,6 +119,22 @@ func (r *TLSReloader) ServerConfig() *tls.Config {
 	}
 }
 
+// PeerClientConfig returns a tls.Config for dialing another node with
+// this node's certificate, verifying the peer against TrustedCAFile, both
+// as of the latest Reload: peer traffic is mutual TLS, every node being
+// client and server alike.
+func (r *TLSReloader) PeerClientConfig() (*tls.Config, error) {
+	cur := r.cur.Load()
+	if cur.ClientCAs == nil {
+		return nil, errors.New("tls: peer TLS needs a trusted CA file")
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: cur.Certificates,
+		RootCAs:      cur.ClientCAs,
+	}, nil
+}
+
 // security is the node's TLS and auth state, replaced as a whole on
 // Reload.
 type security struct {
