@@ -55,4 +55,3 @@ func FuzzUnaryRequests(f *testing.F) {
 		}
 	})
 }
-
