@@ -201,6 +201,10 @@ type Info struct {
 	// Remaining is the time left before expiry as the server saw it when it
 	// answered.
 	Remaining time.Duration
+	// Signature is the server's signature of Token for Key, with token
+	// signing on (Acquire and Renew only); send it in
+	// Fencing-Token-Signature.
+	Signature string
 }
 
 func infoFromProto(p *fencedv1.Lease) Info {
@@ -255,6 +259,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		return nil, fmt.Errorf("acquire %q: %w", key, fromRPC(err))
 	}
 	info := infoFromProto(resp.Msg.GetLease())
+	info.Signature = resp.Msg.GetTokenSignature()
 	interval, window := c.cfg.renewInterval(info.TTL), c.cfg.window(info.TTL)
 	l := newLease(c, info, interval, window)
 	if window <= interval {
@@ -283,7 +288,9 @@ func (c *Client) Renew(ctx context.Context, key, id string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("renew %q: %w", key, fromRPC(err))
 	}
-	return infoFromProto(resp.Msg.GetLease()), nil
+	info := infoFromProto(resp.Msg.GetLease())
+	info.Signature = resp.Msg.GetTokenSignature()
+	return info, nil
 }
 
 // Release releases lease id of key, for callers that hold only the ID.

@@ -112,3 +112,16 @@ func (c *Config) setTLS(t *http.Transport) {
 		t.TLSClientConfig = c.TLS.Clone()
 	}
 }
+
+// Signature returns the server's signature of the lease's token, "" unless
+// the server signs tokens; fencehttp.Transport and fenceconnect's client
+// interceptor send it in Fencing-Token-Signature. It follows the latest
+// renewal, so a rotation of the server's key reaches guards.
+func (l *Lease) Signature() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sig != "" {
+		return l.sig
+	}
+	return l.info.Signature
+}

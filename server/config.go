@@ -66,6 +66,10 @@ type Config struct {
 	// turns authentication on: every request must then authenticate, and
 	// whatever no rule grants is denied. Empty by default (no auth).
 	AuthFile string
+	// SigningKeyFile turns on token signing: every grant and renewal comes
+	// with an Ed25519 signature of its token for its key, and the public
+	// keys are served on /v1/keys (see signingFile). Empty by default.
+	SigningKeyFile string
 
 	// Profiling serves net/http/pprof under /debug/pprof/ on the API port.
 	// Off by default: profiles expose internals and cost CPU while taken.

@@ -426,6 +426,7 @@ func (s *Server) Handler() http.Handler {
 	path, h = fencedv1connect.NewAdminServiceHandler(&adminService{s: s}, s.handlerOptions()...)
 	mux.Handle(path, s.authenticate(limitBody(h, s.cfg.MaxBodyBytes)))
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /v1/keys", s.serveKeys)
 	s.registerDashboard(mux)
 	if s.cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

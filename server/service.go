@@ -79,7 +79,7 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.currentLease(l, holderView)}), nil
+	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.currentLease(l, holderView), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
 }
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
@@ -91,7 +91,7 @@ func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.Renew
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.RenewResponse{Lease: wireLease(l, l.TTL, holderView)}), nil
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: wireLease(l, l.TTL, holderView), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
@@ -533,6 +533,7 @@ func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fenc
 			resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
 		} else {
 			resp.Lease = wireLease(l, l.TTL, holderView) // just renewed: its full TTL is left
+			resp.TokenSignature = v.s.signature(l.Key, l.Token)
 		}
 		if err := stream.Send(resp); err != nil {
 			return err

@@ -138,9 +138,10 @@ func (r *TLSReloader) PeerClientConfig() (*tls.Config, error) {
 // security is the node's TLS and auth state, replaced as a whole on
 // Reload.
 type security struct {
-	cfg *Config
-	tls *TLSReloader // nil without TLS
-	pol atomic.Pointer[Policy]
+	cfg  *Config
+	tls  *TLSReloader // nil without TLS
+	pol  atomic.Pointer[Policy]
+	keys atomic.Pointer[keyring] // nil: token signing off
 }
 
 func newSecurity(cfg *Config) (*security, error) {
@@ -157,6 +158,13 @@ func newSecurity(cfg *Config) (*security, error) {
 			return nil, err
 		}
 		sec.pol.Store(p)
+	}
+	if cfg.SigningKeyFile != "" {
+		kr, err := loadKeyring(cfg.SigningKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		sec.keys.Store(kr)
 	}
 	return sec, nil
 }
@@ -183,11 +191,18 @@ func (sec *security) reload() error {
 		}
 		errs = append(errs, err)
 	}
+	if sec.cfg.SigningKeyFile != "" {
+		kr, err := loadKeyring(sec.cfg.SigningKeyFile)
+		if err == nil {
+			sec.keys.Store(kr)
+		}
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
-// Reload re-reads the TLS certificate files and the auth file (fenced does
-// on SIGHUP). New handshakes and requests use them; a file that fails to
+// Reload re-reads the TLS certificate files, the auth file and the signing
+// key file (fenced does on SIGHUP). New handshakes and requests use them; a file that fails to
 // load keeps its old contents, and the error says which.
 func (s *Server) Reload() error {
 	err := s.sec.reload()

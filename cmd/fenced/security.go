@@ -17,6 +17,7 @@ func registerSecurityFlags(cmd *cobra.Command, cfg *server.Config) {
 	f.StringVar(&cfg.TLS.KeyFile, "key-file", "", "private key of --cert-file (PEM)")
 	f.StringVar(&cfg.TLS.TrustedCAFile, "trusted-ca-file", "", "CA certificates (PEM) that client certificates must chain to")
 	f.BoolVar(&cfg.TLS.ClientCertAuth, "client-cert-auth", false, "require a client certificate from --trusted-ca-file on the API port")
+	f.StringVar(&cfg.SigningKeyFile, "signing-key-file", "", "Ed25519 keys (JSON) to sign every granted token with; public keys served on /v1/keys")
 	f.StringVar(&cfg.AuthFile, "auth-file", "", "auth policy (JSON: token hashes and rules); turns authentication on, denying what no rule grants")
 }
 

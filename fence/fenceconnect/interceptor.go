@@ -109,6 +109,9 @@ func (i *serverInterceptor) do(ctx context.Context, h http.Header, handler func(
 	if err != nil {
 		return NewError(err)
 	}
+	if sig := h.Get(fencehttp.HeaderSignature); sig != "" {
+		ctx = fence.WithSignature(ctx, sig)
+	}
 	var (
 		ran, panicked bool
 		handlerErr    error

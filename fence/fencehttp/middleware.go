@@ -112,7 +112,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panicked bool
 		panicVal any
 	)
-	err = m.guard.Do(r.Context(), scope, token, func(ctx context.Context) error {
+	ctx := r.Context()
+	if sig := r.Header.Get(HeaderSignature); sig != "" {
+		ctx = fence.WithSignature(ctx, sig)
+	}
+	err = m.guard.Do(ctx, scope, token, func(ctx context.Context) error {
 		ran = true
 		panicked, panicVal = serveRecovering(m.next, rec, r.WithContext(ctx))
 		if panicked {
