@@ -71,10 +71,10 @@ func result(err error, ok string) string {
 
 func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
 	msg, err := v.s.authorizeAcquire(ctx, req.Msg)
-	if err != nil {
-		return nil, connectError(err)
+	var l lease.Lease
+	if err == nil {
+		l, err = v.s.Acquire(ctx, msg)
 	}
-	l, err := v.s.Acquire(ctx, msg)
 	v.s.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
 	if err != nil {
 		return nil, connectError(err)
@@ -83,10 +83,11 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 }
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
-	if err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId()); err != nil {
-		return nil, connectError(err)
+	err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	var l lease.Lease
+	if err == nil {
+		l, err = v.s.Renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	}
-	l, err := v.s.Renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	v.s.metrics.countRenewal(err)
 	if err != nil {
 		return nil, connectError(err)
@@ -95,10 +96,10 @@ func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.Renew
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
-	if err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId()); err != nil {
-		return nil, connectError(err)
+	err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	if err == nil {
+		err = v.s.Release(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	}
-	err := v.s.Release(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	v.s.metrics.releases.WithLabelValues(result(err, "released")).Inc()
 	if err != nil {
 		return nil, connectError(err)

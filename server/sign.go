@@ -97,13 +97,16 @@ func loadKeyring(path string) (*keyring, error) {
 	return kr, nil
 }
 
-// signature returns the signature of token for key, "" with signing off.
-func (s *Server) signature(key string, token uint64) string {
+// signature returns the signature of token for key, nil with signing off:
+// the field is then absent from the answer, which keeps the JSON of
+// unsigned mode exactly as it was.
+func (s *Server) signature(key string, token uint64) *string {
 	kr := s.sec.keys.Load()
 	if kr == nil {
-		return ""
+		return nil
 	}
-	return kr.signer.Sign(key, token)
+	sig := kr.signer.Sign(key, token)
+	return &sig
 }
 
 // serveKeys publishes the keys guards should trust, JWKS-like (see

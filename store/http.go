@@ -134,11 +134,15 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request, op Op, name s
 			return
 		}
 	}
+	ctx := r.Context()
+	if sig := r.Header.Get(fencehttp.HeaderSignature); sig != "" {
+		ctx = fence.WithSignature(ctx, sig)
+	}
 	var rec AuditRecord
 	if op == OpPut {
-		rec, err = s.Put(r.Context(), scope, token, name, value)
+		rec, err = s.Put(ctx, scope, token, name, value)
 	} else {
-		rec, err = s.Delete(r.Context(), scope, token, name)
+		rec, err = s.Delete(ctx, scope, token, name)
 	}
 	if err != nil {
 		s.writeError(w, r, op, err)
@@ -181,6 +185,9 @@ func (s *Store) writeError(w http.ResponseWriter, r *http.Request, op Op, err er
 		p = fencehttp.ProblemFor(err)
 	case errors.Is(err, fencehttp.ErrInvalidToken), errors.Is(err, fence.ErrInvalidScope):
 		reason = reasonMalformed
+		p = fencehttp.ProblemFor(err)
+	case errors.Is(err, fence.ErrBadSignature):
+		reason = reasonBadSignature
 		p = fencehttp.ProblemFor(err)
 	case errors.Is(err, ErrInvalidName):
 		reason = reasonMalformed

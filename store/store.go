@@ -97,6 +97,13 @@ type Config struct {
 	// write, after commit and outside any lock.
 	Observer fence.Observer
 
+	// Verifier, if set, refuses every Put and Delete whose token's
+	// signature (fence.SignatureFrom the context; Fencing-Token-Signature
+	// over HTTP) it does not accept, before anything is read or written:
+	// see fence.NewSignedGuard. Default: none, tokens are not checked for
+	// signatures.
+	Verifier *fence.Verifier
+
 	// Now stamps audit records. Default time.Now.
 	Now func() time.Time
 }
@@ -323,6 +330,11 @@ func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, na
 	}
 	if err := fence.Check(scope, token, 0); err != nil {
 		return AuditRecord{}, err
+	}
+	if s.cfg.Verifier != nil {
+		if err := s.cfg.Verifier.Verify(scope, token, fence.SignatureFrom(ctx)); err != nil {
+			return AuditRecord{}, err
+		}
 	}
 	if err := s.usable(ctx); err != nil {
 		return AuditRecord{}, err

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/server"
 	"github.com/spf13/cobra"
 )
@@ -39,4 +41,21 @@ func reloadOnSIGHUP(srv *server.Server) func() {
 		}
 	}()
 	return func() { signal.Stop(hup); close(done) }
+}
+
+// loadVerifier reads a key set file, as served on /v1/keys.
+func loadVerifier(path string) (*fence.Verifier, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-keys-file: %w", err)
+	}
+	defer f.Close()
+	keys, err := fence.ReadKeySet(f)
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-keys-file %s: %w", path, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--trusted-keys-file %s: no Ed25519 keys", path)
+	}
+	return fence.NewVerifier(keys...)
 }

@@ -12,9 +12,10 @@ import (
 
 func storeCmd() *cobra.Command {
 	var (
-		cfg    store.Config
-		listen string
-		logs   logFlags
+		cfg      store.Config
+		listen   string
+		logs     logFlags
+		keysFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "store",
@@ -27,7 +28,8 @@ checks fencing tokens on every write.
   GET    /v1/objects/{name}   value, with the Fencing-Token of its write
 
 A stale token gets 409 (application/problem+json), a missing one 428, a
-malformed one 400; nothing is applied in any of these. Objects, the highest
+malformed one 400, and with --trusted-keys-file one without a valid
+Fencing-Token-Signature 403; nothing is applied in any of these. Objects, the highest
 token per scope and an audit of accepted writes (GET /v1/audit) are written
 in one transaction of one embedded database.`,
 		Args: noArgs,
@@ -37,6 +39,11 @@ in one transaction of one embedded database.`,
 				return usage(cmd, err)
 			}
 			cfg.Logger = log
+			if keysFile != "" {
+				if cfg.Verifier, err = loadVerifier(keysFile); err != nil {
+					return usage(cmd, err)
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			s, err := store.Open(cfg)
@@ -59,6 +66,7 @@ in one transaction of one embedded database.`,
 	cmd.Flags().StringVar(&cfg.DataDir, "data-dir", "fenced-store-data", "directory of the store's database")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address to serve on")
 	cmd.Flags().BoolVar(&cfg.NoFencing, "no-fencing", false, "accept every write, ignoring tokens (a negative control for demos and tests)")
+	cmd.Flags().StringVar(&keysFile, "trusted-keys-file", "", "key set (as served on fenced's /v1/keys) whose signatures writes must carry; refuses unsigned tokens")
 	logs.register(cmd)
 	return cmd
 }
