@@ -138,7 +138,7 @@ func (v *Verifier) Verify(scope string, token uint64, sig string) error {
 	if !k.NotAfter.IsZero() && !v.now().Before(k.NotAfter) {
 		return fail(kid, fmt.Sprintf("key %q retired at %s", kid, k.NotAfter.Format(time.RFC3339)))
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(enc)
 	if err != nil || len(raw) != ed25519.SignatureSize {
 		return fail(kid, "signature is not 64 bytes of base64url")
 	}
