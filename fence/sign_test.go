@@ -3,6 +3,7 @@ package fence_test
 import (
 	"bytes"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fencedio/fenced/fence"
@@ -43,5 +44,19 @@ func TestKeySetRoundTrip(t *testing.T) {
 	}
 	if err := v.Verify("s", 6, keys.New.Sign("s", 5)); err == nil {
 		t.Fatal("signature of token 5 verified for token 6")
+	}
+}
+
+// The last base64url character of a signature carries 2 bits of it and 4
+// of padding; a copy differing only in the padding decodes to the same
+// bytes unless decoding is strict, and must not verify.
+func TestSignatureHasOneEncoding(t *testing.T) {
+	keys := signtest.NewKeys(t)
+	sig := keys.New.Sign("s", 9)
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := strings.IndexByte(alphabet, sig[len(sig)-1])
+	alt := sig[:len(sig)-1] + string(alphabet[i^1])
+	if err := keys.Verifier.Verify("s", 9, alt); err == nil {
+		t.Fatalf("%q verified as well as %q", alt, sig)
 	}
 }
