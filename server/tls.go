@@ -135,8 +135,8 @@ func (r *TLSReloader) PeerClientConfig() (*tls.Config, error) {
 	}, nil
 }
 
-// security is the node's TLS and auth state, replaced as a whole on
-// Reload.
+// security is the node's TLS, auth and signing state. Reload swaps each
+// part that loads; a part that fails keeps what it had.
 type security struct {
 	cfg  *Config
 	tls  *TLSReloader // nil without TLS
