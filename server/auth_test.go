@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -389,7 +390,16 @@ func TestTLS(t *testing.T) {
 	if err == nil {
 		t.Fatal("plaintext request to the TLS port succeeded")
 	}
-	t.Logf("plaintext to the TLS port: %v", err)
+	// The TLS layer answers plaintext HTTP with 400 before any handler.
+	resp, err := http.Post("http://"+base[len("https://"):]+"/fenced.v1.LeaseService/Acquire", "application/json",
+		strings.NewReader(`{"key":"c/2","ttlMs":60000}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("plaintext HTTP to the TLS port answered %d, want 400", resp.StatusCode)
+	}
 	if got := s.fsm.stateApplied(); got != before {
 		t.Fatalf("plaintext request moved the log from %d to %d", before, got)
 	}
