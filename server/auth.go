@@ -382,3 +382,29 @@ func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 		return next(ctx, conn)
 	}
 }
+
+// protectDashboard puts the dashboard's lease stream, which shows keys,
+// owners and tokens, under the same rules as Watch once auth is on: the
+// caller must authenticate and hold the watch permission on the prefix it
+// streams. Browsers authenticate with a client certificate; they cannot
+// send bearer tokens on an EventSource.
+func (s *Server) protectDashboard(next http.Handler) http.Handler {
+	events := s.authenticate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.authorize(r.Context(), PermWatch, r.URL.Query().Get("prefix")); err != nil {
+			status := http.StatusForbidden
+			if errors.Is(err, errUnauthenticated) {
+				status = http.StatusUnauthorized
+			}
+			http.Error(w, err.Error(), status)
+			return
+		}
+		next.ServeHTTP(w, r)
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/events" && s.sec.policy() != nil {
+			events.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -482,3 +482,35 @@ func (f *fsm) stateApplied() uint64 {
 	f.read(func(st *lease.State) { n = st.Applied() })
 	return n
 }
+
+// The dashboard's lease stream shows keys and owners, so with auth on it
+// needs the watch permission on its prefix like Watch does.
+func TestDashboardEventsNeedWatch(t *testing.T) {
+	_, base := serveAPI(t, Config{AuthFile: writePolicy(t, testPolicy())})
+	for _, tc := range []struct {
+		token, prefix string
+		want          int
+	}{
+		{"", "a/", http.StatusUnauthorized},
+		{"wrong-0123456789abcdef", "a/", http.StatusUnauthorized},
+		{aliceSecret, "", http.StatusForbidden},
+		{bobSecret, "a/", http.StatusForbidden}, // bob has no watch
+		{aliceSecret, "a/", http.StatusOK},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/events?prefix="+tc.prefix, nil)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != tc.want {
+			t.Errorf("token %q prefix %q: status %d, want %d", tc.token, tc.prefix, resp.StatusCode, tc.want)
+		}
+	}
+}

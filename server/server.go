@@ -435,7 +435,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return mux
+	return s.protectDashboard(mux)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
