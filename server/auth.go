@@ -251,6 +251,39 @@ func certPrincipal(c *x509.Certificate) string {
 	return ""
 }
 
+// Authenticate identifies the caller of r at now: from its bearer token
+// (Authorization: Bearer SECRET) or, without one, from its verified client
+// certificate. Errors match ErrUnauthenticated.
+func (p *Policy) Authenticate(r *http.Request, now time.Time) (Principal, error) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, secret, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return Principal{}, fmt.Errorf("%w: the Authorization header is not a bearer token", errUnauthenticated)
+		}
+		name, err := p.tokenPrincipal(strings.TrimSpace(secret), now)
+		if err != nil {
+			return Principal{}, err
+		}
+		return Principal{Name: name, Method: "token"}, nil
+	}
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		if name := certPrincipal(r.TLS.VerifiedChains[0][0]); name != "" {
+			return Principal{Name: name, Method: "certificate"}, nil
+		}
+		return Principal{}, fmt.Errorf("%w: the client certificate names no subject", errUnauthenticated)
+	}
+	return Principal{}, fmt.Errorf("%w: no bearer token and no verified client certificate", errUnauthenticated)
+}
+
+// Allowed reports whether principal may do need on every key starting
+// with prefix.
+func (p *Policy) Allowed(principal string, need Permission, prefix string) bool {
+	return p.allowed(principal, need, prefix)
+}
+
+// ErrUnauthenticated is matched by Authenticate's errors.
+var ErrUnauthenticated = errUnauthenticated
+
 // authResult is what authenticate found for a request, carried in its
 // context to the interceptor and handlers.
 type authResult struct {
@@ -272,24 +305,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		var res authResult
-		if h := r.Header.Get("Authorization"); h != "" {
-			scheme, secret, ok := strings.Cut(h, " ")
-			if !ok || !strings.EqualFold(scheme, "Bearer") {
-				res.err = fmt.Errorf("%w: the Authorization header is not a bearer token", errUnauthenticated)
-			} else if name, err := pol.tokenPrincipal(strings.TrimSpace(secret), time.Now()); err != nil {
-				res.err = err
-			} else {
-				res.p = Principal{Name: name, Method: "token"}
-			}
-		} else if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
-			if name := certPrincipal(r.TLS.VerifiedChains[0][0]); name != "" {
-				res.p = Principal{Name: name, Method: "certificate"}
-			} else {
-				res.err = fmt.Errorf("%w: the client certificate names no subject", errUnauthenticated)
-			}
-		} else {
-			res.err = fmt.Errorf("%w: no bearer token and no verified client certificate", errUnauthenticated)
-		}
+		res.p, res.err = pol.Authenticate(r, time.Now())
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, res)))
 	})
 }

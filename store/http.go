@@ -127,6 +127,15 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request, op Op, name s
 		s.writeError(w, r, op, err)
 		return
 	}
+	if s.cfg.Authorize != nil {
+		if err := s.cfg.Authorize(r, scope); err != nil {
+			if !errors.Is(err, ErrUnauthenticated) && !errors.Is(err, ErrForbidden) {
+				err = fmt.Errorf("%w: %w", ErrForbidden, err)
+			}
+			s.writeError(w, r, op, err)
+			return
+		}
+	}
 	var value []byte
 	if op == OpPut {
 		if value, err = s.readValue(w, r); err != nil {
@@ -189,6 +198,12 @@ func (s *Store) writeError(w http.ResponseWriter, r *http.Request, op Op, err er
 	case errors.Is(err, fence.ErrBadSignature):
 		reason = reasonBadSignature
 		p = fencehttp.ProblemFor(err)
+	case errors.Is(err, ErrUnauthenticated):
+		reason = reasonDenied
+		p = &fencehttp.Problem{Status: http.StatusUnauthorized, Title: "Authentication required", Detail: err.Error()}
+	case errors.Is(err, ErrForbidden):
+		reason = reasonDenied
+		p = &fencehttp.Problem{Status: http.StatusForbidden, Title: "Write not permitted", Detail: err.Error()}
 	case errors.Is(err, ErrInvalidName):
 		reason = reasonMalformed
 		p = &fencehttp.Problem{Status: http.StatusBadRequest, Title: "Invalid object name", Detail: err.Error()}

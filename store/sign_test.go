@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -88,5 +90,50 @@ func TestSignedWritesOverHTTP(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("signed PUT: %d", resp.StatusCode)
+	}
+}
+
+// Config.Authorize refuses writes with 401 or 403 before anything is
+// written, and lets the others through.
+func TestAuthorizedWrites(t *testing.T) {
+	s, err := store.Open(store.Config{DataDir: t.TempDir(), Authorize: func(r *http.Request, scope string) error {
+		switch r.Header.Get("Authorization") {
+		case "":
+			return store.ErrUnauthenticated
+		case "Bearer writer":
+			return nil
+		}
+		return errors.New("not this one") // anything else: forbidden
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	put := func(auth string, token int) int {
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v1/objects/obj", strings.NewReader("v"))
+		req.Header.Set(fencehttp.HeaderScope, "orders/7")
+		req.Header.Set(fencehttp.HeaderToken, strconv.Itoa(token))
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for auth, want := range map[string]int{"": http.StatusUnauthorized, "Bearer other": http.StatusForbidden} {
+		if code := put(auth, 9); code != want {
+			t.Errorf("PUT with %q: %d, want %d", auth, code, want)
+		}
+	}
+	if h, _ := s.Highest(context.Background(), "orders/7"); h != 0 {
+		t.Fatalf("highest %d after refused writes", h)
+	}
+	if code := put("Bearer writer", 9); code != http.StatusNoContent {
+		t.Fatalf("authorized PUT: %d", code)
 	}
 }

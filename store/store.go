@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -54,6 +55,13 @@ var ErrNotFound = errors.New("object not found")
 // scopes and lease keys (fence.ValidateScope): empty, longer than
 // MaxNameBytes, not UTF-8, or with a character that is not printable.
 var ErrInvalidName = errors.New("invalid object name")
+
+// ErrUnauthenticated and ErrForbidden are matched by what Config.Authorize
+// refuses: the HTTP API answers 401 and 403, nothing applied.
+var (
+	ErrUnauthenticated = errors.New("unauthenticated")
+	ErrForbidden       = errors.New("forbidden")
+)
 
 // ErrTooLarge is returned for a value longer than Config.MaxValueBytes.
 var ErrTooLarge = errors.New("value too large")
@@ -103,6 +111,13 @@ type Config struct {
 	// see fence.NewSignedGuard. Default: none, tokens are not checked for
 	// signatures.
 	Verifier *fence.Verifier
+
+	// Authorize, if set, is asked before every PUT and DELETE over HTTP,
+	// with the request and the scope it writes in; an error refuses the
+	// write before anything is read or written: 401 if it matches
+	// ErrUnauthenticated, 403 otherwise. fenced store sets it from
+	// --auth-file. Default: none, every writer is welcome.
+	Authorize func(r *http.Request, scope string) error
 
 	// Now stamps audit records. Default time.Now.
 	Now func() time.Time

@@ -2,12 +2,15 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/server"
+	"github.com/fencedio/fenced/store"
 	"github.com/spf13/cobra"
 )
 
@@ -58,4 +61,20 @@ func loadVerifier(path string) (*fence.Verifier, error) {
 		return nil, fmt.Errorf("--trusted-keys-file %s: no Ed25519 keys", path)
 	}
 	return fence.NewVerifier(keys...)
+}
+
+// storeAuthorize lets a write of scope through the reference store only
+// for a principal of pol with the acquire permission on it: whoever may
+// hold the lease of a scope may write what it fences.
+func storeAuthorize(pol *server.Policy) func(*http.Request, string) error {
+	return func(r *http.Request, scope string) error {
+		p, err := pol.Authenticate(r, time.Now())
+		if err != nil {
+			return fmt.Errorf("%w: %v", store.ErrUnauthenticated, err)
+		}
+		if !pol.Allowed(p.Name, server.PermAcquire, scope) {
+			return fmt.Errorf("%w: principal %q has no acquire permission on scope %q", store.ErrForbidden, p.Name, scope)
+		}
+		return nil
+	}
 }
