@@ -8,42 +8,6 @@ import (
 	"time"
 )
 
-func TestQuantile(t *testing.T) {
-	ms := func(v ...int) []time.Duration {
-		out := make([]time.Duration, len(v))
-		for i, x := range v {
-			out[i] = time.Duration(x) * time.Millisecond
-		}
-		return out
-	}
-	hundred := make([]int, 100)
-	for i := range hundred {
-		hundred[i] = i + 1
-	}
-	tests := []struct {
-		name    string
-		samples []time.Duration
-		q       float64
-		want    time.Duration
-	}{
-		{"empty", nil, 0.5, 0},
-		{"one", ms(7), 0.99, 7 * time.Millisecond},
-		{"median of odd", ms(1, 2, 3), 0.5, 2 * time.Millisecond},
-		{"median of even takes the lower", ms(1, 2, 3, 4), 0.5, 2 * time.Millisecond},
-		{"p99 of 1..100", ms(hundred...), 0.99, 99 * time.Millisecond},
-		{"p50 of 1..100", ms(hundred...), 0.50, 50 * time.Millisecond},
-		{"q=1 is the max", ms(hundred...), 1, 100 * time.Millisecond},
-		{"q=0 is the min", ms(hundred...), 0, 1 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := quantile(tt.samples, tt.q); got != tt.want {
-				t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestMedian(t *testing.T) {
 	runs := func(ops ...float64) []RunResult {
 		out := make([]RunResult, len(ops))
@@ -100,10 +64,10 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	full := Config{}
-	if err := full.Validate(); err != nil {
+	if err := (Config{}).Validate(); err != nil {
 		t.Fatal(err)
 	}
+	full := Config{}.withDefaults()
 	if full.Duration != 10*time.Second || full.Rounds != 3 || full.Leases != 1_000_000 {
 		t.Errorf("full defaults = %v, %d rounds, %d leases", full.Duration, full.Rounds, full.Leases)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Config configures Run. The zero value, after Validate, is the full run.
+// Config configures Run. The zero value is the full run.
 type Config struct {
 	// Duration of one measured run of one workload against one system.
 	// Default 10s (quick: 300ms).
@@ -38,8 +38,9 @@ type Config struct {
 	KeepTemp bool
 }
 
-// Validate fills in defaults and checks the settings.
-func (c *Config) Validate() error {
+// withDefaults returns c with each zero field set to its default, except
+// BenchDir, which Run looks for only when it needs it.
+func (c Config) withDefaults() Config {
 	if c.Duration == 0 {
 		c.Duration = pick(c.Quick, 300*time.Millisecond, 10*time.Second)
 	}
@@ -49,6 +50,13 @@ func (c *Config) Validate() error {
 	if c.Leases == 0 {
 		c.Leases = pick(c.Quick, 5_000, 1_000_000)
 	}
+	return c
+}
+
+// Validate checks the settings as Run would use them, zero fields replaced
+// by their defaults. It does not change c.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	switch {
 	case c.Duration < 0:
 		return fmt.Errorf("bench config: duration %v is negative", c.Duration)
@@ -70,13 +78,6 @@ func (c *Config) Validate() error {
 		if !known[name] {
 			return fmt.Errorf("bench config: unknown workload %q; want some of %s", name, strings.Join(WorkloadNames(), ", "))
 		}
-	}
-	if c.BenchDir == "" && (c.FencedBin == "" || c.EtcdBin == "") {
-		dir, err := findBenchDir()
-		if err != nil {
-			return fmt.Errorf("bench config: %w", err)
-		}
-		c.BenchDir = dir
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencedio/fenced/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -68,18 +68,6 @@ func goBuild(ctx context.Context, dir, pkg, out string) error {
 		return fmt.Errorf("go build %s in %s: %w\n%s", pkg, dir, err, b)
 	}
 	return nil
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago. Another process could take it before the server binds it; startup
-// then fails loudly rather than measuring the wrong thing.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // proc is a server process started by the harness.
@@ -232,11 +220,11 @@ type server struct {
 }
 
 func startFenced(ctx context.Context, bin, dir string, maxLeases int) (*server, error) {
-	listen, err := freeAddr()
+	listen, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	raftListen, err := freeAddr()
+	raftListen, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -273,11 +261,11 @@ func startFenced(ctx context.Context, bin, dir string, maxLeases int) (*server, 
 }
 
 func startEtcd(ctx context.Context, bin, dir string) (*server, error) {
-	clientAddr, err := freeAddr()
+	clientAddr, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	peerAddr, err := freeAddr()
+	peerAddr, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}

@@ -70,8 +70,16 @@ type Memory struct {
 // workload fails after the throughput runs, Run returns their report along
 // with the error.
 func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.BenchDir == "" && (cfg.FencedBin == "" || cfg.EtcdBin == "") {
+		dir, err := findBenchDir()
+		if err != nil {
+			return nil, fmt.Errorf("bench config: %w", err)
+		}
+		cfg.BenchDir = dir
 	}
 	began := time.Now()
 	logf := func(format string, args ...any) {
@@ -274,11 +282,36 @@ func runMemory(ctx context.Context, n int, dir, fencedBin string, maxLeases int,
 		case <-ctx.Done():
 		}
 	}()
-	sys := fencedSystem{srv.endpoint}
+	start := time.Now()
+	created, dialErr := createLeases(ctx, fencedSystem{srv.endpoint}, n, m, logf)
+	if srv.exited() {
+		return nil, fmt.Errorf("memory: fenced exited after %d leases (%v); its log ends:\n%s", created, srv.waitErr, srv.logTail())
+	}
+	if dialErr != nil {
+		return nil, fmt.Errorf("memory: dial: %w", dialErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.CreateSeconds = time.Since(start).Seconds()
+	m.Created = created
+	if err := measureMemory(ctx, srv, m, logf); err != nil {
+		return nil, err
+	}
+	if m.Created == 0 {
+		return nil, errors.New("memory: no lease was created: " + m.FirstError)
+	}
+	return m, nil
+}
+
+// createLeases creates leases 0..n-1 over memConns connections, memPerConn
+// at a time on each, logging progress, and records failed acquisitions in
+// m. It returns how many were created and why a connection could not be
+// made, if one could not.
+func createLeases(ctx context.Context, sys fencedSystem, n int, m *Memory, logf func(string, ...any)) (int64, error) {
 	var (
 		next, created atomic.Int64
 		errs          atomic.Uint64
-		firstErr      error
 		errOnce       sync.Once
 		wg            sync.WaitGroup
 	)
@@ -297,6 +330,7 @@ func runMemory(ctx context.Context, n int, dir, fencedBin string, maxLeases int,
 			}
 		}
 	}()
+	defer close(stopProgress)
 	var dialErr error
 	for range memConns {
 		c, err := sys.dial(ctx)
@@ -308,15 +342,11 @@ func runMemory(ctx context.Context, n int, dir, fencedBin string, maxLeases int,
 		defer fc.close()
 		for range memPerConn {
 			wg.Go(func() {
-				for ctx.Err() == nil {
-					i := next.Add(1) - 1
-					if i >= int64(n) {
-						return
-					}
+				for i := next.Add(1) - 1; i < int64(n) && ctx.Err() == nil; i = next.Add(1) - 1 {
 					l, err := fc.c.Acquire(ctx, fmt.Sprintf("fencedbench/memory/%08d", i), client.WithTTL(memLeaseTTL))
 					if err != nil {
 						errs.Add(1)
-						errOnce.Do(func() { firstErr = err })
+						errOnce.Do(func() { m.FirstError = err.Error() })
 						continue
 					}
 					// Stop renewing locally without releasing: the lease
@@ -329,34 +359,26 @@ func runMemory(ctx context.Context, n int, dir, fencedBin string, maxLeases int,
 		}
 	}
 	wg.Wait()
-	close(stopProgress)
-	if srv.exited() {
-		return nil, fmt.Errorf("memory: fenced exited after %d leases (%v); its log ends:\n%s", created.Load(), srv.waitErr, srv.logTail())
-	}
-	if dialErr != nil {
-		return nil, fmt.Errorf("memory: dial: %w", dialErr)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	m.CreateSeconds = time.Since(start).Seconds()
-	m.Created = created.Load()
 	m.Errors = errs.Load()
-	if firstErr != nil {
-		m.FirstError = firstErr.Error()
-	}
+	return created.Load(), dialErr
+}
+
+// measureMemory lets the server settle, then reads its RSS and lease gauge
+// into m.
+func measureMemory(ctx context.Context, srv *server, m *Memory, logf func(string, ...any)) error {
 	// Give the server a moment to finish what the last requests started
 	// (snapshots, GC) before reading its RSS.
 	select {
 	case <-time.After(memSettleTime):
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
+	var err error
 	if m.ActiveGauge, err = fencedLeasesActive(ctx, srv.endpoint); err != nil {
 		logf("memory: cannot read fenced_leases_active: %v", err)
 	}
 	if m.RSS, m.PeakRSS, err = srv.rss(); err != nil {
-		return nil, err
+		return err
 	}
 	if m.Created > 0 {
 		m.BytesPerLease = float64(m.RSS-m.IdleRSS) / float64(m.Created)
@@ -366,8 +388,5 @@ func runMemory(ctx context.Context, n int, dir, fencedBin string, maxLeases int,
 	if m.Errors > 0 {
 		logf("memory: first error: %s", m.FirstError)
 	}
-	if m.Created == 0 {
-		return nil, errors.New("memory: no lease was created: " + m.FirstError)
-	}
-	return m, nil
+	return nil
 }

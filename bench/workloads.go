@@ -2,13 +2,12 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencedio/fenced/internal/loadgen"
 )
 
 // workload is one family of rows in the report. Adding a workload is adding
@@ -22,7 +21,7 @@ type workload struct {
 	latency string // what p50 and p99 measure
 	// prepare readies client id for a run and returns the body of its
 	// loop, called until the run's time is up, and a cleanup run after it.
-	prepare func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (loop func(context.Context), cleanup func(), err error)
+	prepare func(ctx context.Context, env *runEnv, c conn, id int, rec *loadgen.Recorder) (loop func(context.Context), cleanup func(), err error)
 }
 
 // memoryWorkload is not in workloads: it runs once, against fenced only.
@@ -35,7 +34,7 @@ var workloads = []workload{
 		clients: []int{1, 16, 64},
 		op:      "one acquire+release cycle, each client on its own key",
 		latency: "one whole cycle",
-		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
+		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *loadgen.Recorder) (func(context.Context), func(), error) {
 			key := fmt.Sprintf("%s/%d", env.prefix, id)
 			return func(ctx context.Context) {
 				start := time.Now()
@@ -43,7 +42,7 @@ var workloads = []workload{
 				if err == nil {
 					err = h.release(ctx)
 				}
-				rec.op(ctx, time.Since(start), err)
+				rec.Op(ctx, time.Since(start), err)
 			}, nil, nil
 		},
 	},
@@ -53,25 +52,25 @@ var workloads = []workload{
 		clients: []int{16},
 		op:      "one handoff: every client acquires one shared key, waiting in line, and releases it at once",
 		latency: "handoff gap: from the moment a holder calls release to the moment the next holder's acquire returns",
-		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
+		prepare: func(ctx context.Context, env *runEnv, c conn, id int, rec *loadgen.Recorder) (func(context.Context), func(), error) {
 			key := env.prefix + "/contended"
 			return func(ctx context.Context) {
 				h, err := c.lock(ctx, key, true)
 				if err != nil {
-					rec.op(ctx, -1, err)
+					rec.Op(ctx, -1, err)
 					return
 				}
 				granted := env.now()
 				// The lock is exclusive, so the value here is the release
 				// start of the holder before this one; 0 for the first grant.
 				if prev := env.lastRelease.Load(); prev > 0 {
-					rec.op(ctx, time.Duration(granted-prev), nil)
+					rec.Op(ctx, time.Duration(granted-prev), nil)
 				} else {
-					rec.op(ctx, -1, nil)
+					rec.Op(ctx, -1, nil)
 				}
 				env.lastRelease.Store(env.now())
 				if err := h.release(ctx); err != nil {
-					rec.fail(ctx, err)
+					rec.Fail(ctx, err)
 				}
 			}, nil, nil
 		},
@@ -96,8 +95,8 @@ var workloads = []workload{
 
 // renewLoop prepares a client that takes one lease with hold and renews it
 // in a loop.
-func renewLoop(hold func(conn, context.Context, string) (renewable, error)) func(context.Context, *runEnv, conn, int, *recorder) (func(context.Context), func(), error) {
-	return func(ctx context.Context, env *runEnv, c conn, id int, rec *recorder) (func(context.Context), func(), error) {
+func renewLoop(hold func(conn, context.Context, string) (renewable, error)) func(context.Context, *runEnv, conn, int, *loadgen.Recorder) (func(context.Context), func(), error) {
+	return func(ctx context.Context, env *runEnv, c conn, id int, rec *loadgen.Recorder) (func(context.Context), func(), error) {
 		h, err := hold(c, ctx, fmt.Sprintf("%s/%d", env.prefix, id))
 		if err != nil {
 			return nil, nil, err
@@ -105,7 +104,7 @@ func renewLoop(hold func(conn, context.Context, string) (renewable, error)) func
 		loop := func(ctx context.Context) {
 			start := time.Now()
 			err := h.renew(ctx)
-			rec.op(ctx, time.Since(start), err)
+			rec.Op(ctx, time.Since(start), err)
 		}
 		cleanup := func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -137,53 +136,8 @@ type runEnv struct {
 // now returns the monotonic time since the run's epoch, at least 1.
 func (e *runEnv) now() int64 { return max(int64(time.Since(e.epoch)), 1) }
 
-// recorder collects one client's results; it is used by one goroutine.
-type recorder struct {
-	samples  []time.Duration
-	ops      uint64
-	errs     uint64
-	firstErr error
-}
-
-// op counts one completed operation (err == nil), with its latency unless
-// lat is negative, or one failed operation.
-func (r *recorder) op(ctx context.Context, lat time.Duration, err error) {
-	if err != nil {
-		r.fail(ctx, err)
-		return
-	}
-	r.ops++
-	if lat >= 0 {
-		r.samples = append(r.samples, lat)
-	}
-}
-
-// fail counts an error, except the cancellation of an interrupted run.
-func (r *recorder) fail(ctx context.Context, err error) {
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return
-	}
-	r.errs++
-	if r.firstErr == nil {
-		r.firstErr = err
-	}
-}
-
 // RunResult is one run of one workload against one system.
-type RunResult struct {
-	Round     int     `json:"round"`
-	Seconds   float64 `json:"seconds"`
-	Ops       uint64  `json:"ops"`
-	Errors    uint64  `json:"errors"`
-	OpsPerSec float64 `json:"opsPerSec"`
-	// Latency quantiles in milliseconds, of what the workload's latency
-	// describes.
-	P50Ms      float64 `json:"p50Ms"`
-	P90Ms      float64 `json:"p90Ms"`
-	P99Ms      float64 `json:"p99Ms"`
-	MaxMs      float64 `json:"maxMs"`
-	FirstError string  `json:"firstError,omitempty"`
-}
+type RunResult = loadgen.Result
 
 // runOnce runs w with n clients against sys for d.
 func runOnce(ctx context.Context, sys system, w workload, n int, d time.Duration) (RunResult, error) {
@@ -204,7 +158,7 @@ func runOnce(ctx context.Context, sys system, w workload, n int, d time.Duration
 		}
 		conns = append(conns, c)
 	}
-	recs := make([]recorder, n)
+	recs := make([]loadgen.Recorder, n)
 	loops := make([]func(context.Context), n)
 	var cleanups []func()
 	defer func() {
@@ -226,52 +180,10 @@ func runOnce(ctx context.Context, sys system, w workload, n int, d time.Duration
 	// Every client stops starting operations at the deadline and finishes
 	// the one under way; in the contended workload the waiters still in
 	// line get their turn, which takes a few handoffs.
-	var wg sync.WaitGroup
 	env.epoch = time.Now()
-	stop := env.epoch.Add(d)
-	for i := range n {
-		wg.Go(func() {
-			for ctx.Err() == nil && time.Now().Before(stop) {
-				loops[i](ctx)
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(env.epoch)
+	elapsed := loadgen.Run(ctx, d, loops)
 	if err := ctx.Err(); err != nil {
 		return RunResult{}, fmt.Errorf("%s: run interrupted: %w", sys.name(), context.Cause(ctx))
 	}
-
-	var (
-		all []time.Duration
-		res = RunResult{Seconds: elapsed.Seconds()}
-	)
-	for _, r := range recs {
-		all = append(all, r.samples...)
-		res.Ops += r.ops
-		res.Errors += r.errs
-		if res.FirstError == "" && r.firstErr != nil {
-			res.FirstError = r.firstErr.Error()
-		}
-	}
-	slices.Sort(all)
-	res.OpsPerSec = float64(res.Ops) / elapsed.Seconds()
-	res.P50Ms = ms(quantile(all, 0.50))
-	res.P90Ms = ms(quantile(all, 0.90))
-	res.P99Ms = ms(quantile(all, 0.99))
-	if len(all) > 0 {
-		res.MaxMs = ms(all[len(all)-1])
-	}
-	return res, nil
+	return loadgen.Summarize(recs, elapsed), nil
 }
-
-// quantile returns the nearest-rank q-quantile of sorted samples.
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(sorted))+0.999999999) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -34,8 +34,16 @@ var ErrReleased = errors.New("lease released")
 // Config configures a Client.
 type Config struct {
 	// Endpoint is the base URL of a fenced node. Default
-	// "http://127.0.0.1:7420".
+	// "http://127.0.0.1:7420". Ignored when Endpoints is set.
 	Endpoint string
+	// Endpoints are the base URLs of a cluster's nodes (any of them serves
+	// every call); calls fail over between them (see endpoints.go).
+	// Default: Endpoint alone.
+	Endpoints []string
+	// FailoverTimeout bounds how long one call keeps going round the
+	// endpoints while none can serve it (for example during an election).
+	// Default 5s.
+	FailoverTimeout time.Duration
 	// HTTPClient carries the requests; KeepAlive needs it to speak HTTP/2.
 	// Default: unary calls over a pool of reused HTTP/1.1 connections, and
 	// the Watch and KeepAlive streams over one HTTP/2 connection (h2c
@@ -94,10 +102,12 @@ const (
 	DefaultDeadlineMargin = 10 * time.Millisecond
 )
 
-// Validate fills in defaults and checks cross-field rules.
-func (c *Config) Validate() error {
-	if c.Endpoint == "" {
-		c.Endpoint = "http://127.0.0.1:7420"
+// withDefaults returns c with each zero field set to its default and the
+// endpoints merged into Endpoints (see normalizeEndpoints), which is a copy.
+func (c Config) withDefaults() Config {
+	c.Endpoints = append([]string(nil), c.Endpoints...)
+	if c.FailoverTimeout == 0 {
+		c.FailoverTimeout = 5 * time.Second
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
@@ -115,6 +125,16 @@ func (c *Config) Validate() error {
 	if c.DeadlineMargin == 0 {
 		c.DeadlineMargin = DefaultDeadlineMargin
 	}
+	return c
+}
+
+// Validate checks the configuration as New would use it, zero fields
+// replaced by their defaults. It does not change c.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := normalizeEndpoints(&c); err != nil {
+		return err
+	}
 	switch {
 	case c.TTL < time.Millisecond:
 		return fmt.Errorf("client config: TTL %v is below 1ms", c.TTL)
@@ -122,6 +142,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client config: RenewInterval %v must be positive and below TTL %v", c.RenewInterval, c.TTL)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("client config: RequestTimeout %v must be positive", c.RequestTimeout)
+	case c.FailoverTimeout < 0:
+		return fmt.Errorf("client config: FailoverTimeout %v is negative", c.FailoverTimeout)
 	case c.ClockDrift < 0 || c.ClockDrift >= 0.5:
 		return fmt.Errorf("client config: ClockDrift %v must be at least 0 and below 0.5", c.ClockDrift)
 	case c.DeadlineMargin < 0:
@@ -148,18 +170,21 @@ func (c *Config) renewInterval(ttl time.Duration) time.Duration {
 	return ttl / 3
 }
 
-// Client talks to a fenced node. It is safe for concurrent use.
+// Client talks to a fenced node, or to the nodes of a cluster. It is safe
+// for concurrent use.
 type Client struct {
 	cfg        Config
-	rpc        fencedv1connect.LeaseServiceClient // unary calls
-	streams    fencedv1connect.LeaseServiceClient // Watch and KeepAlive
-	admin      fencedv1connect.AdminServiceClient // Revoke
-	transports []*http.Transport                  // the defaults, if used
+	eps        endpointList
+	transports []*http.Transport // the defaults, if used
 }
 
 // New returns a client. It does not connect until the first request.
 func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := normalizeEndpoints(&cfg); err != nil {
 		return nil, err
 	}
 	c := &Client{cfg: cfg}
@@ -173,9 +198,13 @@ func New(cfg Config) (*Client, error) {
 		streams = &http.Client{Transport: wholeMessages{c.transports[1]}}
 	}
 	opts := cfg.credentials()
-	c.rpc = fencedv1connect.NewLeaseServiceClient(unary, cfg.Endpoint, opts...)
-	c.streams = fencedv1connect.NewLeaseServiceClient(streams, cfg.Endpoint, opts...)
-	c.admin = fencedv1connect.NewAdminServiceClient(unary, cfg.Endpoint, opts...)
+	for _, url := range cfg.Endpoints {
+		c.eps.eps = append(c.eps.eps, endpoint{url: url,
+			rpc:     fencedv1connect.NewLeaseServiceClient(unary, url, opts...),
+			streams: fencedv1connect.NewLeaseServiceClient(streams, url, opts...),
+			admin:   fencedv1connect.NewAdminServiceClient(unary, url, opts...)})
+	}
+	c.eps.timeout = cfg.FailoverTimeout
 	return c, nil
 }
 
@@ -247,14 +276,21 @@ func WithOwner(owner string) AcquireOption { return func(o *acquireOptions) { o.
 // returns an error matching ErrLost and the error of the renewal, and
 // releases the lease in the background.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	start := time.Now()
 	o := acquireOptions{ttl: c.cfg.TTL, owner: c.cfg.Owner}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	sent := time.Now()
-	resp, err := c.rpc.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{
-		Key: key, Owner: o.owner, TtlMs: o.ttl.Milliseconds(), WaitMs: o.wait.Milliseconds(),
-	}))
+	var resp *connect.Response[fencedv1.AcquireResponse]
+	err := c.eps.do(ctx, func(ep endpoint) (err error) {
+		// The local deadline counts from the attempt that was answered.
+		sent = time.Now()
+		resp, err = ep.rpc.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{
+			Key: key, Owner: o.owner, TtlMs: o.ttl.Milliseconds(), WaitMs: max(o.wait-time.Since(start), 0).Milliseconds(),
+		}))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("acquire %q: %w", key, fromRPC(err))
 	}
@@ -284,7 +320,11 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 // Renew renews lease id of key once, for callers that manage renewal
 // themselves (fencectl renew). Leases from Acquire renew on their own.
 func (c *Client) Renew(ctx context.Context, key, id string) (Info, error) {
-	resp, err := c.rpc.Renew(ctx, connect.NewRequest(&fencedv1.RenewRequest{Key: key, LeaseId: id}))
+	var resp *connect.Response[fencedv1.RenewResponse]
+	err := c.eps.do(ctx, func(ep endpoint) (err error) {
+		resp, err = ep.rpc.Renew(ctx, connect.NewRequest(&fencedv1.RenewRequest{Key: key, LeaseId: id}))
+		return err
+	})
 	if err != nil {
 		return Info{}, fmt.Errorf("renew %q: %w", key, fromRPC(err))
 	}
@@ -295,7 +335,11 @@ func (c *Client) Renew(ctx context.Context, key, id string) (Info, error) {
 
 // Release releases lease id of key, for callers that hold only the ID.
 func (c *Client) Release(ctx context.Context, key, id string) error {
-	if _, err := c.rpc.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: id})); err != nil {
+	err := c.eps.do(ctx, func(ep endpoint) error {
+		_, err := ep.rpc.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: id}))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("release %q: %w", key, fromRPC(err))
 	}
 	return nil
@@ -304,7 +348,11 @@ func (c *Client) Release(ctx context.Context, key, id string) error {
 // Get returns the current lease of key (ok=false when free) and the last
 // token issued for it.
 func (c *Client) Get(ctx context.Context, key string) (info Info, ok bool, lastToken uint64, err error) {
-	resp, err := c.rpc.Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: key}))
+	var resp *connect.Response[fencedv1.GetResponse]
+	err = c.eps.do(ctx, func(ep endpoint) (err error) {
+		resp, err = ep.rpc.Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: key}))
+		return err
+	})
 	if err != nil {
 		return Info{}, false, 0, fmt.Errorf("get %q: %w", key, fromRPC(err))
 	}
@@ -317,7 +365,11 @@ func (c *Client) Get(ctx context.Context, key string) (info Info, ok bool, lastT
 // List returns up to limit current leases under prefix, sorted by key
 // (limit 0: the server's default).
 func (c *Client) List(ctx context.Context, prefix string, limit int) ([]Info, error) {
-	resp, err := c.rpc.List(ctx, connect.NewRequest(&fencedv1.ListRequest{Prefix: prefix, Limit: int32(min(limit, 1<<31-1))}))
+	var resp *connect.Response[fencedv1.ListResponse]
+	err := c.eps.do(ctx, func(ep endpoint) (err error) {
+		resp, err = ep.rpc.List(ctx, connect.NewRequest(&fencedv1.ListRequest{Prefix: prefix, Limit: int32(min(limit, 1<<31-1))}))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list %q: %w", prefix, fromRPC(err))
 	}
@@ -349,26 +401,83 @@ type Event struct {
 // Watch calls fn for every transition under prefix, in order, until ctx
 // ends or fn returns an error. With after > 0 it first replays the events
 // after that revision that the server still has, or sends a Resync event.
+//
+// With several endpoints a broken stream is opened again on the next one,
+// after the last revision seen, so no transition is missed or repeated
+// (revisions are the same on every node); when no revision was seen yet, fn
+// gets a Resync event first.
 func (c *Client) Watch(ctx context.Context, prefix string, after uint64, fn func(Event) error) error {
-	stream, err := c.streams.Watch(ctx, connect.NewRequest(&fencedv1.WatchRequest{Prefix: prefix, AfterRevision: after}))
-	if err != nil {
-		return fmt.Errorf("watch %q: %w", prefix, fromRPC(err))
-	}
-	defer stream.Close()
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		e := Event{Type: EventType(ev.GetType().String()), Revision: ev.GetRevision()}
-		if ev.GetLease() != nil {
-			e.Lease = infoFromProto(ev.GetLease())
-		}
-		if err := fn(e); err != nil {
+	var fnErr error
+	broken := 0
+	// A release or expiry that hands the key to a waiter is two events
+	// with one revision. A stream broken between them resumes after the
+	// revision before, skipping the events of the last revision already
+	// delivered.
+	var lastRev uint64
+	var atLastRev, skip int
+	for {
+		var stream *connect.ServerStreamForClient[fencedv1.WatchResponse]
+		var opened endpoint
+		err := c.eps.do(ctx, func(ep endpoint) (err error) {
+			opened = ep
+			stream, err = ep.streams.Watch(ctx, connect.NewRequest(&fencedv1.WatchRequest{Prefix: prefix, AfterRevision: after}))
 			return err
+		})
+		if err != nil {
+			return fmt.Errorf("watch %q: %w", prefix, fromRPC(err))
+		}
+		if broken > 0 && after == 0 {
+			if fnErr = fn(Event{Type: Resync}); fnErr != nil {
+				stream.Close()
+				return fnErr
+			}
+		}
+		for stream.Receive() {
+			ev := stream.Msg().GetEvent()
+			e := Event{Type: EventType(ev.GetType().String()), Revision: ev.GetRevision()}
+			if ev.GetLease() != nil {
+				e.Lease = infoFromProto(ev.GetLease())
+			}
+			if e.Type != Resync && e.Revision > 0 {
+				if e.Revision == lastRev && skip > 0 {
+					skip--
+					continue
+				}
+				if e.Revision != lastRev {
+					lastRev, atLastRev = e.Revision, 0
+				}
+				atLastRev++
+				after, broken, skip = lastRev-1, 0, 0
+			}
+			if fnErr = fn(e); fnErr != nil {
+				stream.Close()
+				return fnErr
+			}
+		}
+		err = stream.Err()
+		stream.Close()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		broken++
+		if len(c.eps.eps) == 1 && err == nil {
+			return nil
+		}
+		if len(c.eps.eps) == 1 || broken > 2*len(c.eps.eps) {
+			if err == nil {
+				err = errors.New("stream ended by the server")
+			}
+			return fmt.Errorf("watch %q: %w", prefix, fromRPC(err))
+		}
+		for i, ep := range c.eps.eps {
+			if ep.url == opened.url {
+				c.eps.failedOver(i)
+			}
+		}
+		if lastRev > 0 {
+			skip = atLastRev
 		}
 	}
-	if err := stream.Err(); err != nil && ctx.Err() == nil {
-		return fmt.Errorf("watch %q: %w", prefix, fromRPC(err))
-	}
-	return ctx.Err()
 }
 
 // ErrInvalid is matched by errors for requests the server refused as bad
@@ -379,8 +488,10 @@ var ErrInvalid = errors.New("invalid request")
 // serve now (no leader, shutting down); they may succeed on retry.
 var ErrUnavailable = errors.New("service unavailable")
 
-// fromRPC turns Connect errors into the package's errors. The original
-// error stays in the chain.
+// fromRPC turns Connect errors into the package's errors. A refusal of a
+// held key becomes a *HeldError describing the holder; the other mapped
+// codes keep the *connect.Error in the chain beside the sentinel, so its
+// code and metadata stay readable with errors.As.
 func fromRPC(err error) error {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
@@ -397,15 +508,15 @@ func fromRPC(err error) error {
 			}
 		}
 	case connect.CodeNotFound:
-		return fmt.Errorf("%w: %s", ErrNotHeld, ce.Message())
+		return fmt.Errorf("%w: %w", ErrNotHeld, ce)
 	case connect.CodeInvalidArgument:
-		return fmt.Errorf("%w: %s", ErrInvalid, ce.Message())
+		return fmt.Errorf("%w: %w", ErrInvalid, ce)
 	case connect.CodeUnavailable:
-		return fmt.Errorf("%w: %s", ErrUnavailable, ce.Message())
+		return fmt.Errorf("%w: %w", ErrUnavailable, ce)
 	case connect.CodeUnauthenticated:
-		return fmt.Errorf("%w: %s", ErrUnauthenticated, ce.Message())
+		return fmt.Errorf("%w: %w", ErrUnauthenticated, ce)
 	case connect.CodePermissionDenied:
-		return fmt.Errorf("%w: %s", ErrPermissionDenied, ce.Message())
+		return fmt.Errorf("%w: %w", ErrPermissionDenied, ce)
 	}
 	return err
 }

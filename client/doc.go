@@ -49,7 +49,10 @@
 //     of time can pass. That is what fencing tokens and guards are for.
 //   - An Acquire that fails with a timeout or transport error may still have
 //     been granted; the grant then expires after its TTL, and its token is
-//     never seen by anyone.
+//     never seen by anyone. With several endpoints (Config.Endpoints) an
+//     Acquire that got unavailable is sent to the next node; if the first
+//     attempt was granted unseen, the retry finds the key held until that
+//     grant expires. The caller never holds two grants it knows of.
 //   - The release after a loss is best effort: if it does not get through
 //     (a partition, the usual reason a deadline passes), the server frees
 //     the key when the lease expires.

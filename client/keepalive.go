@@ -19,11 +19,16 @@ import (
 // leases.
 type KeepAliveStream struct {
 	stream *connect.BidiStreamForClient[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]
+	eps    *endpointList
+	ep     int // index of the endpoint in eps
 }
 
-// KeepAlive opens a renewal stream. It lasts until ctx ends or Close.
+// KeepAlive opens a renewal stream to the endpoint in use. It lasts until
+// ctx ends or Close; after a stream error open a new one, which goes to the
+// next endpoint if that one failed.
 func (c *Client) KeepAlive(ctx context.Context) *KeepAliveStream {
-	return &KeepAliveStream{stream: c.streams.KeepAlive(ctx)}
+	i, ep := c.eps.pick()
+	return &KeepAliveStream{stream: ep.streams.KeepAlive(ctx), eps: &c.eps, ep: i}
 }
 
 // Renew renews lease id of key once and waits for the answer. A lease that
@@ -31,10 +36,12 @@ func (c *Client) KeepAlive(ctx context.Context) *KeepAliveStream {
 // usable. A stream error ends the stream: open a new one.
 func (k *KeepAliveStream) Renew(key, id string) (Info, error) {
 	if err := k.stream.Send(&fencedv1.KeepAliveRequest{Key: key, LeaseId: id}); err != nil {
+		k.eps.failedOver(k.ep)
 		return Info{}, fmt.Errorf("keepalive %q: %w", key, fromRPC(err))
 	}
 	resp, err := k.stream.Receive()
 	if err != nil {
+		k.eps.failedOver(k.ep)
 		return Info{}, fmt.Errorf("keepalive %q: %w", key, fromRPC(err))
 	}
 	if code := resp.GetErrorCode(); code != "" {

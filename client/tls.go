@@ -99,7 +99,11 @@ func (b bearerToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 // (without its ID) and the principal the server recorded as revoking it.
 // It needs the admin permission on key; ErrNotHeld when key is free.
 func (c *Client) Revoke(ctx context.Context, key string) (Info, string, error) {
-	resp, err := c.admin.Revoke(ctx, connect.NewRequest(&fencedv1.RevokeRequest{Key: key}))
+	var resp *connect.Response[fencedv1.RevokeResponse]
+	err := c.eps.do(ctx, func(ep endpoint) (err error) {
+		resp, err = ep.admin.Revoke(ctx, connect.NewRequest(&fencedv1.RevokeRequest{Key: key}))
+		return err
+	})
 	if err != nil {
 		return Info{}, "", fmt.Errorf("revoke %q: %w", key, fromRPC(err))
 	}

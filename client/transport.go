@@ -22,7 +22,12 @@ func newTransport(streams bool) *http.Transport {
 		protocols.SetHTTP1(true)
 	}
 	return &http.Transport{
-		Protocols:           protocols,
+		Protocols: protocols,
+		// A stream from a node that stopped answering (paused, cut off)
+		// would otherwise wait forever: after 3s without a frame the
+		// connection is pinged, and closed if no answer comes within 2s,
+		// which ends its streams so that Watch can go on at another node.
+		HTTP2:               &http.HTTP2Config{SendPingTimeout: 3 * time.Second, PingTimeout: 2 * time.Second},
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 100,
 		IdleConnTimeout:     90 * time.Second,

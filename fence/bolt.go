@@ -21,11 +21,28 @@ const BoltBucket = "fence.highest"
 // another process before giving up, unless WithBoltOptions says otherwise.
 const DefaultBoltTimeout = 5 * time.Second
 
-// WithBoltOptions passes o to bbolt.Open. It is used only by OpenBolt.
-// Default: bbolt's defaults with Timeout = DefaultBoltTimeout. OpenBolt
-// refuses NoSync and ReadOnly, which would break its durability promise.
-func WithBoltOptions(o *bbolt.Options) Option {
-	return func(opts *options) { opts.bolt = o }
+// BoltOption configures OpenBolt: an Option, which every guard takes, or
+// WithBoltOptions, which only OpenBolt does.
+type BoltOption interface {
+	applyBolt(*boltOptions)
+}
+
+type boltOptions struct {
+	options
+	bolt *bbolt.Options
+}
+
+func (o Option) applyBolt(b *boltOptions) { o(&b.options) }
+
+type boltOnly func(*boltOptions)
+
+func (f boltOnly) applyBolt(b *boltOptions) { f(b) }
+
+// WithBoltOptions passes o to bbolt.Open. Default: bbolt's defaults with
+// Timeout = DefaultBoltTimeout. OpenBolt refuses NoSync and ReadOnly, which
+// would break its durability promise.
+func WithBoltOptions(o *bbolt.Options) BoltOption {
+	return boltOnly(func(b *boltOptions) { b.bolt = o })
 }
 
 // Bolt is a durable Guard that keeps the highest token per scope in a bbolt
@@ -76,8 +93,11 @@ var _ Guard = (*Bolt)(nil)
 
 // OpenBolt opens or creates the bbolt file at path and prepares it to hold
 // highest tokens. Close releases it.
-func OpenBolt(path string, opts ...Option) (*Bolt, error) {
-	o := newOptions(opts)
+func OpenBolt(path string, opts ...BoltOption) (*Bolt, error) {
+	var o boltOptions
+	for _, opt := range opts {
+		opt.applyBolt(&o)
+	}
 	bo := bbolt.Options{Timeout: DefaultBoltTimeout}
 	if o.bolt != nil {
 		bo = *o.bolt
@@ -143,14 +163,9 @@ func (b *Bolt) Do(ctx context.Context, scope string, token uint64, apply func(ct
 }
 
 func (b *Bolt) do(ctx context.Context, scope string, token uint64, apply func(context.Context) error) (Decision, bool, error) {
-	var highest uint64
-	err := b.db.View(func(tx *bbolt.Tx) error {
-		var err error
-		highest, err = readHighest(tx, scope)
-		return err
-	})
+	highest, err := b.loadHighest(scope)
 	if err != nil {
-		return Decision{}, false, fmt.Errorf("fence: read highest token of %q: %w", scope, err)
+		return Decision{}, false, err
 	}
 	if err := Check(scope, token, highest); err != nil {
 		return Decision{Scope: scope, Presented: token, Highest: highest}, true, err
@@ -276,6 +291,12 @@ func (b *Bolt) Highest(ctx context.Context, scope string) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	return b.loadHighest(scope)
+}
+
+// loadHighest reads the highest token recorded for scope in a read
+// transaction of its own.
+func (b *Bolt) loadHighest(scope string) (uint64, error) {
 	var highest uint64
 	err := b.db.View(func(tx *bbolt.Tx) error {
 		var err error

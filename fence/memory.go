@@ -5,16 +5,15 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
-
-	"go.etcd.io/bbolt"
 )
 
-// Option configures a guard built by NewMemory or OpenBolt.
+// Option configures any guard of this package: NewMemory and OpenBolt
+// take it. Settings that only one guard has are of their own type (see
+// BoltOption), so a constructor cannot be given one it would ignore.
 type Option func(*options)
 
 type options struct {
 	observer Observer
-	bolt     *bbolt.Options
 }
 
 func newOptions(opts []Option) options {
@@ -64,8 +63,7 @@ type memScope struct {
 	highest atomic.Uint64 // written only while sem is held; read freely by Highest
 }
 
-// NewMemory returns an empty in-memory guard. Options other than
-// WithObserver are ignored.
+// NewMemory returns an empty in-memory guard.
 //
 // To carry highest tokens over a restart of the protected resource, replay
 // them on start with Do and an apply that does nothing.

@@ -33,13 +33,17 @@ var guardCases = []guardCase{
 	{
 		name: "bolt",
 		open: func(t testing.TB, opts ...fence.Option) fence.Guard {
-			return openBolt(t, filepath.Join(t.TempDir(), "fence.db"), opts...)
+			bopts := make([]fence.BoltOption, len(opts))
+			for i, o := range opts {
+				bopts[i] = o
+			}
+			return openBolt(t, filepath.Join(t.TempDir(), "fence.db"), bopts...)
 		},
 		ops: 120,
 	},
 }
 
-func openBolt(t testing.TB, path string, opts ...fence.Option) *fence.Bolt {
+func openBolt(t testing.TB, path string, opts ...fence.BoltOption) *fence.Bolt {
 	t.Helper()
 	g, err := fence.OpenBolt(path, opts...)
 	if err != nil {

@@ -27,6 +27,10 @@
 //   - An expiry batch (OpExpireBatch) takes effect only in an entry of the
 //     leadership term that decided it (Command.Term), so a deposed leader's
 //     late decision, written after it leads again, ends nothing.
+//   - Leases are kept in a persistent ordered index besides the map: View
+//     takes a frozen view in O(1), which stays valid and unchanged while the
+//     state moves on, and List costs O(log n + answer). Snapshots write
+//     leases in key order, so equal states write equal bytes.
 //
 // Non-guarantees:
 //   - Tokens are not dense: consecutive grants of a key may differ by more
@@ -40,4 +44,7 @@
 //     ErrBadCommand by builds that predate it, which then do not apply
 //     them: every node of a cluster must run a build that knows OpRevoke
 //     before anyone revokes.
+//   - I1 across a restore from a backup (Snapshot.Backup, State.Rebase)
+//     holds only if the old cluster wrote fewer entries after the backup
+//     than the margin the restore skipped (DefaultRestoreBump by default).
 package lease

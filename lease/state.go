@@ -1,8 +1,10 @@
 package lease
 
 import (
-	"sort"
 	"strings"
+
+	"github.com/benbjohnson/immutable"
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 // EventType says what a transition did to a lease.
@@ -59,7 +61,15 @@ const DefaultMaxIdleKeys = 100_000
 // State is the lease state machine. It is not safe for concurrent use: the
 // caller serializes Apply and guards reads against it.
 type State struct {
-	leases  map[string]*Lease // never modified once stored: snapshots share them
+	leases map[string]*Lease // never modified once stored: snapshots share them
+	// index holds the same leases ordered by key. It is persistent: every
+	// change makes a new version and leaves older versions intact, so a
+	// View taken under the caller's lock stays valid, unchanged, after the
+	// lock is released, and List costs O(log n + answer) instead of a copy
+	// and sort of every lease.
+	index *immutable.SortedMap[string, *Lease]
+	// owners counts current leases per owner, for quotas.
+	owners  map[string]int
 	idle    map[string]uint64 // last token of recently freed keys
 	queue   []idleKey         // idle keys in the order they were freed
 	head    int               // queue[:head] are evicted
@@ -79,12 +89,33 @@ func New(maxIdle int) *State {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdleKeys
 	}
-	return &State{leases: make(map[string]*Lease), idle: make(map[string]uint64), maxIdle: maxIdle}
+	return &State{leases: make(map[string]*Lease), index: immutable.NewSortedMap[string, *Lease](nil),
+		owners: make(map[string]int), idle: make(map[string]uint64), maxIdle: maxIdle}
+}
+
+// put makes l the current lease of its key.
+func (s *State) put(l *Lease) {
+	s.leases[l.Key] = l
+	s.index = s.index.Set(l.Key, l)
+	s.owners[l.Owner]++
+	delete(s.idle, l.Key)
+}
+
+// drop removes the current lease l.
+func (s *State) drop(l *Lease) {
+	delete(s.leases, l.Key)
+	s.index = s.index.Delete(l.Key)
+	if s.owners[l.Owner] <= 1 {
+		delete(s.owners, l.Owner)
+	} else {
+		s.owners[l.Owner]--
+	}
 }
 
 // Apply applies c, written at log index index in leadership term term.
-// Indexes must increase from call to call; an index at or below Applied is
-// ignored, which makes re-delivery after a restore harmless.
+// Indexes must increase from call to call; an index at or below Applied
+// changes nothing and returns ErrBadCommand, which makes re-delivery after a
+// restore harmless.
 //
 // An OpExpireBatch whose Term is not term changes nothing and returns
 // ErrWrongTerm: expiry is decided on the deadlines one leader tracked, and
@@ -102,8 +133,7 @@ func (s *State) Apply(index, term uint64, c Command) Result {
 			return Result{Err: &HeldError{Key: l.Key, Owner: l.Owner, Token: l.Token}}
 		}
 		l := &Lease{Key: c.Key, ID: c.ID, Owner: c.Owner, Token: index, TTL: c.TTL}
-		s.leases[c.Key] = l
-		delete(s.idle, c.Key)
+		s.put(l)
 		return Result{Event: Event{Type: Acquired, Lease: *l, Revision: index}}
 	case OpRelease:
 		return s.end(index, Released, Expiry{Key: c.Key, ID: c.ID, NextID: c.NextID, Owner: c.Owner, TTL: c.TTL})
@@ -138,13 +168,15 @@ func (s *State) end(index uint64, t EventType, e Expiry) Result {
 	if !ok || l.ID != e.ID {
 		return Result{Err: ErrNotHeld}
 	}
-	delete(s.leases, e.Key)
+	s.drop(l)
 	s.remember(l.Key, l.Token)
 	res := Result{Event: Event{Type: t, Lease: *l, Revision: index}}
 	if e.NextID != "" {
 		next := &Lease{Key: e.Key, ID: e.NextID, Owner: e.Owner, Token: index, TTL: e.TTL}
-		s.leases[e.Key] = next
-		delete(s.idle, e.Key)
+		if failpoint.Enabled(failpoint.HandoverOldToken) {
+			next.Token = l.Token
+		}
+		s.put(next)
 		res.Next = Event{Type: Acquired, Lease: *next, Revision: index}
 	}
 	return res
@@ -193,20 +225,64 @@ func (s *State) Len() int { return len(s.leases) }
 // Applied returns the log index of the last applied command.
 func (s *State) Applied() uint64 { return s.applied }
 
+// OwnerLen returns the number of current leases of owner.
+func (s *State) OwnerLen(owner string) int { return s.owners[owner] }
+
 // List returns up to limit current leases whose keys start with prefix,
-// sorted by key. It scans every lease.
-func (s *State) List(prefix string, limit int) []Lease {
+// sorted by key (all of them when limit <= 0). It costs O(log n + answer).
+func (s *State) List(prefix string, limit int) []Lease { return s.View().List(prefix, limit) }
+
+// View returns a frozen view of the current leases. Taking it costs O(1);
+// the view never changes, so the caller may release its lock and read the
+// view at leisure while the state moves on.
+func (s *State) View() View {
+	return View{index: s.index, applied: s.applied}
+}
+
+// View is a read-only, frozen view of a State's leases at one revision. It
+// is safe for concurrent use.
+type View struct {
+	index   *immutable.SortedMap[string, *Lease]
+	applied uint64
+}
+
+// Applied returns the log index the view reflects.
+func (v View) Applied() uint64 { return v.applied }
+
+// Len returns the number of leases in the view.
+func (v View) Len() int {
+	if v.index == nil {
+		return 0
+	}
+	return v.index.Len()
+}
+
+// List returns up to limit leases whose keys start with prefix, sorted by
+// key (all of them when limit <= 0). It seeks to prefix and stops at the
+// first key past it: O(log n + answer).
+func (v View) List(prefix string, limit int) []Lease {
 	var out []Lease
-	for k, l := range s.leases {
-		if strings.HasPrefix(k, prefix) {
-			out = append(out, *l)
+	v.Scan(prefix, func(l Lease) bool {
+		out = append(out, l)
+		return limit <= 0 || len(out) < limit
+	})
+	return out
+}
+
+// Scan calls fn for each lease whose key starts with prefix, in key order,
+// until fn returns false.
+func (v View) Scan(prefix string, fn func(Lease) bool) {
+	if v.index == nil {
+		return
+	}
+	it := v.index.Iterator()
+	it.Seek(prefix)
+	for !it.Done() {
+		k, l, _ := it.Next()
+		if !strings.HasPrefix(k, prefix) || !fn(*l) {
+			return
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out
 }
 
 // Each calls fn for every current lease, in no particular order, until fn

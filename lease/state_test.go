@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ func TestStateProperties(t *testing.T) {
 			issued  = map[string][]lease.Lease{} // every grant, to replay stale IDs
 			maxSeen uint64
 		)
+		oldView, oldList := s.View(), []lease.Lease(nil)
 		steps := rapid.IntRange(1, 200).Draw(t, "steps")
 		for i := 0; i < steps; i++ {
 			key := rapid.SampledFrom(keys).Draw(t, "key")
@@ -195,6 +197,34 @@ func TestStateProperties(t *testing.T) {
 			}
 			if s.Applied() != index {
 				t.Fatalf("Applied = %d, want %d", s.Applied(), index)
+			}
+			// List walks the ordered index: every prefix and limit agrees
+			// with a sort of the model, and so do owner counts.
+			for _, prefix := range []string{"", "a", "orders/", "ü", "z"} {
+				want := modelList(holder, prefix)
+				limit := rapid.IntRange(0, 6).Draw(t, "limit")
+				if limit > 0 && len(want) > limit {
+					want = want[:limit]
+				}
+				if got := s.List(prefix, limit); !slices.Equal(got, want) {
+					t.Fatalf("List(%q, %d) = %+v, want %+v", prefix, limit, got, want)
+				}
+			}
+			owners := map[string]int{}
+			for _, l := range holder {
+				owners[l.Owner]++
+			}
+			for _, o := range []string{"o", "next", "other"} {
+				if s.OwnerLen(o) != owners[o] {
+					t.Fatalf("OwnerLen(%q) = %d, want %d", o, s.OwnerLen(o), owners[o])
+				}
+			}
+			// A view taken earlier is frozen: later commands do not show.
+			if got := oldView.List("", 0); !slices.Equal(got, oldList) {
+				t.Fatalf("view taken at %d changed: %+v, want %+v", oldView.Applied(), got, oldList)
+			}
+			if rapid.Bool().Draw(t, "new view") {
+				oldView, oldList = s.View(), modelList(holder, "")
 			}
 		}
 	})
@@ -418,4 +448,16 @@ func BenchmarkSnapshot(b *testing.B) {
 	for b.Loop() {
 		s.Snapshot()
 	}
+}
+
+// modelList is the model's answer to List(prefix, 0).
+func modelList(holder map[string]lease.Lease, prefix string) []lease.Lease {
+	var out []lease.Lease
+	for k, l := range holder {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b lease.Lease) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }

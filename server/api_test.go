@@ -24,6 +24,8 @@ import (
 	"github.com/fencedio/fenced/internal/fencedtest"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/testutil"
+	"github.com/fencedio/fenced/server"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -314,17 +316,12 @@ func (a *api) metric(series string) float64 {
 // awaitMetric polls /metrics until series has the value want.
 func (a *api) awaitMetric(series string, want float64) {
 	a.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := a.metric(series)
-		if got == want {
-			return
+	testutil.Eventually(a.t, 10*time.Second, func() error {
+		if got := a.metric(series); got != want {
+			return fmt.Errorf("%s is %v, want %v", series, got, want)
 		}
-		if time.Now().After(deadline) {
-			a.t.Fatalf("%s is %v, want %v", series, got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 var leaseIDPattern = regexp.MustCompile(`^[0-9a-f]{32,}$`)
@@ -1125,18 +1122,27 @@ func TestWaitEnds(t *testing.T) {
 	a.awaitMetric("fenced_waiters", 0)
 }
 
+// The tests of TTLs below put the server's lease clock under their control:
+// 200ms TTLs pass when the test advances the clock, so a loaded machine can
+// neither expire a lease early nor hide an expiry that should happen.
+
 func TestExpiryWakesWaiter(t *testing.T) {
 	t.Parallel()
 	srv := fencedtest.Start(t)
+	clock := server.UseManualClock(srv.Server)
 	a := newAPI(t, srv.URL)
 	holder := a.acquire("waitexp/k", "alice", 200) // never renewed
 
-	r := receive(t, acquireAsync(t, srv.URL, "waitexp/k", "bob", 5000, 10_000))
+	ch := acquireAsync(t, srv.URL, "waitexp/k", "bob", 5000, 10_000)
+	a.awaitMetric("fenced_waiters", 1)
+	clock.Advance(199 * time.Millisecond)
+	if g := a.get("waitexp/k"); g.Lease == nil || !g.Lease.same(holder) || g.Lease.RemainingMs != 1 {
+		t.Fatalf("1ms before expiry Get = %+v, want alice's lease with 1ms left", g.Lease)
+	}
+	clock.Advance(time.Millisecond)
+	r := receive(t, ch)
 	if !r.ok || r.lease.Owner != "bob" || r.lease.Token <= holder.Token {
 		t.Fatalf("waiter got %+v, want the lease after alice's expired, token above %d", r, holder.Token)
-	}
-	if r.took > 5*time.Second {
-		t.Fatalf("waiter served after %v: expiry did not wake it", r.took)
 	}
 	a.fail("Renew", map[string]any{"key": "waitexp/k", "leaseId": holder.LeaseID}, "not_found")
 }
@@ -1144,12 +1150,18 @@ func TestExpiryWakesWaiter(t *testing.T) {
 func TestExpiry(t *testing.T) {
 	t.Parallel()
 	srv := fencedtest.Start(t)
+	clock := server.UseManualClock(srv.Server)
 	a := newAPI(t, srv.URL)
 	c := fencedv1connect.NewLeaseServiceClient(http.DefaultClient, srv.URL)
 
 	l := a.acquire("exp/k", "alice", 200)
 	w := startWatch(t, c, "exp/", uint64(l.Token)-1)
 	w.expect(t, fencedv1.Event_ACQUIRED, l)
+	clock.Advance(199 * time.Millisecond)
+	if g := a.get("exp/k"); g.Lease == nil || !g.Lease.same(l) || g.Lease.RemainingMs != 1 {
+		t.Fatalf("1ms before expiry Get = %+v, want the lease with 1ms left", g.Lease)
+	}
+	clock.Advance(time.Millisecond)
 	w.expect(t, fencedv1.Event_EXPIRED, l)
 
 	// The EXPIRED event is sent once the expiry is applied, so every read
@@ -1172,23 +1184,28 @@ func TestExpiry(t *testing.T) {
 func TestRenewKeepsAlive(t *testing.T) {
 	t.Parallel()
 	srv := fencedtest.Start(t)
+	clock := server.UseManualClock(srv.Server)
 	a := newAPI(t, srv.URL)
 	l := a.acquire("alive/k", "alice", 200)
 
-	tick := time.NewTicker(60 * time.Millisecond)
-	defer tick.Stop()
-	for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); {
-		<-tick.C
-		if r := a.renew("alive/k", l.LeaseID); r.Token != l.Token || r.LeaseID != l.LeaseID {
-			t.Fatalf("renew answered %+v, want the same lease %+v", r, l)
+	// Ten renewals, each 150ms after the last: 1.5s of lease clock, seven
+	// TTLs, and the lease is kept because each renewal restarts the TTL.
+	for range 10 {
+		clock.Advance(150 * time.Millisecond)
+		if r := a.renew("alive/k", l.LeaseID); r.Token != l.Token || r.LeaseID != l.LeaseID || r.RemainingMs != 200 {
+			t.Fatalf("renew answered %+v, want the same lease %+v with 200ms left", r, l)
 		}
 	}
 	if g := a.get("alive/k"); g.Lease == nil || !g.Lease.same(l) {
-		t.Fatalf("after %v of renewals Get = %+v, want %+v", 600*time.Millisecond, g.Lease, l)
+		t.Fatalf("after 1.5s of renewals Get = %+v, want %+v", g.Lease, l)
 	}
 	if got := a.metric("fenced_expirations_total"); got != 0 {
 		t.Fatalf("fenced_expirations_total = %v, want 0", got)
 	}
+	// Without the next renewal, the lease ends one TTL after the last.
+	clock.Advance(200 * time.Millisecond)
+	a.awaitMetric("fenced_expirations_total", 1)
+	a.fail("Renew", map[string]any{"key": "alive/k", "leaseId": l.LeaseID}, "not_found")
 }
 
 func TestHealthAndMetrics(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -293,21 +294,67 @@ type authResult struct {
 
 type authKey struct{}
 
+// forwardedPrincipalHeader names the principal a follower authenticated
+// when it forwards a call to the leader: "METHOD:NAME", NAME path-escaped.
+// Forwarded calls carry no credentials of their own; the leader trusts the
+// header only on calls that reach it over the peer port, and the public
+// port drops it, so a client cannot claim a principal by sending it.
+const forwardedPrincipalHeader = "Fenced-Forwarded-Principal"
+
+// encodePrincipal is the value of forwardedPrincipalHeader for p.
+func encodePrincipal(p Principal) string { return p.Method + ":" + url.PathEscape(p.Name) }
+
+// decodePrincipal parses a forwardedPrincipalHeader value.
+func decodePrincipal(v string) (Principal, error) {
+	method, esc, ok := strings.Cut(v, ":")
+	name, err := url.PathUnescape(esc)
+	if !ok || err != nil || name == "" || method == "" {
+		return Principal{}, fmt.Errorf("%w: malformed forwarded principal", errUnauthenticated)
+	}
+	return Principal{Name: name, Method: method}, nil
+}
+
 // authenticate identifies the caller of every API request, from a bearer
 // token or else a verified client certificate, and passes the outcome on in
 // the request's context. It refuses nothing itself: the interceptor answers
 // in the RPC protocol the client speaks.
-func (s *Server) authenticate(next http.Handler) http.Handler {
+//
+// On the peer port (peer true) a call another node forwarded names the
+// principal that node authenticated (forwardedPrincipalHeader), which is
+// taken as is. On the public port the header is removed before anything
+// reads it.
+func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fwd := r.Header.Get(forwardedPrincipalHeader)
+		if !peer {
+			r.Header.Del(forwardedPrincipalHeader)
+			fwd = ""
+		}
 		pol := s.sec.policy()
 		if pol == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
 		var res authResult
-		res.p, res.err = pol.Authenticate(r, time.Now())
+		if fwd != "" {
+			res.p, res.err = decodePrincipal(fwd)
+		} else {
+			res.p, res.err = pol.Authenticate(r, time.Now())
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, res)))
 	})
+}
+
+// forwardPrincipal sets on h, the headers of a call this node forwards to
+// the leader, the principal ctx's caller authenticated as here. Nothing
+// while auth is off.
+func (s *Server) forwardPrincipal(ctx context.Context, h http.Header) {
+	if s.sec.policy() == nil {
+		return
+	}
+	if res, ok := ctx.Value(authKey{}).(authResult); ok && res.err == nil {
+		h.Set(forwardedPrincipalHeader, encodePrincipal(res.p))
+	}
 }
 
 // principal returns the caller of ctx's request, errUnauthenticated if
@@ -399,12 +446,59 @@ func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 	}
 }
 
+// requireAdmin refuses the cluster RPCs (member changes, leadership
+// transfer) to callers without the admin permission on every key (a rule
+// with the empty prefix) once auth is on: they change who stores and serves
+// every lease.
+func (s *Server) requireAdmin() connect.Interceptor { return adminInterceptor{s} }
+
+type adminInterceptor struct{ s *Server }
+
+func (a adminInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if _, err := a.s.authorize(ctx, PermAdmin, ""); err != nil {
+			return nil, connectError(err)
+		}
+		return next(ctx, req)
+	}
+}
+
+func (a adminInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a adminInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if _, err := a.s.authorize(ctx, PermAdmin, ""); err != nil {
+			return connectError(err)
+		}
+		return next(ctx, conn)
+	}
+}
+
+// requireAdminHTTP is requireAdmin for plain HTTP endpoints (/v1/backup,
+// which holds every lease): 401 without a principal, 403 without the
+// permission.
+func (s *Server) requireAdminHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.authorize(r.Context(), PermAdmin, ""); err != nil {
+			status := http.StatusForbidden
+			if errors.Is(err, errUnauthenticated) {
+				status = http.StatusUnauthorized
+			}
+			http.Error(w, err.Error(), status)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // protectDashboard puts the dashboard's lease stream, which shows keys,
 // owners and tokens, under the same rules as Watch once auth is on: the
 // caller must authenticate and hold the watch permission on the prefix it
 // streams. Browsers authenticate with a client certificate; they cannot
 // send bearer tokens on an EventSource.
-func (s *Server) protectDashboard(next http.Handler) http.Handler {
+func (s *Server) protectDashboard(next http.Handler, peer bool) http.Handler {
 	events := s.authenticate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.authorize(r.Context(), PermWatch, r.URL.Query().Get("prefix")); err != nil {
 			status := http.StatusForbidden
@@ -415,7 +509,7 @@ func (s *Server) protectDashboard(next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r)
-	}))
+	}), peer)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/events" && s.sec.policy() != nil {
 			events.ServeHTTP(w, r)

@@ -307,7 +307,12 @@ func TestRevoke(t *testing.T) {
 	if r.Msg.GetRevokedBy() != "ops" || r.Msg.GetLease().GetToken() != l.GetToken() || r.Msg.GetLease().GetLeaseId() != "" {
 		t.Fatalf("revoke answered %v", r.Msg)
 	}
-	ev := <-sub.events
+	<-sub.ready
+	evs := sub.take()
+	if len(evs) == 0 {
+		t.Fatal("no event of the revocation")
+	}
+	ev := evs[0] // then bob's grant, in the same entry
 	if ev.By != "ops" || ev.Lease.ID != l.GetLeaseId() {
 		t.Fatalf("event of the revocation: %+v", ev)
 	}
@@ -512,5 +517,81 @@ func TestDashboardEventsNeedWatch(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("token %q prefix %q: status %d, want %d", tc.token, tc.prefix, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+// spoofRT sends the principal header the nodes use between themselves, as
+// a client might try on the public port, beside an optional bearer token.
+type spoofRT struct{ token, principal string }
+
+func (s spoofRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(forwardedPrincipalHeader, s.principal)
+	r.Header.Set(forwardedHeader, "n9")
+	if s.token != "" {
+		r.Header.Set("Authorization", "Bearer "+s.token)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// On the public port the forwarded-principal header counts for nothing:
+// without credentials the call is unauthenticated, with them it runs as
+// the principal they name. The cluster RPCs and /v1/backup need admin.
+func TestPublicPortIgnoresForwardedPrincipal(t *testing.T) {
+	s, base := serveAPI(t, Config{AuthFile: writePolicy(t, testPolicy())})
+	ctx := context.Background()
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.WaitReady(waitCtx); err != nil {
+		t.Fatal(err)
+	}
+	spoof := &http.Client{Transport: spoofRT{principal: encodePrincipal(Principal{Name: "ops", Method: "token"})}}
+	aliceSpoof := &http.Client{Transport: spoofRT{token: aliceSecret, principal: encodePrincipal(Principal{Name: "ops", Method: "token"})}}
+
+	_, err := fencedv1connect.NewLeaseServiceClient(spoof, base).Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "a/1", TtlMs: 10_000}))
+	if codeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("acquire with only a spoofed principal: %v, want unauthenticated", err)
+	}
+	_, err = fencedv1connect.NewAdminServiceClient(aliceSpoof, base).Revoke(ctx, connect.NewRequest(&fencedv1.RevokeRequest{Key: "a/1"}))
+	if codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("alice revoking while claiming ops: %v, want permission_denied", err)
+	}
+	for name, hc := range map[string]*http.Client{"spoofed": spoof, "alice claiming ops": aliceSpoof} {
+		cl := fencedv1connect.NewClusterServiceClient(hc, base)
+		_, err := cl.ListMembers(ctx, connect.NewRequest(&fencedv1.ListMembersRequest{}))
+		want := connect.CodePermissionDenied
+		if hc == spoof {
+			want = connect.CodeUnauthenticated
+		}
+		if codeOf(err) != want {
+			t.Errorf("%s: list members: %v, want %v", name, err, want)
+		}
+		_, err = cl.AddMember(ctx, connect.NewRequest(&fencedv1.AddMemberRequest{Id: "n2", Address: "127.0.0.1:1"}))
+		if codeOf(err) != want {
+			t.Errorf("%s: add member: %v, want %v", name, err, want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		hc   *http.Client
+		want int
+	}{
+		{"spoofed", spoof, http.StatusUnauthorized},
+		{"alice claiming ops", aliceSpoof, http.StatusForbidden},
+		{"ops", &http.Client{Transport: bearer{opsSecret, http.DefaultTransport}}, http.StatusOK},
+	} {
+		resp, err := tc.hc.Get(base + "/v1/backup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("/v1/backup, %s: %s, want %d", tc.name, resp.Status, tc.want)
+		}
+	}
+	members, err := fencedv1connect.NewClusterServiceClient(&http.Client{Transport: bearer{opsSecret, http.DefaultTransport}}, base).
+		ListMembers(ctx, connect.NewRequest(&fencedv1.ListMembersRequest{}))
+	if err != nil || len(members.Msg.GetMembers()) != 1 {
+		t.Errorf("ops lists members: %v %v", members, err)
 	}
 }

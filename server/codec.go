@@ -26,12 +26,14 @@ func jsonCodecs() []connect.HandlerOption {
 
 func (c jsonCodec) Name() string { return c.name }
 
-func (jsonCodec) Marshal(message any) ([]byte, error) {
+func (c jsonCodec) Marshal(message any) ([]byte, error) { return c.MarshalAppend(nil, message) }
+
+func (jsonCodec) MarshalAppend(b []byte, message any) ([]byte, error) {
 	m, ok := message.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a protobuf message", message)
 	}
-	return protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(m)
+	return protojson.MarshalOptions{EmitDefaultValues: true}.MarshalAppend(b, m)
 }
 
 func (jsonCodec) Unmarshal(data []byte, message any) error {

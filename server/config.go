@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/fencedio/fenced/internal/httplimit"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,7 +16,8 @@ import (
 )
 
 // Config configures a Server. The zero value of every field means its
-// default; Validate fills the defaults in and checks the cross-field rules.
+// default; New applies the defaults to its copy, and Validate checks the
+// configuration as New would use it, without changing it.
 type Config struct {
 	// DataDir holds the raft log, stable store and snapshots.
 	// Default "./fenced-data".
@@ -25,8 +27,25 @@ type Config struct {
 	Listen string
 	// RaftListen is the address raft peers use. Default "127.0.0.1:7421".
 	RaftListen string
+	// RaftAdvertise is the address peers dial to reach this node, when it
+	// is not RaftListen: behind NAT, a proxy or a port forward (etcd's
+	// --initial-advertise-peer-urls). InitialCluster lists advertised
+	// addresses. Default: this node's address in InitialCluster, or
+	// RaftListen.
+	RaftAdvertise string
 	// NodeID names this node in the raft configuration. Default "node1".
 	NodeID string
+	// InitialCluster lists the members a new cluster starts with, this
+	// node among them with RaftListen as its address; every member gets
+	// the same list. Empty: a cluster of one. Ignored once the data
+	// directory holds raft state. See cluster.go for the timing rules.
+	// RaftListen defaults to this node's address in the list.
+	InitialCluster []Peer
+	// Join makes a node with no raft state wait to be added to a running
+	// cluster (ClusterService.AddMember, fencectl member add) instead of
+	// starting a cluster of one. Ignored once the data directory holds raft
+	// state.
+	Join bool
 
 	// MinTTL and MaxTTL bound the TTL of a lease. Defaults 1s and 1h.
 	MinTTL, MaxTTL time.Duration
@@ -37,6 +56,14 @@ type Config struct {
 	// MaxLeases refuses new acquisitions while this many leases are current.
 	// Default 2,000,000.
 	MaxLeases int
+	// MaxLeasesPerOwner refuses new acquisitions by an owner that holds
+	// this many leases, and MaxWaitersPerOwner acquisitions that would make
+	// an owner wait in more than this many lines at once; both answer
+	// resource_exhausted naming the quota. The owner is the one a request
+	// names. Defaults 100,000 and 10,000: far above what one service
+	// instance needs, low enough that one runaway client cannot fill
+	// MaxLeases alone.
+	MaxLeasesPerOwner, MaxWaitersPerOwner int
 	// MaxIdleKeys bounds how many freed keys remember their last token
 	// (lease.New). Every node must use the same value. Default 100,000.
 	MaxIdleKeys int
@@ -49,14 +76,60 @@ type Config struct {
 	// WatchHistory is the number of past events kept to resume a watch.
 	// Default 4096.
 	WatchHistory int
+	// MaxWatchers caps open Watch streams on this server, and
+	// MaxWatchersPerClient those from one client IP address; more are
+	// refused with resource_exhausted. Defaults 10,000 and 1,000.
+	MaxWatchers, MaxWatchersPerClient int
+	// MaxEventSubscribers caps open dashboard streams (/v1/events), and
+	// MaxEventSubscribersPerClient those from one client IP address; more
+	// are refused with 429. Defaults 1,000 and 100.
+	MaxEventSubscribers, MaxEventSubscribersPerClient int
+	// StreamWriteTimeout bounds every send on a stream (Watch, /v1/events):
+	// a subscriber that stops reading for this long is cut off. Default 10s.
+	StreamWriteTimeout time.Duration
+
+	// ApplyStallTimeout is how long log writes may be pending without any
+	// being applied before /healthz answers 503 "apply path stalled".
+	// Default 10s.
+	ApplyStallTimeout time.Duration
+
+	// MaxHeaderBytes bounds request headers; larger ones get 431. Over
+	// HTTP/2 it is also the advertised header list size. Default 64 KiB.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds the time to receive request headers.
+	// Default 10s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long.
+	// Default 2m.
+	IdleTimeout time.Duration
+	// BodyReadTimeout bounds the time to receive the body of a unary call;
+	// a slower body fails. Streams are bounded by StreamWriteTimeout
+	// instead. Default 30s.
+	BodyReadTimeout time.Duration
+	// MaxConns caps open API connections; more wait to be accepted.
+	// Default: three quarters of the file descriptor limit (RLIMIT_NOFILE),
+	// at least 64, so that the raft log and peers keep descriptors.
+	MaxConns int
 
 	// HeartbeatTimeout is raft's heartbeat and election timeout. Lower
 	// values fail over faster and start a single node sooner.
 	// Default 500ms.
 	HeartbeatTimeout time.Duration
-	// SnapshotThreshold is the number of log entries between snapshots.
-	// Default 16384.
+	// SnapshotThreshold is the number of log entries between snapshots;
+	// as many entries are kept in the log after one, for peers that fall
+	// behind. Default 16384.
 	SnapshotThreshold uint64
+	// SnapshotInterval is how often the log is compared with
+	// SnapshotThreshold (raft's own default is two minutes: at thousands of
+	// entries a second the log grew by hundreds of MB between looks).
+	// Tests set both low so that snapshots, restores and log truncation
+	// happen within seconds. Default 10s; at least 5ms.
+	SnapshotInterval time.Duration
+	// TrailingLogs is how many entries a snapshot leaves in the log (log
+	// compaction removes the rest): a follower that falls fewer entries
+	// behind catches up from the log, one further behind, or a new one,
+	// from the snapshot. Default SnapshotThreshold.
+	TrailingLogs uint64
 
 	// TLS turns on TLS for the API port (see TLSFiles): with a cert file
 	// set, the port speaks only TLS. Off by default.
@@ -91,23 +164,42 @@ type Config struct {
 	wrapLogStore func(raft.LogStore) raft.LogStore
 }
 
-// Validate fills in defaults and checks the configuration.
-func (c *Config) Validate() error {
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
 	setDefault(&c.DataDir, "fenced-data")
 	setDefault(&c.Listen, "127.0.0.1:7420")
-	setDefault(&c.RaftListen, "127.0.0.1:7421")
 	setDefault(&c.NodeID, "node1")
+	// In a cluster the default is this node's address in the list.
+	if self := c.advertisedRaftAddress(); len(c.InitialCluster) > 0 && self != "" {
+		setDefault(&c.RaftListen, self)
+	}
+	setDefault(&c.RaftListen, "127.0.0.1:7421")
 	setDefault(&c.MinTTL, time.Second)
 	setDefault(&c.MaxTTL, time.Hour)
 	setDefault(&c.MaxWait, 10*time.Minute)
 	setDefault(&c.MaxBodyBytes, 64<<10)
 	setDefault(&c.MaxLeases, 2_000_000)
+	setDefault(&c.MaxLeasesPerOwner, 100_000)
+	setDefault(&c.MaxWaitersPerOwner, 10_000)
 	setDefault(&c.MaxIdleKeys, lease.DefaultMaxIdleKeys)
 	setDefault(&c.ListLimit, 10_000)
 	setDefault(&c.WatchBuffer, 1024)
 	setDefault(&c.WatchHistory, 4096)
+	setDefault(&c.MaxWatchers, 10_000)
+	setDefault(&c.MaxWatchersPerClient, 1_000)
+	setDefault(&c.MaxEventSubscribers, 1_000)
+	setDefault(&c.MaxEventSubscribersPerClient, 100)
+	setDefault(&c.StreamWriteTimeout, 10*time.Second)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
+	setDefault(&c.ApplyStallTimeout, 10*time.Second)
+	limits := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}
+	limits.Validate() // fills in the defaults; Config.Validate reports its error
+	c.MaxHeaderBytes, c.ReadHeaderTimeout, c.IdleTimeout = limits.MaxHeaderBytes, limits.ReadHeaderTimeout, limits.IdleTimeout
+	c.BodyReadTimeout, c.MaxConns = limits.BodyTimeout, limits.MaxConns
 	setDefault(&c.SnapshotThreshold, 16384)
+	setDefault(&c.SnapshotInterval, 10*time.Second)
+	setDefault(&c.TrailingLogs, c.SnapshotThreshold)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -122,11 +214,20 @@ func (c *Config) Validate() error {
 	if c.Gatherer == nil {
 		c.Gatherer = prometheus.DefaultGatherer
 	}
+	return c
+}
+
+// Validate checks the configuration as New would use it, zero fields
+// replaced by their defaults. It does not change c.
+func (c Config) Validate() error {
+	c = c.withDefaults()
 	if c.Registerer == nil {
 		return errors.New("config: Gatherer set without Registerer")
 	}
 
-	var errs []error
+	limits := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}
+	errs := []error{limits.Validate()}
 	if c.MinTTL < time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: MinTTL %v is below 1ms", c.MinTTL))
 	}
@@ -137,16 +238,33 @@ func (c *Config) Validate() error {
 		// A lease must outlive a leadership check, or renewals cannot keep it.
 		errs = append(errs, fmt.Errorf("config: MinTTL %v must exceed half the HeartbeatTimeout %v", c.MinTTL, c.HeartbeatTimeout))
 	}
+	if c.SnapshotInterval < 5*time.Millisecond {
+		errs = append(errs, fmt.Errorf("config: SnapshotInterval %v is below 5ms", c.SnapshotInterval))
+	}
+	if err := c.validateCluster(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.SnapshotInterval < 5*time.Millisecond {
+		errs = append(errs, fmt.Errorf("config: SnapshotInterval %v is below 5ms", c.SnapshotInterval))
+	}
 	for name, v := range map[string]int64{
 		"MaxWait": int64(c.MaxWait), "MaxBodyBytes": c.MaxBodyBytes, "MaxLeases": int64(c.MaxLeases),
 		"MaxIdleKeys": int64(c.MaxIdleKeys), "ListLimit": int64(c.ListLimit), "WatchBuffer": int64(c.WatchBuffer),
-		"WatchHistory": int64(c.WatchHistory),
+		"WatchHistory": int64(c.WatchHistory), "ApplyStallTimeout": int64(c.ApplyStallTimeout),
+		"MaxWatchers": int64(c.MaxWatchers), "MaxWatchersPerClient": int64(c.MaxWatchersPerClient),
+		"MaxEventSubscribers": int64(c.MaxEventSubscribers), "MaxEventSubscribersPerClient": int64(c.MaxEventSubscribersPerClient),
+		"StreamWriteTimeout": int64(c.StreamWriteTimeout),
+		"MaxLeasesPerOwner":  int64(c.MaxLeasesPerOwner), "MaxWaitersPerOwner": int64(c.MaxWaitersPerOwner),
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))
 		}
 	}
-	for name, addr := range map[string]string{"Listen": c.Listen, "RaftListen": c.RaftListen} {
+	addrs := map[string]string{"Listen": c.Listen, "RaftListen": c.RaftListen}
+	if c.RaftAdvertise != "" {
+		addrs["RaftAdvertise"] = c.RaftAdvertise
+	}
+	for name, addr := range addrs {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("config: %s %q: %w", name, addr, err))
 		}

@@ -61,7 +61,7 @@ func (s *Server) Stats() Stats {
 		Acquired: s.counts.acquired.Load(), Released: s.counts.released.Load(),
 		Expired: s.counts.expired.Load(), Takeovers: s.counts.takeovers.Load(),
 	}
-	s.fsm.read(func(ls *lease.State) { st.Leases = ls.Len() })
+	st.Leases = s.fsm.view().Len()
 	return st
 }
 
@@ -93,39 +93,61 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	release, err := s.subscribers.acquire(clientIP(r.RemoteAddr))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
+		return
+	}
+	defer release()
+	// Building a snapshot costs O(ListLimit) memory and CPU; at most
+	// snapshotSlots are built at once, so a crowd of dashboards connecting
+	// together queues here instead of multiplying the peak.
+	select {
+	case s.snapshotSlots <- struct{}{}:
+	case <-r.Context().Done():
+		return
+	}
+	// Subscribed before the view is taken: every event after the view's
+	// revision reaches sub, and those at or before it are skipped below.
 	sub, _, _ := s.hub.subscribe(prefix, 0)
 	defer s.hub.unsubscribe(sub)
-	var (
-		leases   []lease.Lease
-		revision uint64
-	)
-	s.fsm.read(func(st *lease.State) {
-		leases = st.List(prefix, s.cfg.ListLimit)
-		revision = st.Applied()
-	})
-	now := time.Now()
+	view := s.fsm.view()
+	leases := view.List(prefix, s.cfg.ListLimit)
+	revision := view.Applied()
+	remaining := s.expirer.remainingOf(leases, s.expirer.now())
 	snap := struct {
 		Revision uint64      `json:"revision"`
 		Leases   []leaseJSON `json:"leases"`
 	}{Revision: revision, Leases: make([]leaseJSON, len(leases))}
 	for i, l := range leases {
-		snap.Leases[i] = dashboardLease(wireLease(l, s.expirer.remaining(l.Key, now), publicView))
+		snap.Leases[i] = dashboardLease(wireLease(l, remaining[i], publicView))
 	}
+	leases = nil
+	snapJSON, _ := json.Marshal(snap)
+	snap.Leases = nil
+	<-s.snapshotSlots
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	send := func(event string, v any) bool {
-		b, _ := json.Marshal(v)
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
-			return false
+	// Every write must finish within StreamWriteTimeout: a dashboard that
+	// stops reading is cut off instead of holding its goroutine forever.
+	rc := http.NewResponseController(w)
+	write := func(b ...[]byte) bool {
+		if s.cfg.StreamWriteTimeout > 0 {
+			rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
+		}
+		for _, p := range b {
+			if _, err := w.Write(p); err != nil {
+				return false
+			}
 		}
 		flusher.Flush()
 		return true
 	}
 	// Reconnect a second after a lost connection (browsers default to 3s).
-	fmt.Fprint(w, "retry: 1000\n\n")
-	if !send("snapshot", snap) {
+	if !write([]byte("retry: 1000\n\n"), sseFrame("snapshot", snapJSON)) {
 		return
 	}
+	snapJSON = nil
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
 	for {
@@ -133,26 +155,41 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-keepalive.C:
-			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+			if !write([]byte(": keepalive\n\n")) {
 				return
 			}
-			flusher.Flush()
 		case <-sub.lost:
-			send("resync", struct{}{})
+			write(sseFrame("resync", []byte("{}")))
 			return
-		case ev := <-sub.events:
-			if ev.Revision <= revision {
-				continue // already in the snapshot
+		case <-sub.ready:
+			evs := sub.take()
+			frames := make([][]byte, 0, len(evs))
+			for _, ev := range evs {
+				if ev.Revision > revision { // else already in the snapshot
+					frames = append(frames, ev.sseBytes(s.sseLeaseEvent))
+				}
 			}
-			if !send("lease", struct {
-				Type     string    `json:"type"`
-				Revision uint64    `json:"revision"`
-				Lease    leaseJSON `json:"lease"`
-			}{eventTypeName(ev.Type), ev.Revision, dashboardLease(s.currentLease(ev.Lease, publicView))}) {
+			if len(frames) > 0 && !write(frames...) {
 				return
 			}
 		}
 	}
+}
+
+// sseFrame is one server-sent event.
+func sseFrame(event string, data []byte) []byte {
+	return fmt.Appendf(nil, "event: %s\ndata: %s\n\n", event, data)
+}
+
+// sseLeaseEvent is the dashboard's "lease" frame of ev, made once per event
+// and shared by every subscriber (hubEvent.sseBytes).
+func (s *Server) sseLeaseEvent(ev lease.Event) []byte {
+	b, _ := json.Marshal(struct {
+		Type     string    `json:"type"`
+		Revision uint64    `json:"revision"`
+		Lease    leaseJSON `json:"lease"`
+	}{eventTypeName(ev.Type), ev.Revision, dashboardLease(s.currentLease(ev.Lease, publicView))})
+	return sseFrame("lease", b)
 }
 
 func eventTypeName(t lease.EventType) string {

@@ -21,6 +21,22 @@ var (
 	errNotReady = errors.New("not ready to serve: not the leader, or no leader yet")
 )
 
+// errQuotaExceeded is matched by *quotaError: resource_exhausted.
+var errQuotaExceeded = errors.New("quota exceeded")
+
+// quotaError refuses a request beyond a per-owner quota, and names it.
+type quotaError struct {
+	Quota       string // the flag that sets it, e.g. "max-leases-per-owner"
+	Owner       string
+	Used, Limit int
+}
+
+func (e *quotaError) Error() string {
+	return fmt.Sprintf("quota %s exceeded: owner %q has %d (limit %d)", e.Quota, e.Owner, e.Used, e.Limit)
+}
+
+func (e *quotaError) Is(target error) bool { return target == errQuotaExceeded }
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, args...))
 }
@@ -41,7 +57,7 @@ func connectError(err error) error {
 			ce.AddDetail(d)
 		}
 		return ce
-	case errors.Is(err, lease.ErrNotHeld):
+	case errors.Is(err, lease.ErrNotHeld), errors.Is(err, errUnknownMember):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, errInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
@@ -49,10 +65,12 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeUnauthenticated, err)
 	case errors.Is(err, errPermissionDenied):
 		return connect.NewError(connect.CodePermissionDenied, err)
-	case errors.Is(err, errTooManyLeases):
+	case errors.Is(err, errTooManyLeases), errors.Is(err, errTooManyStreams), errors.Is(err, errQuotaExceeded):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
-		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout):
+		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errNoQuorumContact),
+		errors.Is(err, errLeaderChanged):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)

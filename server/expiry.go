@@ -3,8 +3,10 @@ package server
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -39,6 +41,11 @@ type expirer struct {
 	maxBatch    int // leases per expire call
 	maxInflight int // expire calls at once
 	submitting  sync.WaitGroup
+
+	// clock, when set, replaces the wall clock for every deadline: tests
+	// set a manual one so that TTLs of a few hundred milliseconds pass when
+	// the test says, not when a loaded machine gets round to it.
+	clock atomic.Pointer[func() time.Time]
 }
 
 // Defaults of expirer.maxBatch and maxInflight. A batch of 1024 leases is
@@ -72,6 +79,15 @@ func newExpirer(expire func(term uint64, due []lease.Lease)) *expirer {
 		maxBatch: defaultExpiryBatch, maxInflight: defaultExpiryInflight}
 }
 
+// now is the time deadlines are measured on: the wall clock unless a test
+// set another.
+func (e *expirer) now() time.Time {
+	if f := e.clock.Load(); f != nil {
+		return (*f)()
+	}
+	return time.Now()
+}
+
 func (e *expirer) wake() {
 	select {
 	case e.kick <- struct{}{}:
@@ -87,6 +103,9 @@ func (e *expirer) add(l lease.Lease, now time.Time) {
 		heap.Remove(&e.heap, old.index)
 	}
 	t := &tracked{lease: l, deadline: mono(now).add(l.TTL)}
+	if failpoint.Enabled(failpoint.ExpireHalfTTL) {
+		t.deadline = mono(now).add(l.TTL / 2)
+	}
 	e.byKey[l.Key] = t
 	heap.Push(&e.heap, t)
 	if t.index == 0 {
@@ -114,7 +133,13 @@ func (e *expirer) renew(key, id string, now time.Time) (lease.Lease, error) {
 	if !ok || t.lease.ID != id || t.deadline <= mono(now) {
 		return lease.Lease{}, lease.ErrNotHeld
 	}
+	if failpoint.Enabled(failpoint.RenewNoExtend) {
+		return t.lease, nil
+	}
 	t.deadline = mono(now).add(t.lease.TTL)
+	if failpoint.Enabled(failpoint.ExpireHalfTTL) {
+		t.deadline = mono(now).add(t.lease.TTL / 2)
+	}
 	heap.Fix(&e.heap, t.index)
 	return t.lease, nil
 }
@@ -127,6 +152,24 @@ func (e *expirer) remaining(key string, now time.Time) time.Duration {
 		return max(time.Duration(t.deadline-mono(now)), 0)
 	}
 	return 0
+}
+
+// remainingOf returns remaining for each lease of leases. It takes the
+// lock once per chunk rather than once per lease, and lets go between
+// chunks so that a long list never holds up the apply path for long.
+func (e *expirer) remainingOf(leases []lease.Lease, now time.Time) []time.Duration {
+	out := make([]time.Duration, len(leases))
+	const chunk = 256
+	for start := 0; start < len(leases); start += chunk {
+		e.mu.Lock()
+		for i := start; i < min(start+chunk, len(leases)); i++ {
+			if t, ok := e.byKey[leases[i].Key]; ok {
+				out[i] = max(time.Duration(t.deadline-mono(now)), 0)
+			}
+		}
+		e.mu.Unlock()
+	}
+	return out
 }
 
 // reset replaces the tracked set with leases, each with a full TTL from now.
@@ -172,7 +215,7 @@ func (e *expirer) run(done <-chan struct{}) {
 		wait := time.Hour
 		e.mu.Lock()
 		if e.active {
-			now := mono(time.Now())
+			now := mono(e.now())
 			for e.inflight < e.maxInflight && len(e.heap) > 0 && e.heap[0].deadline <= now {
 				due := make([]lease.Lease, 0, min(e.maxBatch, len(e.heap)))
 				for len(due) < e.maxBatch && len(e.heap) > 0 && e.heap[0].deadline <= now {

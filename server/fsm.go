@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
@@ -21,6 +22,12 @@ type fsm struct {
 	// onRestore sees the state after a snapshot replaced it, with mu held
 	// for reading.
 	onRestore func(*lease.State)
+
+	// snapshots and restores count FSM snapshots started and restores
+	// done since the process started (Server.SnapshotStats).
+	snapshots, restores atomic.Uint64
+	// onProgress is called after every applied batch.
+	onProgress func()
 }
 
 var (
@@ -29,7 +36,7 @@ var (
 )
 
 func newFSM(maxIdle int) *fsm {
-	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, onEvent: func(lease.Event) {}, onRestore: func(*lease.State) {}}
+	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, onEvent: func(lease.Event) {}, onRestore: func(*lease.State) {}, onProgress: func() {}}
 }
 
 // Apply applies one log entry and returns its lease.Result.
@@ -59,6 +66,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		}
 	}
 	f.mu.Unlock()
+	f.onProgress()
 	for _, ev := range events {
 		f.onEvent(ev)
 	}
@@ -78,6 +86,7 @@ func appendEvents(events []lease.Event, res lease.Result) []lease.Event {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	f.snapshots.Add(1)
 	return fsmSnapshot{f.state.Snapshot()}, nil
 }
 
@@ -90,6 +99,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.state = s
 	f.mu.Unlock()
+	f.restores.Add(1)
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	f.onRestore(s)
@@ -101,6 +111,15 @@ func (f *fsm) read(fn func(*lease.State)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.state)
+}
+
+// view returns a frozen view of the leases, taken in O(1) under the read
+// lock; reading it needs no lock, so lists and snapshots for the dashboard
+// never hold up the apply path however long they are.
+func (f *fsm) view() lease.View {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.View()
 }
 
 type fsmSnapshot struct{ snap *lease.Snapshot }

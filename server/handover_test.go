@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/fencedio/fenced/internal/fencedtest"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // A release with a waiter in line hands the key over in the same log entry:
@@ -83,11 +85,10 @@ func TestReleaseHandsOverToWaiter(t *testing.T) {
 
 func waitForWaiters(t *testing.T, srv *fencedtest.Server, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for srv.Stats().Waiters < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters, want %d", srv.Stats().Waiters, n)
+	testutil.Eventually(t, 5*time.Second, func() error {
+		if got := srv.Stats().Waiters; got < n {
+			return fmt.Errorf("%d waiters, want %d", got, n)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
@@ -31,7 +33,10 @@ type Server struct {
 	fsm     *fsm
 	raft    *raft.Raft
 	store   *diskStore
-	trans   *raft.NetworkTransport
+	trans   *contactTransport
+	peers   *peerMux   // the peer port: raft and forwarded calls
+	forward *forwarder // clients of the leader's API
+	peerAPI *http.Server
 	expirer *expirer
 	leader  *leaderCheck
 	waiters *waitQueues
@@ -43,12 +48,16 @@ type Server struct {
 	metrics    *metrics
 	sec        *security // TLS and auth files, reloadable
 
+	// notify carries raft's leadership changes to watchLeadership.
+	notify <-chan bool
 	// ready is true while this node is the leader and has applied every
 	// entry of earlier terms, so its state and deadlines are current.
-	notify <-chan bool
-
 	ready    atomic.Bool
 	leaderMu sync.Mutex // orders changes of ready with leadership changes
+	// leading ends when this node stops leading (nil while it does not
+	// lead); see whileLeading. Guarded by leaderMu.
+	leading    context.Context
+	endLeading context.CancelFunc
 
 	done     chan struct{} // closed by Close
 	wg       sync.WaitGroup
@@ -60,11 +69,26 @@ type Server struct {
 
 	failMu  sync.Mutex
 	failure error // a failed write of the raft log, which stopped the node
+
+	// applyPending counts log writes submitted and not yet answered;
+	// applyProgress (unix nanoseconds) is when the apply path last made
+	// progress, or when it last became busy. /healthz reports a stall when
+	// writes have been pending without progress for ApplyStallTimeout.
+	applyPending  atomic.Int64
+	applyProgress atomic.Int64
+	// watchers and subscribers cap Watch and /v1/events streams.
+	watchers, subscribers *streamLimiter
+	// snapshotSlots bounds the dashboard snapshots built at once.
+	snapshotSlots chan struct{}
+	// beforeLeaderReset, if set, runs in becomeLeader just before the
+	// deadlines are reset: tests use it to apply entries in that window.
+	beforeLeaderReset func()
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
 // whose directory holds no raft state bootstraps a cluster of one.
 func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -76,9 +100,14 @@ func New(cfg Config) (*Server, error) {
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
 
+		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
+		watchers:      newStreamLimiter("watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
+		subscribers:   newStreamLimiter("event subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
+
 		closeEnd: make(chan struct{}),
 	}
 	s.expirer = newExpirer(s.expireLeases)
+	s.forward = newForwarder(s)
 	var err error
 	if s.sec, err = newSecurity(&s.cfg); err != nil {
 		return nil, err
@@ -87,12 +116,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.fsm.onEvent = s.applied
+	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
 	s.fsm.onRestore = s.restored
 	if err := s.startRaft(); err != nil {
+		close(s.done)
 		s.closeRaft()
+		s.wg.Wait()
 		return nil, err
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.hub.run(s.done) }()
 	go func() { defer s.wg.Done(); s.expirer.run(s.done) }()
 	go func() { defer s.wg.Done(); s.watchLeadership() }()
 	return s, nil
@@ -113,10 +146,8 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)
 	}
-	// Peers reach this node at the address it listens on.
-	s.trans, err = raft.NewTCPTransportWithLogger(s.cfg.RaftListen, nil, 3, 10*time.Second, hlog)
-	if err != nil {
-		return fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
+	if s.trans, err = s.newTransport(hlog); err != nil {
+		return err
 	}
 
 	rc := raft.DefaultConfig()
@@ -126,11 +157,8 @@ func (s *Server) startRaft() error {
 	rc.ElectionTimeout = s.cfg.HeartbeatTimeout
 	rc.LeaderLeaseTimeout = s.cfg.HeartbeatTimeout / 2
 	rc.SnapshotThreshold = s.cfg.SnapshotThreshold
-	// Raft compares the log with SnapshotThreshold only this often (its
-	// default is two minutes); at thousands of entries a second the log
-	// grew by hundreds of MB between looks.
-	rc.SnapshotInterval = 10 * time.Second
-	rc.TrailingLogs = s.cfg.SnapshotThreshold
+	rc.SnapshotInterval = s.cfg.SnapshotInterval
+	rc.TrailingLogs = s.cfg.TrailingLogs
 	// Group commit: the leader takes every queued apply (up to
 	// MaxAppendEntries) into one append to the WAL, one write and one
 	// fsync however many entries it holds.
@@ -139,10 +167,11 @@ func (s *Server) startRaft() error {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	var store raft.LogStore = s.store
+	var store raft.LogStore = compactedLogStore{s.store}
 	if s.cfg.wrapLogStore != nil {
 		store = s.cfg.wrapLogStore(store)
 	}
+	store = failpoint.WrapLogStore(store)
 	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
@@ -162,16 +191,13 @@ func (s *Server) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	s.notify = notify
-	s.leader = &leaderCheck{verify: func() error { return s.raft.VerifyLeader().Error() }}
-	if !existing {
-		err := s.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{
-			{ID: rc.LocalID, Address: s.trans.LocalAddr()},
-		}}).Error()
-		if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-			return fmt.Errorf("bootstrap: %w", err)
-		}
+	s.leader = &leaderCheck{verify: s.verifyLeader}
+	s.servePeerAPI()
+	if existing {
+		s.noteExistingState()
+		return nil
 	}
-	return nil
+	return s.bootstrap()
 }
 
 // logFailed stops the node after a write or fsync of the raft log failed:
@@ -206,6 +232,7 @@ func (s *Server) watchLeadership() {
 			stop()
 			s.ready.Store(false)
 			s.expirer.deactivate()
+			s.setLeading(leader)
 			s.leaderMu.Unlock()
 			if !leader {
 				s.log.Info("lost leadership")
@@ -221,6 +248,14 @@ func (s *Server) watchLeadership() {
 
 // becomeLeader waits until every earlier entry is applied, then gives every
 // lease a full TTL and starts serving.
+//
+// A run whose leadership has ended (ctx cancelled) stops without touching
+// the deadlines: a newer run may already track leases this one has not
+// seen. The check and the reset happen under leaderMu, which the ending of
+// leadership takes to cancel ctx, and the reset reads the leases under the
+// state machine's lock, so no entry is applied between the read and the
+// reset: its event reaches the expirer after the reset, not before (where
+// the reset would drop it).
 func (s *Server) becomeLeader(ctx context.Context) {
 	for ctx.Err() == nil {
 		if err := s.raft.Barrier(0).Error(); err != nil {
@@ -234,26 +269,33 @@ func (s *Server) becomeLeader(ctx context.Context) {
 		}
 		break
 	}
+	if ctx.Err() != nil {
+		return
+	}
+	if s.beforeLeaderReset != nil {
+		s.beforeLeaderReset()
+	}
 	// The deadlines set now are this term's: expiries decided on them carry
 	// it, and take effect only in an entry of the same term. Should the
 	// term already have moved on, they take effect nowhere, and the
 	// leadership change that moved it restarts all this.
 	term := s.raft.CurrentTerm()
-	var leases []lease.Lease
-	s.fsm.read(func(st *lease.State) {
-		leases = make([]lease.Lease, 0, st.Len())
-		st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
-	})
-	s.expirer.reset(leases, time.Now())
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
 	if ctx.Err() != nil {
 		return
 	}
+	n := 0
+	s.fsm.read(func(st *lease.State) {
+		leases := make([]lease.Lease, 0, st.Len())
+		st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
+		s.expirer.reset(leases, s.expirer.now())
+		n = len(leases)
+	})
 	s.expirer.activate(term)
 	s.ready.Store(true)
 	s.waiters.freedAll()
-	s.log.Info("serving as leader", "leases", len(leases), "term", term)
+	s.log.Info("serving as leader", "leases", n, "term", term)
 }
 
 // applied sees every transition, in log order, on every node. Transitions
@@ -264,7 +306,7 @@ func (s *Server) applied(ev lease.Event) {
 	replay := ev.Revision <= s.replayedTo
 	switch ev.Type {
 	case lease.Acquired:
-		s.expirer.add(l, time.Now())
+		s.expirer.add(l, s.expirer.now())
 		prev, tookOver := s.expired.take(l.Key)
 		if replay {
 			break
@@ -307,7 +349,7 @@ func (s *Server) applied(ev lease.Event) {
 func (s *Server) restored(st *lease.State) {
 	leases := make([]lease.Lease, 0, st.Len())
 	st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
-	s.expirer.reset(leases, time.Now())
+	s.expirer.reset(leases, s.expirer.now())
 	s.hub.restored(st.Applied())
 	s.waiters.freedAll()
 }
@@ -402,9 +444,15 @@ func (s *Server) applyAsync(c lease.Command) func() (lease.Result, error) {
 		return func() (lease.Result, error) { return lease.Result{}, err }
 	}
 	start := time.Now()
+	if s.applyPending.Add(1) == 1 {
+		s.applyProgress.Store(start.UnixNano()) // idle until now: not a stall
+	}
 	f := s.raft.Apply(data, 0)
+	var once sync.Once
 	return func() (lease.Result, error) {
-		if err := f.Error(); err != nil {
+		err := f.Error()
+		once.Do(func() { s.applyPending.Add(-1) })
+		if err != nil {
 			return lease.Result{}, err
 		}
 		s.metrics.apply.Observe(time.Since(start).Seconds())
@@ -419,14 +467,26 @@ func newLeaseID() string {
 }
 
 // Handler returns the HTTP handler of the lease API, /healthz and /metrics.
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.handler(false) }
+
+// handler is Handler for the public port (peer false) or for the calls
+// other nodes forward over the peer port (peer true). Only the latter
+// trusts the principal a forwarding node names (forwardedPrincipalHeader);
+// on the public port that header is ignored and callers authenticate
+// themselves.
+func (s *Server) handler(peer bool) http.Handler {
 	mux := http.NewServeMux()
-	path, h := fencedv1connect.NewLeaseServiceHandler(&service{s: s}, s.handlerOptions()...)
-	mux.Handle(path, s.authenticate(limitBody(h, s.cfg.MaxBodyBytes)))
-	path, h = fencedv1connect.NewAdminServiceHandler(&adminService{s: s}, s.handlerOptions()...)
-	mux.Handle(path, s.authenticate(limitBody(h, s.cfg.MaxBodyBytes)))
+	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
+	mux.Handle(path, withStreamControl(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer))))
+	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
+	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/keys", s.serveKeys)
+	mux.HandleFunc("GET /v1/role", s.serveRole)
+	mux.Handle("GET /v1/backup", s.authenticate(s.requireAdminHTTP(http.HandlerFunc(s.serveBackup)), peer))
+	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s},
+		append(s.handlerOptions(), connect.WithInterceptors(s.requireAdmin()))...)
+	mux.Handle(adminPath, s.authenticate(limitBody(adminHandler, s.cfg.MaxBodyBytes), peer))
 	s.registerDashboard(mux)
 	if s.cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -435,15 +495,39 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return s.protectDashboard(mux)
+	return s.protectDashboard(mux, peer)
 }
 
+// maxConcurrentSnapshots bounds the dashboard snapshots built at once; one
+// per core of a small machine keeps the rest of the CPU for the write path.
+const maxConcurrentSnapshots = 2
+
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	if !s.ready.Load() {
-		http.Error(w, "not serving acquisitions: no leader yet, or not the leader", http.StatusServiceUnavailable)
+	if !s.canServe() {
+		http.Error(w, "not serving acquisitions: no leader yet, or no contact with it", http.StatusServiceUnavailable)
+		return
+	}
+	if stalled := s.applyStalled(time.Now()); stalled > 0 {
+		http.Error(w, fmt.Sprintf("apply path stalled: %d log writes pending, no progress for %v (limit %v)",
+			s.applyPending.Load(), stalled.Round(time.Millisecond), s.cfg.ApplyStallTimeout), http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "ok")
+}
+
+// applyStalled returns how long log writes have been pending without any
+// being applied, if that exceeds Config.ApplyStallTimeout, and 0 otherwise.
+// A leader that answers heartbeats but cannot apply (a hung disk, a
+// saturated FSM) refuses every acquisition; this lets /healthz say so.
+func (s *Server) applyStalled(now time.Time) time.Duration {
+	if s.applyPending.Load() == 0 {
+		return 0
+	}
+	since := now.Sub(time.Unix(0, s.applyProgress.Load()))
+	if since <= s.cfg.ApplyStallTimeout {
+		return 0
+	}
+	return since
 }
 
 // Ready reports whether this node serves acquisitions.
@@ -475,10 +559,8 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // ServeListener is Serve on an existing listener.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	var served net.Listener = bufferedListener{ln}
+	var served net.Listener = s.limitListener(ln)
+	var protocols *http.Protocols
 	if s.sec.tls != nil {
 		// Only TLS: the buffer sits under it, so that net/http sees the
 		// *tls.Conn it negotiates HTTP/2 on and answers plaintext HTTP
@@ -490,11 +572,9 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	}
 	s.closeMu.Lock()
 	s.listener = ln
-	s.http = &http.Server{
-		Handler:           s.Handler(),
-		Protocols:         protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return s.baseContext() },
+	s.http = s.newHTTPServer()
+	if protocols != nil {
+		s.http.Protocols = protocols
 	}
 	srv := s.http
 	s.closeMu.Unlock()
@@ -560,6 +640,7 @@ func (s *Server) Close() error {
 
 func (s *Server) closeRaft() error {
 	var errs []error
+	s.closePeerAPI()
 	if s.raft != nil {
 		errs = append(errs, s.raft.Shutdown().Error())
 	}

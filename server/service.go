@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/internal/failpoint"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
@@ -32,7 +33,7 @@ type service struct{ s *Server }
 var _ fencedv1connect.LeaseServiceHandler = (*service)(nil)
 
 func (s *Server) handlerOptions() []connect.HandlerOption {
-	return append(jsonCodecs(),
+	return append(s.codecs(),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		// Lease messages are a few hundred bytes; compressing them costs
 		// more CPU than it saves on the wire.
@@ -118,6 +119,15 @@ func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequ
 	if !v.s.ready.Load() {
 		return nil, connectError(errNotReady)
 	}
+	return v.get(req.Msg)
+}
+
+// get answers a Get from this node's state, whatever its role.
+func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetResponse], error) {
+	key := req.GetKey()
+	if err := validateKey(key); err != nil {
+		return nil, connectError(err)
+	}
 	var (
 		l    lease.Lease
 		ok   bool
@@ -150,14 +160,28 @@ func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRe
 	if !v.s.ready.Load() {
 		return nil, connectError(errNotReady)
 	}
+	return v.list(req.Msg)
+}
+
+// list answers a List from this node's state, whatever its role.
+func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.ListResponse], error) {
+	prefix, limit := req.GetPrefix(), int(req.GetLimit())
+	if len(prefix) > 0 {
+		if err := validateKey(prefix); err != nil {
+			return nil, connectError(fmt.Errorf("prefix: %w", err))
+		}
+	}
+	if limit < 0 {
+		return nil, connectError(invalidf("limit %d is negative", limit))
+	}
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit
 	}
-	var leases []lease.Lease
-	v.s.fsm.read(func(st *lease.State) { leases = st.List(prefix, limit) })
+	leases := v.s.fsm.view().List(prefix, limit)
+	remaining := v.s.expirer.remainingOf(leases, time.Now())
 	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases))}
 	for i, l := range leases {
-		resp.Leases[i] = v.s.currentLease(l, publicView)
+		resp.Leases[i] = wireLease(l, remaining[i], publicView)
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -172,46 +196,59 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	if _, err := v.s.authorize(ctx, PermWatch, prefix); err != nil {
 		return connectError(err)
 	}
-	send := func(ev *fencedv1.Event) error {
-		return stream.Send(&fencedv1.WatchResponse{Event: ev})
+	release, err := v.s.watchers.acquire(clientIP(req.Peer().Addr))
+	if err != nil {
+		return connectError(err)
+	}
+	defer release()
+	// Every send must finish within StreamWriteTimeout: a watcher that
+	// stops reading is cut off instead of holding its goroutine forever.
+	// A batch of queued events is flushed once, after its last event.
+	ctl := streamControlFrom(ctx)
+	send := func(m *fencedv1.WatchResponse, more bool) error {
+		ctl.beforeSend(v.s.cfg.StreamWriteTimeout, more)
+		return stream.Send(m)
 	}
 	resync := func() error {
-		var rev uint64
-		v.s.fsm.read(func(st *lease.State) { rev = st.Applied() })
-		return send(&fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: rev})
+		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: v.s.fsm.view().Applied()}}, false)
 	}
-	sub, replay, complete := v.s.hub.subscribe(prefix, req.Msg.GetAfterRevision())
+	// A node behind the one the watcher left may apply events at or below
+	// afterRevision only after the subscription: they were delivered already.
+	after := req.Msg.GetAfterRevision()
+	sendAll := func(evs []*hubEvent) error {
+		for len(evs) > 0 && evs[0].Revision <= after {
+			evs = evs[1:]
+		}
+		for i, ev := range evs {
+			if err := send(ev.watch, i < len(evs)-1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	sub, replay, complete := v.s.hub.subscribe(prefix, after)
 	defer func() { v.s.hub.unsubscribe(sub) }()
 	if !complete {
 		if err := resync(); err != nil {
 			return err
 		}
 	}
-	for _, ev := range replay {
-		if err := send(v.s.eventToProto(ev)); err != nil {
-			return err
-		}
+	if err := sendAll(replay); err != nil {
+		return err
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev := <-sub.events:
-			if err := send(v.s.eventToProto(ev)); err != nil {
+		case <-sub.ready:
+			if err := sendAll(sub.take()); err != nil {
 				return err
 			}
 		case <-sub.lost:
-			// Fell behind: deliver what was buffered, then say so and start
+			// Fell behind: deliver what was queued, then say so and start
 			// again from now.
-			for drained := false; !drained; {
-				select {
-				case ev := <-sub.events:
-					if err := send(v.s.eventToProto(ev)); err != nil {
-						return err
-					}
-				default:
-					drained = true
-				}
+			if err := sendAll(sub.take()); err != nil {
+				return err
 			}
 			sub, _, _ = v.s.hub.subscribe(prefix, 0)
 			if err := resync(); err != nil {
@@ -245,10 +282,10 @@ func wireLease(l lease.Lease, remaining time.Duration, v view) *fencedv1.Lease {
 
 // currentLease is wireLease for a current lease, with the time it has left.
 func (s *Server) currentLease(l lease.Lease, v view) *fencedv1.Lease {
-	return wireLease(l, s.expirer.remaining(l.Key, time.Now()), v)
+	return wireLease(l, s.expirer.remaining(l.Key, s.expirer.now()), v)
 }
 
-func (s *Server) eventToProto(ev lease.Event) *fencedv1.Event {
+func eventToProto(ev lease.Event) *fencedv1.Event {
 	l := ev.Lease
 	e := &fencedv1.Event{Revision: ev.Revision, Lease: wireLease(l, 0, publicView)}
 	switch ev.Type {
@@ -291,9 +328,15 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 		return s.tryAcquire(c)
 	}
 
+	if err := s.checkLeaseQuota(owner); err != nil {
+		return lease.Lease{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w := s.waiters.enqueueWanting(key, &c)
+	w, err := s.waiters.enqueueLimited(key, &c, s.cfg.MaxWaitersPerOwner)
+	if err != nil {
+		return lease.Lease{}, err
+	}
 	defer s.waiters.leave(key, w)
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
@@ -346,20 +389,29 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 		return lease.Lease{}, errNotReady
 	}
 	var (
-		cur   lease.Lease
-		held  bool
-		count int
+		cur    lease.Lease
+		held   bool
+		count  int
+		owners int
 	)
 	s.fsm.read(func(st *lease.State) {
 		cur, held = st.Get(c.Key)
 		count = st.Len()
+		owners = st.OwnerLen(c.Owner)
 	})
+	if held && failpoint.Enabled(failpoint.GrantHeld) && failpoint.OneIn(16) {
+		_, _ = s.apply(lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
+		held = false
+	}
 	if held {
 		return lease.Lease{}, &lease.HeldError{Key: cur.Key, Owner: cur.Owner, Token: cur.Token,
-			Remaining: s.expirer.remaining(cur.Key, time.Now())}
+			Remaining: s.expirer.remaining(cur.Key, s.expirer.now())}
 	}
 	if count >= s.cfg.MaxLeases {
 		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
+	}
+	if owners >= s.cfg.MaxLeasesPerOwner {
+		return lease.Lease{}, &quotaError{Quota: "max-leases-per-owner", Owner: c.Owner, Used: owners, Limit: s.cfg.MaxLeasesPerOwner}
 	}
 	c.ID = newLeaseID()
 	res, err := s.apply(c)
@@ -372,6 +424,19 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 	return res.Event.Lease, nil
 }
 
+// checkLeaseQuota refuses owner once it holds MaxLeasesPerOwner leases.
+// Owners are what clients say they are; once requests are authenticated,
+// the quota belongs to the principal instead. Grants in flight are not
+// counted, so concurrent acquisitions may overshoot by a few.
+func (s *Server) checkLeaseQuota(owner string) error {
+	var n int
+	s.fsm.read(func(st *lease.State) { n = st.OwnerLen(owner) })
+	if n >= s.cfg.MaxLeasesPerOwner {
+		return &quotaError{Quota: "max-leases-per-owner", Owner: owner, Used: n, Limit: s.cfg.MaxLeasesPerOwner}
+	}
+	return nil
+}
+
 // refreshHeld fills in the remaining TTL of a held error.
 func (s *Server) refreshHeld(key string, err error) error {
 	var held *lease.HeldError
@@ -380,7 +445,7 @@ func (s *Server) refreshHeld(key string, err error) error {
 		var ok bool
 		s.fsm.read(func(st *lease.State) { cur, ok = st.Get(key) })
 		if ok {
-			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.remaining(key, time.Now())}
+			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.remaining(key, s.expirer.now())}
 		}
 	}
 	return err
@@ -398,7 +463,7 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 	if !s.ready.Load() {
 		return lease.Lease{}, errNotReady
 	}
-	start := time.Now()
+	start := s.expirer.now()
 	if err := s.leader.confirm(); err != nil {
 		return lease.Lease{}, err
 	}
@@ -427,6 +492,13 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	}
 	var err error
 	s.fsm.read(func(st *lease.State) { _, err = st.Current(key, id) })
+	if failpoint.Enabled(failpoint.ReleaseAnyID) {
+		s.fsm.read(func(st *lease.State) {
+			if cur, ok := st.Get(key); ok {
+				id, err = cur.ID, nil
+			}
+		})
+	}
 	if err != nil {
 		return describeNotHeld(err, key, id)
 	}

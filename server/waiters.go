@@ -23,12 +23,13 @@ type waitQueues struct {
 	mu     sync.Mutex
 	queues map[string][]*waiter
 	count  int
+	// byOwner counts the waiters of each owner (those with a want).
+	byOwner map[string]int
 }
 
 type waiter struct {
 	ready chan struct{}
-	// want is what the waiter asks for; nil means it cannot be handed a
-	// key (only tries on its own).
+	// want is what the waiter asks for, and what a handover grants it.
 	want *lease.Command
 
 	// Guarded by waitQueues.mu.
@@ -36,7 +37,9 @@ type waiter struct {
 	grant   *lease.Lease // the lease a handover gave this waiter
 }
 
-func newWaitQueues() *waitQueues { return &waitQueues{queues: make(map[string][]*waiter)} }
+func newWaitQueues() *waitQueues {
+	return &waitQueues{queues: make(map[string][]*waiter), byOwner: make(map[string]int)}
+}
 
 func (w *waiter) signal() {
 	select {
@@ -45,28 +48,38 @@ func (w *waiter) signal() {
 	}
 }
 
-// enqueue adds a waiter at the tail of key's queue.
-func (q *waitQueues) enqueue(key string) *waiter { return q.enqueueWanting(key, nil) }
-
-// enqueueWanting adds a waiter that may be handed the key: want is its
-// acquire command (ID unset).
-func (q *waitQueues) enqueueWanting(key string, want *lease.Command) *waiter {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	wt := &waiter{ready: make(chan struct{}, 1), want: want}
-	q.queues[key] = append(q.queues[key], wt)
-	q.count++
+// enqueue adds a waiter at the tail of key's queue: want is its acquire
+// command (ID unset), which a handover may grant it.
+func (q *waitQueues) enqueue(key string, want *lease.Command) *waiter {
+	wt, _ := q.enqueueLimited(key, want, 0)
 	return wt
 }
 
+// enqueueLimited is enqueue, refused with a quotaError when want.Owner
+// already has maxPerOwner waiters (0: no limit).
+func (q *waitQueues) enqueueLimited(key string, want *lease.Command, maxPerOwner int) (*waiter, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if want != nil {
+		if n := q.byOwner[want.Owner]; maxPerOwner > 0 && n >= maxPerOwner {
+			return nil, &quotaError{Quota: "max-waiters-per-owner", Owner: want.Owner, Used: n, Limit: maxPerOwner}
+		}
+		q.byOwner[want.Owner]++
+	}
+	wt := &waiter{ready: make(chan struct{}, 1), want: want}
+	q.queues[key] = append(q.queues[key], wt)
+	q.count++
+	return wt, nil
+}
+
 // claim marks the head of key's queue as the receiver of a handover and
-// returns it, or nil if there is no head that can take one. Every claim
+// returns it, or nil if there is no head that can take one now. Every claim
 // must be followed by exactly one settle.
 func (q *waitQueues) claim(key string) *waiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.queues[key]
-	if len(ws) == 0 || ws[0].want == nil || ws[0].claimed || ws[0].grant != nil {
+	if len(ws) == 0 || ws[0].claimed || ws[0].grant != nil {
 		return nil
 	}
 	ws[0].claimed = true
@@ -117,14 +130,6 @@ func (q *waitQueues) abandon(key string, wt *waiter) (l lease.Lease, granted, in
 	return lease.Lease{}, false, false
 }
 
-// isHead reports whether wt is first in key's queue.
-func (q *waitQueues) isHead(key string, wt *waiter) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	ws := q.queues[key]
-	return len(ws) > 0 && ws[0] == wt
-}
-
 // leave removes wt; if it was the head, the next waiter gets a turn.
 func (q *waitQueues) leave(key string, wt *waiter) {
 	q.mu.Lock()
@@ -140,6 +145,11 @@ func (q *waitQueues) remove(key string, wt *waiter) {
 		}
 		ws = append(ws[:i], ws[i+1:]...)
 		q.count--
+		if wt.want != nil {
+			if q.byOwner[wt.want.Owner]--; q.byOwner[wt.want.Owner] <= 0 {
+				delete(q.byOwner, wt.want.Owner)
+			}
+		}
 		if len(ws) == 0 {
 			delete(q.queues, key)
 			return

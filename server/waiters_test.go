@@ -6,7 +6,15 @@ import (
 	"github.com/fencedio/fenced/lease"
 )
 
+// isHead reports whether wt may try to acquire key: first in line, with no
+// handover to it in flight.
+func isHead(q *waitQueues, key string, wt *waiter) bool {
+	_, _, head := q.turn(key, wt)
+	return head
+}
+
 func TestWaitQueues(t *testing.T) {
+	want := &lease.Command{Op: lease.OpAcquire, Key: "k", Owner: "B"}
 	signalled := func(w *waiter) bool {
 		select {
 		case <-w.ready:
@@ -17,12 +25,12 @@ func TestWaitQueues(t *testing.T) {
 	}
 	t.Run("fifo", func(t *testing.T) {
 		q := newWaitQueues()
-		a, b, c := q.enqueue("k"), q.enqueue("k"), q.enqueue("k")
-		other := q.enqueue("other")
+		a, b, c := q.enqueue("k", want), q.enqueue("k", want), q.enqueue("k", want)
+		other := q.enqueue("other", want)
 		if q.len() != 4 {
 			t.Fatalf("len = %d, want 4", q.len())
 		}
-		if !q.isHead("k", a) || q.isHead("k", b) || q.isHead("k", c) || !q.isHead("other", other) || q.isHead("other", a) {
+		if !isHead(q, "k", a) || isHead(q, "k", b) || isHead(q, "k", c) || !isHead(q, "other", other) || isHead(q, "other", a) {
 			t.Fatal("wrong heads after enqueue")
 		}
 		// A freed key wakes its head only.
@@ -33,15 +41,15 @@ func TestWaitQueues(t *testing.T) {
 		}
 		// The head leaving hands the turn to the next in line.
 		q.leave("k", a)
-		if !q.isHead("k", b) || !signalled(b) || signalled(c) {
+		if !isHead(q, "k", b) || !signalled(b) || signalled(c) {
 			t.Fatal("leave of the head did not make and wake the next waiter")
 		}
 		q.leave("k", b)
-		if !q.isHead("k", c) || !signalled(c) {
+		if !isHead(q, "k", c) || !signalled(c) {
 			t.Fatal("leave of the head did not make and wake the last waiter")
 		}
 		q.leave("k", c)
-		if q.isHead("k", c) || q.len() != 1 {
+		if isHead(q, "k", c) || q.len() != 1 {
 			t.Fatalf("after everyone left: len %d", q.len())
 		}
 		q.freed("k") // an empty queue is fine
@@ -52,26 +60,26 @@ func TestWaitQueues(t *testing.T) {
 	})
 	t.Run("leave from the middle keeps order and wakes nobody", func(t *testing.T) {
 		q := newWaitQueues()
-		a, b, c := q.enqueue("k"), q.enqueue("k"), q.enqueue("k")
+		a, b, c := q.enqueue("k", want), q.enqueue("k", want), q.enqueue("k", want)
 		q.leave("k", b)
-		if signalled(a) || signalled(b) || signalled(c) || !q.isHead("k", a) {
+		if signalled(a) || signalled(b) || signalled(c) || !isHead(q, "k", a) {
 			t.Fatal("leave from the middle disturbed the queue")
 		}
 		q.leave("k", a)
-		if !q.isHead("k", c) || !signalled(c) {
+		if !isHead(q, "k", c) || !signalled(c) {
 			t.Fatal("c is not next after a")
 		}
 		// Leaving twice, or a queue one is not in, changes nothing.
 		q.leave("k", a)
 		q.leave("nope", c)
-		if q.len() != 1 || !q.isHead("k", c) {
+		if q.len() != 1 || !isHead(q, "k", c) {
 			t.Fatalf("len %d after spurious leaves", q.len())
 		}
 	})
 	t.Run("freedAll wakes every head", func(t *testing.T) {
 		q := newWaitQueues()
-		a1, a2 := q.enqueue("a"), q.enqueue("a")
-		b1 := q.enqueue("b")
+		a1, a2 := q.enqueue("a", want), q.enqueue("a", want)
+		b1 := q.enqueue("b", want)
 		q.freedAll()
 		if !signalled(a1) || signalled(a2) || !signalled(b1) {
 			t.Fatal("freedAll did not wake exactly the heads")
@@ -89,18 +97,13 @@ func TestWaitQueueHandover(t *testing.T) {
 			return false
 		}
 	}
-	t.Run("only a head that wants the key is claimed, once", func(t *testing.T) {
+	t.Run("only the head is claimed, once", func(t *testing.T) {
 		q := newWaitQueues()
 		if q.claim("k") != nil {
 			t.Fatal("claimed from an empty queue")
 		}
-		plain := q.enqueue("k")
-		if q.claim("k") != nil {
-			t.Fatal("claimed a waiter that cannot take a handover")
-		}
-		q.leave("k", plain)
-		w := q.enqueueWanting("k", want)
-		next := q.enqueueWanting("k", want)
+		w := q.enqueue("k", want)
+		next := q.enqueue("k", want)
 		if q.claim("k") != w || q.claim("k") != nil {
 			t.Fatal("want exactly one claim of the head")
 		}
@@ -127,7 +130,7 @@ func TestWaitQueueHandover(t *testing.T) {
 	})
 	t.Run("a claimed waiter cannot abandon; it gets the outcome", func(t *testing.T) {
 		q := newWaitQueues()
-		w := q.enqueueWanting("k", want)
+		w := q.enqueue("k", want)
 		q.claim("k")
 		if _, granted, inFlight := q.abandon("k", w); granted || !inFlight || q.len() != 1 {
 			t.Fatal("a claimed waiter left the line")
@@ -145,7 +148,7 @@ func TestWaitQueueHandover(t *testing.T) {
 	})
 	t.Run("settle never blocks, whoever reads", func(t *testing.T) {
 		q := newWaitQueues()
-		w := q.enqueueWanting("k", want)
+		w := q.enqueue("k", want)
 		// Handovers are settled over and over while the waiter reads
 		// nothing: each one must return at once.
 		for i := range 3 {

@@ -4,15 +4,30 @@ import (
 	"strings"
 	"sync"
 
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 )
 
 // hub fans applied events out to watchers. It keeps the last events so a
-// watcher can resume after a revision, and never blocks the apply path: a
-// watcher whose buffer is full is cut off and told to resync.
+// watcher can resume after a revision.
+//
+// The apply path only appends each event to a queue (publish, O(1), never
+// blocks); a dispatcher goroutine (run) moves them into the history and
+// into the watchers' queues. So however many watchers there are, and however
+// slow, the raft apply goroutine does the same work. Each event is wrapped
+// once in a hubEvent that every watcher shares, with its Watch message built
+// once and its dashboard encoding made once, on first use.
+//
+// A watcher's queue starts empty and grows only as far as it falls behind,
+// up to buffer events; one that falls further is cut off (lost is closed)
+// and told to resync.
 type hub struct {
-	mu      sync.Mutex
-	history []lease.Event // ring, oldest at start
+	inMu    sync.Mutex
+	in      []hubItem     // published, not yet dispatched
+	inReady chan struct{} // cap 1: signalled when in becomes non-empty
+
+	mu      sync.Mutex  // guards everything below; held by the dispatcher
+	history []*hubEvent // ring, oldest at start
 	start   int
 	size    int
 	// floor is the highest revision whose events may be missing from
@@ -20,63 +35,177 @@ type hub struct {
 	floor  uint64
 	subs   map[*subscription]struct{}
 	buffer int
+
+	// kept maps the Watch message of every event in history to its event,
+	// for sharingCodec. An event evicted while still queued for a slow
+	// watcher is simply encoded again for it.
+	keptMu sync.RWMutex
+	kept   map[*fencedv1.WatchResponse]*hubEvent
+}
+
+// hubItem is one published event, or (ev nil) a restore at revision.
+type hubItem struct {
+	ev       *hubEvent
+	restored uint64
+}
+
+// hubEvent is one event as every watcher shares it. watch is built by the
+// dispatcher and never modified after; sse is the dashboard's encoding, made
+// by the first subscriber that needs it.
+type hubEvent struct {
+	lease.Event
+	watch *fencedv1.WatchResponse
+
+	sseOnce sync.Once
+	sse     []byte
+	enc     [numSlots]encoding // by sharingCodec
+}
+
+// sseBytes returns the dashboard's encoding of the event, made by encode on
+// the first call only.
+func (e *hubEvent) sseBytes(encode func(lease.Event) []byte) []byte {
+	e.sseOnce.Do(func() { e.sse = encode(e.Event) })
+	return e.sse
 }
 
 type subscription struct {
 	prefix string
-	events chan lease.Event
+
+	mu    sync.Mutex
+	queue []*hubEvent   // grows on demand, at most hub.buffer
+	ready chan struct{} // cap 1: signalled when queue becomes non-empty
 	// lost is closed when the subscriber fell behind and was dropped.
 	lost chan struct{}
 }
 
-func newHub(history, buffer int) *hub {
-	return &hub{history: make([]lease.Event, history), subs: make(map[*subscription]struct{}), buffer: buffer}
+// take returns the queued events and empties the queue.
+func (s *subscription) take() []*hubEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queue
+	s.queue = nil
+	return q
 }
 
+func newHub(history, buffer int) *hub {
+	return &hub{history: make([]*hubEvent, history), subs: make(map[*subscription]struct{}), buffer: buffer,
+		inReady: make(chan struct{}, 1), kept: make(map[*fencedv1.WatchResponse]*hubEvent)}
+}
+
+// publish queues ev for the dispatcher. It is called by the apply path and
+// never blocks on watchers.
 func (h *hub) publish(ev lease.Event) {
+	h.enqueue(hubItem{ev: &hubEvent{Event: ev}})
+}
+
+// restored forgets history older than a snapshot taken at revision, and
+// drops every watcher, once the events published before it are dispatched.
+func (h *hub) restored(revision uint64) { h.enqueue(hubItem{restored: revision}) }
+
+func (h *hub) enqueue(it hubItem) {
+	h.inMu.Lock()
+	h.in = append(h.in, it)
+	h.inMu.Unlock()
+	select {
+	case h.inReady <- struct{}{}:
+	default:
+	}
+}
+
+// run dispatches published events until done is closed.
+func (h *hub) run(done <-chan struct{}) {
+	var batch []hubItem
+	for {
+		select {
+		case <-done:
+			return
+		case <-h.inReady:
+		}
+		h.inMu.Lock()
+		batch, h.in = h.in, batch[:0]
+		h.inMu.Unlock()
+		h.dispatch(batch)
+		clear(batch)
+	}
+}
+
+func (h *hub) dispatch(batch []hubItem) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.history) > 0 {
-		if h.size == len(h.history) {
-			h.floor = h.history[h.start].Revision
-			h.start = (h.start + 1) % len(h.history)
-			h.size--
-		}
-		h.history[(h.start+h.size)%len(h.history)] = ev
-		h.size++
-	}
-	for s := range h.subs {
-		if !strings.HasPrefix(ev.Lease.Key, s.prefix) {
+	for _, it := range batch {
+		if it.ev == nil {
+			for i := 0; i < h.size; i++ {
+				h.forget(h.history[(h.start+i)%len(h.history)])
+				h.history[(h.start+i)%len(h.history)] = nil
+			}
+			h.start, h.size = 0, 0
+			h.floor = max(h.floor, it.restored)
+			for s := range h.subs {
+				delete(h.subs, s)
+				close(s.lost)
+			}
 			continue
 		}
-		select {
-		case s.events <- ev:
-		default:
-			delete(h.subs, s)
-			close(s.lost)
+		ev := it.ev
+		ev.watch = &fencedv1.WatchResponse{Event: eventToProto(ev.Event)}
+		if len(h.history) > 0 {
+			if h.size == len(h.history) {
+				h.floor = h.history[h.start].Revision
+				h.forget(h.history[h.start])
+				h.history[h.start] = nil
+				h.start = (h.start + 1) % len(h.history)
+				h.size--
+			}
+			h.history[(h.start+h.size)%len(h.history)] = ev
+			h.size++
+			h.keptMu.Lock()
+			h.kept[ev.watch] = ev
+			h.keptMu.Unlock()
+		}
+		for s := range h.subs {
+			if !strings.HasPrefix(ev.Lease.Key, s.prefix) {
+				continue
+			}
+			s.mu.Lock()
+			full := len(s.queue) >= h.buffer
+			if !full {
+				s.queue = append(s.queue, ev)
+			}
+			s.mu.Unlock()
+			if full {
+				delete(h.subs, s)
+				close(s.lost)
+				continue
+			}
+			select {
+			case s.ready <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
-// restored forgets history older than a snapshot taken at revision.
-func (h *hub) restored(revision uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.start, h.size = 0, 0
-	h.floor = max(h.floor, revision)
-	for s := range h.subs {
-		delete(h.subs, s)
-		close(s.lost)
-	}
+func (h *hub) forget(ev *hubEvent) {
+	h.keptMu.Lock()
+	delete(h.kept, ev.watch)
+	h.keptMu.Unlock()
+}
+
+// encoded returns the kept event whose Watch message is w, or nil.
+func (h *hub) encoded(w *fencedv1.WatchResponse) *hubEvent {
+	h.keptMu.RLock()
+	defer h.keptMu.RUnlock()
+	return h.kept[w]
 }
 
 // subscribe registers a watcher of prefix. When after > 0 it also returns
 // the kept events after that revision, and complete=false if some may be
-// missing.
-func (h *hub) subscribe(prefix string, after uint64) (s *subscription, replay []lease.Event, complete bool) {
+// missing. Resuming scans the kept history (at most WatchHistory events),
+// never the leases.
+func (h *hub) subscribe(prefix string, after uint64) (s *subscription, replay []*hubEvent, complete bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s = &subscription{prefix: prefix, events: make(chan lease.Event, h.buffer), lost: make(chan struct{})}
+	s = &subscription{prefix: prefix, ready: make(chan struct{}, 1), lost: make(chan struct{})}
 	h.subs[s] = struct{}{}
 	if after == 0 {
 		return s, nil, true

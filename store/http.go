@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/internal/httplimit"
 )
 
 // HeaderAuditSeq carries the audit sequence number of the write that an
@@ -318,16 +319,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 // returns nil. It does not close the store. A listener failure is returned
 // as is.
 func (s *Store) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
+	limits := s.cfg.httpLimits()
+	srv := limits.Server(httplimit.BodyDeadline(s.Handler(), limits.BodyTimeout, nil))
+	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
+	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(httplimit.Listener(ln, limits.MaxConns)) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("store: serve: %w", err)

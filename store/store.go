@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 
 	"github.com/fencedio/fenced/fence"
@@ -68,96 +66,6 @@ var ErrTooLarge = errors.New("value too large")
 
 // ErrClosed is returned by every operation after Close.
 var ErrClosed = errors.New("store closed")
-
-// Config configures a Store. The zero value of every field except DataDir
-// is usable.
-type Config struct {
-	// DataDir holds the store's bbolt file (FileName). It is created if
-	// missing. Required.
-	DataDir string
-
-	// NoFencing makes the store accept stale tokens: the scope and token
-	// headers are still required and validated and every write is still
-	// audited (with HighestBefore, so checkers can see stale overwrites), but
-	// a write that the guard rejects as stale is applied anyway, in a
-	// transaction of its own that leaves the highest token as it is. A
-	// negative control for demos and torture tests only; Open logs a loud
-	// warning.
-	NoFencing bool
-
-	// MaxValueBytes limits the size of a value; larger PUTs get 413.
-	// Default DefaultMaxValueBytes (1 MiB).
-	MaxValueBytes int64
-
-	// Logger receives stale rejections (Warn) and accepted writes (Debug).
-	// Default slog.Default().
-	Logger *slog.Logger
-
-	// Registerer receives the fenced_store_* metrics. Default: a private
-	// registry (with Go and process collectors) served on /metrics.
-	Registerer prometheus.Registerer
-
-	// Gatherer is what /metrics serves. Default: Registerer if it is also a
-	// Gatherer (a *prometheus.Registry is), else nothing is served there.
-	Gatherer prometheus.Gatherer
-
-	// Observer, if set, is told of every stale rejection and every accepted
-	// write, after commit and outside any lock.
-	Observer fence.Observer
-
-	// Verifier, if set, refuses every Put and Delete whose token's
-	// signature (fence.SignatureFrom the context; Fencing-Token-Signature
-	// over HTTP) it does not accept, before anything is read or written:
-	// see fence.NewSignedGuard. Default: none, tokens are not checked for
-	// signatures.
-	Verifier *fence.Verifier
-
-	// Authorize, if set, is asked before every PUT and DELETE over HTTP,
-	// with the request and the scope it writes in; an error refuses the
-	// write before anything is read or written: 401 if it matches
-	// ErrUnauthenticated, 403 otherwise. fenced store sets it from
-	// --auth-file. Default: none, every writer is welcome.
-	Authorize func(r *http.Request, scope string) error
-
-	// Now stamps audit records. Default time.Now.
-	Now func() time.Time
-}
-
-// Validate reports whether the configuration can be used.
-func (c *Config) Validate() error {
-	if c.DataDir == "" {
-		return errors.New("store: DataDir is required")
-	}
-	if c.MaxValueBytes < 0 {
-		return fmt.Errorf("store: MaxValueBytes %d is negative", c.MaxValueBytes)
-	}
-	return nil
-}
-
-func (c *Config) setDefaults() {
-	if c.MaxValueBytes == 0 {
-		c.MaxValueBytes = DefaultMaxValueBytes
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(
-			prometheus.NewGoCollector(),
-			prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
-		)
-		c.Registerer = reg
-	}
-	if c.Gatherer == nil {
-		if g, ok := c.Registerer.(prometheus.Gatherer); ok {
-			c.Gatherer = g
-		}
-	}
-}
 
 // Op is the kind of an audited write.
 type Op string
@@ -214,7 +122,7 @@ func Open(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.setDefaults()
+	cfg = cfg.withDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: create data dir: %w", err)
 	}

@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/fencedio/fenced/client"
-	"github.com/fencedio/fenced/internal/hist"
+	"github.com/fencedio/fenced/internal/loadgen"
 	"github.com/spf13/cobra"
 )
 
@@ -21,23 +20,9 @@ type benchConfig struct {
 	ttl      time.Duration
 }
 
-// BenchResult is what bench prints with --json.
-type BenchResult struct {
-	Workload  string  `json:"workload"`
-	Clients   int     `json:"clients"`
-	Seconds   float64 `json:"seconds"`
-	Ops       uint64  `json:"ops"`
-	Errors    uint64  `json:"errors"`
-	OpsPerSec float64 `json:"opsPerSec"`
-	// Latencies of one operation, in milliseconds.
-	P50Ms  float64 `json:"p50Ms"`
-	P90Ms  float64 `json:"p90Ms"`
-	P99Ms  float64 `json:"p99Ms"`
-	MaxMs  float64 `json:"maxMs"`
-	MeanMs float64 `json:"meanMs"`
-	// FirstError is the first error seen, if any.
-	FirstError string `json:"firstError,omitempty"`
-}
+// BenchResult is what bench prints with --json; latencies are of one
+// operation.
+type BenchResult = loadgen.Result
 
 const benchWorkloads = "acquire-release (distinct keys), contended (one key, wait in line), renew, renew-stream, get"
 
@@ -87,17 +72,71 @@ func printBench(w io.Writer, r BenchResult) {
 	}
 }
 
-type worker struct {
-	hist     hist.Histogram
-	ops      uint64
-	errs     uint64
-	firstErr error
+// benchOp readies one client for a workload and returns the body of its
+// loop, which records each operation in rec.
+type benchOp func(ctx context.Context, c *client.Client, id int, rec *loadgen.Recorder) (func(context.Context), error)
+
+// timed returns a loop body that records how long f takes.
+func timed(rec *loadgen.Recorder, f func(context.Context) error) func(context.Context) {
+	return func(ctx context.Context) {
+		start := time.Now()
+		err := f(ctx)
+		rec.Op(ctx, time.Since(start), err)
+	}
 }
 
-func (w *worker) fail(err error) {
-	w.errs++
-	if w.firstErr == nil {
-		w.firstErr = err
+// benchOps returns the operation of each workload; run makes the keys of
+// this run unique.
+func benchOps(run string) map[string]benchOp {
+	own := func(id int) string { return fmt.Sprintf("%s/%d", run, id) }
+	return map[string]benchOp{
+		"acquire-release": func(_ context.Context, c *client.Client, id int, rec *loadgen.Recorder) (func(context.Context), error) {
+			return timed(rec, func(ctx context.Context) error {
+				l, err := c.Acquire(ctx, own(id))
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			}), nil
+		},
+		"contended": func(_ context.Context, c *client.Client, _ int, rec *loadgen.Recorder) (func(context.Context), error) {
+			return timed(rec, func(ctx context.Context) error {
+				l, err := c.Acquire(ctx, run+"/contended", client.WithWait(time.Minute))
+				if err != nil {
+					return err
+				}
+				return l.Release(context.Background())
+			}), nil
+		},
+		"renew": func(ctx context.Context, c *client.Client, id int, rec *loadgen.Recorder) (func(context.Context), error) {
+			l, err := c.Acquire(ctx, own(id))
+			if err != nil {
+				return nil, err
+			}
+			go func() { <-ctx.Done(); l.Release(context.Background()) }()
+			return timed(rec, func(ctx context.Context) error {
+				_, err := c.Renew(ctx, own(id), l.ID())
+				return err
+			}), nil
+		},
+		"renew-stream": func(ctx context.Context, c *client.Client, id int, rec *loadgen.Recorder) (func(context.Context), error) {
+			l, err := c.Acquire(ctx, own(id))
+			if err != nil {
+				return nil, err
+			}
+			ka := c.KeepAlive(ctx)
+			go func() { <-ctx.Done(); ka.Close(); l.Release(context.Background()) }()
+			return timed(rec, func(context.Context) error {
+				_, err := ka.Renew(own(id), l.ID())
+				return err
+			}), nil
+		},
+		"get": func(_ context.Context, c *client.Client, id int, rec *loadgen.Recorder) (func(context.Context), error) {
+			return timed(rec, func(ctx context.Context) error {
+				_, _, _, err := c.Get(ctx, own(id))
+				return err
+			}), nil
+		},
 	}
 }
 
@@ -108,134 +147,25 @@ func runBench(ctx context.Context, g *globals, cfg benchConfig) (BenchResult, er
 	if cfg.duration <= 0 {
 		return BenchResult{}, errors.New("--duration must be positive")
 	}
-	var op func(ctx context.Context, c *client.Client, id int, w *worker) (func(), error)
-	run := fmt.Sprintf("bench/%08x", rand.Uint32())
-	switch cfg.workload {
-	case "acquire-release":
-		op = func(ctx context.Context, c *client.Client, id int, w *worker) (func(), error) {
-			key := fmt.Sprintf("%s/%d", run, id)
-			return func() {
-				start := time.Now()
-				l, err := c.Acquire(ctx, key)
-				if err == nil {
-					err = l.Release(ctx)
-				}
-				w.record(start, err)
-			}, nil
-		}
-	case "contended":
-		key := run + "/contended"
-		op = func(ctx context.Context, c *client.Client, id int, w *worker) (func(), error) {
-			return func() {
-				start := time.Now()
-				l, err := c.Acquire(ctx, key, client.WithWait(time.Minute))
-				if err == nil {
-					err = l.Release(context.Background())
-				}
-				w.record(start, err)
-			}, nil
-		}
-	case "renew":
-		op = func(ctx context.Context, c *client.Client, id int, w *worker) (func(), error) {
-			key := fmt.Sprintf("%s/%d", run, id)
-			l, err := c.Acquire(ctx, key)
-			if err != nil {
-				return nil, err
-			}
-			go func() { <-ctx.Done(); l.Release(context.Background()) }()
-			return func() {
-				start := time.Now()
-				_, err := c.Renew(ctx, key, l.ID())
-				w.record(start, err)
-			}, nil
-		}
-	case "renew-stream":
-		op = func(ctx context.Context, c *client.Client, id int, w *worker) (func(), error) {
-			key := fmt.Sprintf("%s/%d", run, id)
-			l, err := c.Acquire(ctx, key)
-			if err != nil {
-				return nil, err
-			}
-			ka := c.KeepAlive(ctx)
-			go func() { <-ctx.Done(); ka.Close(); l.Release(context.Background()) }()
-			return func() {
-				start := time.Now()
-				_, err := ka.Renew(key, l.ID())
-				w.record(start, err)
-			}, nil
-		}
-	case "get":
-		op = func(ctx context.Context, c *client.Client, id int, w *worker) (func(), error) {
-			key := fmt.Sprintf("%s/%d", run, id)
-			return func() {
-				start := time.Now()
-				_, _, _, err := c.Get(ctx, key)
-				w.record(start, err)
-			}, nil
-		}
-	default:
+	op, ok := benchOps(fmt.Sprintf("bench/%08x", rand.Uint32()))[cfg.workload]
+	if !ok {
 		return BenchResult{}, fmt.Errorf("unknown workload %q; want %s", cfg.workload, benchWorkloads)
 	}
-
+	// Cancelled when the run ends, which releases the leases held for it.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	workers := make([]*worker, cfg.clients)
-	loops := make([]func(), cfg.clients)
-	for i := range workers {
-		workers[i] = &worker{}
+	recs := make([]loadgen.Recorder, cfg.clients)
+	loops := make([]func(context.Context), cfg.clients)
+	for i := range loops {
 		c, err := g.client(client.Config{TTL: cfg.ttl, Owner: fmt.Sprintf("bench-%d", i)})
 		if err != nil {
 			return BenchResult{}, err
 		}
-		if loops[i], err = op(ctx, c, i, workers[i]); err != nil {
+		if loops[i], err = op(ctx, c, i, &recs[i]); err != nil {
 			return BenchResult{}, fmt.Errorf("prepare client %d: %w", i, err)
 		}
 	}
-	var wg sync.WaitGroup
-	start := time.Now()
-	stop := start.Add(cfg.duration)
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(stop) && ctx.Err() == nil {
-				loops[i]()
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	cancel()
-
-	var total worker
-	for _, w := range workers {
-		total.hist.Merge(&w.hist)
-		total.ops += w.ops
-		total.errs += w.errs
-		if total.firstErr == nil {
-			total.firstErr = w.firstErr
-		}
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	res := BenchResult{
-		Workload: cfg.workload, Clients: cfg.clients, Seconds: elapsed.Seconds(),
-		Ops: total.ops, Errors: total.errs, OpsPerSec: float64(total.ops) / elapsed.Seconds(),
-		P50Ms: ms(total.hist.Quantile(0.5)), P90Ms: ms(total.hist.Quantile(0.9)), P99Ms: ms(total.hist.Quantile(0.99)),
-		MaxMs: ms(total.hist.Max()), MeanMs: ms(total.hist.Mean()),
-	}
-	if total.firstErr != nil {
-		res.FirstError = total.firstErr.Error()
-	}
+	res := loadgen.Summarize(recs, loadgen.Run(ctx, cfg.duration, loops))
+	res.Workload, res.Clients = cfg.workload, cfg.clients
 	return res, nil
-}
-
-func (w *worker) record(start time.Time, err error) {
-	if err != nil {
-		if !errors.Is(err, context.Canceled) {
-			w.fail(err)
-		}
-		return
-	}
-	w.hist.Record(time.Since(start))
-	w.ops++
 }

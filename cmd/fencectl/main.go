@@ -42,10 +42,11 @@ func main() {
 }
 
 type globals struct {
-	endpoint string
-	json     bool
-	timeout  time.Duration
-	creds    credentialFlags
+	endpoint  string
+	endpoints string
+	json      bool
+	timeout   time.Duration
+	creds     credentialFlags
 }
 
 func (g *globals) client(cfg client.Config) (*client.Client, error) {
@@ -53,6 +54,7 @@ func (g *globals) client(cfg client.Config) (*client.Client, error) {
 	if err := g.creds.apply(&cfg); err != nil {
 		return nil, err
 	}
+	cfg.Endpoints = client.ParseEndpoints(g.endpoints)
 	return client.New(cfg)
 }
 
@@ -74,12 +76,22 @@ func rootCmd() *cobra.Command {
 		def = "http://127.0.0.1:7420"
 	}
 	cmd.PersistentFlags().StringVar(&g.endpoint, "endpoint", def, "fenced base URL (env FENCED_ENDPOINT)")
+	cmd.PersistentFlags().StringVar(&g.endpoints, "endpoints", os.Getenv("FENCED_ENDPOINTS"),
+		"comma-separated base URLs of a cluster's nodes; calls fail over between them; replaces --endpoint (env FENCED_ENDPOINTS)")
 	cmd.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	cmd.PersistentFlags().DurationVar(&g.timeout, "timeout", 5*time.Second, "timeout of one-shot requests")
-	cmd.AddCommand(acquireCmd(g), renewCmd(g), releaseCmd(g), getCmd(g), listCmd(g), watchCmd(g), benchCmd(g), demoCmd(), statusCmd(g))
+	cmd.AddCommand(acquireCmd(g), renewCmd(g), releaseCmd(g), getCmd(g), listCmd(g), watchCmd(g), benchCmd(g), demoCmd(), statusCmd(g), memberCmd(g), snapshotCmd(g))
 	cmd.AddCommand(tortureCmd(g), revokeCmd(g))
 	g.creds.register(cmd)
 	return cmd
+}
+
+// nodes returns the base URLs the user named: --endpoints, else --endpoint.
+func (g *globals) nodes() []string {
+	if eps := client.ParseEndpoints(g.endpoints); len(eps) > 0 {
+		return eps
+	}
+	return []string{g.endpoint}
 }
 
 func printJSON(w io.Writer, v any) error {

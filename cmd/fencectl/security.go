@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 
 	"github.com/fencedio/fenced/client"
@@ -41,6 +42,37 @@ func (f *credentialFlags) apply(cfg *client.Config) error {
 	}
 	cfg.TLS = tlsConf
 	return nil
+}
+
+// httpClient is an HTTP client with the flags' TLS settings that sends the
+// bearer token on every request, for the commands that call fenced without
+// client.Client (member, snapshot, status).
+func (g *globals) httpClient() (*http.Client, error) {
+	var cfg client.Config
+	if err := g.creds.apply(&cfg); err != nil {
+		return nil, err
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if cfg.TLS != nil {
+		t.TLSClientConfig = cfg.TLS
+	}
+	var rt http.RoundTripper = t
+	if cfg.Token != "" {
+		rt = bearerTransport{next: t, header: "Bearer " + cfg.Token}
+	}
+	return &http.Client{Transport: rt}, nil
+}
+
+// bearerTransport sets the Authorization header of every request.
+type bearerTransport struct {
+	next   http.RoundTripper
+	header string
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", b.header)
+	return b.next.RoundTrip(r)
 }
 
 func revokeCmd(g *globals) *cobra.Command {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/fencedio/fenced/client"
@@ -19,19 +20,38 @@ func statusCmd(g *globals) *cobra.Command {
 		Short: "Show the node's state and the leases closest to expiry",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := g.requestContext(cmd.Context())
-			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.endpoint+"/v1/stats", nil)
+			hc, err := g.httpClient()
 			if err != nil {
 				return err
 			}
-			resp, err := http.DefaultClient.Do(req)
+			ctx, cancel := g.requestContext(cmd.Context())
+			defer cancel()
+			roles := fetchRoles(ctx, hc, g.nodes())
+			statsFrom := g.nodes()[0]
+			// The leader's counts if it was named, else the first node that answered.
+			best := -1
+			for i, r := range roles {
+				if r.Role != nil && (best < 0 || r.Role.Ready && !roles[best].Role.Ready) {
+					best = i
+				}
+			}
+			if best >= 0 {
+				statsFrom = strings.TrimRight(roles[best].Endpoint, "/")
+				if !strings.Contains(statsFrom, "://") {
+					statsFrom = "http://" + statsFrom
+				}
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, statsFrom+"/v1/stats", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := hc.Do(req)
 			if err != nil {
 				return err
 			}
 			defer resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s/v1/stats: %s", g.endpoint, resp.Status)
+				return fmt.Errorf("%s/v1/stats: %s", statsFrom, resp.Status)
 			}
 			var st server.Stats
 			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
@@ -55,14 +75,17 @@ func statusCmd(g *globals) *cobra.Command {
 				for i, l := range leases {
 					ls[i] = toJSON(l)
 				}
-				return printJSON(out, map[string]any{"stats": st, "expiringSoonest": ls})
+				return printJSON(out, map[string]any{"stats": st, "nodes": roles, "expiringSoonest": ls})
 			}
-			state := "not serving (no leader yet, or not the leader)"
+			state := "not the leader (a follower forwards to it), or no leader yet"
 			if st.Ready {
 				state = "serving as leader"
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "node\t%s\t%s, term %d\n", g.endpoint, state, st.Term)
+			for _, r := range roles {
+				fmt.Fprintf(tw, "node\t%s\t%s\n", r.Endpoint, describeRole(r))
+			}
+			fmt.Fprintf(tw, "stats from\t%s\t%s, term %d\n", statsFrom, state, st.Term)
 			fmt.Fprintf(tw, "log\tcommitted %d\tapplied %d\n", st.CommitIndex, st.AppliedIndex)
 			fmt.Fprintf(tw, "leases\t%d current\t%d waiting to acquire\n", st.Leases, st.Waiters)
 			fmt.Fprintf(tw, "since start\tacquired %d, released %d\texpired %d, taken over %d\n", st.Acquired, st.Released, st.Expired, st.Takeovers)

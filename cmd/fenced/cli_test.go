@@ -31,6 +31,7 @@ func TestErrorsArePrinted(t *testing.T) {
 		{"bad log level", []string{"--log-level", "loud"}, []string{"--log-level", `"loud"`, "debug, info, warn or error"}},
 		{"bad duration", []string{"--min-ttl", "soon"}, []string{"--min-ttl", `"soon"`, "fenced --help"}},
 		{"bad config", []string{"--min-ttl", "1s", "--max-ttl", "10ms"}, []string{"MaxTTL", "fenced --help"}},
+		{"missing config file", []string{"--config", "missing.json"}, []string{"missing.json", "fenced --help"}},
 		{"store on an unusable address", []string{"store", "--listen", "999.1.1.1:1"}, []string{"999.1.1.1:1", "--listen", "HOST:PORT"}},
 		{"API on an unusable address", []string{"--listen", "999.1.1.1:1"}, []string{"999.1.1.1:1", "--listen", "HOST:PORT"}},
 		{"raft on an unusable address", []string{"--raft-listen", "999.1.1.1:1"}, []string{"999.1.1.1:1", "--raft-listen", "HOST:PORT"}},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // TestCrashRecovery kills the fenced binary with SIGKILL while acquisitions
@@ -218,12 +218,11 @@ func buildFenced(t *testing.T) string {
 // freeAddr returns a loopback address nothing listens on right now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testutil.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 func startFenced(t *testing.T, bin, dataDir, logPath string) *fencedProcess {
@@ -243,26 +242,24 @@ func startFenced(t *testing.T, bin, dataDir, logPath string) *fencedProcess {
 	go func() { cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
 
-	deadline := time.Now().Add(30 * time.Second)
 	hc := &http.Client{Timeout: time.Second}
-	for {
+	testutil.Eventually(t, 30*time.Second, func() error {
 		select {
 		case <-p.exited:
 			t.Fatalf("fenced exited before serving: %v", cmd.ProcessState)
 		default:
 		}
 		resp, err := hc.Get(p.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
+		if err != nil {
+			return fmt.Errorf("fenced not healthy: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fenced not healthy after 30s: last answer %v %v", resp, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("fenced not healthy: /healthz answered %s", resp.Status)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return p
 }
 
 func newClient(url string) fencedv1connect.LeaseServiceClient {

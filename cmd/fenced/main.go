@@ -102,8 +102,10 @@ func (f *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 
 func rootCmd() *cobra.Command {
 	var (
-		cfg  server.Config
-		logs logFlags
+		cfg            server.Config
+		logs           logFlags
+		initialCluster string
+		configFile     string
 	)
 	cmd := &cobra.Command{
 		Use:   "fenced",
@@ -113,17 +115,33 @@ fencing token that increases per key; resources reject writes that present a
 token lower than one they have already seen.
 
 With no arguments fenced runs a single node with its data in ./fenced-data,
-serving the lease API, /metrics and /healthz on 127.0.0.1:7420.`,
+serving the lease API, /metrics and /healthz on 127.0.0.1:7420.
+
+A cluster: start every member with the same --initial-cluster list of raft
+addresses and its own --node-id (and its own --data-dir and --listen). A
+node restarted on its data directory rejoins with the membership stored
+there and ignores the list. Every node serves every call.`,
 		Args:          noArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := applyConfigFile(cmd, configFile); err != nil {
+					return usage(cmd, err)
+				}
+			}
 			log, err := logs.logger(os.Stderr)
 			if err != nil {
 				return usage(cmd, err)
 			}
 			cfg.Logger = log
 			cfg.RaftLog = os.Stderr
+			if cfg.InitialCluster, err = server.ParseInitialCluster(initialCluster); err != nil {
+				return usage(cmd, fmt.Errorf("--initial-cluster: %w", err))
+			}
+			if len(cfg.InitialCluster) > 0 && !cmd.Flags().Changed("raft-listen") {
+				cfg.RaftListen = "" // this node's address in the list
+			}
 			if err := cfg.Validate(); err != nil {
 				return usage(cmd, err)
 			}
@@ -135,17 +153,31 @@ serving the lease API, /metrics and /healthz on 127.0.0.1:7420.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "fenced-data", "directory for the raft log and snapshots")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7420", "address of the lease API, /metrics and /healthz")
-	f.StringVar(&cfg.RaftListen, "raft-listen", "127.0.0.1:7421", "address for raft peers")
+	f.StringVar(&cfg.RaftListen, "raft-listen", "127.0.0.1:7421", "address for raft peers and calls forwarded by them (default in a cluster: this node's address in --initial-cluster)")
+	f.StringVar(&cfg.RaftAdvertise, "raft-advertise", "",
+		"address peers dial to reach this node, when not --raft-listen (a proxy, NAT); --initial-cluster lists this one (default --raft-listen)")
 	f.StringVar(&cfg.NodeID, "node-id", "node1", "this node's name in the raft configuration")
+	f.StringVar(&initialCluster, "initial-cluster", "",
+		"members of a new cluster, ID=RAFTHOST:PORT,... (the same on every node; ignored once the data directory holds raft state)")
+	f.BoolVar(&cfg.Join, "join", false,
+		"with an empty data directory, wait to be added to a running cluster (fencectl member add) instead of starting a new one")
+	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", 500*time.Millisecond,
+		"raft heartbeat and election timeout; min-ttl must be at least twice it in a cluster")
 	f.DurationVar(&cfg.MinTTL, "min-ttl", time.Second, "shortest lease TTL accepted")
 	f.DurationVar(&cfg.MaxTTL, "max-ttl", time.Hour, "longest lease TTL accepted")
 	f.DurationVar(&cfg.MaxWait, "max-wait", 10*time.Minute, "longest waitMs accepted")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 64<<10, "largest request body accepted")
 	f.IntVar(&cfg.MaxLeases, "max-leases", 2_000_000, "refuse new leases while this many are current")
+	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 16384, "log entries between snapshots (also kept after one for lagging peers)")
+	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 10*time.Second, "how often the log is compared with --snapshot-threshold")
+	registerLimitFlags(f, &cfg)
+	f.Uint64Var(&cfg.TrailingLogs, "snapshot-trailing-logs", 0,
+		"log entries a snapshot leaves for lagging followers; compaction removes older ones (default --snapshot-threshold)")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
 	registerSecurityFlags(cmd, &cfg)
 	logs.register(cmd)
-	cmd.AddCommand(storeCmd())
+	registerConfigFlag(cmd, &configFile)
+	cmd.AddCommand(storeCmd(), restoreCmd())
 	return cmd
 }
 
@@ -156,7 +188,7 @@ func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {
 	if err != nil {
 		return listenErrorOf(err, "--raft-listen", cfg.RaftListen)
 	}
-	log.Info("fenced starting", "listen", cfg.Listen, "raft_listen", cfg.RaftListen, "data_dir", cfg.DataDir)
+	log.Info("fenced starting", "node_id", cfg.NodeID, "listen", cfg.Listen, "raft_listen", cfg.RaftListen, "data_dir", cfg.DataDir)
 	stopReload := reloadOnSIGHUP(srv)
 	defer stopReload()
 	err = srv.Serve(ctx)

@@ -95,6 +95,7 @@ in one transaction of one embedded database.`,
 	cmd.Flags().StringVar(&tlsFiles.TrustedCAFile, "trusted-ca-file", "", "CA certificates (PEM) that client certificates must chain to")
 	cmd.Flags().BoolVar(&tlsFiles.ClientCertAuth, "client-cert-auth", false, "require a client certificate from --trusted-ca-file")
 	cmd.Flags().StringVar(&keysFile, "trusted-keys-file", "", "key set (as served on fenced's /v1/keys) whose signatures writes must carry; refuses unsigned tokens")
+	registerHTTPFlags(cmd.Flags(), &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns)
 	logs.register(cmd)
 	return cmd
 }

@@ -2,13 +2,13 @@ package fenceconnect
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"connectrpc.com/connect"
 
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/fence/internal/guarded"
 )
 
 // Option configures NewInterceptor.
@@ -99,10 +99,6 @@ func (i *serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 	}
 }
 
-// errHandlerPanicked makes the guard skip recording while a panic from the
-// handler is carried past it.
-var errHandlerPanicked = errors.New("fenceconnect: handler panicked")
-
 // do runs handler under the guard and returns the error to answer with.
 func (i *serverInterceptor) do(ctx context.Context, h http.Header, handler func(context.Context) error) error {
 	scope, token, err := fencehttp.FromHeader(h)
@@ -112,22 +108,7 @@ func (i *serverInterceptor) do(ctx context.Context, h http.Header, handler func(
 	if sig := h.Get(fencehttp.HeaderSignature); sig != "" {
 		ctx = fence.WithSignature(ctx, sig)
 	}
-	var (
-		ran, panicked bool
-		handlerErr    error
-		panicVal      any
-	)
-	err = i.guard.Do(ctx, scope, token, func(ctx context.Context) error {
-		ran = true
-		panicked, panicVal, handlerErr = callRecovering(ctx, handler)
-		if panicked {
-			return errHandlerPanicked
-		}
-		return handlerErr
-	})
-	if panicked {
-		panic(panicVal)
-	}
+	ran, handlerErr, err := guarded.Do(ctx, i.guard, scope, token, handler)
 	switch {
 	case err == nil:
 		return nil
@@ -138,17 +119,4 @@ func (i *serverInterceptor) do(ctx context.Context, h http.Header, handler func(
 		// after it succeeded: either way the client must not see success.
 		return NewError(err)
 	}
-}
-
-// callRecovering reports a panic instead of unwinding through the guard,
-// whose locking need not be panic-safe.
-func callRecovering(ctx context.Context, f func(context.Context) error) (panicked bool, val any, err error) {
-	panicked = true
-	defer func() {
-		if panicked {
-			val = recover()
-		}
-	}()
-	err = f(ctx)
-	return false, nil, err
 }

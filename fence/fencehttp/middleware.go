@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/internal/guarded"
 )
 
 // Option configures Middleware.
@@ -92,10 +93,6 @@ type middleware struct {
 // answered with a failure status. The answer is already written.
 var errHandlerFailed = errors.New("fencehttp: handler answered with a failure status")
 
-// errHandlerPanicked makes the guard skip recording while a panic from the
-// handler is carried past it.
-var errHandlerPanicked = errors.New("fencehttp: handler panicked")
-
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if safeMethod(r.Method) {
 		m.next.ServeHTTP(w, r)
@@ -107,29 +104,17 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := &statusRecorder{ResponseWriter: w}
-	var (
-		ran      bool
-		panicked bool
-		panicVal any
-	)
 	ctx := r.Context()
 	if sig := r.Header.Get(HeaderSignature); sig != "" {
 		ctx = fence.WithSignature(ctx, sig)
 	}
-	err = m.guard.Do(ctx, scope, token, func(ctx context.Context) error {
-		ran = true
-		panicked, panicVal = serveRecovering(m.next, rec, r.WithContext(ctx))
-		if panicked {
-			return errHandlerPanicked
-		}
+	ran, _, err := guarded.Do(ctx, m.guard, scope, token, func(ctx context.Context) error {
+		m.next.ServeHTTP(rec, r.WithContext(ctx))
 		if m.failed(rec.final()) {
 			return errHandlerFailed
 		}
 		return nil
 	})
-	if panicked {
-		panic(panicVal)
-	}
 	if !ran {
 		WriteProblem(w, ProblemFor(err))
 		return
@@ -162,19 +147,6 @@ func (m *middleware) credentials(r *http.Request) (string, uint64, error) {
 		return "", 0, err
 	}
 	return scope, token, nil
-}
-
-// serveRecovering runs h and reports a panic instead of unwinding through the
-// guard, whose locking need not be panic-safe.
-func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (panicked bool, val any) {
-	panicked = true
-	defer func() {
-		if panicked {
-			val = recover()
-		}
-	}()
-	h.ServeHTTP(w, r)
-	return false, nil
 }
 
 func safeMethod(m string) bool {

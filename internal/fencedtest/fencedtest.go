@@ -119,8 +119,8 @@ func (s *Server) Client(t TB, cfg client.Config) *client.Client {
 	return c
 }
 
-// ExampleTB lets runnable examples call Start: failures panic, and cleanups
-// run when Cleanup is called.
+// ExampleTB lets runnable examples call Start: failures panic, and the
+// functions given to Cleanup run when Close is called, last first.
 type ExampleTB struct {
 	cleanups []func()
 	dirs     []string

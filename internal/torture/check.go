@@ -3,6 +3,7 @@ package torture
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -20,6 +21,7 @@ const (
 	NameAckedPresent    = "acked-writes-present"
 	NameLinearizability = "lease-linearizable"
 	NameExclusion       = "lease-exclusion"
+	NameRenewals        = "renewals-honoured"
 	// NameProcesses fails for every worker, node or store process that
 	// exited on its own (a panic in the client library, say) or with an
 	// error when asked to stop (a data race under -race, say).
@@ -324,6 +326,68 @@ func CheckExclusion(h *History) CheckResult {
 			if b.g.Return < a.end-int64(exclusionTolerance(time.Duration(a.g.TTLMs)*time.Millisecond)) {
 				r.violation("key %q: %s returned %v before %s (token %d) was due to end",
 					key, b.g, time.Duration(a.end-b.g.Return), a.g.Owner, a.g.Token)
+			}
+		}
+	}
+	return r
+}
+
+// CheckRenewals checks that every acknowledged grant and renewal is
+// honoured: once it returned, the lease stays current until TTL after it
+// was sent (the server counts the TTL from when it received it, which is
+// later). A renewal or release of the same lease that the server answered
+// "not found" before that deadline, with no release of the lease sent
+// before that answer, is a violation. lease-exclusion sees such a bug only
+// when another worker is granted the key in the gap; this check sees it
+// from the holder's own next renewal.
+func CheckRenewals(h *History) CheckResult {
+	r := CheckResult{Name: NameRenewals}
+	type leaseOps struct{ acked, gone, released []*Op }
+	byOwner := map[string]*leaseOps{}
+	get := func(owner string) *leaseOps {
+		if byOwner[owner] == nil {
+			byOwner[owner] = &leaseOps{}
+		}
+		return byOwner[owner]
+	}
+	for _, op := range h.Ops {
+		switch {
+		case (op.Kind == KindAcquire || op.Kind == KindRenew) && op.Outcome == OK:
+			get(op.Owner).acked = append(get(op.Owner).acked, op)
+		case (op.Kind == KindRenew || op.Kind == KindRelease) && op.Outcome == Fail && op.Code == CodeNotFound:
+			get(op.Owner).gone = append(get(op.Owner).gone, op)
+		}
+		if op.Kind == KindRelease {
+			get(op.Owner).released = append(get(op.Owner).released, op)
+		}
+	}
+	for owner, l := range byOwner {
+		r.Checked += len(l.acked)
+		for _, x := range l.gone {
+			if slices.ContainsFunc(l.released, func(rel *Op) bool { return rel != x && rel.Call < x.Return }) {
+				continue
+			}
+			var last *Op
+			for _, a := range l.acked {
+				if a.Finished() && a.Return < x.Call && (last == nil || a.Call > last.Call) {
+					last = a
+				}
+			}
+			if last == nil {
+				continue
+			}
+			// A renewal answers with the lease's TTL; fall back on the
+			// grant's.
+			ttl := time.Duration(last.TTLMs) * time.Millisecond
+			for _, a := range l.acked {
+				if ttl == 0 && a.Kind == KindAcquire {
+					ttl = time.Duration(a.TTLMs) * time.Millisecond
+				}
+			}
+			due := last.Call + int64(ttl)
+			if ttl > 0 && x.Return < due-int64(exclusionTolerance(ttl)) {
+				r.violation("lease %s of %q: %s answered not found %v before the deadline set by %s",
+					owner, x.Key, x, time.Duration(due-x.Return), last)
 			}
 		}
 	}

@@ -152,6 +152,32 @@ func TestCheckExclusion(t *testing.T) {
 	}
 }
 
+func TestCheckRenewals(t *testing.T) {
+	tests := []struct {
+		name string
+		h    *hb
+		want int
+	}{
+		{"refused after the deadline", new(hb).add(0, 0, 1, acquired("a", 5)).add(0, 300, 301, renewed("a", 5)).
+			add(0, 1400, 1401, renewRefused("a")), 0},
+		{"refused before the grant's deadline", new(hb).add(0, 0, 1, acquired("a", 5)).add(0, 600, 601, renewRefused("a")), 1},
+		{"refused before an acknowledged renewal's deadline", new(hb).add(0, 0, 1, acquired("a", 5)).
+			add(0, 300, 301, renewed("a", 5)).add(0, 1200, 1201, renewRefused("a")), 1},
+		{"a renewal still in flight does not count", new(hb).add(0, 0, 1, acquired("a", 5)).
+			add(0, 900, 1300, renewed("a", 5)).add(0, 1200, 1201, renewRefused("a")), 0},
+		{"released before", new(hb).add(0, 0, 1, acquired("a", 5)).add(0, 100, 0, released("a")).
+			add(0, 200, 201, renewRefused("a")), 0},
+		{"another lease's refusal", new(hb).add(0, 0, 1, acquired("a", 5)).add(1, 200, 201, renewRefused("b")), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := CheckRenewals(NewHistory(tt.h.ops)); r.Violations != tt.want {
+				t.Errorf("violations %d, want %d: %v", r.Violations, tt.want, r.Examples)
+			}
+		})
+	}
+}
+
 func TestReadHistoryMergesAndToleratesTornLastLine(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "w.jsonl")

@@ -8,8 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/server"
 	"github.com/fencedio/fenced/store"
 )
@@ -22,28 +25,52 @@ type NodeSpec struct {
 	RaftListen       string        `json:"raftListen"`
 	MinTTL           time.Duration `json:"minTtl,omitempty"`
 	HeartbeatTimeout time.Duration `json:"heartbeatTimeout,omitempty"`
+	// SnapshotThreshold and SnapshotInterval are the server's; zero means
+	// its default.
+	SnapshotThreshold uint64        `json:"snapshotThreshold,omitempty"`
+	SnapshotInterval  time.Duration `json:"snapshotInterval,omitempty"`
 }
+
+// statsPrefix starts the lines in which a node reports how many snapshots
+// it took and restored; the harness sums the last line of each process.
+const statsPrefix = "torture-stats "
 
 // RunNode runs one fenced node, as cmd/fenced does, until ctx ends. It is
 // the process that the harness kills with SIGKILL and starts again on the
 // same data directory and ports. It serves at once, before it leads, like
 // fenced itself, so that requests during recovery are part of the test.
+//
+// SIGUSR1 makes it take a snapshot at once (the harness sends it just
+// before some kills). It writes a statsPrefix line to logs whenever its
+// count of snapshots taken or restored changes.
 func RunNode(ctx context.Context, spec NodeSpec, logs io.Writer) error {
+	// Before anything else: SIGUSR1 would otherwise kill the process.
+	force := make(chan os.Signal, 1)
+	notifySnapshot(force)
+	defer signal.Stop(force)
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := failpoint.Check(); err != nil {
+		return fmt.Errorf("node %s: %w", spec.NodeID, err)
+	}
 	srv, err := server.New(server.Config{
-		NodeID:           spec.NodeID,
-		DataDir:          spec.DataDir,
-		Listen:           spec.Listen,
-		RaftListen:       spec.RaftListen,
-		MinTTL:           spec.MinTTL,
-		HeartbeatTimeout: spec.HeartbeatTimeout,
-		Logger:           log,
-		RaftLog:          logs,
+		NodeID:            spec.NodeID,
+		DataDir:           spec.DataDir,
+		Listen:            spec.Listen,
+		RaftListen:        spec.RaftListen,
+		MinTTL:            spec.MinTTL,
+		HeartbeatTimeout:  spec.HeartbeatTimeout,
+		SnapshotThreshold: spec.SnapshotThreshold,
+		SnapshotInterval:  spec.SnapshotInterval,
+		Logger:            log,
+		RaftLog:           logs,
 	})
 	if err != nil {
 		return fmt.Errorf("node %s: %w", spec.NodeID, err)
 	}
 	log.Info("torture node starting", "listen", spec.Listen, "data_dir", spec.DataDir)
+	sctx, stopStats := context.WithCancel(ctx)
+	defer stopStats()
+	go nodeSnapshots(sctx, srv, force, log, logs)
 	err = srv.Serve(ctx)
 	if cerr := srv.Close(); err == nil {
 		err = cerr
@@ -52,6 +79,36 @@ func RunNode(ctx context.Context, spec NodeSpec, logs io.Writer) error {
 		err = nil
 	}
 	return err
+}
+
+// nodeSnapshots takes a snapshot on every signal on force and reports the
+// node's snapshot counts whenever they change, until ctx ends. The counts
+// are polled: a SIGKILL can come at any time, so a line is written as soon
+// as possible after each change.
+func nodeSnapshots(ctx context.Context, srv *server.Server, force <-chan os.Signal, log *slog.Logger, logs io.Writer) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	var lastTaken, lastRestored uint64
+	report := func() {
+		taken, restored := srv.SnapshotStats()
+		if taken != lastTaken || restored != lastRestored {
+			lastTaken, lastRestored = taken, restored
+			fmt.Fprintf(logs, "%ssnapshots=%d restores=%d\n", statsPrefix, taken, restored)
+		}
+	}
+	report()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-force:
+			if err := srv.Snapshot(ctx); err != nil {
+				log.Warn("forced snapshot", "err", err)
+			}
+		case <-t.C:
+		}
+		report()
+	}
 }
 
 // StoreSpec is what a store process is told by the harness.

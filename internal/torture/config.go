@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 // Config configures a torture run. The zero value of every field means its
@@ -37,6 +39,11 @@ type Config struct {
 	// ThinkMax bounds the random think time before each write. Default
 	// TTL/5.
 	ThinkMax time.Duration
+	// LongHoldShare is the share of leases held for about 2×TTL (the
+	// writes spread over up to 4×TTL), so that the client renews them
+	// several times and a renewal the server does not honour shows.
+	// Default 0.25; negative disables.
+	LongHoldShare float64
 	// GetProbability is the chance that a worker reads a random key before
 	// an acquisition. Default 0.5; negative disables reads.
 	GetProbability float64
@@ -59,9 +66,21 @@ type Config struct {
 	DelayMin, DelayMax time.Duration
 
 	// CrashInterval is the mean time between crashes (kill -9) of a node;
-	// each gap is uniform in [CrashInterval/2, 3×CrashInterval/2]. Half of
-	// the crashes are aimed at an acquisition in flight. Default 8s.
+	// each gap is uniform in [CrashInterval/2, 3×CrashInterval/2]. Lower it
+	// for a higher kill rate (fencectl torture --crash-interval). Default
+	// 8s.
 	CrashInterval time.Duration
+	// AfterAckShare is the share of crashes that land within microseconds
+	// after a worker recorded an acknowledged grant or release (two thirds
+	// of them) or renewal. A third of the other crashes are aimed a few
+	// milliseconds after an acquisition starts or a key is freed. Default
+	// 0.5; negative: none.
+	AfterAckShare float64
+	// SnapshotBeforeCrash is the chance that the harness makes a local node
+	// take a snapshot just before it kills it (except right after an
+	// acknowledgement), so that the restart restores a fresh snapshot.
+	// Default 0.3; negative disables.
+	SnapshotBeforeCrash float64
 	// NoCrashes disables node crashes.
 	NoCrashes bool
 	// DownMin and DownMax bound how long a crashed node stays down.
@@ -89,6 +108,17 @@ type Config struct {
 	Nodes int
 	// NodeMinTTL is the local node's --min-ttl. Default min(TTL, 1s).
 	NodeMinTTL time.Duration
+	// Failpoints names the mutants (internal/failpoint) switched on in the
+	// local node, through FENCED_FAILPOINTS. Command must then be built
+	// with the fenced_failpoints tag; the node refuses to start otherwise.
+	// A run with a mutant must report violations. Default: none.
+	Failpoints []string
+	// NodeSnapshotThreshold and NodeSnapshotInterval are the local node's
+	// --snapshot-threshold and --snapshot-interval. They are low so that
+	// every run takes snapshots, restores them and truncates the log.
+	// Defaults 8 entries and 200ms.
+	NodeSnapshotThreshold uint64
+	NodeSnapshotInterval  time.Duration
 	// NodeHeartbeatTimeout is the local node's raft heartbeat timeout.
 	// Default 0: the server's default.
 	NodeHeartbeatTimeout time.Duration
@@ -135,6 +165,7 @@ func (c *Config) Validate() error {
 	setDefault(&c.WritesMax, max(5, c.WritesMin))
 	setDefault(&c.ThinkMax, c.TTL/5)
 	setDefault(&c.GetProbability, 0.5)
+	setDefault(&c.LongHoldShare, 0.25)
 	setDefault(&c.AbandonProbability, 0.1)
 	setDefault(&c.PauseProbability, 0.3)
 	setDefault(&c.PauseMin, c.TTL*3/2)
@@ -145,6 +176,10 @@ func (c *Config) Validate() error {
 	setDefault(&c.CrashInterval, 8*time.Second)
 	setDefault(&c.DownMin, 100*time.Millisecond)
 	setDefault(&c.DownMax, time.Second)
+	setDefault(&c.SnapshotBeforeCrash, 0.3)
+	setDefault(&c.AfterAckShare, 0.5)
+	setDefault(&c.NodeSnapshotThreshold, 8)
+	setDefault(&c.NodeSnapshotInterval, 200*time.Millisecond)
 	setDefault(&c.Nodes, 1)
 	setDefault(&c.NodeMinTTL, min(c.TTL, time.Second))
 	setDefault(&c.CheckTimeout, 60*time.Second)
@@ -180,7 +215,7 @@ func (c *Config) Validate() error {
 		bad("WritesMin %d and WritesMax %d must satisfy 1 <= WritesMin <= WritesMax", c.WritesMin, c.WritesMax)
 	}
 	for name, p := range map[string]float64{"GetProbability": c.GetProbability, "TryProbability": c.TryProbability, "AbandonProbability": c.AbandonProbability,
-		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare} {
+		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare, "LongHoldShare": c.LongHoldShare, "AfterAckShare": c.AfterAckShare, "SnapshotBeforeCrash": c.SnapshotBeforeCrash} {
 		if p > 1 {
 			bad("%s %v is above 1", name, p)
 		}
@@ -196,8 +231,18 @@ func (c *Config) Validate() error {
 	if c.CrashInterval < 0 || c.DownMin < 0 || c.DownMax < c.DownMin || c.StoreCrashInterval < 0 {
 		bad("crash timing must satisfy CrashInterval >= 0, StoreCrashInterval >= 0, 0 <= DownMin <= DownMax")
 	}
+	c.AfterAckShare = enabled(c.AfterAckShare)
+	if c.NodeSnapshotInterval < 5*time.Millisecond {
+		bad("NodeSnapshotInterval %v is below 5ms", c.NodeSnapshotInterval)
+	}
 	if c.Nodes != 1 {
 		bad("Nodes %d: only a single node is supported so far", c.Nodes)
+	}
+	if c.Endpoint != "" && len(c.Failpoints) > 0 {
+		bad("Failpoints apply to local nodes only")
+	}
+	if _, err := failpoint.Parse(strings.Join(c.Failpoints, ",")); err != nil {
+		bad("%v", err)
 	}
 	if c.Endpoint == "" && (c.NodeKillCommand != "" || c.NodeStartCommand != "") {
 		bad("NodeKillCommand and NodeStartCommand apply to an external Endpoint only")

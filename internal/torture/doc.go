@@ -18,10 +18,18 @@
 //     proxy that holds them past the lease's expiry before delivering them,
 //     after the worker has given up and released the lease.
 //   - The node (`fencectl torture node`, the same server as cmd/fenced) is
-//     killed with SIGKILL at random moments, half of them a few
-//     milliseconds after an acquisition starts or a key is freed, and
-//     started again on the same data directory and ports. Optionally the
-//     store is crashed too. Nodes are a slice behind the Node interface so
+//     killed with SIGKILL at random moments, half of them within
+//     microseconds after a worker recorded an acknowledged grant, release
+//     or renewal (Config.AfterAckShare), a sixth a few milliseconds after
+//     an acquisition starts or a key is freed, and started again on the same data directory and
+//     ports. Optionally the store is crashed too.
+//   - The node snapshots every 8 log entries (checked every 200ms) and,
+//     before some kills, on SIGUSR1 from the harness, so that every run
+//     takes snapshots, truncates the log and restores on restart.
+//   - A quarter of the leases are held about 2×TTL, renewed several times.
+//   - Config.Failpoints switches on mutants (internal/failpoint) in a node
+//     built with the fenced_failpoints tag; TestMutants requires that the
+//     checkers catch each one. Nodes are a slice behind the Node interface so
 //     that cluster faults can be added.
 //   - Every process that exits on its own (a panic in the client, the
 //     server or the store) is a violation, and is restarted.
@@ -45,6 +53,9 @@
 //   - lease-exclusion: no lease was granted to another holder before the
 //     previous holder's conservative deadline (TTL after the send time of
 //     its last acknowledged renewal) or release.
+//   - renewals-honoured: no renewal or release of a lease was answered
+//     "not found" before TTL after the send time of its last acknowledged
+//     grant or renewal, unless a release of it was sent.
 //   - processes-healthy: no worker, node or store process crashed on its
 //     own.
 //

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fencedio/fenced/fence/fencehttp"
 	"github.com/fencedio/fenced/fence/fencesql"
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/store"
 )
 
@@ -40,10 +41,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("torture: output dir: %w", err)
 	}
 	e := &engine{
-		cfg:     cfg,
-		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x70727475)),
-		aim:     make(chan struct{}, 1),
-		workers: map[int]*workerState{},
+		cfg:        cfg,
+		rng:        rand.New(rand.NewPCG(cfg.Seed, 0x70727475)),
+		aim:        make(chan struct{}, 1),
+		ackedLog:   make(chan struct{}, 1),
+		ackedRenew: make(chan struct{}, 1),
+		workers:    map[int]*workerState{},
 	}
 	e.runID = fmt.Sprintf("%06x", e.rng.Uint32()&0xffffff)
 	if e.cfg.KeyPrefix == "" {
@@ -74,6 +77,9 @@ type engine struct {
 	workers map[int]*workerState
 	stats   FaultStats
 	aim     chan struct{} // an acquisition is starting or a key was just freed
+	// ackedLog and ackedRenew: a worker just recorded an acknowledged
+	// grant or release (written to the raft log), or renewal (not).
+	ackedLog, ackedRenew chan struct{}
 
 	faults    sync.WaitGroup
 	faultCtx  context.Context // set when faults start; guarded by mu
@@ -99,6 +105,16 @@ type FaultStats struct {
 	Pauses       int `json:"pauses"`
 	Crashes      int `json:"crashes"`
 	AimedCrashes int `json:"aimedCrashes"`
+	// CrashesAfterAck counts crashes sent right after a worker recorded an
+	// acknowledged grant, renewal or release.
+	CrashesAfterAck int `json:"crashesAfterAck"`
+	// ForcedSnapshots counts snapshots the harness asked for just before a
+	// crash; SnapshotsTaken and SnapshotRestores are what the node
+	// processes reported, forced or not; a kill can come before a node
+	// reports its last one, so they are lower bounds.
+	ForcedSnapshots  int `json:"forcedSnapshots"`
+	SnapshotsTaken   int `json:"snapshotsTaken"`
+	SnapshotRestores int `json:"snapshotRestores"`
 	// CrashesDuringAcquisition counts crashes while at least one worker
 	// had an acquisition in flight.
 	CrashesDuringAcquisition int `json:"crashesDuringAcquisition"`
@@ -119,6 +135,12 @@ func (e *engine) uniform(lo, hi time.Duration) time.Duration {
 		return lo
 	}
 	return lo + time.Duration(e.rng.Int64N(int64(hi-lo)+1))
+}
+
+func (e *engine) intN(n int) int {
+	e.rngMu.Lock()
+	defer e.rngMu.Unlock()
+	return e.rng.IntN(n)
 }
 
 func (e *engine) chance(p float64) bool {
@@ -198,6 +220,13 @@ func (e *engine) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	e.stopServices()
+	for _, n := range e.localNodes {
+		taken, restored := snapshotCounts(n.proc.logPath)
+		e.mu.Lock()
+		e.stats.SnapshotsTaken += taken
+		e.stats.SnapshotRestores += restored
+		e.mu.Unlock()
+	}
 
 	e.logf("checking %d operations", len(hist.Ops))
 	rep := e.check(hist, ev, elapsed)
@@ -237,9 +266,14 @@ func (e *engine) startNodes(ctx context.Context) error {
 		n, err := newLocalNode(cfg.Command, NodeSpec{
 			NodeID: id, DataDir: filepath.Join(cfg.OutputDir, id), Listen: listen, RaftListen: raftAddr,
 			MinTTL: cfg.NodeMinTTL, HeartbeatTimeout: cfg.NodeHeartbeatTimeout,
+			SnapshotThreshold: cfg.NodeSnapshotThreshold, SnapshotInterval: cfg.NodeSnapshotInterval,
 		}, filepath.Join(cfg.OutputDir, id+".log"))
 		if err != nil {
 			return err
+		}
+		if len(cfg.Failpoints) > 0 {
+			n.proc.env = []string{failpoint.EnvVar + "=" + strings.Join(cfg.Failpoints, ",")}
+			e.logf("mutants switched on in %s: %s", id, strings.Join(cfg.Failpoints, ","))
 		}
 		n.proc.onExit = func(err error) { e.serviceCrashed(n.proc, err) }
 		if err := n.Start(ctx); err != nil {
@@ -322,6 +356,7 @@ func (e *engine) workerSpec(id int, history string) WorkerSpec {
 		PostgresDSN: cfg.PostgresDSN, ScopeTable: e.scopeTable, WriteTable: e.writeTable, NoFencing: cfg.NoFencing,
 		TTL: cfg.TTL, Wait: cfg.Wait, WritesMin: cfg.WritesMin, WritesMax: cfg.WritesMax, ThinkMax: cfg.ThinkMax,
 		GetProbability: enabled(cfg.GetProbability), TryProbability: enabled(cfg.TryProbability),
+		LongHoldShare:       enabled(cfg.LongHoldShare),
 		DelayShare:          enabled(cfg.DelayShare),
 		AbandonProbability:  enabled(cfg.AbandonProbability),
 		WriteTimeout:        max(2*time.Second, 2*cfg.TTL),
@@ -430,6 +465,17 @@ func (e *engine) historyPaths() []string {
 func (e *engine) onEvent(ws *workerState, line []byte) {
 	var ev Event
 	if json.Unmarshal(line, &ev) != nil {
+		return
+	}
+	if ev.Type == evAcked {
+		c := e.ackedLog
+		if ev.Kind == KindRenew {
+			c = e.ackedRenew
+		}
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 		return
 	}
 	e.mu.Lock()
@@ -547,20 +593,24 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		if !sleepCtx(ctx, e.uniform(iv/2, iv*3/2)) {
 			return
 		}
-		aimed := e.chance(0.5)
-		if aimed {
-			select {
-			case <-e.aim:
-			default:
+		// AfterAckShare of the kills come within microseconds after an
+		// acknowledgement, two thirds of them of a grant or release, whose
+		// log entry must survive; of the others, a third come a few
+		// milliseconds after an acquisition starts or a key is freed.
+		var aimed, afterAck bool
+		switch {
+		case e.chance(e.cfg.AfterAckShare):
+			c := e.ackedLog
+			if e.chance(1.0 / 3) {
+				c = e.ackedRenew
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-e.aim:
-			case <-time.After(2 * time.Second):
-				aimed = false
-			}
+			afterAck = e.await(ctx, c)
+		case e.chance(1.0 / 3):
+			aimed = e.await(ctx, e.aim)
 			time.Sleep(e.uniform(0, 3*time.Millisecond))
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		var up []Node
 		for _, n := range nodes {
@@ -574,6 +624,14 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		e.rngMu.Lock()
 		n := up[e.rng.IntN(len(up))]
 		e.rngMu.Unlock()
+		forced := false
+		// Not after an acknowledgement: the kill must follow it at once.
+		if ln, ok := n.(*localNode); ok && !afterAck && e.chance(enabled(e.cfg.SnapshotBeforeCrash)) && ln.healthy() {
+			// The node handles the signal once it serves; a snapshot of a
+			// few leases takes a few milliseconds, so most finish first.
+			forced = ln.proc.signal(sigSnapshot) == nil
+			time.Sleep(e.uniform(time.Millisecond, 30*time.Millisecond))
+		}
 		inflight := e.acquiring()
 		if err := n.Kill(context.Background()); err != nil {
 			e.logf("crash %s: %v", n.Name(), err)
@@ -582,6 +640,12 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		e.stats.Crashes++
 		if aimed {
 			e.stats.AimedCrashes++
+		}
+		if afterAck {
+			e.stats.CrashesAfterAck++
+		}
+		if forced {
+			e.stats.ForcedSnapshots++
 		}
 		if inflight > 0 {
 			e.stats.CrashesDuringAcquisition++
@@ -592,8 +656,25 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		if err := n.Start(context.Background()); err != nil {
 			e.logf("restart %s: %v", n.Name(), err)
 		}
-		e.logf("crashed %s (kill -9%s, %d acquisitions in flight), down %v", n.Name(),
-			map[bool]string{true: ", aimed", false: ""}[aimed], inflight, down.Round(time.Millisecond))
+		e.logf("crashed %s (kill -9%s%s%s, %d acquisitions in flight), down %v", n.Name(),
+			map[bool]string{true: ", aimed", false: ""}[aimed], map[bool]string{true: ", after an ack", false: ""}[afterAck],
+			map[bool]string{true: ", snapshot forced", false: ""}[forced], inflight, down.Round(time.Millisecond))
+	}
+}
+
+// await drains a stale signal from c and waits up to 2s for a fresh one.
+func (e *engine) await(ctx context.Context, c <-chan struct{}) bool {
+	select {
+	case <-c:
+	default:
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-c:
+		return true
+	case <-time.After(2 * time.Second):
+		return false
 	}
 }
 
@@ -628,7 +709,7 @@ func (e *engine) stopWorkers() {
 		ws = append(ws, w)
 	}
 	e.mu.Unlock()
-	grace := e.cfg.Wait + e.cfg.TTL + time.Duration(e.cfg.WritesMax)*(e.cfg.ThinkMax+2*max(2*time.Second, 2*e.cfg.TTL))
+	grace := e.cfg.Wait + 5*e.cfg.TTL + time.Duration(e.cfg.WritesMax)*(e.cfg.ThinkMax+2*max(2*time.Second, 2*e.cfg.TTL))
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
@@ -830,4 +911,24 @@ func (e *engine) cleanup() {
 		}
 		e.db.Close()
 	}
+}
+
+// snapshotCounts sums, over the processes logged in a node's log, the last
+// statsPrefix line of each: counts restart with every process.
+func snapshotCounts(logPath string) (taken, restored int) {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0, 0
+	}
+	var t, r int
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, "--- torture: starting ") {
+			taken, restored, t, r = taken+t, restored+r, 0, 0
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, statsPrefix); ok {
+			fmt.Sscanf(rest, "snapshots=%d restores=%d", &t, &r)
+		}
+	}
+	return taken + t, restored + r
 }

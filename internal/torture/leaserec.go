@@ -30,6 +30,10 @@ type leaseRecorder struct {
 	base *http.Client
 	rec  *recorder
 
+	// onAck, if set, is called after an acknowledged acquisition, renewal
+	// or release is recorded.
+	onAck func(*Op)
+
 	mu     sync.Mutex
 	owners map[string]string // lease ID -> owner name of its acquisition
 }
@@ -91,6 +95,9 @@ func (r *leaseRecorder) Do(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(data))
 	r.decodeResponse(op, resp, data)
+	if r.onAck != nil && op.Outcome == OK && (op.Kind == KindAcquire || op.Kind == KindRenew || op.Kind == KindRelease) {
+		r.onAck(op)
+	}
 	return resp, nil
 }
 

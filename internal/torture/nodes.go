@@ -55,6 +55,20 @@ func (n *localNode) Start(context.Context) error   { return n.proc.start() }
 func (n *localNode) Up() bool                      { return n.proc.running() }
 func (n *localNode) stop(grace time.Duration) bool { return n.proc.stop(grace) }
 
+// healthy reports whether the node answers /healthz within 100ms (and so
+// has its signal handlers in place).
+func (n *localNode) healthy() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.endpoint+"/healthz", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 // externalNode is a node the user runs. Faults need the user's commands.
 type externalNode struct {
 	endpoint        string

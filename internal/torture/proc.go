@@ -29,6 +29,9 @@ type child struct {
 	done     chan struct{}
 	exitErr  error
 	intended bool // the current process is being killed or stopped
+	// env is added to the harness's environment for the child (the
+	// failpoints of a node).
+	env []string
 }
 
 func (c *child) start() error {
@@ -47,6 +50,9 @@ func (c *child) start() error {
 	}
 	fmt.Fprintf(logf, "--- torture: starting %s at %s: %s\n", c.name, time.Now().Format(time.RFC3339Nano), strings.Join(c.argv, " "))
 	cmd := exec.Command(c.argv[0], c.argv[1:]...)
+	if len(c.env) > 0 {
+		cmd.Env = append(os.Environ(), c.env...)
+	}
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
 	var stdout io.ReadCloser

@@ -49,10 +49,13 @@ type Summary struct {
 	Keys      int     `json:"keys"`
 	TTLMs     int64   `json:"ttlMs"`
 	NoFencing bool    `json:"noFencing"`
-	Endpoint  string  `json:"endpoint"`
-	StoreURL  string  `json:"storeUrl"`
-	Postgres  bool    `json:"postgres"`
-	OutputDir string  `json:"outputDir"`
+	// Failpoints are the mutants switched on in the node: the run must
+	// then report violations.
+	Failpoints []string `json:"failpoints,omitempty"`
+	Endpoint   string   `json:"endpoint"`
+	StoreURL   string   `json:"storeUrl"`
+	Postgres   bool     `json:"postgres"`
+	OutputDir  string   `json:"outputDir"`
 
 	// Operations counts every recorded operation: lease calls and writes.
 	Operations   int    `json:"operations"`
@@ -122,7 +125,7 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 	s := Summary{
 		RunID: e.runID, Seed: cfg.Seed, Seconds: elapsed.Seconds(), Workers: cfg.Workers, Keys: cfg.Keys,
 		TTLMs: cfg.TTL.Milliseconds(), NoFencing: cfg.NoFencing, Endpoint: e.nodes[0].Endpoint(), StoreURL: e.storeURL,
-		Postgres: ev.HasSQL, OutputDir: cfg.OutputDir,
+		Postgres: ev.HasSQL, OutputDir: cfg.OutputDir, Failpoints: cfg.Failpoints,
 	}
 	e.mu.Lock()
 	s.FaultStats = e.stats
@@ -163,7 +166,7 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 	} else {
 		s.Checks = append(s.Checks, CheckResult{Name: NameSQLOrder, Skipped: "no PostgreSQL configured"})
 	}
-	s.Checks = append(s.Checks, CheckProvenance(h, ev), CheckTokens(h), CheckAckedPresent(h, ev), CheckExclusion(h))
+	s.Checks = append(s.Checks, CheckProvenance(h, ev), CheckTokens(h), CheckAckedPresent(h, ev), CheckExclusion(h), CheckRenewals(h))
 	lin, res := CheckLinearizability(h, cfg.CheckTimeout, cfg.OutputDir)
 	s.Checks = append(s.Checks, lin)
 	procs := CheckResult{Name: NameProcesses, Checked: cfg.Workers + len(e.localNodes)}
@@ -202,6 +205,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "torture run %s (seed %d): %.1fs, %d workers, %d keys, TTL %v, %s\n",
 		s.RunID, s.Seed, s.Seconds, s.Workers, s.Keys, time.Duration(s.TTLMs)*time.Millisecond, fencing)
+	if len(s.Failpoints) > 0 {
+		fmt.Fprintf(w, "  MUTANT: %s switched on in the node; the checkers must report violations\n", strings.Join(s.Failpoints, ", "))
+	}
 	fmt.Fprintf(w, "  lease service %s: %d operations recorded\n", s.Endpoint, s.Operations)
 	fmt.Fprintf(w, "    acquisitions: %d attempts, %d grants, %d held, %d failed, %d unknown outcome\n",
 		s.Acquisitions.Total, s.Acquisitions.OK, s.Acquisitions.Refused, s.Acquisitions.Failed, s.Acquisitions.Unknown)
@@ -210,6 +216,8 @@ func (r *Report) WriteText(w io.Writer) {
 		s.Releases.OK, s.Releases.Refused, s.Releases.Failed+s.Releases.Unknown, s.Gets.OK)
 	fmt.Fprintf(w, "  faults: %d node crashes (kill -9; %d aimed at acquisitions, %d with acquisitions in flight), %d store crashes, %d pauses (SIGSTOP longer than the TTL)\n",
 		s.Crashes, s.AimedCrashes, s.CrashesDuringAcquisition, s.StoreCrashes, s.Pauses)
+	fmt.Fprintf(w, "    %d crashes right after an acknowledgement; snapshots: %d taken (%d forced just before a crash), %d restored\n",
+		s.CrashesAfterAck, s.SnapshotsTaken, s.ForcedSnapshots, s.SnapshotRestores)
 	fmt.Fprintf(w, "    %d delayed writes delivered after the lease expired: %d accepted, %d rejected as stale, %d other\n",
 		s.DelayedWrites.Delivered, s.DelayedWrites.Accepted, s.DelayedWrites.Stale, s.DelayedWrites.Other)
 	fmt.Fprintf(w, "  writes: store %d acknowledged, %d stale, %d failed, %d unknown",

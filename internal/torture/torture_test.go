@@ -114,13 +114,14 @@ func requireFaults(t *testing.T, rep *Report) {
 		"grants": rep.Acquisitions.OK, "renewals": rep.Renewals.OK, "reads": rep.Gets.OK,
 		"acknowledged store writes": rep.StoreWrites.OK, "committed SQL writes": rep.SQLWrites.OK,
 		"node crashes": rep.Crashes, "pauses": rep.Pauses, "delayed writes": rep.DelayedWrites.Delivered,
+		"snapshots": rep.SnapshotsTaken, "snapshot restores": rep.SnapshotRestores,
 	} {
 		if n == 0 {
 			t.Errorf("the run had no %s", what)
 		}
 	}
 	for _, name := range []string{NameStoreOrder, NameSQLOrder, NameProvenance, NameTokens, NameAckedPresent,
-		NameExclusion, NameLinearizability, NameProcesses} {
+		NameExclusion, NameRenewals, NameLinearizability, NameProcesses} {
 		if c := rep.Check(name); c.Name == "" || c.Skipped != "" || c.Checked == 0 {
 			t.Errorf("checker %s did not run: %+v", name, c)
 		}
@@ -128,8 +129,15 @@ func requireFaults(t *testing.T, rep *Report) {
 }
 
 func TestTorture(t *testing.T) {
-	rep := runTorture(t, tortureConfig(t, 45*time.Second))
+	cfg := tortureConfig(t, 45*time.Second)
+	// Most kills right after an acknowledgement: about 7 kills in a run,
+	// and one that follows none would leave the check below to chance.
+	cfg.AfterAckShare = 0.6
+	rep := runTorture(t, cfg)
 	requireFaults(t, rep)
+	if rep.CrashesAfterAck == 0 {
+		t.Error("no crash came right after an acknowledgement")
+	}
 	if rep.StaleRejections == 0 {
 		t.Error("no write was rejected as stale: the pauses and delays did not reach the resources")
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/internal/fencedtest"
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // syncBuffer is a history sink that tests can read while it is written.
@@ -75,22 +76,14 @@ func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait for at least one renewal that the lease sends on its own.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := 0
+	testutil.Eventually(t, 5*time.Second, func() error {
 		for _, op := range buf.history(t).Ops {
 			if op.Kind == KindRenew && op.Outcome == OK {
-				n++
+				return nil
 			}
 		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no renewal recorded")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return errors.New("no renewal recorded")
+	})
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

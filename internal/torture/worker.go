@@ -47,8 +47,11 @@ type WorkerSpec struct {
 	WritesMax      int           `json:"writesMax"`
 	ThinkMax       time.Duration `json:"thinkMax"`
 	GetProbability float64       `json:"getProbability"`
-	TryProbability float64       `json:"tryProbability"`
-	DelayShare     float64       `json:"delayShare"`
+	// LongHoldShare is the chance that a lease's think times spread its
+	// writes over up to 4×TTL, so that it is renewed several times.
+	LongHoldShare  float64 `json:"longHoldShare,omitempty"`
+	TryProbability float64 `json:"tryProbability"`
+	DelayShare     float64 `json:"delayShare"`
 	// AbandonProbability is the chance that a worker drops a lease without
 	// releasing it, so that it expires on the server.
 	AbandonProbability float64       `json:"abandonProbability"`
@@ -75,10 +78,12 @@ func (s WorkerSpec) name() string {
 // Event is a line a worker prints on its standard output for the harness,
 // which uses them to aim pauses and crashes.
 type Event struct {
-	Type  string `json:"e"` // acquiring, holding, released, idle
+	Type  string `json:"e"` // acquiring, holding, released, idle, acked
 	Key   string `json:"k,omitempty"`
 	Token uint64 `json:"t,omitempty"`
 	Lease int    `json:"l,omitempty"` // per-worker lease number
+	// Kind is the operation an acked event reports.
+	Kind Kind `json:"o,omitempty"`
 }
 
 const (
@@ -86,6 +91,9 @@ const (
 	evHolding   = "holding"
 	evReleased  = "released"
 	evIdle      = "idle"
+	// evAcked: an acquisition, renewal or release was just acknowledged
+	// and recorded; the harness aims some crashes right after it.
+	evAcked = "acked"
 )
 
 // RunWorker runs one worker loop until ctx ends: acquire a random key
@@ -117,6 +125,7 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 	}
 	w.rec.seq = int64(spec.Incarnation) * 1_000_000_000
 	w.leases = newLeaseRecorder(w.rec, 2*time.Second)
+	w.leases.onAck = func(op *Op) { w.emit(Event{Type: evAcked, Key: op.Key, Kind: op.Kind}) }
 	w.client, err = client.New(client.Config{
 		Endpoint:       spec.Endpoint,
 		HTTPClient:     w.leases,
@@ -220,8 +229,12 @@ func (w *worker) hold(l *client.Lease) {
 	if d := w.spec.WritesMax - w.spec.WritesMin; d > 0 {
 		n += w.rng.IntN(d + 1)
 	}
+	think := w.spec.ThinkMax
+	if w.rng.Float64() < w.spec.LongHoldShare {
+		think = max(think, 4*w.spec.TTL/time.Duration(n))
+	}
 	for range n {
-		time.Sleep(time.Duration(w.rng.Int64N(int64(w.spec.ThinkMax) + 1)))
+		time.Sleep(time.Duration(w.rng.Int64N(int64(think) + 1)))
 		delayed := w.spec.ProxyURL != "" && w.rng.Float64() < w.spec.DelayShare
 		switch w.put(l, delayed) {
 		case writeStale:

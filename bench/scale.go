@@ -1,0 +1,299 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencedio/fenced/client"
+)
+
+// ScaleConfig configures RunScale: fenced at scale, with readers and
+// subscribers around the write path.
+type ScaleConfig struct {
+	FencedBin  string        // fenced binary to run (required)
+	Dir        string        // temporary directory for its data (required)
+	Leases     int           // live leases created first; default 300,000
+	Duration   time.Duration // measured churn per phase; default 10s
+	Clients    int           // acquire+release clients; default 16
+	Listers    int           // clients looping List(prefix "", limit 100); default 16
+	Dashboards int           // /v1/events subscribers; default 50
+	Watchers   int           // Watch streams on prefix ""; default 2,000
+}
+
+// ScalePhase is the churn measured in one phase.
+type ScalePhase struct {
+	Name       string        `json:"name"`
+	OpsPerSec  float64       `json:"opsPerSec"` // acquire+release cycles
+	AcquireP50 time.Duration `json:"acquireP50"`
+	AcquireP99 time.Duration `json:"acquireP99"`
+	Errors     uint64        `json:"errors"`
+	Unhealthy  int           `json:"unhealthySamples"` // /healthz answers other than 200, sampled every 500ms
+	Load       string        `json:"load"`             // what the readers achieved
+	PeakRSS    int64         `json:"peakRss"`
+}
+
+func (c *ScaleConfig) defaults() {
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&c.Leases, 300_000)
+	def(&c.Clients, 16)
+	def(&c.Listers, 16)
+	def(&c.Dashboards, 50)
+	def(&c.Watchers, 2_000)
+	if c.Duration == 0 {
+		c.Duration = 10 * time.Second
+	}
+}
+
+// RunScale starts fenced, creates cfg.Leases live leases, and measures
+// acquire+release churn three times: quiet, with Listers and Dashboards
+// reading, and with Watchers streaming every transition.
+func RunScale(ctx context.Context, cfg ScaleConfig, logf func(string, ...any)) ([]ScalePhase, error) {
+	cfg.defaults()
+	srv, err := startFenced(ctx, cfg.FencedBin, cfg.Dir, 4_000_000)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop(10 * time.Second)
+	if err := fillLeases(ctx, srv.endpoint, cfg.Leases, logf); err != nil {
+		return nil, err
+	}
+	var phases []ScalePhase
+	measure := func(name string, load func(ctx context.Context) func() string) error {
+		lctx, cancel := context.WithCancel(ctx)
+		report := func() string { return "" }
+		if load != nil {
+			report = load(lctx)
+		}
+		p, err := churn(ctx, srv, cfg.Clients, cfg.Duration)
+		p.Name, p.Load = name, report()
+		cancel()
+		if _, peak, rerr := srv.rss(); rerr == nil {
+			p.PeakRSS = peak
+		}
+		logf("scale: %s: %.0f ops/s, acquire p50 %v p99 %v, %d errors, %d unhealthy; %s", name, p.OpsPerSec, p.AcquireP50, p.AcquireP99, p.Errors, p.Unhealthy, p.Load)
+		phases = append(phases, p)
+		time.Sleep(time.Second) // let the load's streams close
+		return err
+	}
+	if err := measure("quiet", nil); err != nil {
+		return phases, err
+	}
+	if err := measure(fmt.Sprintf("%d listers + %d dashboards", cfg.Listers, cfg.Dashboards), func(ctx context.Context) func() string {
+		return readers(ctx, srv.endpoint, cfg.Listers, cfg.Dashboards)
+	}); err != nil {
+		return phases, err
+	}
+	if err := measure(fmt.Sprintf("%d watchers", cfg.Watchers), func(ctx context.Context) func() string {
+		return watchers(ctx, srv.endpoint, cfg.Watchers)
+	}); err != nil {
+		return phases, err
+	}
+	return phases, nil
+}
+
+// fillLeases creates n leases with a 1h TTL that the harness does not renew,
+// from 16 owners so that no per-owner quota is reached.
+func fillLeases(ctx context.Context, endpoint string, n int, logf func(string, ...any)) error {
+	var next, created atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	start := time.Now()
+	for g := range 16 {
+		c, err := client.New(client.Config{Endpoint: endpoint})
+		if err != nil {
+			return err
+		}
+		defer c.CloseIdleConnections()
+		for range 32 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					i := next.Add(1) - 1
+					if i >= int64(n) {
+						return
+					}
+					l, err := c.Acquire(ctx, fmt.Sprintf("scale/fill/%08d", i), client.WithTTL(time.Hour), client.WithOwner(fmt.Sprintf("fill-%d", g)))
+					if err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					l.Orphan()
+					created.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return fmt.Errorf("creating leases: %w", err)
+	}
+	logf("scale: %d leases created in %v", created.Load(), time.Since(start).Round(time.Second))
+	return ctx.Err()
+}
+
+// churn runs clients acquire+release loops for d and samples /healthz.
+func churn(ctx context.Context, srv *server, clients int, d time.Duration) (ScalePhase, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		lat    []time.Duration
+		ops    atomic.Int64
+		errs   atomic.Uint64
+		unwell atomic.Int64
+		wg     sync.WaitGroup
+	)
+	wg.Go(func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
+				req, _ := http.NewRequestWithContext(hctx, "GET", srv.endpoint+"/healthz", nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err == nil {
+					if resp.StatusCode != 200 {
+						unwell.Add(1)
+					}
+					resp.Body.Close()
+				} else if ctx.Err() == nil {
+					unwell.Add(1)
+				}
+				hcancel()
+			}
+		}
+	})
+	start := time.Now()
+	for i := range clients {
+		c, err := client.New(client.Config{Endpoint: srv.endpoint})
+		if err != nil {
+			return ScalePhase{}, err
+		}
+		defer c.CloseIdleConnections()
+		wg.Go(func() {
+			var mine []time.Duration
+			defer func() { mu.Lock(); lat = append(lat, mine...); mu.Unlock() }()
+			key := fmt.Sprintf("scale/churn/%d", i)
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				l, err := c.Acquire(context.WithoutCancel(ctx), key, client.WithTTL(10*time.Second), client.WithOwner("churn"))
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+				if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+					errs.Add(1)
+					continue
+				}
+				ops.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(lat)
+	p := ScalePhase{OpsPerSec: float64(ops.Load()) / elapsed.Seconds(), Errors: errs.Load(), Unhealthy: int(unwell.Load())}
+	if len(lat) > 0 {
+		p.AcquireP50 = lat[len(lat)/2]
+		p.AcquireP99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	}
+	return p, nil
+}
+
+// readers starts listers looping List and dashboards reading /v1/events.
+func readers(ctx context.Context, endpoint string, listers, dashboards int) func() string {
+	var lists, listErrs, sseBytes, sseErrs atomic.Int64
+	for range listers {
+		c, _ := client.New(client.Config{Endpoint: endpoint})
+		go func() {
+			defer c.CloseIdleConnections()
+			for ctx.Err() == nil {
+				if _, err := c.List(ctx, "", 100); err != nil {
+					if ctx.Err() == nil {
+						listErrs.Add(1)
+					}
+					continue
+				}
+				lists.Add(1)
+			}
+		}()
+	}
+	for i := range dashboards {
+		hc := fromLoopback(i%4+1, false)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", endpoint+"/v1/events", nil)
+			resp, err := hc.Do(req)
+			if err != nil || resp.StatusCode != 200 {
+				sseErrs.Add(1)
+				if err == nil {
+					resp.Body.Close()
+				}
+				return
+			}
+			defer resp.Body.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := resp.Body.Read(buf)
+				sseBytes.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	return func() string {
+		s := time.Since(start).Seconds()
+		return fmt.Sprintf("%.0f lists/s (%d errors), dashboards refused %d, %.1f MiB of events read",
+			float64(lists.Load())/s, listErrs.Load(), sseErrs.Load(), float64(sseBytes.Load())/(1<<20))
+	}
+}
+
+// watchers opens n Watch streams on prefix "", spread over four loopback
+// addresses (a server may limit watchers per client address).
+func watchers(ctx context.Context, endpoint string, n int) func() string {
+	var events, failed, open atomic.Int64
+	const perClient = 100
+	for i := 0; i < n; i += perClient {
+		c, _ := client.New(client.Config{Endpoint: endpoint, HTTPClient: fromLoopback(i/perClient%4+1, true)})
+		for range min(perClient, n-i) {
+			go func() {
+				open.Add(1)
+				err := c.Watch(ctx, "", 0, func(client.Event) error { events.Add(1); return nil })
+				if err != nil && ctx.Err() == nil {
+					failed.Add(1)
+				}
+			}()
+		}
+	}
+	start := time.Now()
+	return func() string {
+		return fmt.Sprintf("%d watchers, %.0f events/s delivered, %d streams failed",
+			open.Load(), float64(events.Load())/time.Since(start).Seconds(), failed.Load())
+	}
+}
+
+// fromLoopback is an HTTP client whose connections come from 127.0.0.ip.
+func fromLoopback(ip int, h2 bool) *http.Client {
+	p := new(http.Protocols)
+	if h2 {
+		p.SetUnencryptedHTTP2(true)
+	} else {
+		p.SetHTTP1(true)
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(ip))}}
+	return &http.Client{Transport: &http.Transport{Protocols: p, DialContext: d.DialContext, MaxIdleConnsPerHost: 100}}
+}

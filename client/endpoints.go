@@ -1,0 +1,152 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+)
+
+// Several endpoints
+//
+// Every node of a cluster serves every call (followers forward to the
+// leader), so a client may be given any or all of them. A call goes to the
+// endpoint that answered last; when an endpoint cannot be reached, or
+// answers unavailable (no leader yet, a node shutting down, a leader that
+// stepped down), the call is sent to the next endpoint, going round the list
+// with a growing pause between rounds until the call's context ends or
+// Config.FailoverTimeout passes. No other error is retried.
+//
+// A Lease is not tied to an endpoint: its renewals fail over like any other
+// call, and it keeps its ID, token and context as long as the server still
+// holds it (a new leader gives every lease a fresh TTL).
+//
+// An Acquire cut short by a failover (the leader died after writing the
+// grant, before answering) may have been granted: the caller never sees
+// that grant, which nobody renews, so it expires after its TTL. Retrying
+// such an Acquire on the next endpoint cannot give the caller two grants:
+// it either gets the key (if the first attempt did not take it) or finds
+// it held, by its own unseen grant, until that expires; with a wait, it
+// waits for that expiry. Either way the caller holds at most one lease it
+// knows of, and tokens keep increasing.
+
+// endpoint is one node's clients.
+type endpoint struct {
+	url     string
+	rpc     fencedv1connect.LeaseServiceClient // unary calls
+	streams fencedv1connect.LeaseServiceClient // Watch and KeepAlive
+	admin   fencedv1connect.AdminServiceClient // Revoke
+}
+
+// endpointList is the client's endpoints and the one in use.
+type endpointList struct {
+	eps     []endpoint
+	current atomic.Int32
+	timeout time.Duration // Config.FailoverTimeout
+}
+
+// normalizeEndpoints merges Endpoint and Endpoints: Endpoints, else
+// Endpoint, else the default node.
+func normalizeEndpoints(c *Config) error {
+	if len(c.Endpoints) == 0 {
+		if c.Endpoint == "" {
+			c.Endpoint = "http://127.0.0.1:7420"
+		}
+		c.Endpoints = []string{c.Endpoint}
+	}
+	seen := map[string]bool{}
+	for i, e := range c.Endpoints {
+		e = strings.TrimRight(strings.TrimSpace(e), "/")
+		if e == "" {
+			return fmt.Errorf("client config: endpoint %d is empty", i)
+		}
+		if !strings.Contains(e, "://") {
+			e = "http://" + e
+		}
+		if seen[e] {
+			return fmt.Errorf("client config: endpoint %s is listed twice", e)
+		}
+		seen[e] = true
+		c.Endpoints[i] = e
+	}
+	if c.Endpoint == "" {
+		c.Endpoint = c.Endpoints[0]
+	}
+	return nil
+}
+
+// ParseEndpoints splits a comma-separated list of endpoints, as
+// --endpoints and FENCED_ENDPOINTS give them.
+func ParseEndpoints(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (l *endpointList) pick() (int, endpoint) {
+	i := int(l.current.Load()) % len(l.eps)
+	return i, l.eps[i]
+}
+
+// failedOver moves on from endpoint i, unless another call already did.
+func (l *endpointList) failedOver(i int) {
+	l.current.CompareAndSwap(int32(i), int32((i+1)%len(l.eps)))
+}
+
+// retryable reports whether err says the call did not reach a node able to
+// serve it: the endpoint is unreachable or has no leader to serve it.
+func retryable(err error) bool {
+	return connect.CodeOf(err) == connect.CodeUnavailable
+}
+
+// do runs call against the endpoints until one serves it, as described
+// above. call's error is returned as is.
+func (l *endpointList) do(ctx context.Context, call func(endpoint) error) error {
+	if len(l.eps) == 1 {
+		return call(l.eps[0])
+	}
+	// A call goes to the endpoint that answered last; a call whose context
+	// ended while waiting for a node moves the next call on to the next
+	// node.
+	start := time.Now()
+	pause := 50 * time.Millisecond
+	tried := 0
+	for {
+		i, ep := l.pick()
+		err := call(ep)
+		if err != nil && ctx.Err() != nil {
+			// The node did not answer in time (it may be paused or cut
+			// off): the next call starts at the next node.
+			l.failedOver(i)
+			return err
+		}
+		if err == nil || !retryable(err) {
+			return err
+		}
+		l.failedOver(i)
+		tried++
+		if tried%len(l.eps) != 0 {
+			continue
+		}
+		// A full round failed: every node is down or between leaders.
+		if time.Since(start)+pause > l.timeout {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fenced.json")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Every kind of flag can be set in the file, and the command line wins.
+func TestConfigFile(t *testing.T) {
+	path := writeConfig(t, `{
+		"node-id": "n2",
+		"listen": "127.0.0.1:8420",
+		"heartbeat-timeout": "300ms",
+		"max-body-bytes": 1024,
+		"max-leases": "77",
+		"join": true,
+		"log-level": "warn"
+	}`)
+	cmd := rootCmd()
+	if err := cmd.ParseFlags([]string{"--config", path, "--listen", "127.0.0.1:9420", "--max-leases=5"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyConfigFile(cmd, path); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"node-id": "n2", "heartbeat-timeout": "300ms", "max-body-bytes": "1024", "join": "true", "log-level": "warn",
+		"listen": "127.0.0.1:9420", "max-leases": "5", // from the command line
+		"data-dir": "fenced-data", // in neither: the default
+	}
+	for name, v := range want {
+		if got := cmd.Flags().Lookup(name).Value.String(); got != v {
+			t.Errorf("--%s = %q, want %q", name, got, v)
+		}
+	}
+}
+
+func TestConfigFileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"unknown key", `{"node-name": "n1"}`, `"node-name" is not a flag`},
+		{"config in config", `{"config": "other.json"}`, `"config" is not a flag`},
+		{"bad value", `{"min-ttl": "soon"}`, `"min-ttl"`},
+		{"wrong type", `{"node-id": ["n1"]}`, "want a string, number or boolean"},
+		{"not an object", `["node-id"]`, "not a JSON object"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := rootCmd()
+			err := applyConfigFile(cmd, writeConfig(t, tc.body))
+			if !errors.Is(err, errConfigFile) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v, want errConfigFile with %q", err, tc.want)
+			}
+		})
+	}
+	if err := applyConfigFile(rootCmd(), filepath.Join(t.TempDir(), "missing.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// The README's configuration table names every flag of fenced, which is
+// also every key of its config file.
+func TestReadmeListsEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	start := strings.Index(section, "## Configuration")
+	end := strings.Index(section[start+1:], "\n## ")
+	if start < 0 || end < 0 {
+		t.Fatal("README has no Configuration section")
+	}
+	section = section[start : start+1+end]
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| (.*?) \\|").FindAllStringSubmatch(section, -1) {
+		for _, f := range regexp.MustCompile("`--([a-z-]+)`").FindAllStringSubmatch(m[1], -1) {
+			listed[f[1]] = true
+		}
+	}
+	rootCmd().Flags().VisitAll(func(f *pflag.Flag) {
+		if !listed[f.Name] {
+			t.Errorf("--%s is not in the README's configuration table", f.Name)
+		}
+	})
+}

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"time"
+
+	"github.com/fencedio/fenced/server"
+	"github.com/spf13/pflag"
+)
+
+// registerLimitFlags adds the flags of the server's load limits and quotas;
+// their defaults are documented on server.Config.
+func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
+	f.DurationVar(&cfg.ApplyStallTimeout, "apply-stall-timeout", 10*time.Second,
+		"/healthz answers 503 when log writes are pending this long without progress")
+	f.IntVar(&cfg.MaxWatchers, "max-watchers", 10_000, "open Watch streams allowed on this server")
+	f.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", 1_000, "open Watch streams allowed from one client IP")
+	f.IntVar(&cfg.MaxEventSubscribers, "max-event-subscribers", 1_000, "open dashboard streams (/v1/events) allowed on this server")
+	f.IntVar(&cfg.MaxEventSubscribersPerClient, "max-event-subscribers-per-client", 100, "open dashboard streams allowed from one client IP")
+	f.DurationVar(&cfg.StreamWriteTimeout, "stream-write-timeout", 10*time.Second,
+		"cut off a Watch or dashboard subscriber that takes longer than this to accept one send")
+	f.IntVar(&cfg.MaxLeasesPerOwner, "max-leases-per-owner", 100_000, "refuse new leases for an owner holding this many (resource_exhausted)")
+	f.IntVar(&cfg.MaxWaitersPerOwner, "max-waiters-per-owner", 10_000, "refuse waiting acquisitions beyond this many per owner (resource_exhausted)")
+	registerHTTPFlags(f, &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns)
+}
+
+// registerHTTPFlags adds the HTTP server limits shared by fenced and fenced
+// store.
+func registerHTTPFlags(f *pflag.FlagSet, maxHeaderBytes *int, idle, body *time.Duration, maxConns *int) {
+	f.IntVar(maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block accepted (431 above; also the HTTP/2 header list size)")
+	f.DurationVar(idle, "idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
+	f.DurationVar(body, "body-read-timeout", 30*time.Second, "fail a request body not received within this time (streams exempt)")
+	f.IntVar(maxConns, "max-conns", 0, "open connections allowed (0: three quarters of the file descriptor limit)")
+}

@@ -1,0 +1,95 @@
+// Package failpoint holds deliberate bugs (mutants) that the torture
+// harness must catch. Each is a named check placed in the server, the lease
+// state machine or the raft log store; a torture run with one switched on
+// must report violations, which measures what the checkers can see.
+//
+// The checks are compiled in only under the build tag fenced_failpoints
+// (in the spirit of etcd's gofail). Without the tag Enabled is a constant
+// false, every guarded branch is dead code the compiler removes, and
+// WrapLogStore returns its argument: a release binary carries none of it.
+//
+// With the tag, the mutants of a process are named, comma-separated, in
+// the environment variable FENCED_FAILPOINTS, read once at start:
+//
+//	FENCED_FAILPOINTS=expire-half-ttl,renew-no-extend ./fenced ...
+//
+// An unknown name is reported by Check, so that a typo cannot make a
+// mutant run silently pass.
+package failpoint
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// EnvVar names the mutants switched on in a tagged build.
+const EnvVar = "FENCED_FAILPOINTS"
+
+// Name is one mutant.
+type Name string
+
+// The mutants. Each says the bug it puts in.
+const (
+	// ExpireHalfTTL expires a lease half its TTL after its grant or last
+	// renewal (server expirer).
+	ExpireHalfTTL Name = "expire-half-ttl"
+	// RenewNoExtend acknowledges a renewal without moving the deadline
+	// (server expirer).
+	RenewNoExtend Name = "renew-no-extend"
+	// HandoverOldToken gives the grant of a handover the previous
+	// holder's token instead of a new one (lease state machine).
+	HandoverOldToken Name = "handover-old-token"
+	// GrantHeld grants about one acquisition in sixteen of a held key,
+	// evicting its holder (lease state machine; chosen by log index, so
+	// replay stays deterministic).
+	GrantHeld Name = "grant-held"
+	// ReleaseAnyID lets a release with any lease ID end the current lease
+	// of its key (lease state machine and server).
+	ReleaseAnyID Name = "release-any-id"
+	// LogAckBeforeWrite makes the raft log store acknowledge StoreLogs
+	// before the write is done: it is written later, in the background, so
+	// a kill right after an acknowledgement loses it (WrapLogStore).
+	LogAckBeforeWrite Name = "log-ack-before-write"
+	// RestoreDropsLeases makes a snapshot restore forget the current
+	// leases (their keys become free; lease.Restore).
+	RestoreDropsLeases Name = "restore-drops-leases"
+)
+
+// All lists every mutant, in the order the mutant test runs them.
+var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases}
+
+// Parse splits a FENCED_FAILPOINTS value into names, rejecting unknown ones.
+func Parse(v string) ([]Name, error) {
+	var out []Name
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		known := false
+		for _, n := range All {
+			known = known || Name(f) == n
+		}
+		if !known {
+			return nil, fmt.Errorf("failpoint: unknown mutant %q in %s", f, EnvVar)
+		}
+		out = append(out, Name(f))
+	}
+	return out, nil
+}
+
+// Check reports a FENCED_FAILPOINTS that this build cannot honour: a value
+// in a build without the tag, or an unknown name. Processes that may run
+// mutants call it at start, so that a mutant run never passes by accident.
+func Check() error {
+	v := os.Getenv(EnvVar)
+	if v == "" {
+		return nil
+	}
+	if !Compiled {
+		return fmt.Errorf("failpoint: %s=%q but this binary was built without the fenced_failpoints tag", EnvVar, v)
+	}
+	_, err := Parse(v)
+	return err
+}

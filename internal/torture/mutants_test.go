@@ -1,0 +1,132 @@
+package torture
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencedio/fenced/internal/failpoint"
+)
+
+// TestMutants measures the checkers: it builds this package's test binary
+// with the fenced_failpoints tag, then runs a short torture with each
+// mutant of internal/failpoint switched on in the node, and requires every
+// run to report violations. The untagged control is TestTorture, which
+// must report none. The tagged binary is built without -race: the runs
+// look for lease bugs, and the race detector would triple their CPU.
+//
+// CI runs it with the rest of the package:
+//
+//	go test -race -count=1 -timeout 15m ./internal/torture/ -run 'TestMutants'
+func TestMutants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mutant runs take minutes; skipped with -short")
+	}
+	if !signalsSupported {
+		t.Skip(errUnsupported)
+	}
+	start := time.Now()
+	bin := buildMutantBinary(t)
+	t.Logf("built %s in %v", bin, time.Since(start).Round(time.Second))
+	names := failpoint.All
+	if only := os.Getenv("FENCED_MUTANTS"); only != "" {
+		names = nil
+		for _, n := range strings.Split(only, ",") {
+			names = append(names, failpoint.Name(n))
+		}
+	}
+	caught := 0
+	for _, name := range names {
+		t.Run(string(name), func(t *testing.T) {
+			cfg := mutantConfig(t, name)
+			cfg.Command = []string{bin}
+			rep := runTorture(t, cfg)
+			if rep.Acquisitions.OK == 0 {
+				t.Fatalf("mutant %s: no lease was granted, nothing was tested", name)
+			}
+			var by []string
+			for _, c := range rep.Checks {
+				if c.Violations > 0 {
+					by = append(by, fmt.Sprintf("%s=%d", c.Name, c.Violations))
+				}
+			}
+			if rep.Violations == 0 {
+				t.Errorf("mutant %s survived: the checkers reported no violation", name)
+				return
+			}
+			caught++
+			t.Logf("mutant %s caught: %s", name, strings.Join(by, ", "))
+		})
+	}
+	t.Logf("mutants caught: %d/%d in %v", caught, len(names), time.Since(start).Round(time.Second))
+}
+
+// buildMutantBinary compiles this package's tests with the failpoints in.
+func buildMutantBinary(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the mutant test builds a tagged binary and needs the go command: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "torture-mutants.test")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goBin, "test", "-c", "-tags", "fenced_failpoints", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go test -c -tags fenced_failpoints: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// mutantConfig is a short run with every fault on, at a kill rate high
+// enough that a bug that needs a crash (a lost acknowledged log write, a
+// restore that drops leases) meets one.
+func mutantConfig(t *testing.T, name failpoint.Name) Config {
+	cfg := tortureConfig(t, 20*time.Second)
+	cfg.Failpoints = []string{string(name)}
+	cfg.StoreCrashInterval = 0
+	cfg.CheckTimeout = 15 * time.Second
+	if slices.Contains([]failpoint.Name{failpoint.LogAckBeforeWrite, failpoint.RestoreDropsLeases}, name) {
+		// The node is back, and leads, well within a TTL: a lease the
+		// crash lost then shows in its holder's next renewal.
+		cfg.CrashInterval = 1500 * time.Millisecond
+		cfg.DownMin, cfg.DownMax = 50*time.Millisecond, 200*time.Millisecond
+		cfg.NodeHeartbeatTimeout = 150 * time.Millisecond
+		cfg.SnapshotBeforeCrash = 0.7
+	}
+	if name == failpoint.GrantHeld || name == failpoint.ReleaseAnyID {
+		// Both need a key that is held by someone else: an acquisition
+		// running into a holder, or a release from a holder that was
+		// frozen past its lease while another took the key.
+		cfg.Workers, cfg.Keys = 5, 2
+		cfg.PauseProbability = 0.6
+		cfg.Duration = 25 * time.Second
+	}
+	if name == failpoint.ReleaseAnyID {
+		// A stale release is sent only when a holder frozen past its
+		// lease releases before its client's next renewal finds out.
+		cfg.PauseProbability = 0.9
+		cfg.Duration = 30 * time.Second
+	}
+	if name == failpoint.GrantHeld {
+		// A waiting acquisition tries the key only at the head of the
+		// line; one that does not wait tries it every ~50ms.
+		cfg.TryProbability = 0.8
+	}
+	if name == failpoint.LogAckBeforeWrite {
+		// Every kill right after an acknowledgement; no snapshots, whose
+		// log truncation waits for the late writes.
+		cfg.AfterAckShare = 1
+		cfg.Duration = 30 * time.Second
+		cfg.CrashInterval = time.Second
+		cfg.SnapshotBeforeCrash = -1
+		cfg.NodeSnapshotThreshold = 1 << 20
+	}
+	return cfg
+}

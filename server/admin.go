@@ -1,0 +1,197 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"time"
+
+	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/hashicorp/raft"
+)
+
+// errUnknownMember is returned for a member ID that is not in the
+// configuration: not_found.
+var errUnknownMember = errors.New("no such member")
+
+// membershipTimeout bounds how long a membership change may wait to be
+// accepted by raft (another change in progress).
+const membershipTimeout = 10 * time.Second
+
+// admin serves ClusterService. Changes run on the leader; any other node
+// forwards them, as it forwards lease calls.
+type admin struct{ s *Server }
+
+var _ fencedv1connect.ClusterServiceHandler = (*admin)(nil)
+
+// leader returns a client of the leader's ClusterService, or nil when this
+// node should serve the call itself.
+func (a *admin) leader(ctx context.Context, h http.Header) (fencedv1connect.ClusterServiceClient, error) {
+	if a.s.raft.State() == raft.Leader {
+		return nil, nil
+	}
+	if h.Get(forwardedHeader) != "" {
+		return nil, connectError(errNotReady)
+	}
+	addr, err := a.s.forward.leaderAddr(ctx)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if addr == "" {
+		return nil, nil
+	}
+	return a.s.forward.clusterClient(addr), nil
+}
+
+func (a *admin) members() ([]*fencedv1.Member, error) {
+	f := a.s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	_, leader := a.s.raft.LeaderWithID()
+	var out []*fencedv1.Member
+	for _, srv := range f.Configuration().Servers {
+		out = append(out, &fencedv1.Member{Id: string(srv.ID), Address: string(srv.Address),
+			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
+	return out, nil
+}
+
+func (a *admin) ListMembers(context.Context, *connect.Request[fencedv1.ListMembersRequest]) (*connect.Response[fencedv1.ListMembersResponse], error) {
+	ms, err := a.members()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	_, leader := a.s.raft.LeaderWithID()
+	return connect.NewResponse(&fencedv1.ListMembersResponse{Members: ms, LeaderId: string(leader), Term: a.s.raft.CurrentTerm()}), nil
+}
+
+func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.AddMemberRequest]) (*connect.Response[fencedv1.AddMemberResponse], error) {
+	id, addr := req.Msg.GetId(), req.Msg.GetAddress()
+	if err := validateMember(id, addr); err != nil {
+		return nil, connectError(err)
+	}
+	rpc, err := a.leader(ctx, req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if rpc != nil {
+		return rpc.AddMember(ctx, forwarded(ctx, a.s, req.Msg))
+	}
+	add := a.s.raft.AddVoter
+	if req.Msg.GetNonVoter() {
+		add = a.s.raft.AddNonvoter
+	}
+	if err := add(raft.ServerID(id), raft.ServerAddress(addr), 0, membershipTimeout).Error(); err != nil {
+		return nil, connectError(fmt.Errorf("add member %s: %w", id, err))
+	}
+	a.s.log.Info("member added", "member", id, "address", addr, "voter", !req.Msg.GetNonVoter())
+	ms, err := a.members()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&fencedv1.AddMemberResponse{Members: ms}), nil
+}
+
+func (a *admin) RemoveMember(ctx context.Context, req *connect.Request[fencedv1.RemoveMemberRequest]) (*connect.Response[fencedv1.RemoveMemberResponse], error) {
+	id := req.Msg.GetId()
+	if id == "" {
+		return nil, connectError(invalidf("id is required"))
+	}
+	rpc, err := a.leader(ctx, req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if rpc != nil {
+		return rpc.RemoveMember(ctx, forwarded(ctx, a.s, req.Msg))
+	}
+	if _, ok := a.member(id); !ok {
+		return nil, connectError(fmt.Errorf("remove member %q: %w", id, errUnknownMember))
+	}
+	if err := a.s.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
+		return nil, connectError(fmt.Errorf("remove member %s: %w", id, err))
+	}
+	a.s.log.Info("member removed", "member", id)
+	ms, err := a.members()
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&fencedv1.RemoveMemberResponse{Members: ms}), nil
+}
+
+func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fencedv1.TransferLeadershipRequest]) (*connect.Response[fencedv1.TransferLeadershipResponse], error) {
+	rpc, err := a.leader(ctx, req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if rpc != nil {
+		return rpc.TransferLeadership(ctx, forwarded(ctx, a.s, req.Msg))
+	}
+	var f raft.Future
+	if id := req.Msg.GetId(); id != "" {
+		m, ok := a.member(id)
+		if !ok {
+			return nil, connectError(fmt.Errorf("transfer leadership to %q: %w", id, errUnknownMember))
+		}
+		if id == a.s.cfg.NodeID {
+			return connect.NewResponse(&fencedv1.TransferLeadershipResponse{LeaderId: id}), nil
+		}
+		f = a.s.raft.LeadershipTransferToServer(m.ID, m.Address)
+	} else {
+		f = a.s.raft.LeadershipTransfer()
+	}
+	if err := f.Error(); err != nil {
+		return nil, connectError(fmt.Errorf("transfer leadership: %w", err))
+	}
+	// The transfer is done when another node leads; wait until this one
+	// knows which.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, leader := a.s.raft.LeaderWithID(); leader != "" && string(leader) != a.s.cfg.NodeID {
+			a.s.log.Info("leadership transferred", "leader", leader)
+			return connect.NewResponse(&fencedv1.TransferLeadershipResponse{LeaderId: string(leader)}), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, connectError(ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func (a *admin) member(id string) (raft.Server, bool) {
+	f := a.s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return raft.Server{}, false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == id {
+			return srv, true
+		}
+	}
+	return raft.Server{}, false
+}
+
+func validateMember(id, addr string) error {
+	if id == "" {
+		return invalidf("id is required")
+	}
+	if err := validateText("id", id); err != nil {
+		return err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return invalidf("address %q: %v", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || port == "0" || (ip != nil && ip.IsUnspecified()) {
+		return invalidf("address %q: peers cannot dial it", addr)
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/lease"
+)
+
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// A node restored from a backup issues tokens above every token the old
+// node issued, also after the backup was taken, for keys in the backup
+// and for new ones; it holds no lease of the backup, and the backup holds
+// no lease ID.
+func TestBackupRestoreTokens(t *testing.T) {
+	ctx := context.Background()
+	old := newTestServer(t, Config{})
+	acquire := func(s *Server, key string) lease.Lease {
+		t.Helper()
+		l, err := s.Acquire(ctx, &fencedv1.AcquireRequest{Key: key, Owner: "o", TtlMs: 60_000})
+		if err != nil {
+			t.Fatalf("acquire %q: %v", key, err)
+		}
+		return l
+	}
+	release := func(s *Server, l lease.Lease) {
+		t.Helper()
+		if err := s.Release(ctx, l.Key, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := acquire(old, "kept/held")
+	release(old, acquire(old, "kept/freed"))
+	var backup bytes.Buffer
+	at, err := old.WriteBackup(&backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(backup.Bytes(), []byte(held.ID)) {
+		t.Error("the backup holds a lease ID")
+	}
+	// The old node goes on after the backup; all this is lost with it.
+	var lost uint64
+	for i := range 40 {
+		for _, key := range []string{"kept/freed", fmt.Sprintf("lost/%d", i)} {
+			l := acquire(old, key)
+			lost = max(lost, l.Token)
+			release(old, l)
+		}
+	}
+	old.Close()
+	if lost <= at {
+		t.Fatalf("tokens after the backup (%d) not above its index %d", lost, at)
+	}
+
+	const bump = 1000 // more than the ~160 entries written after the backup
+	dir, raftAddr := t.TempDir(), freeLoopback(t)
+	start, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddress: raftAddr, Bump: bump}, bytes.NewReader(backup.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start != at+bump {
+		t.Errorf("restored at %d, want %d+%d", start, at, bump)
+	}
+	if _, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddress: raftAddr}, bytes.NewReader(backup.Bytes())); !errors.Is(err, ErrRestoreTarget) {
+		t.Errorf("restore over a restored directory: %v, want ErrRestoreTarget", err)
+	}
+
+	restored := newTestServer(t, Config{DataDir: dir, NodeID: "r1", RaftListen: raftAddr})
+	restored.fsm.read(func(st *lease.State) {
+		if l, ok := st.Get("kept/held"); ok || st.LastToken("kept/held") != held.Token {
+			t.Errorf("kept/held after the restore: lease %v, lastToken %d; want none and lastToken %d", l, st.LastToken("kept/held"), held.Token)
+		}
+	})
+	if _, err := restored.Renew(ctx, "kept/held", held.ID); err == nil {
+		t.Error("a lease of the backup was renewed after the restore")
+	}
+	for _, key := range []string{"kept/held", "kept/freed", "lost/3", "new"} {
+		if l := acquire(restored, key); l.Token <= lost || l.Token <= start {
+			t.Errorf("%q: token %d after the restore, not above %d issued after the backup and the start %d", key, l.Token, lost, start)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Renewals need a quorum contact that began after they arrived.
+//
+// raft's VerifyLeader counts any heartbeat answer that comes in after the
+// check began, including one to a heartbeat sent before it began. A leader
+// paused with such an answer in flight (SIGSTOP, a long GC) could, on
+// resuming, confirm a renewal on the strength of a contact older than the
+// renewal, after a new leader had been elected and had reset the deadlines
+// without it. So a leadership check here also requires that a quorum of
+// voters (this node among them) answered, in the current term, an
+// AppendEntries that was sent after the check began. contactTransport
+// records, per peer, when the last such request that was answered was sent.
+
+// errNoQuorumContact is returned when leadership was confirmed by raft but
+// no quorum answered a request sent after the check began, after a few
+// rounds: unavailable, the caller may retry.
+var errNoQuorumContact = errors.New("not the leader, or no quorum contact since the request arrived")
+
+// contactTransport is raft's transport, noting when each peer last answered
+// an AppendEntries of this node's term, by the request's send time.
+type contactTransport struct {
+	*raft.NetworkTransport
+
+	mu       sync.Mutex
+	contacts map[raft.ServerID]contact
+}
+
+type contact struct {
+	term uint64
+	sent time.Time
+}
+
+func newContactTransport(t *raft.NetworkTransport) *contactTransport {
+	return &contactTransport{NetworkTransport: t, contacts: make(map[raft.ServerID]contact)}
+}
+
+// AppendEntries is raft's, noting successful answers.
+func (t *contactTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	sent := time.Now()
+	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
+	if err == nil && resp.Term == args.Term {
+		t.noteContact(id, args.Term, sent)
+	}
+	return err
+}
+
+func (t *contactTransport) noteContact(id raft.ServerID, term uint64, sent time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c := t.contacts[id]; c.term < term || (c.term == term && c.sent.Before(sent)) {
+		t.contacts[id] = contact{term: term, sent: sent}
+	}
+}
+
+// quorumSince reports whether a quorum of voters, counting self, answered
+// a request of term sent after since.
+func (t *contactTransport) quorumSince(self raft.ServerID, voters []raft.ServerID, term uint64, since time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, v := range voters {
+		if v == self {
+			n++
+			continue
+		}
+		if c := t.contacts[v]; c.term == term && c.sent.After(since) {
+			n++
+		}
+	}
+	return n > len(voters)/2
+}
+
+// verifyLeader is one leadership check for leaderCheck: raft's
+// VerifyLeader, then a quorum contact begun after the check began. Each
+// VerifyLeader makes raft send heartbeats at once, so the second round
+// normally finds the answers to the first round's heartbeats.
+func (s *Server) verifyLeader() error {
+	start := time.Now()
+	for range 3 {
+		term := s.raft.CurrentTerm()
+		if err := s.raft.VerifyLeader().Error(); err != nil {
+			return err
+		}
+		f := s.raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return err
+		}
+		var voters []raft.ServerID
+		for _, srv := range f.Configuration().Servers {
+			if srv.Suffrage == raft.Voter {
+				voters = append(voters, srv.ID)
+			}
+		}
+		if s.trans.quorumSince(raft.ServerID(s.cfg.NodeID), voters, term, start) && s.raft.CurrentTerm() == term {
+			return nil
+		}
+	}
+	return errNoQuorumContact
+}

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencedio/fenced/lease"
+	"github.com/hashicorp/raft"
+)
+
+// gatedLogStore holds every append while closed, like a disk that hangs.
+type gatedLogStore struct {
+	raft.LogStore
+	gate chan chan struct{} // receives a channel to wait on while held
+}
+
+func (s *gatedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+func (s *gatedLogStore) StoreLogs(logs []*raft.Log) error {
+	select {
+	case wait := <-s.gate:
+		<-wait
+	default:
+	}
+	return s.LogStore.StoreLogs(logs)
+}
+
+// A leader whose log writes hang still answers heartbeats; /healthz must
+// say it cannot apply, and recover once the writes go through.
+func TestHealthzReportsStalledApply(t *testing.T) {
+	store := &gatedLogStore{gate: make(chan chan struct{}, 1)}
+	s := newTestServer(t, Config{
+		ApplyStallTimeout: 200 * time.Millisecond,
+		wrapLogStore:      func(ls raft.LogStore) raft.LogStore { store.LogStore = ls; return store },
+	})
+	health := func() (int, string) {
+		rec := httptest.NewRecorder()
+		s.healthz(rec, httptest.NewRequest("GET", "/healthz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := health(); code != http.StatusOK {
+		t.Fatalf("healthy node: %d %s", code, body)
+	}
+	release := make(chan struct{})
+	var unblock sync.Once
+	t.Cleanup(func() { unblock.Do(func() { close(release) }) }) // before Close
+	store.gate <- release
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.apply(lease.Command{Op: lease.OpAcquire, Key: "k", ID: newLeaseID(), Owner: "o", TTL: time.Minute})
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := health()
+		if code == http.StatusServiceUnavailable {
+			if !strings.Contains(body, "apply path stalled") {
+				t.Fatalf("503 without the reason: %q", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("healthz still %d %q with an apply hung for 10s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	unblock.Do(func() { close(release) })
+	if err := <-done; err != nil {
+		t.Fatalf("apply after the disk recovered: %v", err)
+	}
+	if code, body := health(); code != http.StatusOK {
+		t.Fatalf("after recovery: %d %s", code, body)
+	}
+}

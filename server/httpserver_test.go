@@ -1,0 +1,164 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rawConn dials the server at base (http://host:port).
+func rawConn(t *testing.T, base string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readResponse reads one response from c within d.
+func readResponse(t *testing.T, c net.Conn, br *bufio.Reader, d time.Duration) (*http.Response, error) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	resp, err := http.ReadResponse(br, nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return resp, err
+}
+
+func TestOversizedHeaderRefused(t *testing.T) {
+	s := newTestServer(t, Config{MaxHeaderBytes: 8 << 10})
+	base := serveTest(t, s)
+	req, _ := http.NewRequest("GET", base+"/healthz", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 64<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("64 KiB header with an 8 KiB limit: %d, want 431", resp.StatusCode)
+	}
+}
+
+func TestIdleConnectionClosed(t *testing.T) {
+	s := newTestServer(t, Config{IdleTimeout: 200 * time.Millisecond})
+	base := serveTest(t, s)
+	c := rawConn(t, base)
+	br := bufio.NewReader(c)
+	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := readResponse(t, c, br, 5*time.Second); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	// The connection is kept alive, then closed once idle.
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("idle keep-alive connection: %v after %v, want EOF (closed by the server)", err, time.Since(start))
+	}
+}
+
+func TestSlowBodyCut(t *testing.T) {
+	s := newTestServer(t, Config{BodyReadTimeout: 300 * time.Millisecond})
+	base := serveTest(t, s)
+	c := rawConn(t, base)
+	br := bufio.NewReader(c)
+	// A unary call that promises 100 bytes and sends 10.
+	fmt.Fprint(c, "POST /fenced.v1.LeaseService/Get HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"key\":\"a")
+	start := time.Now()
+	// An answer (deadline_exceeded) or the connection closed, either way
+	// well before the 10s the client waits.
+	resp, err := readResponse(t, c, br, 10*time.Second)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("slow body still held after 10s")
+	}
+	if err == nil && resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("slow body answered %d, want 504 deadline_exceeded", resp.StatusCode)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("cut after %v, before the 300ms deadline", took)
+	}
+}
+
+func TestConnectionCapHolds(t *testing.T) {
+	s := newTestServer(t, Config{MaxConns: 2})
+	base := serveTest(t, s)
+	healthz := func(c net.Conn, br *bufio.Reader, d time.Duration) error {
+		fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		_, err := readResponse(t, c, br, d)
+		return err
+	}
+	c1, c2, c3 := rawConn(t, base), rawConn(t, base), rawConn(t, base)
+	br1, br2, br3 := bufio.NewReader(c1), bufio.NewReader(c2), bufio.NewReader(c3)
+	if err := healthz(c1, br1, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := healthz(c2, br2, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := healthz(c3, br3, 500*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("third connection with a cap of 2: %v, want no answer", err)
+	}
+	c1.Close()
+	if _, err := readResponse(t, c3, br3, 5*time.Second); err != nil {
+		t.Fatalf("third connection once the first closed: %v", err)
+	}
+}
+
+// A streamed message claiming 2 GiB is refused after its 5-byte prefix:
+// the server answers while the client has sent nothing more.
+func TestHugeMessageClaimRefusedUnread(t *testing.T) {
+	s := newTestServer(t, Config{})
+	base := serveTest(t, s)
+	c := rawConn(t, base)
+	fmt.Fprintf(c, "POST /fenced.v1.LeaseService/Watch HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nContent-Length: %d\r\n\r\n", 5+(2<<30))
+	c.Write([]byte{0, 0x80, 0, 0, 0}) // flags 0, length 2^31
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var got strings.Builder
+	buf := make([]byte, 4096)
+	for !strings.Contains(got.String(), "resource_exhausted") {
+		n, err := c.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("2 GiB claim: %v, read %q; want resource_exhausted before the body", err, got.String())
+		}
+	}
+}
+
+// The body deadline covers the body only: an acquisition that waits in
+// line longer than BodyReadTimeout after sending its body is not cut.
+func TestBodyDeadlineSparesWaits(t *testing.T) {
+	s := newTestServer(t, Config{BodyReadTimeout: 200 * time.Millisecond})
+	base := serveTest(t, s)
+	post := func(method, body string) (int, string) {
+		resp, err := http.Post(base+"/fenced.v1.LeaseService/"+method, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, held := post("Acquire", `{"key":"k","owner":"a","ttlMs":60000}`)
+	if code != 200 {
+		t.Fatalf("acquire: %d %s", code, held)
+	}
+	id := held[strings.Index(held, `"leaseId":"`)+len(`"leaseId":"`):]
+	id = id[:strings.IndexByte(id, '"')]
+	go func() {
+		time.Sleep(800 * time.Millisecond) // longer than the body deadline
+		post("Release", `{"key":"k","leaseId":"`+id+`"}`)
+	}()
+	if code, body := post("Acquire", `{"key":"k","owner":"b","ttlMs":60000,"waitMs":10000}`); code != 200 || !strings.Contains(body, `"owner":"b"`) {
+		t.Fatalf("waiting acquisition: %d %s, want the grant after the release", code, body)
+	}
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// errTooManyStreams refuses a Watch or dashboard subscription beyond a
+// limit; it maps to resource_exhausted (HTTP 429 on /v1/events).
+var errTooManyStreams = errors.New("too many streams")
+
+// streamLimiter caps open streams of one kind, in total and per client IP.
+type streamLimiter struct {
+	kind           string // "watchers", "event subscribers": named in errors
+	max, perClient int
+
+	mu    sync.Mutex
+	total int
+	byIP  map[string]int
+}
+
+func newStreamLimiter(kind string, max, perClient int) *streamLimiter {
+	return &streamLimiter{kind: kind, max: max, perClient: perClient, byIP: make(map[string]int)}
+}
+
+// acquire takes a slot for a stream from ip, or says which limit is full.
+// The returned func gives the slot back.
+func (l *streamLimiter) acquire(ip string) (func(), error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.total >= l.max {
+		return nil, fmt.Errorf("%w: %d %s open on this server (limit %d)", errTooManyStreams, l.total, l.kind, l.max)
+	}
+	if l.byIP[ip] >= l.perClient {
+		return nil, fmt.Errorf("%w: %d %s open from %s (limit %d per client)", errTooManyStreams, l.byIP[ip], l.kind, ip, l.perClient)
+	}
+	l.total++
+	l.byIP[ip]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.total--
+			if l.byIP[ip]--; l.byIP[ip] <= 0 {
+				delete(l.byIP, ip)
+			}
+		})
+	}, nil
+}
+
+// clientIP is the host part of a remote address; the address itself when it
+// has no port.
+func clientIP(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
+
+type streamControlKey struct{}
+
+// streamControl lets a stream handler below connect (which cannot reach
+// the ResponseWriter) set per-send write deadlines and hold back flushes.
+type streamControl struct {
+	rc *http.ResponseController
+	w  *batchingWriter
+}
+
+// batchingWriter skips Flush while hold is set. connect flushes after every
+// message of a stream; a Watch handler sending a batch of queued events
+// holds the flushes of all but the last, so the batch leaves in a few large
+// writes instead of one system call per event.
+type batchingWriter struct {
+	http.ResponseWriter
+	hold bool // only the handler's goroutine touches it
+}
+
+func (b *batchingWriter) Flush() {
+	if !b.hold {
+		http.NewResponseController(b.ResponseWriter).Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (b *batchingWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }
+
+// withStreamControl gives stream handlers a streamControl through their
+// context. Unary calls pass through untouched.
+func withStreamControl(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isStreamProcedure(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		bw := &batchingWriter{ResponseWriter: w}
+		ctl := &streamControl{rc: http.NewResponseController(w), w: bw}
+		next.ServeHTTP(bw, r.WithContext(context.WithValue(r.Context(), streamControlKey{}, ctl)))
+	})
+}
+
+// streamControlFrom returns ctx's streamControl, or nil.
+func streamControlFrom(ctx context.Context) *streamControl {
+	ctl, _ := ctx.Value(streamControlKey{}).(*streamControl)
+	return ctl
+}
+
+// beforeSend sets the write deadline to timeout from now (none when timeout
+// is 0) and holds the flush after the send when more follows.
+func (c *streamControl) beforeSend(timeout time.Duration, more bool) {
+	if c == nil {
+		return
+	}
+	if timeout > 0 {
+		c.rc.SetWriteDeadline(time.Now().Add(timeout))
+	}
+	c.w.hold = more
+}
