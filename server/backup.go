@@ -95,7 +95,7 @@ func (c *RestoreConfig) Validate() error {
 		return nil
 	}
 	// The members' own rules: IDs and addresses as a node checks them.
-	probe := Config{NodeID: c.NodeID, InitialCluster: c.InitialCluster, MinTTL: time.Hour}
+	probe := Config{NodeID: c.NodeID, InitialCluster: c.InitialCluster, MinTTL: time.Hour}.withDefaults()
 	return probe.validateCluster()
 }
 
