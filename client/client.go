@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -49,6 +50,15 @@ type Config struct {
 	// without TLS). On loopback a unary call over HTTP/1.1 costs client and
 	// server about a third less CPU than over HTTP/2.
 	HTTPClient connect.HTTPClient
+	// TLS configures the default transports for an https Endpoint
+	// (TLSFiles.Config makes one from files). Ignored with HTTPClient,
+	// which carries its own. Default: the system's roots, no client
+	// certificate.
+	TLS *tls.Config
+	// Token is a bearer token sent with every request, for servers with
+	// authentication on. Prefer TLS with it: without, anyone on the path
+	// can read and replay it. Default: none.
+	Token string
 	// Owner names the holder in leases, for people reading them. Default
 	// "hostname/pid".
 	Owner string
@@ -181,13 +191,18 @@ func New(cfg Config) (*Client, error) {
 	unary, streams := cfg.HTTPClient, cfg.HTTPClient
 	if cfg.HTTPClient == nil {
 		c.transports = []*http.Transport{newTransport(false), newTransport(true)}
+		for _, t := range c.transports {
+			cfg.setTLS(t)
+		}
 		unary = &http.Client{Transport: inMemoryBodies{c.transports[0]}}
 		streams = &http.Client{Transport: wholeMessages{c.transports[1]}}
 	}
+	opts := cfg.credentials()
 	for _, url := range cfg.Endpoints {
 		c.eps.eps = append(c.eps.eps, endpoint{url: url,
-			rpc:     fencedv1connect.NewLeaseServiceClient(unary, url),
-			streams: fencedv1connect.NewLeaseServiceClient(streams, url)})
+			rpc:     fencedv1connect.NewLeaseServiceClient(unary, url, opts...),
+			streams: fencedv1connect.NewLeaseServiceClient(streams, url, opts...),
+			admin:   fencedv1connect.NewAdminServiceClient(unary, url, opts...)})
 	}
 	c.eps.timeout = cfg.FailoverTimeout
 	return c, nil
@@ -215,6 +230,10 @@ type Info struct {
 	// Remaining is the time left before expiry as the server saw it when it
 	// answered.
 	Remaining time.Duration
+	// Signature is the server's signature of Token for Key, with token
+	// signing on (Acquire and Renew only); send it in
+	// Fencing-Token-Signature.
+	Signature string
 }
 
 func infoFromProto(p *fencedv1.Lease) Info {
@@ -286,6 +305,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		return nil, fmt.Errorf("acquire %q: %w", key, err)
 	}
 	info := infoFromProto(resp.Msg.GetLease())
+	info.Signature = resp.Msg.GetTokenSignature()
 	interval, window := c.cfg.renewInterval(info.TTL), c.cfg.window(info.TTL)
 	l := newLease(c, info, interval, window)
 	if window <= interval {
@@ -318,7 +338,9 @@ func (c *Client) Renew(ctx context.Context, key, id string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("renew %q: %w", key, fromRPC(err))
 	}
-	return infoFromProto(resp.Msg.GetLease()), nil
+	info := infoFromProto(resp.Msg.GetLease())
+	info.Signature = resp.Msg.GetTokenSignature()
+	return info, nil
 }
 
 // Release releases lease id of key, for callers that hold only the ID.
@@ -491,6 +513,10 @@ func fromRPC(err error) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, ce)
 	case connect.CodeUnavailable:
 		return fmt.Errorf("%w: %w", ErrUnavailable, ce)
+	case connect.CodeUnauthenticated:
+		return fmt.Errorf("%w: %w", ErrUnauthenticated, ce)
+	case connect.CodePermissionDenied:
+		return fmt.Errorf("%w: %w", ErrPermissionDenied, ce)
 	case connect.CodeDeadlineExceeded:
 		// The server's answer when the caller's deadline, which it was sent,
 		// ended first; the same error as the client's own timer gives.

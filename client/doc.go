@@ -21,6 +21,12 @@
 // and when it gets through the key is free a TTL sooner than by expiry.
 // Orphan is the exception: it stops renewing without releasing.
 //
+// Against a server with security on, Config.TLS (TLSFiles builds one from
+// PEM files) verifies the server and may present a client certificate, and
+// Config.Token is sent as a bearer token on every call. Refusals match
+// ErrUnauthenticated or ErrPermissionDenied. With token signing on, a
+// lease's Signature goes with its token to guards that verify signatures.
+//
 // Guarantees:
 //   - The local deadline is conservative. It is measured on this process's
 //     monotonic clock from the moment the last successful renewal (or the

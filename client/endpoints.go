@@ -39,6 +39,7 @@ type endpoint struct {
 	url     string
 	rpc     fencedv1connect.LeaseServiceClient // unary calls
 	streams fencedv1connect.LeaseServiceClient // Watch and KeepAlive
+	admin   fencedv1connect.AdminServiceClient // Revoke
 }
 
 // endpointList is the client's endpoints and the one in use.

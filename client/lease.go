@@ -27,6 +27,7 @@ type Lease struct {
 	expiry   *time.Timer // fires at deadline; nil until start
 	stop     chan struct{}
 	stopped  bool
+	sig      string // latest token signature; guarded by mu
 }
 
 func newLease(c *Client, info Info, interval, window time.Duration) *Lease {
@@ -165,7 +166,13 @@ func (l *Lease) renewOnce(ctx context.Context) (sent time.Time, err error) {
 	sent = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.RequestTimeout)
 	defer cancel()
-	_, err = l.c.Renew(ctx, l.info.Key, l.info.ID)
+	info, err := l.c.Renew(ctx, l.info.Key, l.info.ID)
+	if err == nil && info.Signature != "" {
+		// After a key rotation the server signs with its new key.
+		l.mu.Lock()
+		l.sig = info.Signature
+		l.mu.Unlock()
+	}
 	return sent, err
 }
 

@@ -27,7 +27,20 @@
 //     only when the resource it protects is itself in memory, or when the
 //     resource rebuilds its highest tokens on start.
 //   - A guard does not know about leases. It trusts the token order; the
-//     lease service is what makes tokens increase per key.
+//     lease service is what makes tokens increase per key. Without signed
+//     tokens anyone who reaches the resource can present any token, and one
+//     huge token accepted once makes every legitimate token of its scope
+//     stale.
+//
+// Signed tokens (opt-in): a guard wrapped by NewSignedGuard (fencesql and
+// fenceredis take a Verifier) runs a mutation only if the token comes with
+// a signature (WithSignature; the Fencing-Token-Signature header) that a
+// trusted Ed25519 key made for that scope and that token. Missing, forged,
+// re-scoped and re-tokened signatures, and those of retired keys, are
+// refused with an error matching ErrBadSignature before the inner guard is
+// asked anything, so they never move the highest token. The lease service
+// signs with --signing-key-file and publishes its keys on /v1/keys
+// (ReadKeySet). Unsigned guards ignore signatures and cost nothing.
 //
 // Equal tokens are accepted: the current holder writes many times with the
 // same token.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -19,6 +20,9 @@ const (
 	// saw them expire. The leader writes this instead of OpExpire, which
 	// existing logs may still hold.
 	OpExpireBatch Op = 4
+	// OpRevoke ends lease ID of Key at an operator's request; By names the
+	// principal that asked. It hands the key over like OpRelease.
+	OpRevoke Op = 5
 )
 
 func (o Op) String() string {
@@ -31,6 +35,8 @@ func (o Op) String() string {
 		return "expire"
 	case OpExpireBatch:
 		return "expire-batch"
+	case OpRevoke:
+		return "revoke"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -48,7 +54,10 @@ type Command struct {
 	ID     string
 	Owner  string        // acquire, or the next holder of a handover
 	TTL    time.Duration // acquire, or handover; whole milliseconds
-	NextID string        // release or expiry only: hand over to this lease
+	NextID string        // release, revoke or expiry only: hand over to this lease
+	// By is the authenticated principal that revoked the lease (OpRevoke
+	// only), kept in the log as the record of who ended it.
+	By string
 
 	// Term is the leadership term whose leader decided an OpExpireBatch.
 	// Deadlines are only meaningful to the leader that tracked them, so the
@@ -79,10 +88,12 @@ type Expiry struct {
 //
 // with owner and ttl present only when nextID is not empty. Lease IDs of
 // lowercase hex (the server's) are stored as the bytes they spell, which
-// halves them.
+// halves them. Version 4 is the layout of OpRevoke, which only it uses:
+// version 2's fields followed by By.
 const (
 	commandVersion = 2
 	batchVersion   = 3
+	revokeVersion  = 4
 )
 
 // ErrBadCommand is returned when a log entry cannot be decoded.
@@ -93,12 +104,19 @@ func (c Command) AppendBinary(b []byte) ([]byte, error) {
 	if c.Op == OpExpireBatch {
 		return c.appendBatch(b)
 	}
-	b = append(b, commandVersion, byte(c.Op))
+	v := byte(commandVersion)
+	if c.Op == OpRevoke {
+		v = revokeVersion
+	}
+	b = append(b, v, byte(c.Op))
 	b = appendString(b, c.Key)
 	b = appendString(b, c.ID)
 	b = appendString(b, c.Owner)
 	b = binary.AppendUvarint(b, uint64(c.TTL/time.Millisecond))
 	b = appendString(b, c.NextID)
+	if v == revokeVersion {
+		b = appendString(b, c.By)
+	}
 	return b, nil
 }
 
@@ -140,7 +158,7 @@ func (c Command) checkBatch() error {
 
 // MarshalBinary encodes c for the log.
 func (c Command) MarshalBinary() ([]byte, error) {
-	n := 16 + len(c.Key) + len(c.ID) + len(c.Owner) + len(c.NextID)
+	n := 16 + len(c.Key) + len(c.ID) + len(c.Owner) + len(c.NextID) + len(c.By)
 	for _, e := range c.Expiries {
 		n += 4 + len(e.Key) + len(e.ID)/2
 	}
@@ -153,13 +171,19 @@ func (c *Command) UnmarshalBinary(b []byte) error {
 	v := d.byte()
 	*c = Command{Op: Op(d.byte())}
 	switch v {
-	case 1, commandVersion:
+	case 1, commandVersion, revokeVersion:
 		c.Key = d.string()
 		c.ID = d.string()
 		c.Owner = d.string()
-		c.TTL = time.Duration(d.uvarint()) * time.Millisecond
+		c.TTL = d.millis()
 		if v >= 2 {
 			c.NextID = d.string()
+		}
+		if v == revokeVersion {
+			c.By = d.string()
+		}
+		if (v == revokeVersion) != (c.Op == OpRevoke) {
+			return fmt.Errorf("%w: op %v in version %d", ErrBadCommand, c.Op, v)
 		}
 	case batchVersion:
 		if c.Op != OpExpireBatch {
@@ -178,7 +202,7 @@ func (c *Command) UnmarshalBinary(b []byte) error {
 			e.NextID = d.id()
 			if e.NextID != "" {
 				e.Owner = d.string()
-				e.TTL = time.Duration(d.uvarint()) * time.Millisecond
+				e.TTL = d.millis()
 			}
 		}
 	default:
@@ -197,6 +221,11 @@ func (c *Command) UnmarshalBinary(b []byte) error {
 		}
 		return nil
 	case OpRelease, OpExpire:
+		return nil
+	case OpRevoke:
+		if c.By == "" {
+			return fmt.Errorf("%w: revoke without a principal", ErrBadCommand)
+		}
 		return nil
 	case OpExpireBatch:
 		if v != batchVersion {
@@ -281,6 +310,20 @@ func (d *decoder) id() string {
 	s := hex.EncodeToString(d.b[:n/2])
 	d.b = d.b[n/2:]
 	return s
+}
+
+// millis reads a duration in whole milliseconds. One too long for a
+// time.Duration would wrap around to another, so it is refused.
+func (d *decoder) millis() time.Duration {
+	v := d.uvarint()
+	if v > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		if d.err == nil {
+			d.err = fmt.Errorf("%w: duration of %d ms out of range", ErrBadCommand, v)
+		}
+		d.b = nil
+		return 0
+	}
+	return time.Duration(v) * time.Millisecond
 }
 
 func (d *decoder) string() string { return d.take(d.uvarint()) }

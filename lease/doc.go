@@ -19,8 +19,11 @@
 //   - At most one current lease per key (I3).
 //   - Tokens strictly increase per key, and in fact across all keys: every
 //     entry grants at most one lease.
-//   - Release and expiry take effect only for the lease ID they name (I4): a
-//     stale holder's release or a late expiry never ends a newer lease.
+//   - Release, revocation and expiry take effect only for the lease ID they
+//     name (I4): a stale holder's release, a revocation decided on an older
+//     lease or a late expiry never ends a newer lease.
+//   - A revocation (OpRevoke) records the principal that asked (Command.By,
+//     Event.By) in the log; it ends the lease as a release does.
 //   - An expiry batch (OpExpireBatch) takes effect only in an entry of the
 //     leadership term that decided it (Command.Term), so a deposed leader's
 //     late decision, written after it leads again, ends nothing.
@@ -37,6 +40,10 @@
 //     state machine.
 //   - Single OpExpire entries, which logs written before expiry batches may
 //     hold, carry no term and apply in any term.
+//   - Entries of a newer layout (OpRevoke is version 4) are refused with
+//     ErrBadCommand by builds that predate it, which then do not apply
+//     them: every node of a cluster must run a build that knows OpRevoke
+//     before anyone revokes.
 //   - I1 across a restore from a backup (Snapshot.Backup, State.Rebase)
 //     holds only if the old cluster wrote fewer entries after the backup
 //     than the margin the restore skipped (DefaultRestoreBump by default).

@@ -103,7 +103,7 @@ func Restore(r io.Reader, maxIdle int) (*State, error) {
 	index := immutable.NewSortedMapBuilder[string, *Lease](nil)
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		l := &Lease{Key: d.string(), ID: d.string(), Owner: d.string(), Token: d.uvarint()}
-		l.TTL = time.Duration(d.uvarint()) * time.Millisecond
+		l.TTL = d.millis()
 		if _, dup := s.leases[l.Key]; dup {
 			return nil, fmt.Errorf("%w: key %q appears twice", ErrBadSnapshot, l.Key)
 		}

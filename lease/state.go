@@ -33,6 +33,9 @@ type Event struct {
 	Type     EventType
 	Lease    Lease
 	Revision uint64 // log index of the command
+	// By is the principal that revoked the lease (OpRevoke); empty when its
+	// holder released it or it expired. A revocation is a Released event.
+	By string
 }
 
 // Result is the outcome of applying one command.
@@ -136,6 +139,12 @@ func (s *State) Apply(index, term uint64, c Command) Result {
 		return s.end(index, Released, Expiry{Key: c.Key, ID: c.ID, NextID: c.NextID, Owner: c.Owner, TTL: c.TTL})
 	case OpExpire:
 		return s.end(index, Expired, Expiry{Key: c.Key, ID: c.ID, NextID: c.NextID, Owner: c.Owner, TTL: c.TTL})
+	case OpRevoke:
+		res := s.end(index, Released, Expiry{Key: c.Key, ID: c.ID, NextID: c.NextID, Owner: c.Owner, TTL: c.TTL})
+		if res.Err == nil {
+			res.Event.By = c.By
+		}
+		return res
 	case OpExpireBatch:
 		if err := c.checkBatch(); err != nil {
 			return Result{Err: err}

@@ -82,7 +82,7 @@ func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.Add
 		return nil, err
 	}
 	if rpc != nil {
-		return rpc.AddMember(ctx, forwarded(a.s, req.Msg))
+		return rpc.AddMember(ctx, forwarded(ctx, a.s, req.Msg))
 	}
 	add := a.s.raft.AddVoter
 	if req.Msg.GetNonVoter() {
@@ -109,7 +109,7 @@ func (a *admin) RemoveMember(ctx context.Context, req *connect.Request[fencedv1.
 		return nil, err
 	}
 	if rpc != nil {
-		return rpc.RemoveMember(ctx, forwarded(a.s, req.Msg))
+		return rpc.RemoveMember(ctx, forwarded(ctx, a.s, req.Msg))
 	}
 	if _, ok := a.member(id); !ok {
 		return nil, connectError(fmt.Errorf("remove member %q: %w", id, errUnknownMember))
@@ -131,7 +131,7 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 		return nil, err
 	}
 	if rpc != nil {
-		return rpc.TransferLeadership(ctx, forwarded(a.s, req.Msg))
+		return rpc.TransferLeadership(ctx, forwarded(ctx, a.s, req.Msg))
 	}
 	var f raft.Future
 	if id := req.Msg.GetId(); id != "" {

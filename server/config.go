@@ -131,6 +131,19 @@ type Config struct {
 	// from the snapshot. Default SnapshotThreshold.
 	TrailingLogs uint64
 
+	// TLS turns on TLS for the API port (see TLSFiles): with a cert file
+	// set, the port speaks only TLS. Off by default.
+	TLS TLSFiles
+	// AuthFile is the auth policy (LoadPolicy): bearer token hashes and the
+	// rules that grant principals permissions on key prefixes. Setting it
+	// turns authentication on: every request must then authenticate, and
+	// whatever no rule grants is denied. Empty by default (no auth).
+	AuthFile string
+	// SigningKeyFile turns on token signing: every grant and renewal comes
+	// with an Ed25519 signature of its token for its key, and the public
+	// keys are served on /v1/keys (see signingFile). Empty by default.
+	SigningKeyFile string
+
 	// Profiling serves net/http/pprof under /debug/pprof/ on the API port.
 	// Off by default: profiles expose internals and cost CPU while taken.
 	Profiling bool
@@ -256,6 +269,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s %q: %w", name, addr, err))
 		}
 	}
+	errs = append(errs, c.TLS.Validate())
 	return errors.Join(errs...)
 }
 

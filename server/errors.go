@@ -61,6 +61,10 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, errInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, errUnauthenticated):
+		return connect.NewError(connect.CodeUnauthenticated, err)
+	case errors.Is(err, errPermissionDenied):
+		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, errTooManyLeases), errors.Is(err, errTooManyStreams), errors.Is(err, errQuotaExceeded):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),

@@ -13,6 +13,7 @@ import (
 	"github.com/fencedio/fenced/internal/failpoint"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 )
@@ -149,6 +150,10 @@ func (f *forwarder) leader(ctx context.Context) (fencedv1connect.LeaseServiceCli
 	return f.client(addr), nil
 }
 
+func (f *forwarder) adminClient(addr string) fencedv1connect.AdminServiceClient {
+	return fencedv1connect.NewAdminServiceClient(&http.Client{Transport: f.transport}, "http://"+addr)
+}
+
 func (f *forwarder) clusterClient(addr string) fencedv1connect.ClusterServiceClient {
 	return fencedv1connect.NewClusterServiceClient(&http.Client{Transport: f.transport}, "http://"+addr)
 }
@@ -226,9 +231,13 @@ func (r *routedService) again(err error, h http.Header) bool {
 	return errors.Is(err, errNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, errDeposed)
 }
 
-func forwarded[T any](s *Server, msg *T) *connect.Request[T] {
+// forwarded is the request this node sends the leader for a call whose
+// context is ctx: it names this node and, with auth on, the principal the
+// caller authenticated as here (the leader authorizes it).
+func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T] {
 	req := connect.NewRequest(msg)
 	req.Header().Set(forwardedHeader, s.cfg.NodeID)
+	s.forwardPrincipal(ctx, req.Header())
 	return req
 }
 
@@ -270,7 +279,7 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 		}
 		if rpc != nil {
 			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.AcquireResponse], error) {
-				return rpc.Acquire(ctx, forwarded(r.s, req.Msg))
+				return rpc.Acquire(ctx, forwarded(ctx, r.s, req.Msg))
 			})
 		}
 		lctx, done := r.s.whileLeading(ctx)
@@ -302,7 +311,7 @@ func (r *routedService) Renew(ctx context.Context, req *connect.Request[fencedv1
 		}
 		if rpc != nil {
 			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.RenewResponse], error) {
-				return rpc.Renew(ctx, forwarded(r.s, req.Msg))
+				return rpc.Renew(ctx, forwarded(ctx, r.s, req.Msg))
 			})
 		}
 		resp, err := r.local.Renew(ctx, req)
@@ -321,7 +330,7 @@ func (r *routedService) Release(ctx context.Context, req *connect.Request[fenced
 		}
 		if rpc != nil {
 			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.ReleaseResponse], error) {
-				return rpc.Release(ctx, forwarded(r.s, req.Msg))
+				return rpc.Release(ctx, forwarded(ctx, r.s, req.Msg))
 			})
 		}
 		resp, err := r.local.Release(ctx, req)
@@ -334,6 +343,12 @@ func (r *routedService) Release(ctx context.Context, req *connect.Request[fenced
 
 func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
 	if staleRead(req.Header()) {
+		if err := validateKey(req.Msg.GetKey()); err != nil {
+			return nil, connectError(err)
+		}
+		if _, err := r.s.authorize(ctx, PermRead, req.Msg.GetKey()); err != nil {
+			return nil, connectError(err)
+		}
 		return r.local.get(req.Msg)
 	}
 	for range 3 {
@@ -343,7 +358,7 @@ func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.G
 		}
 		if rpc != nil {
 			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.GetResponse], error) {
-				return rpc.Get(ctx, forwarded(r.s, req.Msg))
+				return rpc.Get(ctx, forwarded(ctx, r.s, req.Msg))
 			})
 		}
 		if err := r.s.confirmRead(); err != nil {
@@ -362,6 +377,9 @@ func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.G
 
 func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
 	if staleRead(req.Header()) {
+		if _, err := r.s.authorize(ctx, PermRead, req.Msg.GetPrefix()); err != nil {
+			return nil, connectError(err)
+		}
 		return r.local.list(req.Msg)
 	}
 	for range 3 {
@@ -371,7 +389,7 @@ func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.
 		}
 		if rpc != nil {
 			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.ListResponse], error) {
-				return rpc.List(ctx, forwarded(r.s, req.Msg))
+				return rpc.List(ctx, forwarded(ctx, r.s, req.Msg))
 			})
 		}
 		if err := r.s.confirmRead(); err != nil {
@@ -431,7 +449,11 @@ func (r *routedService) KeepAlive(ctx context.Context, stream *connect.BidiStrea
 		out := &fencedv1.KeepAliveResponse{}
 		if r.s.ready.Load() {
 			// The leader's hot path: no request or response to build.
-			l, err := r.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
+			err := r.s.authorizeRenew(ctx, req.GetKey(), req.GetLeaseId())
+			var l lease.Lease
+			if err == nil {
+				l, err = r.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
+			}
 			r.s.metrics.countRenewal(err)
 			if err == nil || !r.again(err, http.Header{}) {
 				var ce *connect.Error
@@ -439,6 +461,7 @@ func (r *routedService) KeepAlive(ctx context.Context, stream *connect.BidiStrea
 					out.ErrorCode, out.ErrorMessage = ce.Code().String(), ce.Message()
 				} else {
 					out.Lease = wireLease(l, l.TTL, holderView) // just renewed: its full TTL is left
+					out.TokenSignature = r.s.signature(l.Key, l.Token)
 				}
 				if err := stream.Send(out); err != nil {
 					return err
@@ -455,6 +478,7 @@ func (r *routedService) KeepAlive(ctx context.Context, stream *connect.BidiStrea
 			out.ErrorCode, out.ErrorMessage = ce.Code().String(), ce.Message()
 		} else {
 			out.Lease = resp.Msg.GetLease()
+			out.TokenSignature = resp.Msg.TokenSignature
 		}
 		if err := stream.Send(out); err != nil {
 			return err
@@ -468,7 +492,7 @@ func (s *Server) servePeerAPI() {
 	protocols := new(http.Protocols)
 	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           s.handler(true),
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return s.baseContext() },
@@ -489,4 +513,57 @@ func (s *Server) closePeerAPI() {
 		srv.Close()
 	}
 	s.forward.close()
+}
+
+// routedAdmin serves the AdminService on any node like routedService the
+// lease API: Revoke is a write, served by the leader and forwarded to it
+// from other nodes with the principal authenticated here.
+type routedAdmin struct {
+	local *adminService
+	s     *Server
+}
+
+var _ fencedv1connect.AdminServiceHandler = (*routedAdmin)(nil)
+
+func (s *Server) adminService() fencedv1connect.AdminServiceHandler {
+	return &routedAdmin{local: &adminService{s: s}, s: s}
+}
+
+// leader returns a client of the leader's AdminService, or nil when this
+// node serves the call itself.
+func (r *routedAdmin) leader(ctx context.Context, h http.Header) (fencedv1connect.AdminServiceClient, error) {
+	if r.s.ready.Load() || r.s.raft.State() == raft.Leader {
+		return nil, nil
+	}
+	if h.Get(forwardedHeader) != "" {
+		return nil, connectError(errNotReady)
+	}
+	addr, err := r.s.forward.leaderAddr(ctx)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	if addr == "" {
+		return nil, nil
+	}
+	return r.s.forward.adminClient(addr), nil
+}
+
+func (r *routedAdmin) Revoke(ctx context.Context, req *connect.Request[fencedv1.RevokeRequest]) (*connect.Response[fencedv1.RevokeResponse], error) {
+	routes := &routedService{s: r.s}
+	for range 3 {
+		rpc, err := r.leader(ctx, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		if rpc != nil {
+			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.RevokeResponse], error) {
+				return rpc.Revoke(ctx, forwarded(ctx, r.s, req.Msg))
+			})
+		}
+		resp, err := r.local.Revoke(ctx, req)
+		if !routes.again(err, req.Header()) {
+			return resp, err
+		}
+	}
+	return nil, connectError(errNotReady)
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
@@ -44,6 +46,7 @@ type Server struct {
 	replayedTo uint64
 	counts     transitions
 	metrics    *metrics
+	sec        *security // TLS and auth files, reloadable
 
 	// notify carries raft's leadership changes to watchLeadership.
 	notify <-chan bool
@@ -107,6 +110,9 @@ func New(cfg Config) (*Server, error) {
 	s.expirer = newExpirer(s.expireLeases)
 	s.forward = newForwarder(s)
 	var err error
+	if s.sec, err = newSecurity(&s.cfg); err != nil {
+		return nil, err
+	}
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
@@ -323,7 +329,11 @@ func (s *Server) applied(ev lease.Event) {
 		s.waiters.freed(l.Key)
 		if !replay {
 			s.counts.released.Add(1)
-			s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+			if ev.By != "" {
+				s.log.Info("lease revoked", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "by", ev.By)
+			} else {
+				s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+			}
 		}
 	case lease.Expired:
 		s.expirer.remove(l.Key, l.ID)
@@ -483,15 +493,26 @@ func newLeaseID() string {
 }
 
 // Handler returns the HTTP handler of the lease API, /healthz and /metrics.
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.handler(false) }
+
+// handler is Handler for the public port (peer false) or for the calls
+// other nodes forward over the peer port (peer true). Only the latter
+// trusts the principal a forwarding node names (forwardedPrincipalHeader);
+// on the public port that header is ignored and callers authenticate
+// themselves.
+func (s *Server) handler(peer bool) http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
-	mux.Handle(path, explainRefusals(withStreamControl(s.limitRPC(limitBody(h, s.cfg.MaxBodyBytes)))))
+	mux.Handle(path, explainRefusals(withStreamControl(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))))
+	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
+	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
 	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /v1/keys", s.serveKeys)
 	mux.HandleFunc("GET /v1/role", s.serveRole)
-	mux.HandleFunc("GET /v1/backup", s.serveBackup)
-	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s}, s.handlerOptions()...)
-	mux.Handle(adminPath, limitBody(adminHandler, s.cfg.MaxBodyBytes))
+	mux.Handle("GET /v1/backup", s.authenticate(s.requireAdminHTTP(http.HandlerFunc(s.serveBackup)), peer))
+	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s},
+		append(s.handlerOptions(), connect.WithInterceptors(s.requireAdmin()))...)
+	mux.Handle(adminPath, s.authenticate(limitBody(adminHandler, s.cfg.MaxBodyBytes), peer))
 	s.registerDashboard(mux)
 	if s.cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -500,7 +521,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return mux
+	return s.protectDashboard(mux, peer)
 }
 
 // maxConcurrentSnapshots bounds the dashboard snapshots built at once; one
@@ -564,13 +585,27 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // ServeListener is Serve on an existing listener.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
+	var served net.Listener = s.limitListener(ln)
+	var protocols *http.Protocols
+	if s.sec.tls != nil {
+		// Only TLS: the buffer sits under it, so that net/http sees the
+		// *tls.Conn it negotiates HTTP/2 on and answers plaintext HTTP
+		// with 400.
+		protocols = new(http.Protocols)
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+		served = tls.NewListener(served, s.sec.tls.ServerConfig())
+	}
 	s.closeMu.Lock()
 	s.listener = ln
 	s.http = s.newHTTPServer()
+	if protocols != nil {
+		s.http.Protocols = protocols
+	}
 	srv := s.http
 	s.closeMu.Unlock()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(s.limitListener(ln)) }()
+	go func() { errc <- srv.Serve(served) }()
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {

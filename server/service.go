@@ -38,7 +38,7 @@ func (s *Server) handlerOptions() []connect.HandlerOption {
 		// Lease messages are a few hundred bytes; compressing them costs
 		// more CPU than it saves on the wire.
 		connect.WithCompressMinBytes(4<<10),
-		connect.WithInterceptors(s.observeRequests()),
+		connect.WithInterceptors(s.observeRequests(), s.authInterceptor()),
 	)
 }
 
@@ -71,25 +71,36 @@ func result(err error, ok string) string {
 }
 
 func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
-	l, err := v.s.Acquire(ctx, req.Msg)
+	msg, err := v.s.authorizeAcquire(ctx, req.Msg)
+	var l lease.Lease
+	if err == nil {
+		l, err = v.s.Acquire(ctx, msg)
+	}
 	v.s.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.currentLease(l, holderView)}), nil
+	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.currentLease(l, holderView), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
 }
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
-	l, err := v.s.Renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	var l lease.Lease
+	if err == nil {
+		l, err = v.s.Renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	}
 	v.s.metrics.countRenewal(err)
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.RenewResponse{Lease: wireLease(l, l.TTL, holderView)}), nil
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: wireLease(l, l.TTL, holderView), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
-	err := v.s.Release(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	if err == nil {
+		err = v.s.Release(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	}
 	v.s.metrics.releases.WithLabelValues(result(err, "released")).Inc()
 	if err != nil {
 		return nil, connectError(err)
@@ -100,6 +111,9 @@ func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.Rel
 func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
 	key := req.Msg.GetKey()
 	if err := validateKey(key); err != nil {
+		return nil, connectError(err)
+	}
+	if _, err := v.s.authorize(ctx, PermRead, key); err != nil {
 		return nil, connectError(err)
 	}
 	if !v.s.ready.Load() {
@@ -142,6 +156,9 @@ func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRe
 	if limit < 0 {
 		return nil, connectError(invalidf("limit %d is negative", limit))
 	}
+	if _, err := v.s.authorize(ctx, PermRead, prefix); err != nil {
+		return nil, connectError(err)
+	}
 	if !v.s.ready.Load() {
 		return nil, connectError(errNotReady)
 	}
@@ -178,6 +195,9 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		if err := validateKey(prefix); err != nil {
 			return connectError(fmt.Errorf("prefix: %w", err))
 		}
+	}
+	if _, err := v.s.authorize(ctx, PermWatch, prefix); err != nil {
+		return connectError(err)
 	}
 	release, err := v.s.watchers.acquire(clientIP(req.Peer().Addr))
 	if err != nil {
@@ -586,7 +606,11 @@ func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fenc
 		if err != nil {
 			return err
 		}
-		l, err := v.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
+		err = v.s.authorizeRenew(ctx, req.GetKey(), req.GetLeaseId())
+		var l lease.Lease
+		if err == nil {
+			l, err = v.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
+		}
 		v.s.metrics.countRenewal(err)
 		resp := &fencedv1.KeepAliveResponse{}
 		var ce *connect.Error
@@ -594,6 +618,7 @@ func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fenc
 			resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
 		} else {
 			resp.Lease = wireLease(l, l.TTL, holderView) // just renewed: its full TTL is left
+			resp.TokenSignature = v.s.signature(l.Key, l.Token)
 		}
 		if err := stream.Send(resp); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,6 +60,20 @@ type Config struct {
 	// Observer, if set, is told of every stale rejection and every accepted
 	// write, after commit and outside any lock.
 	Observer fence.Observer
+
+	// Verifier, if set, refuses every Put and Delete whose token's
+	// signature (fence.SignatureFrom the context; Fencing-Token-Signature
+	// over HTTP) it does not accept, before anything is read or written:
+	// see fence.NewSignedGuard. Default: none, tokens are not checked for
+	// signatures.
+	Verifier *fence.Verifier
+
+	// Authorize, if set, is asked before every PUT and DELETE over HTTP,
+	// with the request and the scope it writes in; an error refuses the
+	// write before anything is read or written: 401 if it matches
+	// ErrUnauthenticated, 403 otherwise. fenced store sets it from
+	// --auth-file. Default: none, every writer is welcome.
+	Authorize func(r *http.Request, scope string) error
 
 	// Now stamps audit records. Default time.Now.
 	Now func() time.Time

@@ -128,6 +128,15 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request, op Op, name s
 		s.writeError(w, r, op, err)
 		return
 	}
+	if s.cfg.Authorize != nil {
+		if err := s.cfg.Authorize(r, scope); err != nil {
+			if !errors.Is(err, ErrUnauthenticated) && !errors.Is(err, ErrForbidden) {
+				err = fmt.Errorf("%w: %w", ErrForbidden, err)
+			}
+			s.writeError(w, r, op, err)
+			return
+		}
+	}
 	var value []byte
 	if op == OpPut {
 		if value, err = s.readValue(w, r); err != nil {
@@ -135,11 +144,15 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request, op Op, name s
 			return
 		}
 	}
+	ctx := r.Context()
+	if sig := r.Header.Get(fencehttp.HeaderSignature); sig != "" {
+		ctx = fence.WithSignature(ctx, sig)
+	}
 	var rec AuditRecord
 	if op == OpPut {
-		rec, err = s.Put(r.Context(), scope, token, name, value)
+		rec, err = s.Put(ctx, scope, token, name, value)
 	} else {
-		rec, err = s.Delete(r.Context(), scope, token, name)
+		rec, err = s.Delete(ctx, scope, token, name)
 	}
 	if err != nil {
 		s.writeError(w, r, op, err)
@@ -183,6 +196,15 @@ func (s *Store) writeError(w http.ResponseWriter, r *http.Request, op Op, err er
 	case errors.Is(err, fencehttp.ErrInvalidToken), errors.Is(err, fence.ErrInvalidScope):
 		reason = reasonMalformed
 		p = fencehttp.ProblemFor(err)
+	case errors.Is(err, fence.ErrBadSignature):
+		reason = reasonBadSignature
+		p = fencehttp.ProblemFor(err)
+	case errors.Is(err, ErrUnauthenticated):
+		reason = reasonDenied
+		p = &fencehttp.Problem{Status: http.StatusUnauthorized, Title: "Authentication required", Detail: err.Error()}
+	case errors.Is(err, ErrForbidden):
+		reason = reasonDenied
+		p = &fencehttp.Problem{Status: http.StatusForbidden, Title: "Write not permitted", Detail: err.Error()}
 	case errors.Is(err, ErrInvalidName):
 		reason = reasonMalformed
 		p = &fencehttp.Problem{Status: http.StatusBadRequest, Title: "Invalid object name", Detail: err.Error()}

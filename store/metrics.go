@@ -11,6 +11,8 @@ const (
 	reasonMissingToken = "missing_token" // 428
 	reasonMalformed    = "malformed"     // 400
 	reasonTooLarge     = "too_large"     // 413
+	reasonBadSignature = "bad_signature" // 403
+	reasonDenied       = "denied"        // 401, 403 by Config.Authorize
 	reasonNotFound     = "not_found"     // 404 on DELETE
 )
 
@@ -30,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_store_writes_rejected_total",
-			Help: "Writes refused with nothing applied, by operation and reason (stale, missing_token, malformed, too_large, not_found).",
+			Help: "Writes refused with nothing applied, by operation and reason (stale, missing_token, malformed, too_large, bad_signature, denied, not_found).",
 		}, []string{"op", "reason"}),
 		staleAccepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenced_store_stale_writes_accepted_total",

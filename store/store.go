@@ -54,6 +54,13 @@ var ErrNotFound = errors.New("object not found")
 // MaxNameBytes, not UTF-8, or with a character that is not printable.
 var ErrInvalidName = errors.New("invalid object name")
 
+// ErrUnauthenticated and ErrForbidden are matched by what Config.Authorize
+// refuses: the HTTP API answers 401 and 403, nothing applied.
+var (
+	ErrUnauthenticated = errors.New("unauthenticated")
+	ErrForbidden       = errors.New("forbidden")
+)
+
 // ErrTooLarge is returned for a value longer than Config.MaxValueBytes.
 var ErrTooLarge = errors.New("value too large")
 
@@ -246,6 +253,11 @@ func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, na
 	}
 	if err := fence.Check(scope, token, 0); err != nil {
 		return AuditRecord{}, err
+	}
+	if s.cfg.Verifier != nil {
+		if err := s.cfg.Verifier.Verify(scope, token, fence.SignatureFrom(ctx)); err != nil {
+			return AuditRecord{}, err
+		}
 	}
 	if err := s.usable(ctx); err != nil {
 		return AuditRecord{}, err

@@ -46,10 +46,14 @@ type globals struct {
 	endpoints string
 	json      bool
 	timeout   time.Duration
+	creds     credentialFlags
 }
 
 func (g *globals) client(cfg client.Config) (*client.Client, error) {
 	cfg.Endpoint = g.endpoint
+	if err := g.creds.apply(&cfg); err != nil {
+		return nil, err
+	}
 	cfg.Endpoints = client.ParseEndpoints(g.endpoints)
 	return client.New(cfg)
 }
@@ -77,7 +81,8 @@ func rootCmd() *cobra.Command {
 	cmd.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	cmd.PersistentFlags().DurationVar(&g.timeout, "timeout", 5*time.Second, "timeout of one-shot requests")
 	cmd.AddCommand(acquireCmd(g), renewCmd(g), releaseCmd(g), getCmd(g), listCmd(g), watchCmd(g), benchCmd(g), demoCmd(), statusCmd(g), memberCmd(g), snapshotCmd(g))
-	cmd.AddCommand(tortureCmd(g))
+	cmd.AddCommand(tortureCmd(g), revokeCmd(g))
+	g.creds.register(cmd)
 	return cmd
 }
 

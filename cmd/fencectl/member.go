@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 
@@ -101,14 +100,17 @@ func memberCmd(g *globals) *cobra.Command {
 // cluster runs call against the named nodes in turn until one answers
 // with anything but unavailable.
 func (g *globals) cluster(ctx context.Context, call func(context.Context, fencedv1connect.ClusterServiceClient) error) error {
+	hc, err := g.httpClient()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := g.requestContext(ctx)
 	defer cancel()
-	var err error
 	for _, node := range g.nodes() {
 		if !strings.Contains(node, "://") {
 			node = "http://" + node
 		}
-		err = call(ctx, fencedv1connect.NewClusterServiceClient(http.DefaultClient, strings.TrimRight(node, "/")))
+		err = call(ctx, fencedv1connect.NewClusterServiceClient(hc, strings.TrimRight(node, "/")))
 		if connect.CodeOf(err) != connect.CodeUnavailable {
 			return err
 		}

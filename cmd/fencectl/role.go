@@ -18,11 +18,11 @@ type nodeRole struct {
 }
 
 // fetchRoles asks every node for its role.
-func fetchRoles(ctx context.Context, nodes []string) []nodeRole {
+func fetchRoles(ctx context.Context, hc *http.Client, nodes []string) []nodeRole {
 	out := make([]nodeRole, len(nodes))
 	for i, n := range nodes {
 		out[i].Endpoint = n
-		r, err := fetchRole(ctx, n)
+		r, err := fetchRole(ctx, hc, n)
 		if err != nil {
 			out[i].Error = err.Error()
 			continue
@@ -32,7 +32,7 @@ func fetchRoles(ctx context.Context, nodes []string) []nodeRole {
 	return out
 }
 
-func fetchRole(ctx context.Context, node string) (*server.Role, error) {
+func fetchRole(ctx context.Context, hc *http.Client, node string) (*server.Role, error) {
 	if !strings.Contains(node, "://") {
 		node = "http://" + node
 	}
@@ -40,7 +40,7 @@ func fetchRole(ctx context.Context, node string) (*server.Role, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}

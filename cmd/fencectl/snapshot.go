@@ -28,8 +28,12 @@ first node that answers). It holds no lease and no lease ID. Start a new
 cluster from it with 'fenced restore --from FILE'.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			hc, err := g.httpClient()
+			if err != nil {
+				return err
+			}
 			ctx, cancel := g.requestContext(cmd.Context())
-			roles := fetchRoles(ctx, g.nodes())
+			roles := fetchRoles(ctx, hc, g.nodes())
 			cancel()
 			from := g.nodes()[0]
 			best := -1
@@ -49,7 +53,7 @@ cluster from it with 'fenced restore --from FILE'.`,
 			if err != nil {
 				return err
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := hc.Do(req)
 			if err != nil {
 				return err
 			}

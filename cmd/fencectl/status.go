@@ -20,9 +20,13 @@ func statusCmd(g *globals) *cobra.Command {
 		Short: "Show the node's state and the leases closest to expiry",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			hc, err := g.httpClient()
+			if err != nil {
+				return err
+			}
 			ctx, cancel := g.requestContext(cmd.Context())
 			defer cancel()
-			roles := fetchRoles(ctx, g.nodes())
+			roles := fetchRoles(ctx, hc, g.nodes())
 			statsFrom := g.nodes()[0]
 			// The leader's counts if it was named, else the first node that answered.
 			best := -1
@@ -41,7 +45,7 @@ func statusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := hc.Do(req)
 			if err != nil {
 				return err
 			}

@@ -35,6 +35,8 @@ func TestErrorsArePrinted(t *testing.T) {
 		{"store on an unusable address", []string{"store", "--listen", "999.1.1.1:1"}, []string{"999.1.1.1:1", "--listen", "HOST:PORT"}},
 		{"API on an unusable address", []string{"--listen", "999.1.1.1:1"}, []string{"999.1.1.1:1", "--listen", "HOST:PORT"}},
 		{"raft on an unusable address", []string{"--raft-listen", "999.1.1.1:1"}, []string{"999.1.1.1:1", "--raft-listen", "HOST:PORT"}},
+		{"cert without key", []string{"--cert-file", "node.pem"}, []string{"cert file and key file go together", "fenced --help"}},
+		{"missing auth file", []string{"--auth-file", "/nonexistent/auth.json"}, []string{"bad auth file", "/nonexistent/auth.json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -29,7 +29,13 @@ func TestConfigFile(t *testing.T) {
 		"max-body-bytes": 1024,
 		"max-leases": "77",
 		"join": true,
-		"log-level": "warn"
+		"log-level": "warn",
+		"auth-file": "/etc/fenced/auth.json",
+		"cert-file": "/etc/fenced/tls.crt",
+		"key-file": "/etc/fenced/tls.key",
+		"trusted-ca-file": "/etc/fenced/ca.crt",
+		"client-cert-auth": true,
+		"signing-key-file": "/etc/fenced/signing.json"
 	}`)
 	cmd := rootCmd()
 	if err := cmd.ParseFlags([]string{"--config", path, "--listen", "127.0.0.1:9420", "--max-leases=5"}); err != nil {
@@ -41,7 +47,9 @@ func TestConfigFile(t *testing.T) {
 	want := map[string]string{
 		"node-id": "n2", "heartbeat-timeout": "300ms", "max-body-bytes": "1024", "join": "true", "log-level": "warn",
 		"listen": "127.0.0.1:9420", "max-leases": "5", // from the command line
-		"data-dir": "fenced-data", // in neither: the default
+		"data-dir":  "fenced-data", // in neither: the default
+		"auth-file": "/etc/fenced/auth.json", "cert-file": "/etc/fenced/tls.crt", "key-file": "/etc/fenced/tls.key",
+		"trusted-ca-file": "/etc/fenced/ca.crt", "client-cert-auth": "true", "signing-key-file": "/etc/fenced/signing.json",
 	}
 	for name, v := range want {
 		if got := cmd.Flags().Lookup(name).Value.String(); got != v {

@@ -174,6 +174,7 @@ there and ignores the list. Every node serves every call.`,
 	f.Uint64Var(&cfg.TrailingLogs, "snapshot-trailing-logs", 0,
 		"log entries a snapshot leaves for lagging followers; compaction removes older ones (default --snapshot-threshold)")
 	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
+	registerSecurityFlags(cmd, &cfg)
 	logs.register(cmd)
 	registerConfigFlag(cmd, &configFile)
 	cmd.AddCommand(storeCmd(), restoreCmd())
@@ -188,6 +189,8 @@ func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {
 		return listenErrorOf(err, "--raft-listen", cfg.RaftListen)
 	}
 	log.Info("fenced starting", "node_id", cfg.NodeID, "listen", cfg.Listen, "raft_listen", cfg.RaftListen, "data_dir", cfg.DataDir)
+	stopReload := reloadOnSIGHUP(srv)
+	defer stopReload()
 	err = srv.Serve(ctx)
 	if cerr := srv.Close(); err == nil {
 		err = cerr

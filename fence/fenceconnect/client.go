@@ -70,6 +70,10 @@ func (c *clientInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 func (c *clientInterceptor) attach(h http.Header) {
 	h.Set(fencehttp.HeaderScope, c.lease.Key())
 	h.Set(fencehttp.HeaderToken, strconv.FormatUint(c.lease.Token(), 10))
+	h.Del(fencehttp.HeaderSignature)
+	if s, ok := c.lease.(fencehttp.Signed); ok && s.Signature() != "" {
+		h.Set(fencehttp.HeaderSignature, s.Signature())
+	}
 }
 
 // clientConn watches a stream's errors for a stale rejection.

@@ -31,6 +31,7 @@ const (
 //	fencehttp.ErrInvalidToken              invalid_argument
 //	fence.ErrTokenOutOfRange               invalid_argument
 //	fence.ErrInvalidScope                  invalid_argument
+//	fence.ErrBadSignature                  permission_denied
 //	context.Canceled / DeadlineExceeded    canceled / deadline_exceeded
 //	anything else                          unavailable (message hidden)
 //
@@ -60,6 +61,8 @@ func NewError(err error) *connect.Error {
 		errors.Is(err, fence.ErrTokenOutOfRange),
 		errors.Is(err, fence.ErrInvalidScope):
 		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, fence.ErrBadSignature):
+		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):

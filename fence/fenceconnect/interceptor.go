@@ -105,6 +105,9 @@ func (i *serverInterceptor) do(ctx context.Context, h http.Header, handler func(
 	if err != nil {
 		return NewError(err)
 	}
+	if sig := h.Get(fencehttp.HeaderSignature); sig != "" {
+		ctx = fence.WithSignature(ctx, sig)
+	}
 	ran, handlerErr, err := guarded.Do(ctx, i.guard, scope, token, handler)
 	switch {
 	case err == nil:

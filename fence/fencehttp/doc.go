@@ -15,6 +15,8 @@
 //	for the SQL guards)
 //	token below the highest accepted           409 Conflict, with scope,
 //	                                           presentedToken, highestToken
+//	signature missing or wrong (signed guard,  403 Forbidden
+//	see fence.NewSignedGuard)
 //	guard failure                              503 Service Unavailable
 //
 // A token is 1*DIGIT in 1..2^64-1 (see ParseToken); a scope is a valid lease
@@ -50,7 +52,7 @@
 //     fenced request of that scope is checked or handled (invariant I5, as
 //     far as the guard provides it).
 //   - Nothing reaches the handler, and no token is recorded, for a request
-//     answered 400, 428, 409 or 503 by the middleware.
+//     answered 400, 403, 428, 409 or 503 by the middleware.
 //   - A handler whose final status counts as failed (by default >= 500), or
 //     that panics, does not raise the highest token.
 //   - Equal tokens are accepted: a holder writes many times with one token.

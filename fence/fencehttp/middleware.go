@@ -106,7 +106,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := &statusRecorder{ResponseWriter: w}
-	ran, _, err := guarded.Do(r.Context(), m.guard, scope, token, func(ctx context.Context) error {
+	ctx := r.Context()
+	if sig := r.Header.Get(HeaderSignature); sig != "" {
+		ctx = fence.WithSignature(ctx, sig)
+	}
+	ran, _, err := guarded.Do(ctx, m.guard, scope, token, func(ctx context.Context) error {
 		m.next.ServeHTTP(rec, r.WithContext(withCredentials(ctx, scope, token)))
 		if m.failed(rec.final()) {
 			return errHandlerFailed

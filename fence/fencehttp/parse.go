@@ -15,6 +15,9 @@ import (
 const (
 	HeaderScope = "Fencing-Scope"
 	HeaderToken = "Fencing-Token"
+	// HeaderSignature carries the signature of a signed token (see
+	// fence.NewSignedGuard); guards without a verifier ignore it.
+	HeaderSignature = "Fencing-Token-Signature"
 )
 
 // ErrInvalidToken is matched (with errors.Is) by every rejection of a

@@ -26,6 +26,7 @@ const (
 	ProblemInvalidToken     = "urn:fenced:problem:invalid-token"
 	ProblemInvalidScope     = "urn:fenced:problem:invalid-scope"
 	ProblemGuardUnavailable = "urn:fenced:problem:guard-unavailable"
+	ProblemBadSignature     = "urn:fenced:problem:bad-signature"
 )
 
 // maxProblemBytes bounds how much of a response body the client side reads
@@ -74,6 +75,7 @@ func StaleProblem(e *fence.StaleTokenError) *Problem {
 //	ErrInvalidToken           400 Bad Request
 //	fence.ErrTokenOutOfRange  400 Bad Request (invalid-token; detail says why)
 //	fence.ErrInvalidScope     400 Bad Request
+//	fence.ErrBadSignature     403 Forbidden
 //	anything else             503 Service Unavailable
 //
 // The detail of a 503 does not include err's text: a guard's storage error
@@ -100,6 +102,13 @@ func ProblemFor(err error) *Problem {
 			Type:   ProblemInvalidToken,
 			Title:  "Invalid fencing token",
 			Status: http.StatusBadRequest,
+			Detail: err.Error(),
+		}
+	case errors.Is(err, fence.ErrBadSignature):
+		return &Problem{
+			Type:   ProblemBadSignature,
+			Title:  "Invalid fencing token signature",
+			Status: http.StatusForbidden,
 			Detail: err.Error(),
 		}
 	case errors.Is(err, fence.ErrInvalidScope):

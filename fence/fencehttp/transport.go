@@ -12,6 +12,13 @@ import (
 // fence.Lease; the name stays here so that existing code keeps compiling.
 type Lease = fence.Lease
 
+// Signed is implemented by leases whose token fenced signed
+// (*client.Lease does): Transport and fenceconnect's client interceptor
+// send the signature in Fencing-Token-Signature.
+type Signed interface {
+	Signature() string
+}
+
 // Transport is an http.RoundTripper that fences the requests it carries with
 // a lease, and gives up the lease when a resource reports its token stale
 // (invariant I7).
@@ -56,6 +63,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req.Clone(req.Context())
 	out.Header.Set(HeaderScope, t.Lease.Key())
 	out.Header.Set(HeaderToken, strconv.FormatUint(t.Lease.Token(), 10))
+	out.Header.Del(HeaderSignature)
+	if s, ok := t.Lease.(Signed); ok && s.Signature() != "" {
+		out.Header.Set(HeaderSignature, s.Signature())
+	}
 	base := t.Base
 	if base == nil {
 		base = http.DefaultTransport

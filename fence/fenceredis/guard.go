@@ -58,6 +58,11 @@ type Config struct {
 	// for the whole window: at 10,000 mutations a second, the default keeps
 	// about 600,000 such keys.
 	ReplayWindow time.Duration
+	// Verifier, when set, refuses every mutation whose token's signature
+	// (fence.SignatureFrom its context) it does not accept, before Redis is
+	// asked anything (see fence.NewSignedGuard). Default: none, tokens are
+	// not checked for signatures.
+	Verifier *fence.Verifier
 }
 
 // DefaultReplayWindow is Config.ReplayWindow unless set otherwise.
@@ -92,6 +97,9 @@ func WithObserver(o fence.Observer) Option { return func(c *Config) { c.Observer
 // WithTokenTTL sets Config.TokenTTL. Read its documentation first.
 func WithTokenTTL(d time.Duration) Option { return func(c *Config) { c.TokenTTL = d } }
 
+// WithVerifier sets Config.Verifier.
+func WithVerifier(v *fence.Verifier) Option { return func(c *Config) { c.Verifier = v } }
+
 // WithReplayWindow sets Config.ReplayWindow.
 func WithReplayWindow(d time.Duration) Option { return func(c *Config) { c.ReplayWindow = d } }
 
@@ -113,6 +121,7 @@ type Guard struct {
 	ttlArg   string // ARGV[2] of the script
 	window   time.Duration
 	replay   string // ARGV[3] of the script
+	verifier *fence.Verifier
 }
 
 // New returns a Guard that keeps data and highest tokens in the Redis behind
@@ -136,6 +145,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Guard, error) {
 		ttlArg:   strconv.FormatInt(cfg.TokenTTL.Milliseconds(), 10),
 		window:   cfg.ReplayWindow,
 		replay:   strconv.FormatInt(cfg.ReplayWindow.Milliseconds(), 10),
+		verifier: cfg.Verifier,
 	}, nil
 }
 
@@ -245,6 +255,11 @@ func (g *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
 func (g *Guard) run(ctx context.Context, op, scope string, token uint64, s *Script, keys []string, args ...any) (any, error) {
 	if err := fence.Check(scope, token, 0); err != nil {
 		return nil, err
+	}
+	if g.verifier != nil {
+		if err := g.verifier.Verify(scope, token, fence.SignatureFrom(ctx)); err != nil {
+			return nil, err
+		}
 	}
 	tokenKey := g.TokenKey(scope)
 	if err := checkKeys(scope, HashTag(scope), tokenKey, keys); err != nil {

@@ -27,6 +27,10 @@ type Config struct {
 	// alone cannot report acceptances because the caller commits. Default:
 	// none.
 	Observer fence.Observer
+	// Verifier, if set, refuses every Do and Check whose token's signature
+	// (fence.SignatureFrom its context) it does not accept, before the
+	// database is asked anything (see fence.NewSignedGuard). Default: none.
+	Verifier *fence.Verifier
 
 	// TxOptions are the options Do uses to begin its transactions. Default
 	// nil, the driver's default: READ COMMITTED on PostgreSQL, REPEATABLE
@@ -239,7 +243,7 @@ func (g *Guard) Migrate(ctx context.Context) error {
 // for which Retryable is true mean the database aborted the transaction;
 // run it again from the start.
 func (g *Guard) Check(ctx context.Context, tx *sql.Tx, scope string, token uint64) error {
-	tok, err := validate(scope, token)
+	tok, err := g.validate(ctx, scope, token)
 	if err != nil {
 		return err
 	}
@@ -249,6 +253,16 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, scope string, token uint6
 		g.observe(ctx, stale.Scope, stale.Presented, stale.Highest, false)
 	}
 	return err
+}
+
+// validate checks scope and token, and the token's signature with a
+// Verifier.
+func (g *Guard) validate(ctx context.Context, scope string, token uint64) (int64, error) {
+	tok, err := validate(scope, token)
+	if err != nil || g.cfg.Verifier == nil {
+		return tok, err
+	}
+	return tok, g.cfg.Verifier.Verify(scope, token, fence.SignatureFrom(ctx))
 }
 
 // check returns the highest token before this check.
@@ -320,7 +334,7 @@ func (g *Guard) raise(ctx context.Context, tx *sql.Tx, scope string, tok, h int6
 // the commit: the writes and the token may or may not be committed, always
 // together.
 func (g *Guard) Do(ctx context.Context, scope string, token uint64, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	tok, err := validate(scope, token)
+	tok, err := g.validate(ctx, scope, token)
 	if err != nil {
 		return err
 	}

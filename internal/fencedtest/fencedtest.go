@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fencedio/fenced/client"
@@ -27,7 +28,8 @@ type TB interface {
 // Server is a running in-process fenced node.
 type Server struct {
 	*server.Server
-	// URL is the base URL of the lease API, e.g. http://127.0.0.1:40123.
+	// URL is the base URL of the lease API, e.g. http://127.0.0.1:40123
+	// (https with Config.TLS).
 	URL     string
 	DataDir string
 	cfg     server.Config
@@ -82,7 +84,11 @@ func start(cfg server.Config) (*Server, error) {
 		srv.Close()
 		return nil, err
 	}
-	return &Server{Server: srv, URL: "http://" + ln.Addr().String(), DataDir: cfg.DataDir, cfg: cfg}, nil
+	scheme := "http://"
+	if cfg.TLS.Enabled() {
+		scheme = "https://"
+	}
+	return &Server{Server: srv, URL: scheme + ln.Addr().String(), DataDir: cfg.DataDir, cfg: cfg}, nil
 }
 
 // Restart closes the server and starts a new one on the same data
@@ -93,7 +99,7 @@ func (s *Server) Restart(t TB) *Server {
 		t.Fatalf("close fenced: %v", err)
 	}
 	cfg := s.cfg
-	cfg.Listen = s.URL[len("http://"):]
+	cfg.Listen = s.URL[strings.Index(s.URL, "://")+3:]
 	n, err := start(cfg)
 	if err != nil {
 		t.Fatalf("restart fenced: %v", err)

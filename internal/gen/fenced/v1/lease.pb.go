@@ -241,10 +241,13 @@ func (x *AcquireRequest) GetWaitMs() int64 {
 }
 
 type AcquireResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// With token signing on: the signature of the lease's token for its key,
+	// to send in Fencing-Token-Signature. Empty otherwise.
+	TokenSignature *string `protobuf:"bytes,2,opt,name=token_signature,json=tokenSignature,proto3,oneof" json:"token_signature,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AcquireResponse) Reset() {
@@ -282,6 +285,13 @@ func (x *AcquireResponse) GetLease() *Lease {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *AcquireResponse) GetTokenSignature() string {
+	if x != nil && x.TokenSignature != nil {
+		return *x.TokenSignature
+	}
+	return ""
 }
 
 type RenewRequest struct {
@@ -337,10 +347,12 @@ func (x *RenewRequest) GetLeaseId() string {
 }
 
 type RenewResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// As in AcquireResponse, by the server's current signing key.
+	TokenSignature *string `protobuf:"bytes,2,opt,name=token_signature,json=tokenSignature,proto3,oneof" json:"token_signature,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RenewResponse) Reset() {
@@ -378,6 +390,13 @@ func (x *RenewResponse) GetLease() *Lease {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *RenewResponse) GetTokenSignature() string {
+	if x != nil && x.TokenSignature != nil {
+		return *x.TokenSignature
+	}
+	return ""
 }
 
 type KeepAliveRequest struct {
@@ -438,10 +457,12 @@ type KeepAliveResponse struct {
 	Lease *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
 	// When the renewal failed: the Connect code Renew would have answered
 	// ("not_found", "invalid_argument", "unavailable", ...) and a message.
-	ErrorCode     string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	ErrorMessage  string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ErrorCode    string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	// As in RenewResponse; empty when the renewal failed.
+	TokenSignature *string `protobuf:"bytes,4,opt,name=token_signature,json=tokenSignature,proto3,oneof" json:"token_signature,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *KeepAliveResponse) Reset() {
@@ -491,6 +512,13 @@ func (x *KeepAliveResponse) GetErrorCode() string {
 func (x *KeepAliveResponse) GetErrorMessage() string {
 	if x != nil {
 		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *KeepAliveResponse) GetTokenSignature() string {
+	if x != nil && x.TokenSignature != nil {
+		return *x.TokenSignature
 	}
 	return ""
 }
@@ -1051,22 +1079,28 @@ const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x17\n" +
-	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\"9\n" +
+	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\"{\n" +
 	"\x0fAcquireResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\";\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\x12,\n" +
+	"\x0ftoken_signature\x18\x02 \x01(\tH\x00R\x0etokenSignature\x88\x01\x01B\x12\n" +
+	"\x10_token_signature\";\n" +
 	"\fRenewRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
-	"\blease_id\x18\x02 \x01(\tR\aleaseId\"7\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\"y\n" +
 	"\rRenewResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\"?\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\x12,\n" +
+	"\x0ftoken_signature\x18\x02 \x01(\tH\x00R\x0etokenSignature\x88\x01\x01B\x12\n" +
+	"\x10_token_signature\"?\n" +
 	"\x10KeepAliveRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
-	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\x7f\n" +
+	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\xc1\x01\n" +
 	"\x11KeepAliveResponse\x12&\n" +
 	"\x05lease\x18\x01 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
-	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"=\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12,\n" +
+	"\x0ftoken_signature\x18\x04 \x01(\tH\x00R\x0etokenSignature\x88\x01\x01B\x12\n" +
+	"\x10_token_signature\"=\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\x11\n" +
@@ -1184,6 +1218,9 @@ func file_fenced_v1_lease_proto_init() {
 	if File_fenced_v1_lease_proto != nil {
 		return
 	}
+	file_fenced_v1_lease_proto_msgTypes[2].OneofWrappers = []any{}
+	file_fenced_v1_lease_proto_msgTypes[4].OneofWrappers = []any{}
+	file_fenced_v1_lease_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1,0 +1,215 @@
+package server
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+)
+
+// TLSFiles names the certificate files of one TLS endpoint, with etcd's
+// flag names (--cert-file, --key-file, --trusted-ca-file,
+// --client-cert-auth). The client API uses one; raft peer traffic is meant
+// to use another of the same kind, with ClientCertAuth always on.
+type TLSFiles struct {
+	// CertFile and KeyFile are this node's certificate (PEM, chain after
+	// the leaf) and its private key. Setting them turns TLS on: the
+	// endpoint then speaks only TLS.
+	CertFile, KeyFile string
+	// TrustedCAFile holds the CA certificates (PEM) that client
+	// certificates must chain to. Without ClientCertAuth, a client
+	// certificate is still verified against it when offered.
+	TrustedCAFile string
+	// ClientCertAuth requires every client to present a certificate that
+	// chains to TrustedCAFile.
+	ClientCertAuth bool
+}
+
+// Enabled reports whether the files turn TLS on.
+func (f TLSFiles) Enabled() bool { return f.CertFile != "" }
+
+// Validate checks the combination of files; it does not read them.
+func (f TLSFiles) Validate() error {
+	var errs []error
+	if (f.CertFile == "") != (f.KeyFile == "") {
+		errs = append(errs, errors.New("tls: cert file and key file go together"))
+	}
+	if !f.Enabled() && (f.TrustedCAFile != "" || f.ClientCertAuth) {
+		errs = append(errs, errors.New("tls: a trusted CA file or client cert auth needs a cert file and key file"))
+	}
+	if f.ClientCertAuth && f.TrustedCAFile == "" {
+		errs = append(errs, errors.New("tls: client cert auth needs a trusted CA file"))
+	}
+	return errors.Join(errs...)
+}
+
+// load reads the files into a server-side tls.Config.
+func (f TLSFiles) load() (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: load key pair: %w", err)
+	}
+	c := &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}
+	if f.TrustedCAFile != "" {
+		if c.ClientCAs, err = loadCertPool(f.TrustedCAFile); err != nil {
+			return nil, err
+		}
+		c.ClientAuth = tls.VerifyClientCertIfGiven
+		if f.ClientCertAuth {
+			c.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+	}
+	return c, nil
+}
+
+func loadCertPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tls: trusted CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tls: trusted CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// TLSReloader serves the current contents of a TLSFiles: Reload swaps in
+// newly read files for every handshake that follows, while connections
+// already open keep theirs.
+type TLSReloader struct {
+	files TLSFiles
+	cur   atomic.Pointer[tls.Config]
+}
+
+// NewTLSReloader reads files once; it fails if they cannot be used.
+func NewTLSReloader(files TLSFiles) (*TLSReloader, error) {
+	r := &TLSReloader{files: files}
+	if err := r.Reload(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Reload reads the files again. On error the previous files stay in use.
+func (r *TLSReloader) Reload() error {
+	c, err := r.files.load()
+	if err != nil {
+		return err
+	}
+	r.cur.Store(c)
+	return nil
+}
+
+// ServerConfig returns a tls.Config for a listener that picks up every
+// Reload at the next handshake.
+func (r *TLSReloader) ServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			return r.cur.Load(), nil
+		},
+	}
+}
+
+// PeerClientConfig returns a tls.Config for dialing another node with
+// this node's certificate, verifying the peer against TrustedCAFile, both
+// as of the latest Reload: peer traffic is mutual TLS, every node being
+// client and server alike.
+func (r *TLSReloader) PeerClientConfig() (*tls.Config, error) {
+	cur := r.cur.Load()
+	if cur.ClientCAs == nil {
+		return nil, errors.New("tls: peer TLS needs a trusted CA file")
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: cur.Certificates,
+		RootCAs:      cur.ClientCAs,
+	}, nil
+}
+
+// security is the node's TLS, auth and signing state. Reload swaps each
+// part that loads; a part that fails keeps what it had.
+type security struct {
+	cfg  *Config
+	tls  *TLSReloader // nil without TLS
+	pol  atomic.Pointer[Policy]
+	keys atomic.Pointer[keyring] // nil: token signing off
+}
+
+func newSecurity(cfg *Config) (*security, error) {
+	sec := &security{cfg: cfg}
+	if cfg.TLS.Enabled() {
+		var err error
+		if sec.tls, err = NewTLSReloader(cfg.TLS); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.AuthFile != "" {
+		p, err := LoadPolicy(cfg.AuthFile)
+		if err != nil {
+			return nil, err
+		}
+		sec.pol.Store(p)
+	}
+	if cfg.SigningKeyFile != "" {
+		kr, err := loadKeyring(cfg.SigningKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		sec.keys.Store(kr)
+	}
+	return sec, nil
+}
+
+// policy returns the auth policy in force; nil while auth is off.
+func (sec *security) policy() *Policy {
+	if sec == nil {
+		return nil
+	}
+	return sec.pol.Load()
+}
+
+// reload reads the certificate files and the auth file again. What fails
+// to load keeps its previous contents, and the errors are returned.
+func (sec *security) reload() error {
+	var errs []error
+	if sec.tls != nil {
+		errs = append(errs, sec.tls.Reload())
+	}
+	if sec.cfg.AuthFile != "" {
+		p, err := LoadPolicy(sec.cfg.AuthFile)
+		if err == nil {
+			sec.pol.Store(p)
+		}
+		errs = append(errs, err)
+	}
+	if sec.cfg.SigningKeyFile != "" {
+		kr, err := loadKeyring(sec.cfg.SigningKeyFile)
+		if err == nil {
+			sec.keys.Store(kr)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Reload re-reads the TLS certificate files, the auth file and the signing
+// key file (fenced does on SIGHUP). New handshakes and requests use them; a file that fails to
+// load keeps its old contents, and the error says which.
+func (s *Server) Reload() error {
+	err := s.sec.reload()
+	if err != nil {
+		s.log.Error("reload failed; keeping the previous files", "err", err)
+	} else {
+		s.log.Info("reloaded TLS and auth files")
+	}
+	return err
+}
