@@ -22,3 +22,14 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 	}
 	return s.LogStore.GetLog(index, l)
 }
+
+// monotonicLogStore tells raft what the wrappers around the WAL hide: the
+// WAL accepts only consecutive indexes (raft.MonotonicLogStore). Raft then
+// empties the log when a follower installs a snapshot past its last entry;
+// otherwise the follower's next append, at the snapshot's index + 1, is
+// refused as out of order and the node stops.
+type monotonicLogStore struct{ raft.LogStore }
+
+func (monotonicLogStore) IsMonotonic() bool { return true }
+
+var _ raft.MonotonicLogStore = monotonicLogStore{}

@@ -28,20 +28,22 @@ import (
 // Server is one fenced node: the lease state machine replicated by raft,
 // the leader's expiry and wait queues, and the HTTP API.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	fsm     *fsm
-	raft    *raft.Raft
-	store   *diskStore
-	trans   *contactTransport
-	peers   *peerMux   // the peer port: raft and forwarded calls
-	forward *forwarder // clients of the leader's API
-	peerAPI *http.Server
-	expirer *expirer
-	leader  *leaderCheck
-	waiters *waitQueues
-	hub     *hub
-	expired recentlyExpired
+	cfg   Config
+	log   *slog.Logger
+	fsm   *fsm
+	raft  *raft.Raft
+	store *diskStore
+	// raftLogs is the log store raft was given: the WAL behind its wrappers.
+	raftLogs raft.LogStore
+	trans    *contactTransport
+	peers    *peerMux   // the peer port: raft and forwarded calls
+	forward  *forwarder // clients of the leader's API
+	peerAPI  *http.Server
+	expirer  *expirer
+	leader   *leaderCheck
+	waiters  *waitQueues
+	hub      *hub
+	expired  recentlyExpired
 	// replayedTo is the last log index written before this process started.
 	replayedTo uint64
 	counts     transitions
@@ -174,10 +176,12 @@ func (s *Server) startRaft() error {
 	}
 	store = failpoint.WrapLogStore(store)
 	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
+	store = monotonicLogStore{store}
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return err
 	}
+	s.raftLogs = logs
 	existing, err := raft.HasExistingState(logs, s.store, snaps)
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
