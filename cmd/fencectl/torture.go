@@ -71,6 +71,15 @@ the negative control found none), 1 for any other error.`,
 			return nil
 		},
 	}
+	tortureFlags(cmd, &cfg, &out, &postgresDB)
+	for _, role := range []string{torture.RoleNode, torture.RoleWorker, torture.RoleStore} {
+		cmd.AddCommand(tortureChildCmd(role))
+	}
+	return cmd
+}
+
+// tortureFlags binds the torture command's flags to cfg and the paths.
+func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *string) {
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long the workers run (checking comes after)")
 	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
@@ -94,15 +103,11 @@ the negative control found none), 1 for any other error.`,
 	f.StringVar(&cfg.NodeKillCommand, "node-kill-cmd", "", "shell command that crashes the node at --endpoint")
 	f.StringVar(&cfg.NodeStartCommand, "node-start-cmd", "", "shell command that starts the node at --endpoint again")
 	f.StringVar(&cfg.StoreURL, "store", "", "base URL of your reference store (fenced store) instead of one started here")
-	f.StringVar(&postgresDB, "postgres", os.Getenv("FENCED_TORTURE_POSTGRES"), "PostgreSQL connection string for fenced SQL writes (env FENCED_TORTURE_POSTGRES); empty: none")
+	f.StringVar(postgresDB, "postgres", os.Getenv("FENCED_TORTURE_POSTGRES"), "PostgreSQL connection string for fenced SQL writes (env FENCED_TORTURE_POSTGRES); empty: none")
 	f.BoolVar(&cfg.KeepTables, "keep-tables", false, "keep the run's PostgreSQL tables")
-	f.StringVar(&out, "out", "", "directory for histories, logs and summary.json (default: a new temporary directory)")
+	f.StringVar(out, "out", "", "directory for histories, logs and summary.json (default: a new temporary directory)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the random choices (default: from the clock)")
 	f.DurationVar(&cfg.CheckTimeout, "check-timeout", time.Minute, "time limit of the linearizability check")
-	for _, role := range []string{torture.RoleNode, torture.RoleWorker, torture.RoleStore} {
-		cmd.AddCommand(tortureChildCmd(role))
-	}
-	return cmd
 }
 
 // tortureChildCmd is a process role the harness starts itself as.

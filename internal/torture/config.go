@@ -166,6 +166,14 @@ func (c *Config) Validate() error {
 	if !signalsSupported {
 		return errUnsupported
 	}
+	if err := c.setDefaults(); err != nil {
+		return err
+	}
+	return c.check()
+}
+
+// setDefaults fills in the zero fields.
+func (c *Config) setDefaults() error {
 	setDefault(&c.Duration, 60*time.Second)
 	setDefault(&c.Workers, 4)
 	setDefault(&c.Keys, 3)
@@ -207,7 +215,13 @@ func (c *Config) Validate() error {
 		}
 		c.Command = []string{exe, "torture"}
 	}
+	setDefault(&c.ClusterFaultInterval, 3*time.Second)
+	c.AfterAckShare = enabled(c.AfterAckShare)
+	return nil
+}
 
+// check checks the rules between fields, once the defaults are in.
+func (c *Config) check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("torture config: "+format, args...)) }
 	if c.Duration < 0 {
@@ -242,11 +256,9 @@ func (c *Config) Validate() error {
 	if c.CrashInterval < 0 || c.DownMin < 0 || c.DownMax < c.DownMin || c.StoreCrashInterval < 0 {
 		bad("crash timing must satisfy CrashInterval >= 0, StoreCrashInterval >= 0, 0 <= DownMin <= DownMax")
 	}
-	c.AfterAckShare = enabled(c.AfterAckShare)
 	if c.NodeSnapshotInterval < 5*time.Millisecond {
 		bad("NodeSnapshotInterval %v is below 5ms", c.NodeSnapshotInterval)
 	}
-	setDefault(&c.ClusterFaultInterval, 3*time.Second)
 	if c.Nodes != 1 && c.Nodes != 3 && c.Nodes != 5 {
 		bad("Nodes %d: 1, 3 or 5", c.Nodes)
 	}

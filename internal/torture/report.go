@@ -243,33 +243,44 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "\n  stale rejections: %d\n", s.StaleRejections)
 	fmt.Fprintln(w, "  checks:")
 	for _, c := range s.Checks {
-		status := "ok"
-		switch {
-		case c.Skipped != "":
-			status = "skip"
-		case c.Violations > 0 && s.NoFencing && expectedToFail(c.Name):
-			status = "FAIL*"
-		case c.Violations > 0:
-			status = "FAIL"
-		}
-		line := fmt.Sprintf("    %-5s %-28s %d checked, %d violations", status, c.Name, c.Checked, c.Violations)
-		if status == "FAIL*" {
-			line += " (expected without fencing)"
-		}
-		if c.Skipped != "" {
-			line = fmt.Sprintf("    %-5s %-28s %s", status, c.Name, c.Skipped)
-		}
-		fmt.Fprintln(w, line)
-		if c.Note != "" {
-			fmt.Fprintf(w, "           note: %s\n", c.Note)
-		}
-		for _, ex := range c.Examples[:min(len(c.Examples), 5)] {
-			fmt.Fprintf(w, "           - %s\n", strings.ReplaceAll(ex, "\n", "\n             "))
-		}
-		if c.Violations > 5 {
-			fmt.Fprintf(w, "           (%d more in summary.json)\n", c.Violations-min(len(c.Examples), 5))
-		}
+		writeCheck(w, c, s.NoFencing)
 	}
+	fmt.Fprintf(w, "  result: %s\n  details: %s\n", r.verdict(), s.OutputDir)
+}
+
+// writeCheck writes one checker's result, with up to five examples.
+func writeCheck(w io.Writer, c CheckResult, noFencing bool) {
+	status := "ok"
+	switch {
+	case c.Skipped != "":
+		status = "skip"
+	case c.Violations > 0 && noFencing && expectedToFail(c.Name):
+		status = "FAIL*"
+	case c.Violations > 0:
+		status = "FAIL"
+	}
+	line := fmt.Sprintf("    %-5s %-28s %d checked, %d violations", status, c.Name, c.Checked, c.Violations)
+	if status == "FAIL*" {
+		line += " (expected without fencing)"
+	}
+	if c.Skipped != "" {
+		line = fmt.Sprintf("    %-5s %-28s %s", status, c.Name, c.Skipped)
+	}
+	fmt.Fprintln(w, line)
+	if c.Note != "" {
+		fmt.Fprintf(w, "           note: %s\n", c.Note)
+	}
+	for _, ex := range c.Examples[:min(len(c.Examples), 5)] {
+		fmt.Fprintf(w, "           - %s\n", strings.ReplaceAll(ex, "\n", "\n             "))
+	}
+	if c.Violations > 5 {
+		fmt.Fprintf(w, "           (%d more in summary.json)\n", c.Violations-min(len(c.Examples), 5))
+	}
+}
+
+// verdict says in a sentence whether the run passed.
+func (r *Report) verdict() string {
+	s := &r.Summary
 	var verdict string
 	switch {
 	case s.Acquisitions.OK == 0:
@@ -291,5 +302,5 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		verdict = "FAIL: checkers that do not depend on fencing failed: " + strings.Join(bad, ", ")
 	}
-	fmt.Fprintf(w, "  result: %s\n  details: %s\n", verdict, s.OutputDir)
+	return verdict
 }
