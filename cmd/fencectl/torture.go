@@ -98,6 +98,7 @@ func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *stri
 	f.DurationVar(&cfg.NodeSnapshotInterval, "node-snapshot-interval", 200*time.Millisecond, "the local node's --snapshot-interval")
 	f.StringSliceVar(&cfg.Failpoints, "failpoints", nil, "mutants to switch on in the local node (needs a binary built with -tags fenced_failpoints); the run must then fail")
 	f.BoolVar(&cfg.NoCrashes, "no-crashes", false, "do not crash the node")
+	f.BoolVar(&cfg.LoseUnsynced, "lose-unsynced", false, "make every kill of a node or the store a simulated power loss that loses what was not yet fsynced (needs a binary built with -tags fenced_failpoints)")
 	f.DurationVar(&cfg.StoreCrashInterval, "store-crash-interval", 0, "also kill -9 the harness's store at this mean interval (0: never)")
 	f.BoolVar(&cfg.NoFencing, "no-fencing", false, "negative control: resources accept stale tokens; the checkers must catch it")
 	f.StringVar(&cfg.NodeKillCommand, "node-kill-cmd", "", "shell command that crashes the node at --endpoint")

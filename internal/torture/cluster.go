@@ -301,8 +301,8 @@ func (e *engine) checkCluster() []CheckResult {
 	back := CheckResult{Name: NameNodesBack}
 	conv := CheckResult{Name: NameConvergence}
 	e.mu.Lock()
-	back.Checked = e.stats.Cluster.Recoveries + len(e.clusterProblems) + 1
-	for _, p := range e.clusterProblems {
+	back.Checked = e.stats.Cluster.Recoveries + len(e.recoveryProblems) + 1
+	for _, p := range e.recoveryProblems {
 		back.violation("%s", p)
 	}
 	e.mu.Unlock()

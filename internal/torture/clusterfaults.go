@@ -42,7 +42,7 @@ func (e *engine) clusterFaults(ctx context.Context) {
 			cancel()
 			e.mu.Lock()
 			if err != nil {
-				e.clusterProblems = append(e.clusterProblems, fmt.Sprintf("after %s: the cluster was not whole within %v: %v", what, recoveryTimeout, err))
+				e.recoveryProblems = append(e.recoveryProblems, fmt.Sprintf("after %s: the cluster was not whole within %v: %v", what, recoveryTimeout, err))
 			} else {
 				e.stats.Cluster.Recoveries++
 			}
@@ -271,7 +271,7 @@ func (e *engine) memberReAdd(ctx context.Context, i int) string {
 	})
 	if err != nil {
 		e.mu.Lock()
-		e.clusterProblems = append(e.clusterProblems, fmt.Sprintf("member-re-add: %s: %v", nd.Name(), err))
+		e.recoveryProblems = append(e.recoveryProblems, fmt.Sprintf("member-re-add: %s: %v", nd.Name(), err))
 		e.mu.Unlock()
 	}
 	if err := os.RemoveAll(nd.spec.DataDir); err != nil {
@@ -289,7 +289,7 @@ func (e *engine) memberReAdd(ctx context.Context, i int) string {
 	})
 	if err != nil {
 		e.mu.Lock()
-		e.clusterProblems = append(e.clusterProblems, fmt.Sprintf("member-re-add: %s: %v", nd.Name(), err))
+		e.recoveryProblems = append(e.recoveryProblems, fmt.Sprintf("member-re-add: %s: %v", nd.Name(), err))
 		e.mu.Unlock()
 		return fmt.Sprintf("member-re-add of %s failed: %v", nd.Name(), err)
 	}

@@ -91,6 +91,12 @@ type Config struct {
 	// the harness runs it) with this mean interval, to test that every
 	// acknowledged write survives. Default 0: the store is not crashed.
 	StoreCrashInterval time.Duration
+	// LoseUnsynced makes every kill of a local node and of the harness's
+	// store a simulated power loss: what the process wrote to its raft log
+	// or bbolt files after the last fsync or commit is lost
+	// (failpoint.LoseUnsyncedEnvVar). Command must be built with the
+	// fenced_failpoints tag.
+	LoseUnsynced bool
 
 	// NoFencing runs the negative control: the store accepts stale tokens
 	// (store.Config.NoFencing) and SQL writes skip the guard. The checkers
@@ -273,8 +279,8 @@ func (c *Config) check() error {
 	if c.ClusterFaultInterval < 0 {
 		bad("ClusterFaultInterval %v is negative", c.ClusterFaultInterval)
 	}
-	if c.Endpoint != "" && len(c.Failpoints) > 0 {
-		bad("Failpoints apply to local nodes only")
+	if c.Endpoint != "" && (len(c.Failpoints) > 0 || c.LoseUnsynced) {
+		bad("Failpoints and LoseUnsynced apply to local nodes only")
 	}
 	if _, err := failpoint.Parse(strings.Join(c.Failpoints, ",")); err != nil {
 		bad("%v", err)

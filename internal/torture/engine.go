@@ -55,8 +55,9 @@ type engine struct {
 	// netem and linkProxies are a cluster's network (Nodes > 1).
 	netem       *netem
 	linkProxies []*linkProxy
-	// clusterProblems are recoveries that failed; guarded by mu.
-	clusterProblems []string
+	// recoveryProblems are recoveries that failed (a cluster not whole, or
+	// a single node not serving, after a fault); guarded by mu.
+	recoveryProblems []string
 	// clusterChecks are the end-of-run cluster checks.
 	clusterChecks []CheckResult
 	storeProc     *child
@@ -113,6 +114,9 @@ type FaultStats struct {
 	// had an acquisition in flight.
 	CrashesDuringAcquisition int `json:"crashesDuringAcquisition"`
 	StoreCrashes             int `json:"storeCrashes"`
+	// PowerLosses counts the kills of nodes and the store that were
+	// simulated power losses (Config.LoseUnsynced).
+	PowerLosses int `json:"powerLosses"`
 	// WorkersKilled counts workers that did not stop within the grace
 	// period at the end and were killed.
 	WorkersKilled int `json:"workersKilled"`
@@ -244,6 +248,8 @@ func (e *engine) readBack() (*History, *Evidence, error) {
 	}
 	if e.netem != nil {
 		e.clusterChecks = e.checkCluster()
+	} else if len(e.localNodes) > 0 {
+		e.clusterChecks = []CheckResult{e.checkNodeBack()}
 	}
 	e.stopServices()
 	for _, n := range e.localNodes {

@@ -3,6 +3,7 @@ package torture
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -163,6 +164,9 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		e.rngMu.Unlock()
 		// Not after an acknowledgement: the kill must follow it at once.
 		c := e.crash(ctx, n, !afterAck)
+		if ln, ok := n.(*localNode); ok {
+			e.awaitNode(ln)
+		}
 		e.mu.Lock()
 		if aimed {
 			e.stats.AimedCrashes++
@@ -171,9 +175,10 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 			e.stats.CrashesAfterAck++
 		}
 		e.mu.Unlock()
-		e.logf("crashed %s (kill -9%s%s%s, %d acquisitions in flight), down %v", n.Name(),
+		e.logf("crashed %s (kill -9%s%s%s%s, %d acquisitions in flight), down %v", n.Name(),
 			map[bool]string{true: ", aimed", false: ""}[aimed], map[bool]string{true: ", after an ack", false: ""}[afterAck],
-			map[bool]string{true: ", snapshot forced", false: ""}[c.forced], c.inflight, c.down.Round(time.Millisecond))
+			map[bool]string{true: ", snapshot forced", false: ""}[c.forced],
+			map[bool]string{true: ", power loss", false: ""}[e.cfg.LoseUnsynced], c.inflight, c.down.Round(time.Millisecond))
 	}
 }
 
@@ -204,13 +209,16 @@ func (e *engine) crashStore(ctx context.Context) {
 		}
 		e.mu.Lock()
 		e.stats.StoreCrashes++
+		if e.cfg.LoseUnsynced {
+			e.stats.PowerLosses++
+		}
 		e.mu.Unlock()
 		down := e.uniform(e.cfg.DownMin, e.cfg.DownMax)
 		sleepCtx(ctx, down)
 		if err := e.storeProc.start(); err != nil {
 			e.logf("restart store: %v", err)
 		}
-		e.logf("crashed the store (kill -9), down %v", down.Round(time.Millisecond))
+		e.logf("crashed the store (kill -9%s), down %v", map[bool]string{true: ", power loss", false: ""}[e.cfg.LoseUnsynced], down.Round(time.Millisecond))
 	}
 }
 
@@ -238,6 +246,9 @@ func (e *engine) crash(ctx context.Context, n Node, mayForce bool) crashed {
 	}
 	e.mu.Lock()
 	e.stats.Crashes++
+	if e.cfg.LoseUnsynced {
+		e.stats.PowerLosses++
+	}
 	if c.forced {
 		e.stats.ForcedSnapshots++
 	}
@@ -251,4 +262,37 @@ func (e *engine) crash(ctx context.Context, n Node, mayForce bool) crashed {
 		e.logf("restart %s: %v", n.Name(), err)
 	}
 	return c
+}
+
+// awaitNode waits until a restarted single node serves again, and records a
+// recovery problem if it does not within recoveryTimeout: a node that lost
+// its configuration, for instance, never leads again.
+func (e *engine) awaitNode(n *localNode) {
+	ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
+	defer cancel()
+	if err := waitHealthy(ctx, n.Endpoint()+"/healthz"); err != nil {
+		e.mu.Lock()
+		e.recoveryProblems = append(e.recoveryProblems, fmt.Sprintf("after a crash, %s did not serve again within %v: %v", n.Name(), recoveryTimeout, err))
+		e.mu.Unlock()
+	}
+}
+
+// checkNodeBack is NameNodesBack for a single local node: it served again
+// within recoveryTimeout after every crash, and serves at the end.
+func (e *engine) checkNodeBack() CheckResult {
+	back := CheckResult{Name: NameNodesBack}
+	e.mu.Lock()
+	back.Checked = e.stats.Crashes + 1
+	for _, p := range e.recoveryProblems {
+		back.violation("%s", p)
+	}
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
+	defer cancel()
+	for _, n := range e.localNodes {
+		if err := waitHealthy(ctx, n.Endpoint()+"/healthz"); err != nil {
+			back.violation("at the end of the run, %s did not serve within %v: %v", n.Name(), recoveryTimeout, err)
+		}
+	}
+	return back
 }

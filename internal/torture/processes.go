@@ -55,14 +55,27 @@ func (e *engine) startNodes(ctx context.Context) error {
 	return nil
 }
 
+// failpointEnv is the environment of a node: its mutants and whether its
+// kills are power losses.
+func (e *engine) failpointEnv() []string {
+	var env []string
+	if len(e.cfg.Failpoints) > 0 {
+		env = append(env, failpoint.EnvVar+"="+strings.Join(e.cfg.Failpoints, ","))
+	}
+	if e.cfg.LoseUnsynced {
+		env = append(env, failpoint.LoseUnsyncedEnvVar+"=1")
+	}
+	return env
+}
+
 // addLocalNode starts a node process of the run.
 func (e *engine) addLocalNode(ctx context.Context, spec NodeSpec) error {
 	n, err := newLocalNode(e.cfg.Command, spec, filepath.Join(e.cfg.OutputDir, spec.NodeID+".log"))
 	if err != nil {
 		return err
 	}
+	n.proc.env = e.failpointEnv()
 	if len(e.cfg.Failpoints) > 0 {
-		n.proc.env = []string{failpoint.EnvVar + "=" + strings.Join(e.cfg.Failpoints, ",")}
 		e.logf("mutants switched on in %s: %s", spec.NodeID, strings.Join(e.cfg.Failpoints, ","))
 	}
 	n.proc.onExit = func(err error) { e.serviceCrashed(n.proc, err) }
@@ -89,6 +102,9 @@ func (e *engine) startStore(ctx context.Context) error {
 		name:    "store",
 		argv:    append(append([]string{}, cfg.Command...), RoleStore, "--spec", string(b)),
 		logPath: filepath.Join(cfg.OutputDir, "store.log"),
+	}
+	if cfg.LoseUnsynced {
+		e.storeProc.env = []string{failpoint.LoseUnsyncedEnvVar + "=1"}
 	}
 	e.storeProc.onExit = func(err error) { e.serviceCrashed(e.storeProc, err) }
 	if err := e.storeProc.start(); err != nil {
