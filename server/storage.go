@@ -16,9 +16,12 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 // The data directory:
@@ -111,6 +114,11 @@ func openDiskStore(dir string, hlog hclog.Logger) (_ *diskStore, err error) {
 	if err := os.MkdirAll(walDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	if lost, err := failpoint.RestoreDurable(filepath.Join(walDir, metadb.FileName)); err != nil {
+		return nil, fmt.Errorf("simulated power loss: %w", err)
+	} else if lost {
+		hlog.Warn("simulated power loss: the raft log metadata is back at its last commit")
+	}
 	if err := checkWAL(walDir); err != nil {
 		return nil, err
 	}
@@ -163,10 +171,13 @@ func (d *diskStore) markClosed() error {
 
 // openWAL opens the WAL with a metadata store of our own: raft-wal v0.4.0's
 // Close leaves its bbolt file open, and with it bbolt's flock, on which the
-// next Open in the same process would block forever.
+// next Open in the same process would block forever. The failpoint build
+// may wrap the files and the metadata to simulate power losses.
 func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, *metadb.BoltMetaDB, error) {
 	meta := new(metadb.BoltMetaDB)
-	w, err := wal.Open(dir, wal.WithLogger(hlog.Named("wal")), wal.WithSegmentSize(walSegmentSize), wal.WithMetaStore(meta))
+	w, err := wal.Open(dir, wal.WithLogger(hlog.Named("wal")), wal.WithSegmentSize(walSegmentSize),
+		wal.WithMetaStore(failpoint.WrapMetaStore(meta, filepath.Join(dir, metadb.FileName))),
+		wal.WithSegmentFiler(segment.NewFiler(dir, failpoint.WrapVFS(walfs.New()))))
 	if err != nil {
 		return nil, nil, errors.Join(err, meta.Close())
 	}

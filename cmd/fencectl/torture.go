@@ -71,6 +71,15 @@ the negative control found none), 1 for any other error.`,
 			return nil
 		},
 	}
+	tortureFlags(cmd, &cfg, &out, &postgresDB)
+	for _, role := range []string{torture.RoleNode, torture.RoleWorker, torture.RoleStore} {
+		cmd.AddCommand(tortureChildCmd(role))
+	}
+	return cmd
+}
+
+// tortureFlags binds the torture command's flags to cfg and the paths.
+func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *string) {
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long the workers run (checking comes after)")
 	f.IntVar(&cfg.Workers, "workers", 4, "worker processes")
@@ -89,20 +98,17 @@ the negative control found none), 1 for any other error.`,
 	f.DurationVar(&cfg.NodeSnapshotInterval, "node-snapshot-interval", 200*time.Millisecond, "the local node's --snapshot-interval")
 	f.StringSliceVar(&cfg.Failpoints, "failpoints", nil, "mutants to switch on in the local node (needs a binary built with -tags fenced_failpoints); the run must then fail")
 	f.BoolVar(&cfg.NoCrashes, "no-crashes", false, "do not crash the node")
+	f.BoolVar(&cfg.LoseUnsynced, "lose-unsynced", false, "make every kill of a node or the store a simulated power loss that loses what was not yet fsynced (needs a binary built with -tags fenced_failpoints)")
 	f.DurationVar(&cfg.StoreCrashInterval, "store-crash-interval", 0, "also kill -9 the harness's store at this mean interval (0: never)")
 	f.BoolVar(&cfg.NoFencing, "no-fencing", false, "negative control: resources accept stale tokens; the checkers must catch it")
 	f.StringVar(&cfg.NodeKillCommand, "node-kill-cmd", "", "shell command that crashes the node at --endpoint")
 	f.StringVar(&cfg.NodeStartCommand, "node-start-cmd", "", "shell command that starts the node at --endpoint again")
 	f.StringVar(&cfg.StoreURL, "store", "", "base URL of your reference store (fenced store) instead of one started here")
-	f.StringVar(&postgresDB, "postgres", os.Getenv("FENCED_TORTURE_POSTGRES"), "PostgreSQL connection string for fenced SQL writes (env FENCED_TORTURE_POSTGRES); empty: none")
+	f.StringVar(postgresDB, "postgres", os.Getenv("FENCED_TORTURE_POSTGRES"), "PostgreSQL connection string for fenced SQL writes (env FENCED_TORTURE_POSTGRES); empty: none")
 	f.BoolVar(&cfg.KeepTables, "keep-tables", false, "keep the run's PostgreSQL tables")
-	f.StringVar(&out, "out", "", "directory for histories, logs and summary.json (default: a new temporary directory)")
+	f.StringVar(out, "out", "", "directory for histories, logs and summary.json (default: a new temporary directory)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the random choices (default: from the clock)")
 	f.DurationVar(&cfg.CheckTimeout, "check-timeout", time.Minute, "time limit of the linearizability check")
-	for _, role := range []string{torture.RoleNode, torture.RoleWorker, torture.RoleStore} {
-		cmd.AddCommand(tortureChildCmd(role))
-	}
-	return cmd
 }
 
 // tortureChildCmd is a process role the harness starts itself as.

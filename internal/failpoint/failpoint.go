@@ -62,10 +62,21 @@ const (
 	// Only a cluster run (a paused, partitioned or outvoted leader) can
 	// catch it.
 	DeposedLeaderRenews Name = "deposed-leader-renews"
+	// LogSkipFsync never fsyncs the raft log's segment files: their Sync
+	// returns at once (WrapVFS). A kill -9 cannot show it, since the page
+	// cache outlives the process; a simulated power loss
+	// (LoseUnsyncedEnvVar) loses the acknowledged entries.
+	LogSkipFsync Name = "log-skip-fsync"
 )
 
 // All lists every mutant, in the order the mutant test runs them.
-var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews}
+var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync}
+
+// LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
+// process a simulated power loss for its durable files: what it wrote
+// since the last fsync or commit is gone when it starts again (see
+// WrapVFS, WrapMetaStore and RestoreDurable).
+const LoseUnsyncedEnvVar = "FENCED_LOSE_UNSYNCED"
 
 // Parse splits a FENCED_FAILPOINTS value into names, rejecting unknown ones.
 func Parse(v string) ([]Name, error) {
@@ -91,6 +102,9 @@ func Parse(v string) ([]Name, error) {
 // in a build without the tag, or an unknown name. Processes that may run
 // mutants call it at start, so that a mutant run never passes by accident.
 func Check() error {
+	if lose := os.Getenv(LoseUnsyncedEnvVar); lose != "" && (!Compiled || lose != "1") {
+		return fmt.Errorf("failpoint: %s=%q needs the value 1 and a binary built with the fenced_failpoints tag", LoseUnsyncedEnvVar, lose)
+	}
 	v := os.Getenv(EnvVar)
 	if v == "" {
 		return nil

@@ -40,8 +40,12 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 // fails loudly rather than the test measuring the wrong thing. Where the
 // caller can bind the listener itself, it should listen on 127.0.0.1:0
 // instead.
-func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func FreeAddr() (string, error) { return FreeAddrOn("127.0.0.1") }
+
+// FreeAddrOn is FreeAddr on the local address ip (for instance another
+// loopback address than 127.0.0.1, to tell processes apart by address).
+func FreeAddrOn(ip string) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return "", err
 	}

@@ -8,8 +8,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"time"
 
 	"github.com/fencedio/fenced/internal/failpoint"
@@ -130,9 +132,21 @@ type StoreSpec struct {
 	NoFencing bool   `json:"noFencing,omitempty"`
 }
 
-// RunStore runs the reference store until ctx ends.
+// RunStore runs the reference store until ctx ends. With simulated power
+// losses (failpoint.LoseUnsyncedEnvVar, in a tagged build) its file goes
+// back to its durable image first, and it serves without the store's
+// connection and body limits, through the handler that takes the images.
 func RunStore(ctx context.Context, spec StoreSpec, logs io.Writer) error {
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := failpoint.Check(); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	path := filepath.Join(spec.DataDir, store.FileName)
+	if lost, err := failpoint.RestoreDurable(path); err != nil {
+		return fmt.Errorf("store: simulated power loss: %w", err)
+	} else if lost {
+		log.Warn("simulated power loss: the store's file is back at its last acknowledged write")
+	}
 	st, err := store.Open(store.Config{DataDir: spec.DataDir, NoFencing: spec.NoFencing, Logger: log})
 	if err != nil {
 		return err
@@ -142,7 +156,25 @@ func RunStore(ctx context.Context, spec StoreSpec, logs io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
-	return st.Serve(ctx, ln)
+	if !failpoint.LosesUnsynced() {
+		return st.Serve(ctx, ln)
+	}
+	h, img, err := failpoint.WrapStoreHandler(st.Handler(), path)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	defer img.Close()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), store.ShutdownTimeout)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("store: serve: %w", err)
+	}
+	return nil
 }
 
 // Child roles: the harness starts Config.Command followed by a role and

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -17,6 +15,7 @@ import (
 
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/server"
 )
 
@@ -86,15 +85,6 @@ const recoveryTimeout = 30 * time.Second
 // connections (a node dials its peers from the address it listens on).
 func nodeIP(i int) string { return fmt.Sprintf("127.0.0.%d", 11+i) }
 
-func freeAddrOn(ip string) (string, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 // startCluster starts cfg.Nodes nodes that form one cluster, each with a
 // link proxy in front of its raft peer port, whose address is the one its
 // peers dial (--raft-advertise and --initial-cluster).
@@ -105,11 +95,11 @@ func (e *engine) startCluster(ctx context.Context) error {
 	var initial []string
 	for i := range cfg.Nodes {
 		ip := nodeIP(i)
-		listen, err := freeAddrOn(ip)
+		listen, err := testutil.FreeAddrOn(ip)
 		if err != nil {
 			return fmt.Errorf("torture: cluster node on %s: %w (Linux routes all of 127.0.0.0/8 to loopback; other systems may need aliases)", ip, err)
 		}
-		raftAddr, err := freeAddrOn(ip)
+		raftAddr, err := testutil.FreeAddrOn(ip)
 		if err != nil {
 			return err
 		}
@@ -268,294 +258,6 @@ func (e *engine) clusterWhole(ctx context.Context) string {
 	return ""
 }
 
-// clusterFaults injects one cluster fault after another until ctx ends.
-// The kinds come in shuffled rounds, so that a short run has each of them
-// once the first round is through. After each fault has healed, the
-// cluster must be whole again within recoveryTimeout (else a violation).
-func (e *engine) clusterFaults(ctx context.Context) {
-	iv := e.cfg.ClusterFaultInterval
-	kinds := clusterFaultKinds
-	if len(e.cfg.ClusterFaults) > 0 {
-		kinds = e.cfg.ClusterFaults
-	}
-	for {
-		deck := slices.Clone(kinds)
-		e.rngMu.Lock()
-		e.rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
-		e.rngMu.Unlock()
-		for _, kind := range deck {
-			if !sleepCtx(ctx, e.uniform(iv/2, iv*3/2)) {
-				return
-			}
-			start := time.Now()
-			what := e.clusterFault(ctx, kind)
-			rctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
-			err := e.awaitCluster(rctx)
-			cancel()
-			e.mu.Lock()
-			if err != nil {
-				e.clusterProblems = append(e.clusterProblems, fmt.Sprintf("after %s: the cluster was not whole within %v: %v", what, recoveryTimeout, err))
-			} else {
-				e.stats.Cluster.Recoveries++
-			}
-			e.mu.Unlock()
-			e.logf("%s; whole again after %v", what, time.Since(start).Round(time.Millisecond))
-		}
-	}
-}
-
-// clusterFault injects one fault of the kind and heals it; it returns what
-// it did, in words.
-func (e *engine) clusterFault(ctx context.Context, kind string) string {
-	n := len(e.localNodes)
-	leader := e.waitLeader(ctx, 5*time.Second)
-	if leader < 0 && kind != "follower-kill" && kind != "slow-links" && kind != "rolling-restart" {
-		e.mu.Lock()
-		e.stats.Cluster.NoLeader++
-		e.mu.Unlock()
-		return kind + " skipped: no leader"
-	}
-	follower := func() int {
-		if leader < 0 {
-			return e.intN(n)
-		}
-		return (leader + 1 + e.intN(n-1)) % n
-	}
-	mode := linkDrop
-	modeName := "dropped"
-	if e.chance(0.5) {
-		mode, modeName = linkBlackHole, "black-holed"
-	}
-	hold := e.uniform(3*e.electionTimeout(), 3*e.electionTimeout()+3*time.Second)
-	count := func(f func(s *ClusterFaultStats)) {
-		e.mu.Lock()
-		f(&e.stats.Cluster)
-		e.mu.Unlock()
-	}
-	switch kind {
-	case "leader-kill", "follower-kill":
-		i := leader
-		if kind == "follower-kill" {
-			i = follower()
-		}
-		if kind == "leader-kill" && n >= 5 && e.chance(0.5) {
-			j := follower()
-			downs := make(chan time.Duration, 1)
-			go func() { downs <- e.killNode(j) }()
-			down := e.killNode(i)
-			other := <-downs
-			count(func(s *ClusterFaultStats) { s.LeaderKills++; s.TwoDown++ })
-			return fmt.Sprintf("%s: kill -9 %s (down %v) and follower %s (down %v) at once", kind,
-				e.localNodes[i].Name(), down.Round(time.Millisecond), e.localNodes[j].Name(), other.Round(time.Millisecond))
-		}
-		down := e.killNode(i)
-		count(func(s *ClusterFaultStats) {
-			if kind == "leader-kill" {
-				s.LeaderKills++
-			} else {
-				s.FollowerKills++
-			}
-		})
-		return fmt.Sprintf("%s: kill -9 %s, down %v", kind, e.localNodes[i].Name(), down.Round(time.Millisecond))
-	case "leader-pause":
-		d := e.uniform(3*e.electionTimeout(), 6*e.electionTimeout())
-		p := e.localNodes[leader].proc
-		if err := p.signal(sigStop); err != nil {
-			return "leader-pause failed: " + err.Error()
-		}
-		sleepCtx(ctx, d)
-		_ = p.signal(sigCont)
-		count(func(s *ClusterFaultStats) { s.LeaderPauses++ })
-		return fmt.Sprintf("leader-pause: SIGSTOP %s for %v", p.name, d.Round(time.Millisecond))
-	case "leader-isolation", "follower-isolation":
-		i := leader
-		if kind == "follower-isolation" {
-			i = follower()
-		}
-		var rest []int
-		for j := range n {
-			if j != i {
-				rest = append(rest, j)
-			}
-		}
-		e.netem.partition(mode, []int{i}, rest)
-		sleepCtx(ctx, hold)
-		e.netem.heal()
-		count(func(s *ClusterFaultStats) {
-			if kind == "leader-isolation" {
-				s.LeaderIsolations++
-			} else {
-				s.FollowerIsolations++
-			}
-		})
-		return fmt.Sprintf("%s: %s cut off (links %s) for %v", kind, e.localNodes[i].Name(), modeName, hold.Round(time.Millisecond))
-	case "moving-split":
-		steps := 2 + e.intN(2)
-		var desc []string
-		for range steps {
-			perm := e.perm(n)
-			size := 1 + e.intN((n-1)/2) // a minority
-			minority, majority := slices.Clone(perm[:size]), slices.Clone(perm[size:])
-			e.netem.partition(mode, minority, majority)
-			desc = append(desc, e.names(minority)+"|"+e.names(majority))
-			count(func(s *ClusterFaultStats) { s.SplitSteps++ })
-			if !sleepCtx(ctx, e.uniform(2*e.electionTimeout(), 2*e.electionTimeout()+2*time.Second)) {
-				break
-			}
-		}
-		e.netem.heal()
-		count(func(s *ClusterFaultStats) { s.MovingSplits++ })
-		return fmt.Sprintf("moving-split (links %s): %s", modeName, strings.Join(desc, " -> "))
-	case "slow-links":
-		links := 1 + e.intN(n*(n-1))
-		for range links {
-			a := e.intN(n)
-			b := (a + 1 + e.intN(n-1)) % n
-			e.netem.setDelay(a, b, e.uniform(20*time.Millisecond, 150*time.Millisecond))
-		}
-		sleepCtx(ctx, hold)
-		e.netem.heal()
-		count(func(s *ClusterFaultStats) { s.SlowLinks++ })
-		return fmt.Sprintf("slow-links: %d directed links delayed for %v", links, hold.Round(time.Millisecond))
-	case "rolling-restart":
-		for _, i := range e.perm(n) {
-			nd := e.localNodes[i]
-			if nd.stop(10 * time.Second) {
-				e.logf("rolling restart: %s did not stop within 10s and was killed", nd.Name())
-			} else {
-				e.checkExit(nd.proc)
-			}
-			if err := nd.Start(context.Background()); err != nil {
-				e.logf("restart %s: %v", nd.Name(), err)
-			}
-			count(func(s *ClusterFaultStats) { s.NodeRestarts++ })
-			rctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
-			err := e.awaitCluster(rctx)
-			cancel()
-			if err != nil {
-				return fmt.Sprintf("rolling-restart stopped after %s: %v", nd.Name(), err)
-			}
-		}
-		count(func(s *ClusterFaultStats) { s.RollingRestarts++ })
-		return "rolling-restart of every node"
-	case "member-re-add":
-		return e.memberReAdd(ctx, follower())
-	}
-	return "unknown fault " + kind
-}
-
-// killNode kills node i with SIGKILL (after a forced snapshot, sometimes),
-// and starts it again after DownMin..DownMax.
-func (e *engine) killNode(i int) time.Duration {
-	nd := e.localNodes[i]
-	forced := false
-	if e.chance(enabled(e.cfg.SnapshotBeforeCrash)) && nd.healthy() {
-		forced = nd.proc.signal(sigSnapshot) == nil
-		time.Sleep(e.uniform(time.Millisecond, 30*time.Millisecond))
-	}
-	inflight := e.acquiring()
-	if err := nd.Kill(context.Background()); err != nil {
-		e.logf("crash %s: %v", nd.Name(), err)
-	}
-	e.mu.Lock()
-	e.stats.Crashes++
-	if forced {
-		e.stats.ForcedSnapshots++
-	}
-	if inflight > 0 {
-		e.stats.CrashesDuringAcquisition++
-	}
-	e.mu.Unlock()
-	down := e.uniform(e.cfg.DownMin, e.cfg.DownMax)
-	time.Sleep(down)
-	if err := nd.Start(context.Background()); err != nil {
-		e.logf("restart %s: %v", nd.Name(), err)
-	}
-	return down
-}
-
-// memberReAdd kills follower i, removes it from the configuration through
-// ClusterService, wipes its data and starts it empty with --join, then
-// adds it back (fencectl member remove / add).
-func (e *engine) memberReAdd(ctx context.Context, i int) string {
-	nd := e.localNodes[i]
-	if err := nd.Kill(context.Background()); err != nil {
-		e.logf("member-re-add: kill %s: %v", nd.Name(), err)
-	}
-	var others []string
-	for j, o := range e.localNodes {
-		if j != i {
-			others = append(others, o.Endpoint())
-		}
-	}
-	call := func(what string, f func(context.Context, fencedv1connect.ClusterServiceClient) error) error {
-		deadline := time.Now().Add(20 * time.Second)
-		for k := 0; ; k++ {
-			c := fencedv1connect.NewClusterServiceClient(http.DefaultClient, others[k%len(others)])
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := f(cctx, c)
-			cancel()
-			if err == nil {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	err := call("remove", func(ctx context.Context, c fencedv1connect.ClusterServiceClient) error {
-		_, err := c.RemoveMember(ctx, connect.NewRequest(&fencedv1.RemoveMemberRequest{Id: nd.Name()}))
-		if connect.CodeOf(err) == connect.CodeNotFound {
-			return nil // an earlier attempt went through
-		}
-		return err
-	})
-	if err != nil {
-		e.mu.Lock()
-		e.clusterProblems = append(e.clusterProblems, fmt.Sprintf("member-re-add: %s: %v", nd.Name(), err))
-		e.mu.Unlock()
-	}
-	if err := os.RemoveAll(nd.spec.DataDir); err != nil {
-		e.logf("member-re-add: wipe %s: %v", nd.spec.DataDir, err)
-	}
-	spec := nd.spec
-	spec.InitialCluster, spec.Join = "", true
-	nd.respec(e.cfg.Command, spec)
-	if err := nd.Start(context.Background()); err != nil {
-		e.logf("restart %s: %v", nd.Name(), err)
-	}
-	err = call("add", func(ctx context.Context, c fencedv1connect.ClusterServiceClient) error {
-		_, err := c.AddMember(ctx, connect.NewRequest(&fencedv1.AddMemberRequest{Id: nd.Name(), Address: spec.RaftAdvertise}))
-		return err
-	})
-	if err != nil {
-		e.mu.Lock()
-		e.clusterProblems = append(e.clusterProblems, fmt.Sprintf("member-re-add: %s: %v", nd.Name(), err))
-		e.mu.Unlock()
-		return fmt.Sprintf("member-re-add of %s failed: %v", nd.Name(), err)
-	}
-	e.mu.Lock()
-	e.stats.Cluster.MemberReAdds++
-	e.mu.Unlock()
-	return fmt.Sprintf("member-re-add: %s killed, removed, wiped and added back empty", nd.Name())
-}
-
-func (e *engine) perm(n int) []int {
-	e.rngMu.Lock()
-	defer e.rngMu.Unlock()
-	return e.rng.Perm(n)
-}
-
-func (e *engine) names(idx []int) string {
-	var s []string
-	for _, i := range idx {
-		s = append(s, e.localNodes[i].Name())
-	}
-	sort.Strings(s)
-	return strings.Join(s, ",")
-}
-
 // Checker names of a cluster run.
 const (
 	NameConvergence = "nodes-converge"
@@ -599,8 +301,8 @@ func (e *engine) checkCluster() []CheckResult {
 	back := CheckResult{Name: NameNodesBack}
 	conv := CheckResult{Name: NameConvergence}
 	e.mu.Lock()
-	back.Checked = e.stats.Cluster.Recoveries + len(e.clusterProblems) + 1
-	for _, p := range e.clusterProblems {
+	back.Checked = e.stats.Cluster.Recoveries + len(e.recoveryProblems) + 1
+	for _, p := range e.recoveryProblems {
 		back.violation("%s", p)
 	}
 	e.mu.Unlock()

@@ -91,6 +91,12 @@ type Config struct {
 	// the harness runs it) with this mean interval, to test that every
 	// acknowledged write survives. Default 0: the store is not crashed.
 	StoreCrashInterval time.Duration
+	// LoseUnsynced makes every kill of a local node and of the harness's
+	// store a simulated power loss: what the process wrote to its raft log
+	// or bbolt files after the last fsync or commit is lost
+	// (failpoint.LoseUnsyncedEnvVar). Command must be built with the
+	// fenced_failpoints tag.
+	LoseUnsynced bool
 
 	// NoFencing runs the negative control: the store accepts stale tokens
 	// (store.Config.NoFencing) and SQL writes skip the guard. The checkers
@@ -166,6 +172,14 @@ func (c *Config) Validate() error {
 	if !signalsSupported {
 		return errUnsupported
 	}
+	if err := c.setDefaults(); err != nil {
+		return err
+	}
+	return c.check()
+}
+
+// setDefaults fills in the zero fields.
+func (c *Config) setDefaults() error {
 	setDefault(&c.Duration, 60*time.Second)
 	setDefault(&c.Workers, 4)
 	setDefault(&c.Keys, 3)
@@ -207,7 +221,13 @@ func (c *Config) Validate() error {
 		}
 		c.Command = []string{exe, "torture"}
 	}
+	setDefault(&c.ClusterFaultInterval, 3*time.Second)
+	c.AfterAckShare = enabled(c.AfterAckShare)
+	return nil
+}
 
+// check checks the rules between fields, once the defaults are in.
+func (c *Config) check() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("torture config: "+format, args...)) }
 	if c.Duration < 0 {
@@ -242,11 +262,9 @@ func (c *Config) Validate() error {
 	if c.CrashInterval < 0 || c.DownMin < 0 || c.DownMax < c.DownMin || c.StoreCrashInterval < 0 {
 		bad("crash timing must satisfy CrashInterval >= 0, StoreCrashInterval >= 0, 0 <= DownMin <= DownMax")
 	}
-	c.AfterAckShare = enabled(c.AfterAckShare)
 	if c.NodeSnapshotInterval < 5*time.Millisecond {
 		bad("NodeSnapshotInterval %v is below 5ms", c.NodeSnapshotInterval)
 	}
-	setDefault(&c.ClusterFaultInterval, 3*time.Second)
 	if c.Nodes != 1 && c.Nodes != 3 && c.Nodes != 5 {
 		bad("Nodes %d: 1, 3 or 5", c.Nodes)
 	}
@@ -261,8 +279,8 @@ func (c *Config) Validate() error {
 	if c.ClusterFaultInterval < 0 {
 		bad("ClusterFaultInterval %v is negative", c.ClusterFaultInterval)
 	}
-	if c.Endpoint != "" && len(c.Failpoints) > 0 {
-		bad("Failpoints apply to local nodes only")
+	if c.Endpoint != "" && (len(c.Failpoints) > 0 || c.LoseUnsynced) {
+		bad("Failpoints and LoseUnsynced apply to local nodes only")
 	}
 	if _, err := failpoint.Parse(strings.Join(c.Failpoints, ",")); err != nil {
 		bad("%v", err)

@@ -27,6 +27,11 @@
 //     before some kills, on SIGUSR1 from the harness, so that every run
 //     takes snapshots, truncates the log and restores on restart.
 //   - A quarter of the leases are held about 2×TTL, renewed several times.
+//   - Config.LoseUnsynced makes every kill of a node or of the store a
+//     simulated power loss (internal/failpoint, tagged build): raft log
+//     writes not yet fsynced are held in the node's memory and die with
+//     it, and bbolt files go back to their image at the last commit. A
+//     missing fsync, invisible to kill -9, then loses data.
 //   - Config.Failpoints switches on mutants (internal/failpoint) in a node
 //     built with the fenced_failpoints tag; TestMutants requires that the
 //     checkers catch each one.
@@ -41,6 +46,12 @@
 //     empty. Workers fail over between all nodes.
 //   - Every process that exits on its own (a panic in the client, the
 //     server or the store) is a violation, and is restarted.
+//
+// The code is laid out by concern: engine.go runs the phases of a run,
+// processes.go starts and restarts the children, faults.go injects the
+// single-node faults, cluster.go and clusterfaults.go form, break and check
+// a cluster, evidence.go reads back the resources, check.go and model.go
+// judge the history.
 //
 // # Checkers
 //
@@ -66,8 +77,8 @@
 //     grant or renewal, unless a release of it was sent.
 //   - processes-healthy: no worker, node or store process crashed on its
 //     own.
-//   - nodes-come-back (clusters): after every fault and at the end, every
-//     node runs, is healthy and names the same ready leader, whose
+//   - nodes-come-back: after every fault and at the end, every node runs,
+//     is healthy and (clusters) names the same ready leader, whose
 //     configuration has every node as a voter, within 30s.
 //   - nodes-converge (clusters): once quiet at the end, every node has
 //     applied the same raft index and holds the same leases, read from its
@@ -97,7 +108,12 @@
 //   - Cluster faults need local nodes and loopback addresses other than
 //     127.0.0.1 (Linux has them all); an external Endpoint is one node.
 //   - A fault whose recovery takes longer than 30s is reported by
-//     nodes-come-back, even if the cluster would have recovered later.
+//     nodes-come-back, even if the node or cluster would have recovered
+//     later.
+//   - Simulated power losses cover the raft log (segments and metadata)
+//     and the reference store, not raft snapshots or PostgreSQL; they do
+//     not model torn or reordered writes or lost directory entries, and
+//     they trust bbolt to fsync its commits.
 //   - A linearizability check that times out reports "unknown", not a
 //     violation.
 //   - Against an external store, the store must offer the reference

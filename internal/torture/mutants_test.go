@@ -127,6 +127,18 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.ClusterFaultInterval = 2 * time.Second
 		cfg.Duration = 40 * time.Second
 	}
+	if name == failpoint.LogSkipFsync {
+		// Every kill a power loss, most right after an acknowledgement.
+		// Snapshots (files the simulation leaves alone) keep the cluster
+		// configuration, so that the node comes back without the entries
+		// written since the last one; none is forced before a kill.
+		cfg.LoseUnsynced = true
+		cfg.AfterAckShare = 0.8
+		cfg.CrashInterval = 1500 * time.Millisecond
+		cfg.DownMin, cfg.DownMax = 50*time.Millisecond, 200*time.Millisecond
+		cfg.NodeHeartbeatTimeout = 150 * time.Millisecond
+		cfg.SnapshotBeforeCrash = -1
+	}
 	if name == failpoint.LogAckBeforeWrite {
 		// Every kill right after an acknowledgement; no snapshots, whose
 		// log truncation waits for the late writes.

@@ -52,6 +52,8 @@ type Summary struct {
 	// Failpoints are the mutants switched on in the node: the run must
 	// then report violations.
 	Failpoints []string `json:"failpoints,omitempty"`
+	// LoseUnsynced: kills were simulated power losses (Config.LoseUnsynced).
+	LoseUnsynced bool `json:"loseUnsynced,omitempty"`
 	// Endpoint lists the lease API of every node, comma-separated.
 	Endpoint  string `json:"endpoint"`
 	Nodes     int    `json:"nodes"`
@@ -128,7 +130,7 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 		RunID: e.runID, Seed: cfg.Seed, Seconds: elapsed.Seconds(), Workers: cfg.Workers, Keys: cfg.Keys,
 		TTLMs: cfg.TTL.Milliseconds(), NoFencing: cfg.NoFencing, Endpoint: strings.Join(e.endpoints(0), ","), StoreURL: e.storeURL,
 		Nodes:    len(e.nodes),
-		Postgres: ev.HasSQL, OutputDir: cfg.OutputDir, Failpoints: cfg.Failpoints,
+		Postgres: ev.HasSQL, OutputDir: cfg.OutputDir, Failpoints: cfg.Failpoints, LoseUnsynced: cfg.LoseUnsynced,
 	}
 	e.mu.Lock()
 	s.FaultStats = e.stats
@@ -212,6 +214,9 @@ func (r *Report) WriteText(w io.Writer) {
 	if len(s.Failpoints) > 0 {
 		fmt.Fprintf(w, "  MUTANT: %s switched on in the node; the checkers must report violations\n", strings.Join(s.Failpoints, ", "))
 	}
+	if s.LoseUnsynced {
+		fmt.Fprintln(w, "  kills are simulated power losses: writes not yet fsynced or committed are lost")
+	}
 	fmt.Fprintf(w, "  lease service %s: %d operations recorded\n", s.Endpoint, s.Operations)
 	fmt.Fprintf(w, "    acquisitions: %d attempts, %d grants, %d held, %d failed, %d unknown outcome\n",
 		s.Acquisitions.Total, s.Acquisitions.OK, s.Acquisitions.Refused, s.Acquisitions.Failed, s.Acquisitions.Unknown)
@@ -230,8 +235,8 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "    rolling restarts %d (%d node restarts); members removed and added back %d; faults skipped for want of a leader %d\n",
 			c.RollingRestarts, c.NodeRestarts, c.MemberReAdds, c.NoLeader)
 	}
-	fmt.Fprintf(w, "    %d crashes right after an acknowledgement; snapshots: %d taken (%d forced just before a crash), %d restored\n",
-		s.CrashesAfterAck, s.SnapshotsTaken, s.ForcedSnapshots, s.SnapshotRestores)
+	fmt.Fprintf(w, "    %d crashes right after an acknowledgement; snapshots: %d taken (%d forced just before a crash), %d restored; simulated power losses: %d\n",
+		s.CrashesAfterAck, s.SnapshotsTaken, s.ForcedSnapshots, s.SnapshotRestores, s.PowerLosses)
 	fmt.Fprintf(w, "    %d delayed writes delivered after the lease expired: %d accepted, %d rejected as stale, %d other\n",
 		s.DelayedWrites.Delivered, s.DelayedWrites.Accepted, s.DelayedWrites.Stale, s.DelayedWrites.Other)
 	fmt.Fprintf(w, "  writes: store %d acknowledged, %d stale, %d failed, %d unknown",
@@ -243,33 +248,44 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "\n  stale rejections: %d\n", s.StaleRejections)
 	fmt.Fprintln(w, "  checks:")
 	for _, c := range s.Checks {
-		status := "ok"
-		switch {
-		case c.Skipped != "":
-			status = "skip"
-		case c.Violations > 0 && s.NoFencing && expectedToFail(c.Name):
-			status = "FAIL*"
-		case c.Violations > 0:
-			status = "FAIL"
-		}
-		line := fmt.Sprintf("    %-5s %-28s %d checked, %d violations", status, c.Name, c.Checked, c.Violations)
-		if status == "FAIL*" {
-			line += " (expected without fencing)"
-		}
-		if c.Skipped != "" {
-			line = fmt.Sprintf("    %-5s %-28s %s", status, c.Name, c.Skipped)
-		}
-		fmt.Fprintln(w, line)
-		if c.Note != "" {
-			fmt.Fprintf(w, "           note: %s\n", c.Note)
-		}
-		for _, ex := range c.Examples[:min(len(c.Examples), 5)] {
-			fmt.Fprintf(w, "           - %s\n", strings.ReplaceAll(ex, "\n", "\n             "))
-		}
-		if c.Violations > 5 {
-			fmt.Fprintf(w, "           (%d more in summary.json)\n", c.Violations-min(len(c.Examples), 5))
-		}
+		writeCheck(w, c, s.NoFencing)
 	}
+	fmt.Fprintf(w, "  result: %s\n  details: %s\n", r.verdict(), s.OutputDir)
+}
+
+// writeCheck writes one checker's result, with up to five examples.
+func writeCheck(w io.Writer, c CheckResult, noFencing bool) {
+	status := "ok"
+	switch {
+	case c.Skipped != "":
+		status = "skip"
+	case c.Violations > 0 && noFencing && expectedToFail(c.Name):
+		status = "FAIL*"
+	case c.Violations > 0:
+		status = "FAIL"
+	}
+	line := fmt.Sprintf("    %-5s %-28s %d checked, %d violations", status, c.Name, c.Checked, c.Violations)
+	if status == "FAIL*" {
+		line += " (expected without fencing)"
+	}
+	if c.Skipped != "" {
+		line = fmt.Sprintf("    %-5s %-28s %s", status, c.Name, c.Skipped)
+	}
+	fmt.Fprintln(w, line)
+	if c.Note != "" {
+		fmt.Fprintf(w, "           note: %s\n", c.Note)
+	}
+	for _, ex := range c.Examples[:min(len(c.Examples), 5)] {
+		fmt.Fprintf(w, "           - %s\n", strings.ReplaceAll(ex, "\n", "\n             "))
+	}
+	if c.Violations > 5 {
+		fmt.Fprintf(w, "           (%d more in summary.json)\n", c.Violations-min(len(c.Examples), 5))
+	}
+}
+
+// verdict says in a sentence whether the run passed.
+func (r *Report) verdict() string {
+	s := &r.Summary
 	var verdict string
 	switch {
 	case s.Acquisitions.OK == 0:
@@ -291,5 +307,5 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		verdict = "FAIL: checkers that do not depend on fencing failed: " + strings.Join(bad, ", ")
 	}
-	fmt.Fprintf(w, "  result: %s\n  details: %s\n", verdict, s.OutputDir)
+	return verdict
 }

@@ -1,0 +1,340 @@
+package torture
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencedio/fenced/fence/fencesql"
+	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/internal/testutil"
+)
+
+func (e *engine) startNodes(ctx context.Context) error {
+	cfg := &e.cfg
+	if cfg.Endpoint != "" {
+		n := &externalNode{endpoint: strings.TrimRight(cfg.Endpoint, "/"), killCmd: cfg.NodeKillCommand, runCmd: cfg.NodeStartCommand}
+		e.nodes = append(e.nodes, n)
+		e.logf("testing the fenced deployment at %s (crashes: %v)", n.endpoint, n.Crashable() && !cfg.NoCrashes)
+		return nil
+	}
+	if cfg.Nodes > 1 {
+		return e.startCluster(ctx)
+	}
+	for i := range cfg.Nodes {
+		listen, err := testutil.FreeAddr()
+		if err != nil {
+			return err
+		}
+		raftAddr, err := testutil.FreeAddr()
+		if err != nil {
+			return err
+		}
+		id := fmt.Sprintf("node%d", i+1)
+		err = e.addLocalNode(ctx, NodeSpec{
+			NodeID: id, DataDir: filepath.Join(cfg.OutputDir, id), Listen: listen, RaftListen: raftAddr,
+			MinTTL: cfg.NodeMinTTL, HeartbeatTimeout: cfg.NodeHeartbeatTimeout,
+			SnapshotThreshold: cfg.NodeSnapshotThreshold, SnapshotInterval: cfg.NodeSnapshotInterval,
+		})
+		if err != nil {
+			return err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, n := range e.localNodes {
+		if err := waitHealthy(wctx, n.Endpoint()+"/healthz"); err != nil {
+			return fmt.Errorf("torture: %s: %w (see %s.log)", n.Name(), err, filepath.Join(e.cfg.OutputDir, n.Name()))
+		}
+	}
+	return nil
+}
+
+// failpointEnv is the environment of a node: its mutants and whether its
+// kills are power losses.
+func (e *engine) failpointEnv() []string {
+	var env []string
+	if len(e.cfg.Failpoints) > 0 {
+		env = append(env, failpoint.EnvVar+"="+strings.Join(e.cfg.Failpoints, ","))
+	}
+	if e.cfg.LoseUnsynced {
+		env = append(env, failpoint.LoseUnsyncedEnvVar+"=1")
+	}
+	return env
+}
+
+// addLocalNode starts a node process of the run.
+func (e *engine) addLocalNode(ctx context.Context, spec NodeSpec) error {
+	n, err := newLocalNode(e.cfg.Command, spec, filepath.Join(e.cfg.OutputDir, spec.NodeID+".log"))
+	if err != nil {
+		return err
+	}
+	n.proc.env = e.failpointEnv()
+	if len(e.cfg.Failpoints) > 0 {
+		e.logf("mutants switched on in %s: %s", spec.NodeID, strings.Join(e.cfg.Failpoints, ","))
+	}
+	n.proc.onExit = func(err error) { e.serviceCrashed(n.proc, err) }
+	if err := n.Start(ctx); err != nil {
+		return err
+	}
+	e.nodes = append(e.nodes, n)
+	e.localNodes = append(e.localNodes, n)
+	return nil
+}
+
+func (e *engine) startStore(ctx context.Context) error {
+	cfg := &e.cfg
+	if cfg.StoreURL != "" {
+		e.storeURL = strings.TrimRight(cfg.StoreURL, "/")
+		return nil
+	}
+	addr, err := testutil.FreeAddr()
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(StoreSpec{DataDir: filepath.Join(cfg.OutputDir, "store"), Listen: addr, NoFencing: cfg.NoFencing})
+	e.storeProc = &child{
+		name:    "store",
+		argv:    append(append([]string{}, cfg.Command...), RoleStore, "--spec", string(b)),
+		logPath: filepath.Join(cfg.OutputDir, "store.log"),
+	}
+	if cfg.LoseUnsynced {
+		e.storeProc.env = []string{failpoint.LoseUnsyncedEnvVar + "=1"}
+	}
+	e.storeProc.onExit = func(err error) { e.serviceCrashed(e.storeProc, err) }
+	if err := e.storeProc.start(); err != nil {
+		return err
+	}
+	e.storeURL = "http://" + addr
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := waitHealthy(wctx, e.storeURL+"/healthz"); err != nil {
+		return fmt.Errorf("torture: store: %w (see store.log)", err)
+	}
+	return nil
+}
+
+func (e *engine) createTables(ctx context.Context) error {
+	db, err := sql.Open("pgx", e.cfg.PostgresDSN)
+	if err != nil {
+		return fmt.Errorf("torture: postgres: %w", err)
+	}
+	e.db = db
+	e.scopeTable = "torture_" + e.runID + "_scopes"
+	e.writeTable = "torture_" + e.runID + "_writes"
+	g, err := fencesql.New(db, fencesql.Config{Dialect: fencesql.Postgres, Table: e.scopeTable})
+	if err != nil {
+		return fmt.Errorf("torture: postgres: %w", err)
+	}
+	if err := g.Migrate(ctx); err != nil {
+		return fmt.Errorf("torture: postgres: %w", err)
+	}
+	_, err = db.ExecContext(ctx, `CREATE TABLE `+pgIdent(e.writeTable)+` (
+		id     bigserial PRIMARY KEY,
+		scope  text NOT NULL,
+		token  bigint NOT NULL,
+		worker integer NOT NULL,
+		object text NOT NULL UNIQUE
+	)`)
+	if err != nil {
+		return fmt.Errorf("torture: postgres: create %s: %w", e.writeTable, err)
+	}
+	return nil
+}
+
+func (e *engine) workerSpec(id int, history string) WorkerSpec {
+	cfg := &e.cfg
+	s := WorkerSpec{
+		ID: id, Endpoint: e.nodes[0].Endpoint(), Keys: e.keys, StoreURL: e.storeURL,
+		PostgresDSN: cfg.PostgresDSN, ScopeTable: e.scopeTable, WriteTable: e.writeTable, NoFencing: cfg.NoFencing,
+		TTL: cfg.TTL, Wait: cfg.Wait, WritesMin: cfg.WritesMin, WritesMax: cfg.WritesMax, ThinkMax: cfg.ThinkMax,
+		GetProbability: enabled(cfg.GetProbability), TryProbability: enabled(cfg.TryProbability),
+		LongHoldShare:       enabled(cfg.LongHoldShare),
+		DelayShare:          enabled(cfg.DelayShare),
+		AbandonProbability:  enabled(cfg.AbandonProbability),
+		WriteTimeout:        max(2*time.Second, 2*cfg.TTL),
+		DelayedWriteTimeout: cfg.TTL / 2,
+		History:             history,
+		Seed:                cfg.Seed,
+	}
+	if e.proxy != nil {
+		s.ProxyURL = e.proxy.URL()
+	}
+	if len(e.nodes) > 1 {
+		// Each worker starts at a different node and fails over.
+		s.Endpoints = e.endpoints(id)
+	}
+	return s
+}
+
+func (e *engine) workerArgv(ws *workerState) []string {
+	spec := e.workerSpec(ws.id, ws.history)
+	spec.Incarnation = ws.incarnation
+	b, _ := json.Marshal(spec)
+	return append(append([]string{}, e.cfg.Command...), RoleWorker, "--spec", string(b))
+}
+
+func (e *engine) startWorkers() error {
+	for i := range e.cfg.Workers {
+		ws := &workerState{id: i, history: filepath.Join(e.cfg.OutputDir, fmt.Sprintf("worker%d.jsonl", i)), state: evIdle}
+		ws.proc = &child{
+			name:     fmt.Sprintf("worker%d", i),
+			argv:     e.workerArgv(ws),
+			logPath:  filepath.Join(e.cfg.OutputDir, fmt.Sprintf("worker%d.log", i)),
+			onStdout: func(line []byte) { e.onEvent(ws, line) },
+			onExit:   func(err error) { e.workerCrashed(ws, err) },
+		}
+		e.mu.Lock()
+		e.workers[i] = ws
+		e.mu.Unlock()
+		if err := ws.proc.start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// crashedf records a process that exited on its own: a bug in the client
+// library, the worker, the node or the store.
+func (e *engine) crashedf(p *child, err error) {
+	msg := fmt.Sprintf("%s exited with an error: %v", p.name, err)
+	if err == nil {
+		// The harness signals a child only with SIGKILL, SIGSTOP and
+		// SIGCONT during a run; a clean exit means a signal from elsewhere.
+		msg = fmt.Sprintf("%s exited cleanly without being asked to: a SIGTERM or SIGINT from outside the harness?", p.name)
+	}
+	if ex := logExcerpt(p.logPath, 8); ex != "" {
+		msg += "\n" + ex
+	}
+	e.mu.Lock()
+	e.crashed = append(e.crashed, msg)
+	e.mu.Unlock()
+	e.logf("%s", msg)
+}
+
+// workerCrashed records the crash and starts the worker again as a new
+// incarnation, whose operations, owners and objects are named apart.
+func (e *engine) workerCrashed(ws *workerState, err error) {
+	e.crashedf(ws.proc, err)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopping {
+		return
+	}
+	ws.incarnation++
+	ws.state, ws.paused, ws.lease = evIdle, false, 0
+	ws.proc.argv = e.workerArgv(ws)
+	if err := ws.proc.start(); err != nil {
+		e.logf("restart %s: %v", ws.proc.name, err)
+	}
+}
+
+// serviceCrashed records the crash of a node or store and starts it again,
+// unless the run is ending.
+func (e *engine) serviceCrashed(p *child, err error) {
+	e.crashedf(p, err)
+	time.Sleep(e.cfg.DownMin)
+	e.mu.Lock()
+	stopping := e.stopping
+	e.mu.Unlock()
+	if !stopping && !p.running() {
+		if err := p.start(); err != nil {
+			e.logf("restart %s: %v", p.name, err)
+		}
+	}
+}
+
+// stopWorkers lets every worker finish the lease in hand and exit; a worker
+// that does not is killed.
+func (e *engine) stopWorkers() {
+	e.mu.Lock()
+	e.stopping = true
+	var ws []*workerState
+	for _, w := range e.workers {
+		ws = append(ws, w)
+	}
+	e.mu.Unlock()
+	grace := e.cfg.Wait + 5*e.cfg.TTL + time.Duration(e.cfg.WritesMax)*(e.cfg.ThinkMax+2*max(2*time.Second, 2*e.cfg.TTL))
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if w.proc.stop(grace) {
+				e.mu.Lock()
+				e.stats.WorkersKilled++
+				e.mu.Unlock()
+				e.logf("%s did not stop within %v and was killed", w.proc.name, grace)
+				return
+			}
+			e.checkExit(w.proc)
+		}()
+	}
+	wg.Wait()
+}
+
+// stopServices stops the store and nodes gracefully.
+func (e *engine) stopServices() {
+	if e.storeProc != nil && !e.storeProc.stop(15*time.Second) {
+		e.checkExit(e.storeProc)
+	}
+	for _, n := range e.localNodes {
+		if !n.stop(10 * time.Second) {
+			e.checkExit(n.proc)
+		}
+	}
+}
+
+// checkExit records a process asked to stop that exited with an error, for
+// instance status 66 from a race-detector build that saw a data race.
+func (e *engine) checkExit(p *child) {
+	if err := p.exitError(); err != nil {
+		e.crashedf(p, fmt.Errorf("on a graceful stop: %w", err))
+	}
+}
+
+// cleanup kills whatever still runs and drops the run's tables.
+func (e *engine) cleanup() {
+	e.mu.Lock()
+	var procs []*child
+	for _, w := range e.workers {
+		procs = append(procs, w.proc)
+	}
+	e.mu.Unlock()
+	if e.storeProc != nil {
+		procs = append(procs, e.storeProc)
+	}
+	for _, n := range e.localNodes {
+		procs = append(procs, n.proc)
+	}
+	for _, p := range procs {
+		if p.running() {
+			_ = p.kill()
+		}
+	}
+	if e.proxy != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		e.proxy.drain(ctx)
+	}
+	for _, p := range e.linkProxies {
+		p.close()
+	}
+	if e.db != nil {
+		if !e.cfg.KeepTables {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			for _, t := range []string{e.writeTable, e.scopeTable} {
+				if _, err := e.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+pgIdent(t)); err != nil {
+					e.logf("drop %s: %v", t, err)
+				}
+			}
+			cancel()
+		}
+		e.db.Close()
+	}
+}
