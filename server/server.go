@@ -43,6 +43,10 @@ type Server struct {
 	leader   *leaderCheck
 	waiters  *waitQueues
 	hub      *hub
+	// grants and rejections: stale rejections reported by resources
+	// (rejections.go).
+	grants     *grantMemory
+	rejections *rejectionBook
 	expired  recentlyExpired
 	// replayedTo is the last log index written before this process started.
 	replayedTo uint64
@@ -101,6 +105,7 @@ func New(cfg Config) (*Server, error) {
 		fsm:     newFSM(cfg.MaxIdleKeys),
 		waiters: newWaitQueues(),
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
+		grants:  newGrantMemory(grantsPerKey, maxGrantKeys),
 		done:    make(chan struct{}),
 
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
@@ -116,6 +121,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	if s.rejections, err = newRejectionBook(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.fsm.onEvent = s.applied
@@ -310,6 +318,7 @@ func (s *Server) becomeLeader(ctx context.Context) {
 func (s *Server) applied(ev lease.Event) {
 	l := ev.Lease
 	replay := ev.Revision <= s.replayedTo
+	s.grants.record(ev, grantTime(replay))
 	switch ev.Type {
 	case lease.Acquired:
 		s.expirer.add(l, s.expirer.now())
@@ -510,6 +519,9 @@ func (s *Server) handler(peer bool) http.Handler {
 	mux.Handle(path, explainRefusals(withStreamControl(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))))
 	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
 	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
+	path, h = fencedv1connect.NewRejectionServiceHandler(&rejectionService{s: s}, s.handlerOptions()...)
+	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
+	mux.Handle("GET /v1/rejections", s.authenticate(http.HandlerFunc(s.serveRejections), peer))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/keys", s.serveKeys)
 	mux.HandleFunc("GET /v1/role", s.serveRole)
