@@ -28,7 +28,7 @@ const (
 	// MaxResourceBytes bounds the name a reporter gives its resource.
 	MaxResourceBytes = 128
 	// maxReportEntries bounds the entries of one ReportRejections call.
-	maxReportEntries = 1000
+	maxReportEntries     = 1000
 	defaultRejectionList = 100
 )
 

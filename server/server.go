@@ -47,7 +47,7 @@ type Server struct {
 	// (rejections.go).
 	grants     *grantMemory
 	rejections *rejectionBook
-	expired  recentlyExpired
+	expired    recentlyExpired
 	// replayedTo is the last log index written before this process started.
 	replayedTo uint64
 	counts     transitions
