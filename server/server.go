@@ -43,11 +43,7 @@ type Server struct {
 	leader   *leaderCheck
 	waiters  *waitQueues
 	hub      *hub
-	// grants and rejections: stale rejections reported by resources
-	// (rejections.go).
-	grants     *grantMemory
-	rejections *rejectionBook
-	expired    recentlyExpired
+	expired  recentlyExpired
 	// replayedTo is the last log index written before this process started.
 	replayedTo uint64
 	counts     transitions
@@ -90,6 +86,11 @@ type Server struct {
 	// beforeLeaderReset, if set, runs in becomeLeader just before the
 	// deadlines are reset: tests use it to apply entries in that window.
 	beforeLeaderReset func()
+
+	// grants and rejections: stale rejections reported by resources
+	// (rejections.go).
+	grants     *grantMemory
+	rejections *rejectionBook
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
