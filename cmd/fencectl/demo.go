@@ -131,7 +131,12 @@ func runDemo(ctx context.Context, out io.Writer, noFencing bool, ttl time.Durati
 		return err
 	}
 
-	st, err := store.Open(store.Config{DataDir: dir + "/store", NoFencing: noFencing, Logger: quiet})
+	leaseURL := "http://" + leaseLn.Addr().String()
+	reporter, err := demoReporter(leaseURL)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(store.Config{DataDir: dir + "/store", NoFencing: noFencing, Logger: quiet, Observer: reporter})
 	if err != nil {
 		return err
 	}
@@ -146,7 +151,7 @@ func runDemo(ctx context.Context, out io.Writer, noFencing bool, ttl time.Durati
 
 	env := &demoEnv{
 		story:    &story{out: out, start: time.Now()},
-		leaseURL: "http://" + leaseLn.Addr().String(),
+		leaseURL: leaseURL,
 		storeURL: "http://" + storeLn.Addr().String(),
 		ttl:      ttl,
 	}
@@ -164,6 +169,9 @@ func runDemo(ctx context.Context, out io.Writer, noFencing bool, ttl time.Durati
 	fmt.Fprintf(out, "\n== Story 2: a write is delayed in the network\n")
 	stale2, err := env.delayedWrite(ctx, "orders/8")
 	if err != nil {
+		return err
+	}
+	if err := showReported(ctx, out, reporter, leaseURL); err != nil {
 		return err
 	}
 	fmt.Fprintln(out)

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/fencedtest"
+)
+
+func TestRejections(t *testing.T) {
+	srv := fencedtest.Start(t)
+	c := srv.Client(t, client.Config{})
+	ctx := t.Context()
+	a, err := c.Acquire(ctx, "jobs/1", client.WithOwner("worker-A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Acquire(ctx, "jobs/1", client.WithOwner("worker-B"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReportRejections(ctx, []client.StaleRejection{
+		{Scope: "jobs/1", Presented: a.Token(), Highest: b.Token(), Owner: "worker-A", Resource: "ledger-http", Count: 3},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, srv, "rejections")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "worker-A's token " + itoa(a.Token()) + " refused 3× by ledger-http after worker-B's " + itoa(b.Token())
+	if !strings.Contains(out, want) || !strings.Contains(out, "3 rejections recorded") {
+		t.Errorf("rejections:\n%s\nwant %q", out, want)
+	}
+	out, err = run(t, srv, "--json", "rejections", "jobs/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Total      uint64          `json:"total"`
+		Rejections []rejectionJSON `json:"rejections"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got.Total != 3 || len(got.Rejections) != 1 {
+		t.Fatalf("--json: %s", out)
+	}
+	r := got.Rejections[0]
+	if r.PresentedToken != itoa(a.Token()) || r.HighestOwner != "worker-B" || r.PresentedOwner != "worker-A" ||
+		r.Count != 3 || r.PresentedGranted == "" || r.HighestGranted == "" {
+		t.Errorf("--json entry %+v", r)
+	}
+}
