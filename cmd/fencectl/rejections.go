@@ -15,15 +15,23 @@ import (
 )
 
 func rejectionsCmd(g *globals) *cobra.Command {
-	var limit int
+	var (
+		limit  int
+		follow bool
+	)
 	cmd := &cobra.Command{
 		Use:   "rejections [PREFIX]",
 		Short: "List recent stale rejections reported by resources, newest first",
 		Long: `List the stale rejections that resources reported to fenced (see
 fence/fencereport), newest first: one line per scope, resource and refused
-token, with the owners of both epochs as fenced granted them.`,
+token, with the owners of both epochs as fenced granted them. With
+--follow, print each report as the leader records it instead (connect to
+the leader: only it sends them).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if follow {
+				return followRejections(cmd, g, optionalArg(args))
+			}
 			return g.oneShot(cmd, func(ctx context.Context, c *client.Client) error {
 				list, total, err := c.ListRejections(ctx, optionalArg(args), limit)
 				if err != nil {
@@ -42,7 +50,27 @@ token, with the owners of both epochs as fenced granted them.`,
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many entries (0: server default)")
+	cmd.Flags().BoolVar(&follow, "follow", false, "print rejections as they are recorded, until interrupted")
 	return cmd
+}
+
+func followRejections(cmd *cobra.Command, g *globals, prefix string) error {
+	c, err := g.client(client.Config{})
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	err = c.WatchRejections(cmd.Context(), prefix, func(r client.Rejection) error {
+		if g.json {
+			return printJSON(out, toRejectionJSON(r))
+		}
+		_, err := fmt.Fprintf(out, "%s  %s: %s\n", r.Last.Local().Format("15:04:05.000"), r.Scope, describeRejection(r))
+		return err
+	})
+	if cmd.Context().Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // rejectionJSON is a rejection as fencectl prints it with --json. Tokens

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/internal/fencedtest"
@@ -55,5 +58,38 @@ func TestRejections(t *testing.T) {
 	if r.PresentedToken != itoa(a.Token()) || r.HighestOwner != "worker-B" || r.PresentedOwner != "worker-A" ||
 		r.Count != 3 || r.PresentedGranted == "" || r.HighestGranted == "" {
 		t.Errorf("--json entry %+v", r)
+	}
+}
+
+func TestRejectionsFollow(t *testing.T) {
+	srv := fencedtest.Start(t)
+	c := srv.Client(t, client.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out := &cancelOn{want: "jobs/1: worker-B's token 8 refused 1× by ledger-http after an unknown owner's 9", cancel: cancel}
+	cmd := rootCmd()
+	cmd.SetOut(out)
+	cmd.SetErr(out)
+	cmd.SetArgs([]string{"--endpoint", srv.URL, "rejections", "--follow", "jobs/"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	// Report until the stream, subscribed at some point, shows one.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		if _, err := c.ReportRejections(ctx, []client.StaleRejection{{Scope: "jobs/1", Presented: 8, Highest: 9,
+			Owner: "worker-B", Resource: "ledger-http"}}); err != nil && ctx.Err() == nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("rejections --follow: %v\n%s", err, out.String())
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Errorf("the rejection never showed:\n%s", out.String())
 	}
 }
