@@ -172,7 +172,10 @@ func (b *rejectionBook) list(prefix string, limit int, keep func(scope string) b
 	for el := b.order.Back(); el != nil && len(out) < limit; el = el.Prev() {
 		e := el.Value.(*fencedv1.Rejection)
 		if strings.HasPrefix(e.Scope, prefix) && keep(e.Scope) {
-			out = append(out, proto.Clone(e).(*fencedv1.Rejection))
+			c := proto.Clone(e).(*fencedv1.Rejection)
+			// The counts as they are now, not as at the entry's last report.
+			c.ScopeCount, c.ResourceCount = b.scopes.get(e.Scope), b.resources.get(e.Resource)
+			out = append(out, c)
 		}
 	}
 	return out, b.total
@@ -193,6 +196,14 @@ type namedCount struct {
 
 func newLRUCounts(max int) *lruCounts {
 	return &lruCounts{max: max, names: make(map[string]*list.Element), order: list.New()}
+}
+
+// get returns the count of name, 0 when forgotten.
+func (c *lruCounts) get(name string) uint64 {
+	if el, ok := c.names[name]; ok {
+		return el.Value.(*namedCount).n
+	}
+	return 0
 }
 
 // add counts n more of name and returns its count.

@@ -7,12 +7,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencedio/fenced/fence/fencehttp"
 	"github.com/fencedio/fenced/store"
 )
 
 func TestOwnerInAuditAndRejections(t *testing.T) {
-	e := newEnv(t, store.Config{})
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, store.Config{Registerer: reg})
 	h := fencing("jobs/1", tok(64))
 	h.Set(fencehttp.HeaderOwner, "worker-B")
 	if r := e.do(http.MethodPut, "/v1/objects/a", h, []byte("v")); r.status != http.StatusNoContent {
@@ -37,6 +40,23 @@ func TestOwnerInAuditAndRejections(t *testing.T) {
 	}
 	if len(page.Recent) != 1 || page.Recent[0].Owner != "worker-A" || page.Recent[0].Presented != 63 || page.Recent[0].Highest != 64 {
 		t.Fatalf("rejections %+v", page.Recent)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exemplar := ""
+	for _, mf := range mfs {
+		if mf.GetName() == "fenced_store_writes_rejected_total" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetCounter().GetExemplar().GetLabel() {
+					exemplar += l.GetName() + "=" + l.GetValue()
+				}
+			}
+		}
+	}
+	if exemplar != "owner=worker-A" {
+		t.Errorf("rejected counter exemplar %q, want owner=worker-A", exemplar)
 	}
 	html := e.do(http.MethodGet, "/rejections", nil, nil)
 	if !strings.Contains(string(html.body), "<td class=\"s\">worker-A</td>") {

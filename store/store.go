@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fenceprom"
 )
 
 // FileName is the name of the bbolt file inside Config.DataDir.
@@ -388,7 +389,7 @@ func (s *Store) rejectStale(ctx context.Context, op Op, name string, err error) 
 	}
 	n := s.rejections.Add(1)
 	owner := fence.OwnerFromContext(ctx)
-	s.metrics.rejected.WithLabelValues(string(op), reasonStale).Inc()
+	fenceprom.IncWithOwner(s.metrics.rejected.WithLabelValues(string(op), reasonStale), owner)
 	s.metrics.tokenGap.Observe(float64(st.Highest - st.Presented))
 	s.recent.add(Rejection{
 		Time: s.cfg.Now().UTC(), Scope: st.Scope, Presented: st.Presented, Highest: st.Highest,

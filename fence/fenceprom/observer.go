@@ -92,14 +92,21 @@ func (o *promObserver) Observe(_ context.Context, d fence.Decision) {
 		o.accepted.Inc()
 		return
 	}
-	if e, ok := o.rejected.(prometheus.ExemplarAdder); ok && d.Owner != "" {
-		e.AddWithExemplar(1, prometheus.Labels{"owner": exemplarOwner(d.Owner)})
-	} else {
-		o.rejected.Inc()
-	}
+	IncWithOwner(o.rejected, d.Owner)
 	if d.Highest > d.Presented {
 		o.gap.Observe(float64(d.Highest - d.Presented))
 	}
+}
+
+// IncWithOwner increments c, with owner as its exemplar when owner is not
+// empty: the owner of a rejection is then visible in the OpenMetrics
+// exposition without being a label (which would make a series per owner).
+func IncWithOwner(c prometheus.Counter, owner string) {
+	if e, ok := c.(prometheus.ExemplarAdder); ok && owner != "" {
+		e.AddWithExemplar(1, prometheus.Labels{"owner": exemplarOwner(owner)})
+		return
+	}
+	c.Inc()
 }
 
 // exemplarOwner cuts owner to what an exemplar can hold: at most

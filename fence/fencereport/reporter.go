@@ -166,7 +166,8 @@ func (r *Reporter) Pending() int {
 }
 
 // Close stops the reporter after one last attempt, bounded by ctx, to send
-// what is queued. Rejections observed after Close are dropped.
+// what is queued; a send already under way is waited for (at most
+// SendTimeout). Rejections observed after Close are dropped.
 func (r *Reporter) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
