@@ -76,6 +76,23 @@ func newRejectionBook(reg prometheus.Registerer) (*rejectionBook, error) {
 	return b, nil
 }
 
+// initRejections sets up the grant memory and the rejection book, and has
+// every applied transition pass through the grant memory first. Called by
+// New after the FSM's callbacks are set and before raft replays the log.
+func (s *Server) initRejections() error {
+	s.grants = newGrantMemory(grantsPerKey, maxGrantKeys)
+	var err error
+	if s.rejections, err = newRejectionBook(s.cfg.Registerer); err != nil {
+		return err
+	}
+	next := s.fsm.onEvent
+	s.fsm.onEvent = func(ev lease.Event) {
+		s.grants.record(ev, grantTime(ev.Revision <= s.replayedTo))
+		next(ev)
+	}
+	return nil
+}
+
 // validateReport checks every entry; nothing is recorded unless all pass.
 func validateReport(rs []*fencedv1.StaleRejection) error {
 	if len(rs) > maxReportEntries {

@@ -36,6 +36,14 @@ func (v *rejectionService) leader(ctx context.Context, h http.Header) fencedv1co
 	return fencedv1connect.NewRejectionServiceClient(&http.Client{Transport: s.forward.transport}, "http://"+addr)
 }
 
+// registerRejections serves RejectionService and the dashboard's
+// GET /v1/rejections on mux.
+func (s *Server) registerRejections(mux *http.ServeMux, peer bool) {
+	path, h := fencedv1connect.NewRejectionServiceHandler(&rejectionService{s: s}, s.handlerOptions()...)
+	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
+	mux.Handle("GET /v1/rejections", s.authenticate(http.HandlerFunc(s.serveRejections), peer))
+}
+
 func (v *rejectionService) ReportRejections(ctx context.Context, req *connect.Request[fencedv1.ReportRejectionsRequest]) (*connect.Response[fencedv1.ReportRejectionsResponse], error) {
 	rs := req.Msg.GetRejections()
 	if err := validateReport(rs); err != nil {

@@ -106,7 +106,6 @@ func New(cfg Config) (*Server, error) {
 		fsm:     newFSM(cfg.MaxIdleKeys),
 		waiters: newWaitQueues(),
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
-		grants:  newGrantMemory(grantsPerKey, maxGrantKeys),
 		done:    make(chan struct{}),
 
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
@@ -124,12 +123,12 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	if s.rejections, err = newRejectionBook(cfg.Registerer); err != nil {
-		return nil, fmt.Errorf("register metrics: %w", err)
-	}
 	s.fsm.onEvent = s.applied
 	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
 	s.fsm.onRestore = s.restored
+	if err := s.initRejections(); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
 	if err := s.startRaft(); err != nil {
 		close(s.done)
 		s.closeRaft()
@@ -319,7 +318,6 @@ func (s *Server) becomeLeader(ctx context.Context) {
 func (s *Server) applied(ev lease.Event) {
 	l := ev.Lease
 	replay := ev.Revision <= s.replayedTo
-	s.grants.record(ev, grantTime(replay))
 	switch ev.Type {
 	case lease.Acquired:
 		s.expirer.add(l, s.expirer.now())
@@ -520,9 +518,7 @@ func (s *Server) handler(peer bool) http.Handler {
 	mux.Handle(path, explainRefusals(withStreamControl(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))))
 	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
 	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
-	path, h = fencedv1connect.NewRejectionServiceHandler(&rejectionService{s: s}, s.handlerOptions()...)
-	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
-	mux.Handle("GET /v1/rejections", s.authenticate(http.HandlerFunc(s.serveRejections), peer))
+	s.registerRejections(mux, peer)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/keys", s.serveKeys)
 	mux.HandleFunc("GET /v1/role", s.serveRole)
