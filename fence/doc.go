@@ -63,6 +63,8 @@
 // client transports send it in the optional Fencing-Owner header, and the
 // server halves read it back, so Decision.Owner names whose epoch a
 // rejection fenced off. The owner is informational and never checked.
+// fence/fencereport is an Observer that reports rejections to fenced, which
+// shows them with both epochs' owners.
 //
 // The durable guard's Bolt.Do applies the mutation before it records the
 // token, so a crash in between leaves the mutation applied and the token

@@ -30,6 +30,10 @@ const (
 	// maxReportEntries bounds the entries of one ReportRejections call.
 	maxReportEntries     = 1000
 	defaultRejectionList = 100
+	// maxResourceLabels bounds the resource label of
+	// fenced_stale_rejections_by_resource_total: the first resources seen
+	// get a series each, later ones share resource="other".
+	maxResourceLabels = 32
 )
 
 type rejectionKey struct {
@@ -49,6 +53,8 @@ type rejectionBook struct {
 	rejections prometheus.Counter
 	unresolved prometheus.Counter
 	reports    *prometheus.CounterVec
+	byResource *prometheus.CounterVec
+	labelled   map[string]bool // resources with a series of their own
 }
 
 func newRejectionBook(reg prometheus.Registerer) (*rejectionBook, error) {
@@ -67,8 +73,13 @@ func newRejectionBook(reg prometheus.Registerer) (*rejectionBook, error) {
 			Name: "fenced_rejection_reports_total",
 			Help: "ReportRejections calls served by this node, by result (recorded, invalid, denied).",
 		}, []string{"result"}),
+		byResource: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_stale_rejections_by_resource_total",
+			Help: "Recorded stale rejections by reporting resource; the first 32 resources seen have a series each, later ones count as \"other\".",
+		}, []string{"resource"}),
+		labelled: make(map[string]bool),
 	}
-	for _, c := range []prometheus.Collector{b.rejections, b.unresolved, b.reports} {
+	for _, c := range []prometheus.Collector{b.rejections, b.unresolved, b.reports, b.byResource} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -137,6 +148,7 @@ func (b *rejectionBook) add(r *fencedv1.StaleRejection, now time.Time, resolve f
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.resourceSeries(k.resource).Add(float64(n))
 	b.total += n
 	el, ok := b.entries[k]
 	if !ok {
@@ -171,6 +183,17 @@ func (b *rejectionBook) add(r *fencedv1.StaleRejection, now time.Time, resolve f
 		}
 	}
 	return proto.Clone(e).(*fencedv1.Rejection)
+}
+
+// resourceSeries returns the counter of resource: its own while fewer than
+// maxResourceLabels resources have one, else the shared "other". Called
+// with b.mu held.
+func (b *rejectionBook) resourceSeries(resource string) prometheus.Counter {
+	if !b.labelled[resource] && len(b.labelled) >= maxResourceLabels {
+		return b.byResource.WithLabelValues("other")
+	}
+	b.labelled[resource] = true
+	return b.byResource.WithLabelValues(resource)
 }
 
 func unixMs(t time.Time) int64 {

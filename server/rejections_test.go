@@ -12,6 +12,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func rejectionClient(base, token string) fencedv1connect.RejectionServiceClient {
@@ -208,5 +209,16 @@ func TestRejectionBookBounds(t *testing.T) {
 	}
 	if list[0].GetPresentedOwner() != "" || list[0].GetCount() != 2 {
 		t.Errorf("unresolved entry %v", list[0])
+	}
+	// The resource label is bounded: the 33rd resource and later count as
+	// "other" (the unnamed resource above holds one of the 32).
+	for i := range maxResourceLabels + 5 {
+		s.rejections.add(&fencedv1.StaleRejection{Scope: "k/r", PresentedToken: 1, HighestToken: 2, Resource: fmt.Sprint("r", i)}, now, none)
+	}
+	if n := testutil.CollectAndCount(s.rejections.byResource); n != maxResourceLabels+1 {
+		t.Errorf("%d resource series, want %d and other", n, maxResourceLabels)
+	}
+	if got := testutil.ToFloat64(s.rejections.byResource.WithLabelValues("other")); got != 6 {
+		t.Errorf("other = %v, want 6", got)
 	}
 }

@@ -192,6 +192,12 @@ func TestEndToEnd(t *testing.T) {
 	if want := fmt.Sprintf("\nfenced_stale_rejections_total %d\n", 5+markers); !strings.Contains(metrics, want) {
 		t.Errorf("metrics lack %q:\n%s", want, grepLines(metrics, "rejection"))
 	}
+	for _, want := range []string{`fenced_stale_rejections_by_resource_total{resource="ledger-http"} 3`,
+		`fenced_stale_rejections_by_resource_total{resource="orders-db"} 2`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s:\n%s", want, grepLines(metrics, "rejection"))
+		}
+	}
 	// Log: the seed's fields and the highest token's owner.
 	found := map[string]bool{}
 	for _, line := range strings.Split(logs.String(), "\n") {
