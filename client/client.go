@@ -200,9 +200,10 @@ func New(cfg Config) (*Client, error) {
 	opts := cfg.credentials()
 	for _, url := range cfg.Endpoints {
 		c.eps.eps = append(c.eps.eps, endpoint{url: url,
-			rpc:     fencedv1connect.NewLeaseServiceClient(unary, url, opts...),
-			streams: fencedv1connect.NewLeaseServiceClient(streams, url, opts...),
-			admin:   fencedv1connect.NewAdminServiceClient(unary, url, opts...)})
+			rpc:        fencedv1connect.NewLeaseServiceClient(unary, url, opts...),
+			streams:    fencedv1connect.NewLeaseServiceClient(streams, url, opts...),
+			admin:      fencedv1connect.NewAdminServiceClient(unary, url, opts...),
+			rejections: fencedv1connect.NewRejectionServiceClient(unary, url, opts...)})
 	}
 	c.eps.timeout = cfg.FailoverTimeout
 	return c, nil

@@ -40,6 +40,8 @@ type endpoint struct {
 	rpc     fencedv1connect.LeaseServiceClient // unary calls
 	streams fencedv1connect.LeaseServiceClient // Watch and KeepAlive
 	admin   fencedv1connect.AdminServiceClient // Revoke
+	// rejections: ReportRejections, ListRejections
+	rejections fencedv1connect.RejectionServiceClient
 }
 
 // endpointList is the client's endpoints and the one in use.

@@ -157,7 +157,7 @@ func (b *Bolt) Do(ctx context.Context, scope string, token uint64, apply func(ct
 		return b.do(ctx, scope, token, apply)
 	})
 	if report && b.observer != nil {
-		b.observer.Observe(ctx, d)
+		b.observer.Observe(ctx, withOwner(ctx, d))
 	}
 	return err
 }
@@ -205,7 +205,7 @@ func (b *Bolt) DoTx(ctx context.Context, scope string, token uint64, apply func(
 		return b.doTx(scope, token, apply)
 	})
 	if report && b.observer != nil {
-		b.observer.Observe(ctx, d)
+		b.observer.Observe(ctx, withOwner(ctx, d))
 	}
 	return err
 }

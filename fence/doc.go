@@ -58,6 +58,14 @@
 // for callers without such a lease, such as a service that read a token from
 // a request.
 //
+// A lease that knows its owner (Owned; *client.Lease does) also passes the
+// owner on: the lease-taking calls put it in the context (LeaseContext), the
+// client transports send it in the optional Fencing-Owner header, and the
+// server halves read it back, so Decision.Owner names whose epoch a
+// rejection fenced off. The owner is informational and never checked.
+// fence/fencereport is an Observer that reports rejections to fenced, which
+// shows them with both epochs' owners.
+//
 // The durable guard's Bolt.Do applies the mutation before it records the
 // token, so a crash in between leaves the mutation applied and the token
 // unrecorded; Bolt.DoTx, for data kept in the same file, commits both in one

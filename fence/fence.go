@@ -63,6 +63,10 @@ type Decision struct {
 	// Highest is the highest token accepted for Scope before this check.
 	Highest  uint64
 	Accepted bool
+	// Owner is the lease owner the mutation came with (WithOwner, a lease
+	// that is Owned, the Fencing-Owner header), "" when none came. It is
+	// informational: guards never check it.
+	Owner string
 }
 
 // Observer is told of every accepted and rejected mutation. Guards call it

@@ -43,7 +43,7 @@ func ReportStale(l Lease, err error) error {
 // apply that matches ErrStaleToken (a nested guard's rejection) is reported
 // too.
 func DoLease(ctx context.Context, g Guard, l Lease, apply func(ctx context.Context) error) error {
-	return ReportStale(l, g.Do(ctx, l.Key(), l.Token(), apply))
+	return ReportStale(l, g.Do(LeaseContext(ctx, l), l.Key(), l.Token(), apply))
 }
 
 // DoLease is Do for a lease: the lease's key is the scope, its token the
@@ -61,5 +61,5 @@ func (b *Bolt) DoLease(ctx context.Context, l Lease, apply func(ctx context.Cont
 // DoTxLease is DoTx for a lease: the lease's key is the scope, its token the
 // token, and a stale rejection calls l.Lost (see ReportStale).
 func (b *Bolt) DoTxLease(ctx context.Context, l Lease, apply func(tx *bbolt.Tx) error) error {
-	return ReportStale(l, b.DoTx(ctx, l.Key(), l.Token(), apply))
+	return ReportStale(l, b.DoTx(LeaseContext(ctx, l), l.Key(), l.Token(), apply))
 }

@@ -88,7 +88,7 @@ func (m *Memory) Do(ctx context.Context, scope string, token uint64, apply func(
 	s := m.scope(scope)
 	d, report, err := s.do(ctx, scope, token, apply)
 	if report && m.observer != nil {
-		m.observer.Observe(ctx, d)
+		m.observer.Observe(ctx, withOwner(ctx, d))
 	}
 	return err
 }

@@ -8,8 +8,8 @@ import (
 
 // NewSlogObserver returns an Observer that logs accepted tokens at Debug and
 // rejected ones at Warn, with the attributes scope, presented_token and
-// highest_token, plus rejections on rejections: how many this observer has
-// seen since it was created. A nil logger means slog.Default(). To tell
+// highest_token, owner when the decision has one, plus rejections on
+// rejections: how many this observer has seen since it was created. A nil logger means slog.Default(). To tell
 // guards apart, pass a logger with an attribute of your own, e.g.
 // logger.With("guard", "orders-db").
 func NewSlogObserver(logger *slog.Logger) Observer {
@@ -25,17 +25,18 @@ type slogObserver struct {
 }
 
 func (o *slogObserver) Observe(ctx context.Context, d Decision) {
-	if d.Accepted {
-		o.logger.LogAttrs(ctx, slog.LevelDebug, "fencing token accepted",
-			slog.String("scope", d.Scope),
-			slog.Uint64("presented_token", d.Presented),
-			slog.Uint64("highest_token", d.Highest))
-		return
-	}
-	n := o.rejections.Add(1)
-	o.logger.LogAttrs(ctx, slog.LevelWarn, "stale fencing token rejected",
+	attrs := make([]slog.Attr, 0, 5)
+	attrs = append(attrs,
 		slog.String("scope", d.Scope),
 		slog.Uint64("presented_token", d.Presented),
-		slog.Uint64("highest_token", d.Highest),
-		slog.Uint64("rejections", n))
+		slog.Uint64("highest_token", d.Highest))
+	if d.Owner != "" {
+		attrs = append(attrs, slog.String("owner", d.Owner))
+	}
+	if d.Accepted {
+		o.logger.LogAttrs(ctx, slog.LevelDebug, "fencing token accepted", attrs...)
+		return
+	}
+	attrs = append(attrs, slog.Uint64("rejections", o.rejections.Add(1)))
+	o.logger.LogAttrs(ctx, slog.LevelWarn, "stale fencing token rejected", attrs...)
 }

@@ -36,18 +36,22 @@ const (
 	PermOwner
 	// PermAdmin allows everything above and the AdminService (Revoke).
 	PermAdmin
+	// PermReport allows reporting stale rejections of the keys' scopes
+	// (RejectionService.ReportRejections): what a resource's reporter needs,
+	// and nothing else.
+	PermReport
 
-	permAll = PermAcquire | PermRenew | PermRead | PermWatch | PermOwner | PermAdmin
+	permAll = PermAcquire | PermRenew | PermRead | PermWatch | PermOwner | PermAdmin | PermReport
 )
 
 var permNames = map[string]Permission{
 	"acquire": PermAcquire, "renew": PermRenew, "read": PermRead, "watch": PermWatch,
-	"owner": PermOwner, "admin": PermAdmin,
+	"owner": PermOwner, "admin": PermAdmin, "report": PermReport,
 }
 
 func (p Permission) String() string {
 	var names []string
-	for _, n := range []string{"acquire", "renew", "read", "watch", "owner", "admin"} {
+	for _, n := range []string{"acquire", "renew", "read", "watch", "owner", "admin", "report"} {
 		if p&permNames[n] != 0 {
 			names = append(names, n)
 		}
@@ -189,7 +193,7 @@ func ParsePolicy(b []byte) (*Policy, error) {
 		for _, n := range r.Permissions {
 			perm, ok := permNames[n]
 			if !ok {
-				return nil, fmt.Errorf("%w: rule %d: unknown permission %q (acquire, renew, read, watch, owner, admin)", ErrBadPolicy, i, n)
+				return nil, fmt.Errorf("%w: rule %d: unknown permission %q (acquire, renew, read, watch, owner, admin, report)", ErrBadPolicy, i, n)
 			}
 			perms |= perm
 		}

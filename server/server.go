@@ -86,6 +86,11 @@ type Server struct {
 	// beforeLeaderReset, if set, runs in becomeLeader just before the
 	// deadlines are reset: tests use it to apply entries in that window.
 	beforeLeaderReset func()
+
+	// grants and rejections: stale rejections reported by resources
+	// (rejections.go).
+	grants     *grantMemory
+	rejections *rejectionBook
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
@@ -121,6 +126,9 @@ func New(cfg Config) (*Server, error) {
 	s.fsm.onEvent = s.applied
 	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
 	s.fsm.onRestore = s.restored
+	if err := s.initRejections(); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
 	if err := s.startRaft(); err != nil {
 		close(s.done)
 		s.closeRaft()
@@ -510,6 +518,7 @@ func (s *Server) handler(peer bool) http.Handler {
 	mux.Handle(path, explainRefusals(withStreamControl(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))))
 	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
 	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
+	s.registerRejections(mux, peer)
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/keys", s.serveKeys)
 	mux.HandleFunc("GET /v1/role", s.serveRole)

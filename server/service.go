@@ -230,6 +230,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		return nil
 	}
 	sub, replay, complete := v.s.hub.subscribe(prefix, after)
+	sub.rejections.Store(req.Msg.GetRejections())
 	defer func() { v.s.hub.unsubscribe(sub) }()
 	if !complete {
 		if err := resync(); err != nil {
@@ -254,6 +255,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 				return err
 			}
 			sub, _, _ = v.s.hub.subscribe(prefix, 0)
+			sub.rejections.Store(req.Msg.GetRejections())
 			if err := resync(); err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/lease"
@@ -55,6 +56,9 @@ type hubItem struct {
 type hubEvent struct {
 	lease.Event
 	watch *fencedv1.WatchResponse
+	// rejection marks a REJECTED event (watch_rejections.go): not kept in
+	// history, sent only to subscriptions that asked for rejections.
+	rejection bool
 
 	sseOnce sync.Once
 	sse     []byte
@@ -76,6 +80,8 @@ type subscription struct {
 	ready chan struct{} // cap 1: signalled when queue becomes non-empty
 	// lost is closed when the subscriber fell behind and was dropped.
 	lost chan struct{}
+	// rejections: also queue REJECTED events.
+	rejections atomic.Bool
 }
 
 // take returns the queued events and empties the queue.
@@ -147,6 +153,10 @@ func (h *hub) dispatch(batch []hubItem) {
 			continue
 		}
 		ev := it.ev
+		if ev.rejection {
+			h.deliverRejection(ev)
+			continue
+		}
 		ev.watch = &fencedv1.WatchResponse{Event: eventToProto(ev.Event)}
 		if len(h.history) > 0 {
 			if h.size == len(h.history) {
@@ -163,25 +173,30 @@ func (h *hub) dispatch(batch []hubItem) {
 			h.keptMu.Unlock()
 		}
 		for s := range h.subs {
-			if !strings.HasPrefix(ev.Lease.Key, s.prefix) {
-				continue
-			}
-			s.mu.Lock()
-			full := len(s.queue) >= h.buffer
-			if !full {
-				s.queue = append(s.queue, ev)
-			}
-			s.mu.Unlock()
-			if full {
-				delete(h.subs, s)
-				close(s.lost)
-				continue
-			}
-			select {
-			case s.ready <- struct{}{}:
-			default:
+			if strings.HasPrefix(ev.Lease.Key, s.prefix) {
+				h.offer(s, ev)
 			}
 		}
+	}
+}
+
+// offer queues ev for s, or cuts s off (lost) when its queue is full.
+// Called by the dispatcher with h.mu held.
+func (h *hub) offer(s *subscription, ev *hubEvent) {
+	s.mu.Lock()
+	full := len(s.queue) >= h.buffer
+	if !full {
+		s.queue = append(s.queue, ev)
+	}
+	s.mu.Unlock()
+	if full {
+		delete(h.subs, s)
+		close(s.lost)
+		return
+	}
+	select {
+	case s.ready <- struct{}{}:
+	default:
 	}
 }
 

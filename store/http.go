@@ -144,7 +144,7 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request, op Op, name s
 			return
 		}
 	}
-	ctx := r.Context()
+	ctx := fence.WithOwner(r.Context(), fencehttp.OwnerFromHeader(r.Header))
 	if sig := r.Header.Get(fencehttp.HeaderSignature); sig != "" {
 		ctx = fence.WithSignature(ctx, sig)
 	}

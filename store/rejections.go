@@ -19,6 +19,8 @@ type Rejection struct {
 	Highest   uint64    `json:"highestToken"`
 	Object    string    `json:"object"`
 	Op        Op        `json:"op"`
+	// Owner is the lease owner the refused write came with; empty when none.
+	Owner string `json:"owner,omitempty"`
 }
 
 // rejectionLog is a fixed-size ring of the newest rejections.
@@ -79,9 +81,9 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 {{if .NoFencing}}<p class="warn">Fencing is disabled on this store: stale tokens are accepted, so nothing is rejected here.</p>{{end}}
 <p>{{.Count}} rejected since start; the {{len .Recent}} most recent, newest first. Kept in memory only.</p>
 {{if .Recent}}<div class="wrap"><table>
-<thead><tr><th>time (UTC)</th><th>scope</th><th>object</th><th>op</th><th>presented</th><th>highest</th></tr></thead>
+<thead><tr><th>time (UTC)</th><th>scope</th><th>object</th><th>op</th><th>owner</th><th>presented</th><th>highest</th></tr></thead>
 <tbody>
-{{range .Recent}}<tr><td>{{.Time.Format "2006-01-02 15:04:05.000"}}</td><td class="s">{{.Scope}}</td><td class="s">{{.Object}}</td><td>{{.Op}}</td><td class="n">{{.Presented}}</td><td class="n">{{.Highest}}</td></tr>
+{{range .Recent}}<tr><td>{{.Time.Format "2006-01-02 15:04:05.000"}}</td><td class="s">{{.Scope}}</td><td class="s">{{.Object}}</td><td>{{.Op}}</td><td class="s">{{.Owner}}</td><td class="n">{{.Presented}}</td><td class="n">{{.Highest}}</td></tr>
 {{end}}</tbody>
 </table></div>{{else}}<p>None yet.</p>{{end}}
 </body>

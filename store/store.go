@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fenceprom"
 )
 
 // FileName is the name of the bbolt file inside Config.DataDir.
@@ -88,6 +89,9 @@ type AuditRecord struct {
 	Op            Op        `json:"op"`
 	Time          time.Time `json:"time"`
 	ValueLength   int64     `json:"valueLength"` // 0 for deletes
+	// Owner is the lease owner the write came with (Fencing-Owner,
+	// fence.WithOwner); empty when none came.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Stale reports whether the write presented a token below the scope's
@@ -279,7 +283,7 @@ func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, na
 
 	var rec AuditRecord
 	apply := func(tx *bbolt.Tx) (err error) {
-		rec, err = s.apply(tx, op, scope, token, name, value)
+		rec, err = s.apply(tx, op, scope, token, name, value, fence.OwnerFromContext(ctx))
 		return err
 	}
 	err = s.guard.DoTx(ctx, scope, token, apply)
@@ -304,7 +308,7 @@ func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, na
 
 // apply writes the object and its audit record inside tx. The guard's token
 // bucket, read here for HighestBefore, is not written: DoTx raises it.
-func (s *Store) apply(tx *bbolt.Tx, op Op, scope string, token uint64, name string, value []byte) (AuditRecord, error) {
+func (s *Store) apply(tx *bbolt.Tx, op Op, scope string, token uint64, name string, value []byte, owner string) (AuditRecord, error) {
 	highest, err := s.guard.HighestTx(tx, scope)
 	if err != nil {
 		return AuditRecord{}, err
@@ -327,6 +331,7 @@ func (s *Store) apply(tx *bbolt.Tx, op Op, scope string, token uint64, name stri
 		Op:            op,
 		Time:          s.cfg.Now().UTC(),
 		ValueLength:   int64(len(value)),
+		Owner:         owner,
 	}
 	if op == OpPut {
 		err = objects.Put([]byte(name), encodeObject(rec, value))
@@ -362,14 +367,14 @@ func (s *Store) accepted(ctx context.Context, rec AuditRecord, took time.Duratio
 		s.metrics.tokenGap.Observe(float64(rec.HighestBefore - rec.Token))
 		s.log.WarnContext(ctx, "stale fencing token accepted because fencing is disabled",
 			"scope", rec.Scope, "presented_token", rec.Token, "highest_token", rec.HighestBefore,
-			"object", rec.Object, "op", string(rec.Op), "seq", rec.Seq)
+			"object", rec.Object, "op", string(rec.Op), "seq", rec.Seq, "owner", rec.Owner)
 	} else {
 		s.log.DebugContext(ctx, "write accepted",
-			"scope", rec.Scope, "token", rec.Token, "object", rec.Object, "op", string(rec.Op), "seq", rec.Seq)
+			"scope", rec.Scope, "token", rec.Token, "object", rec.Object, "op", string(rec.Op), "seq", rec.Seq, "owner", rec.Owner)
 	}
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Observe(ctx, fence.Decision{
-			Scope: rec.Scope, Presented: rec.Token, Highest: rec.HighestBefore, Accepted: true,
+			Scope: rec.Scope, Presented: rec.Token, Highest: rec.HighestBefore, Accepted: true, Owner: rec.Owner,
 		})
 	}
 }
@@ -383,18 +388,19 @@ func (s *Store) rejectStale(ctx context.Context, op Op, name string, err error) 
 		return
 	}
 	n := s.rejections.Add(1)
-	s.metrics.rejected.WithLabelValues(string(op), reasonStale).Inc()
+	owner := fence.OwnerFromContext(ctx)
+	fenceprom.IncWithOwner(s.metrics.rejected.WithLabelValues(string(op), reasonStale), owner)
 	s.metrics.tokenGap.Observe(float64(st.Highest - st.Presented))
 	s.recent.add(Rejection{
 		Time: s.cfg.Now().UTC(), Scope: st.Scope, Presented: st.Presented, Highest: st.Highest,
-		Object: name, Op: op,
+		Object: name, Op: op, Owner: owner,
 	})
 	s.log.WarnContext(ctx, "stale fencing token rejected",
 		"scope", st.Scope, "presented_token", st.Presented, "highest_token", st.Highest,
-		"rejections", n, "object", name, "op", string(op))
+		"rejections", n, "object", name, "op", string(op), "owner", owner)
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Observe(ctx, fence.Decision{
-			Scope: st.Scope, Presented: st.Presented, Highest: st.Highest, Accepted: false,
+			Scope: st.Scope, Presented: st.Presented, Highest: st.Highest, Accepted: false, Owner: owner,
 		})
 	}
 }

@@ -131,23 +131,21 @@ func runDemo(ctx context.Context, out io.Writer, noFencing bool, ttl time.Durati
 		return err
 	}
 
-	st, err := store.Open(store.Config{DataDir: dir + "/store", NoFencing: noFencing, Logger: quiet})
+	leaseURL := "http://" + leaseLn.Addr().String()
+	reporter, err := demoReporter(leaseURL)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	storeLn, err := net.Listen("tcp", "127.0.0.1:0")
+	storeURL, stopStore, err := serveDemoStore(ctx, store.Config{DataDir: dir + "/store", NoFencing: noFencing, Logger: quiet, Observer: reporter})
 	if err != nil {
 		return err
 	}
-	storeCtx, stopStore := context.WithCancel(ctx)
 	defer stopStore()
-	go st.Serve(storeCtx, storeLn)
 
 	env := &demoEnv{
 		story:    &story{out: out, start: time.Now()},
-		leaseURL: "http://" + leaseLn.Addr().String(),
-		storeURL: "http://" + storeLn.Addr().String(),
+		leaseURL: leaseURL,
+		storeURL: storeURL,
 		ttl:      ttl,
 	}
 	mode := "fencing ON: the store rejects tokens lower than the highest it has accepted"
@@ -164,6 +162,9 @@ func runDemo(ctx context.Context, out io.Writer, noFencing bool, ttl time.Durati
 	fmt.Fprintf(out, "\n== Story 2: a write is delayed in the network\n")
 	stale2, err := env.delayedWrite(ctx, "orders/8")
 	if err != nil {
+		return err
+	}
+	if err := showReported(ctx, out, reporter, leaseURL); err != nil {
 		return err
 	}
 	fmt.Fprintln(out)
@@ -331,4 +332,20 @@ func (e *demoEnv) final(ctx context.Context, key string, newest uint64) (int, er
 	}
 	e.story.say("result", "%q = %q (token %s): STALE OVERWRITE of the newest holder's data (token %d)", key, body, token, newest)
 	return 1, nil
+}
+
+// serveDemoStore opens and serves the demo's reference store; stop closes it.
+func serveDemoStore(ctx context.Context, cfg store.Config) (url string, stop func(), err error) {
+	st, err := store.Open(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		st.Close()
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go st.Serve(ctx, ln)
+	return "http://" + ln.Addr().String(), func() { cancel(); st.Close() }, nil
 }

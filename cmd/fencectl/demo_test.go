@@ -28,6 +28,10 @@ func TestDemo(t *testing.T) {
 		if n := strings.Count(got, "REJECTS"); n != tc.wantRejects {
 			t.Errorf("noFencing=%v: %d rejections, want %d\n%s", tc.noFencing, n, tc.wantRejects, got)
 		}
+		// fenced learns of every rejection from the store's reporter.
+		if n := strings.Count(got, "refused 1× by demo-store after B's"); n != tc.wantRejects {
+			t.Errorf("noFencing=%v: fenced recorded %d rejections, want %d\n%s", tc.noFencing, n, tc.wantRejects, got)
+		}
 		if n := strings.Count(got, "STALE OVERWRITE"); n != tc.wantStale {
 			t.Errorf("noFencing=%v: %d stale overwrites, want %d\n%s", tc.noFencing, n, tc.wantStale, got)
 		}

@@ -18,8 +18,8 @@ import (
 type Lease = fence.Lease
 
 // NewClientInterceptor returns a client-side interceptor that sends the
-// lease's key and token as the fencing-scope and fencing-token headers on
-// every call (unary and streaming), replacing values set by the caller, and
+// lease's key and token as the fencing-scope and fencing-token headers (and
+// its owner as fencing-owner when the lease is fence.Owned) on every call (unary and streaming), replacing values set by the caller, and
 // calls lease.Lost with the *fence.StaleTokenError when an answer is a
 // stale-token rejection (see StaleFromError). The error is still returned to
 // the caller. It never retries.
@@ -73,6 +73,10 @@ func (c *clientInterceptor) attach(h http.Header) {
 	h.Del(fencehttp.HeaderSignature)
 	if s, ok := c.lease.(fencehttp.Signed); ok && s.Signature() != "" {
 		h.Set(fencehttp.HeaderSignature, s.Signature())
+	}
+	h.Del(fencehttp.HeaderOwner)
+	if o, ok := c.lease.(fence.Owned); ok && o.Owner() != "" {
+		h.Set(fencehttp.HeaderOwner, o.Owner())
 	}
 }
 

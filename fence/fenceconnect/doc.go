@@ -6,7 +6,9 @@
 // and gRPC-Web clients), with the same rules as package fencehttp, and runs
 // the handler inside fence.Guard.Do. NewClientInterceptor sends a lease's
 // key and token on every call and calls Lease.Lost when a call comes back
-// stale, which cancels the lease's context (invariant I7).
+// stale, which cancels the lease's context (invariant I7). Both halves carry
+// the lease owner in the optional fencing-owner header, for the guard's
+// observers (see fencehttp.HeaderOwner); it never changes a decision.
 //
 // Errors (NewError is the one place that maps them):
 //

@@ -105,6 +105,7 @@ func (i *serverInterceptor) do(ctx context.Context, h http.Header, handler func(
 	if err != nil {
 		return NewError(err)
 	}
+	ctx = fence.WithOwner(ctx, fencehttp.OwnerFromHeader(h))
 	if sig := h.Get(fencehttp.HeaderSignature); sig != "" {
 		ctx = fence.WithSignature(ctx, sig)
 	}

@@ -27,6 +27,12 @@
 // The handler reads the checked scope and token with ScopeFromContext and
 // TokenFromContext instead of parsing the headers again.
 //
+// The optional Fencing-Owner header names the owner of the lease whose
+// token the request carries (Transport sends it for leases that are
+// fence.Owned). Middleware passes it to the guard (fence.WithOwner), so the
+// guard's observers see whose write they judged; it never changes a
+// decision, and an invalid one is ignored (OwnerFromHeader).
+//
 // # Which guard
 //
 // The guard decides what "atomic" covers; pick the one next to the data:

@@ -106,7 +106,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := &statusRecorder{ResponseWriter: w}
-	ctx := r.Context()
+	ctx := fence.WithOwner(r.Context(), OwnerFromHeader(r.Header))
 	if sig := r.Header.Get(HeaderSignature); sig != "" {
 		ctx = fence.WithSignature(ctx, sig)
 	}

@@ -18,7 +18,23 @@ const (
 	// HeaderSignature carries the signature of a signed token (see
 	// fence.NewSignedGuard); guards without a verifier ignore it.
 	HeaderSignature = "Fencing-Token-Signature"
+	// HeaderOwner carries the lease owner beside the token, for the
+	// observers, logs and rejection reports of the resource. Optional and
+	// informational: it never takes part in the fencing decision.
+	HeaderOwner = "Fencing-Owner"
 )
+
+// OwnerFromHeader returns the Fencing-Owner of a request, or "" when it is
+// absent, given more than once, or not a valid owner (fence.ValidOwner). A
+// bad owner is dropped rather than refused: it is a label for diagnosis,
+// and the write it came with is judged by its token alone.
+func OwnerFromHeader(h http.Header) string {
+	v := h.Values(HeaderOwner)
+	if len(v) != 1 || !fence.ValidOwner(v[0]) {
+		return ""
+	}
+	return v[0]
+}
 
 // ErrInvalidToken is matched (with errors.Is) by every rejection of a
 // Fencing-Token value that is present but not a token: not 1*DIGIT, 0, or

@@ -23,7 +23,8 @@ type Signed interface {
 // a lease, and gives up the lease when a resource reports its token stale
 // (invariant I7).
 //
-// It sets Fencing-Scope to Lease.Key() and Fencing-Token to Lease.Token() on
+// It sets Fencing-Scope to Lease.Key() and Fencing-Token to Lease.Token() (and
+// Fencing-Owner to the lease's owner when the lease is fence.Owned) on
 // every request, replacing any values the caller set: servers fence only
 // mutating methods, and sending the headers on reads too keeps a server
 // that fences some POST-for-read endpoint working. It does not modify the
@@ -64,6 +65,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.Header.Set(HeaderScope, t.Lease.Key())
 	out.Header.Set(HeaderToken, strconv.FormatUint(t.Lease.Token(), 10))
 	out.Header.Del(HeaderSignature)
+	out.Header.Del(HeaderOwner)
+	if o, ok := t.Lease.(fence.Owned); ok && o.Owner() != "" {
+		out.Header.Set(HeaderOwner, o.Owner())
+	}
 	if s, ok := t.Lease.(Signed); ok && s.Signature() != "" {
 		out.Header.Set(HeaderSignature, s.Signature())
 	}

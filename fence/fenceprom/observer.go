@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,7 +24,9 @@ import (
 //
 // guard names the guard, e.g. "memory" or "postgres"; it must come from a
 // small fixed set, since every value is a time series. Scopes are never a
-// label. Several guards may share reg under different names; asking twice
+// label. The owner of a rejected mutation, when it came with one, is
+// attached to the rejected counter as an exemplar (shown by the OpenMetrics
+// exposition), not as a label, so that it costs no time series. Several guards may share reg under different names; asking twice
 // for the same name returns an observer feeding the same series. A nil reg
 // means prometheus.DefaultRegisterer.
 func NewObserver(reg prometheus.Registerer, guard string) (fence.Observer, error) {
@@ -89,8 +92,29 @@ func (o *promObserver) Observe(_ context.Context, d fence.Decision) {
 		o.accepted.Inc()
 		return
 	}
-	o.rejected.Inc()
+	IncWithOwner(o.rejected, d.Owner)
 	if d.Highest > d.Presented {
 		o.gap.Observe(float64(d.Highest - d.Presented))
 	}
+}
+
+// IncWithOwner increments c, with owner as its exemplar when owner is not
+// empty: the owner of a rejection is then visible in the OpenMetrics
+// exposition without being a label (which would make a series per owner).
+func IncWithOwner(c prometheus.Counter, owner string) {
+	if e, ok := c.(prometheus.ExemplarAdder); ok && owner != "" {
+		e.AddWithExemplar(1, prometheus.Labels{"owner": exemplarOwner(owner)})
+		return
+	}
+	c.Inc()
+}
+
+// exemplarOwner cuts owner to what an exemplar can hold: at most
+// prometheus.ExemplarMaxRunes runes for all its label names and values.
+func exemplarOwner(owner string) string {
+	room := prometheus.ExemplarMaxRunes - len("owner")
+	if utf8.RuneCountInString(owner) <= room {
+		return owner
+	}
+	return string([]rune(owner)[:room])
 }

@@ -292,7 +292,7 @@ func (g *Guard) run(ctx context.Context, op, scope string, token uint64, s *Scri
 		return nil, fmt.Errorf("fenceredis: %s scope %q token %d: %w", op, scope, token, err)
 	}
 	if g.observer != nil {
-		g.observer.Observe(ctx, fence.Decision{Scope: scope, Presented: token, Highest: highest, Accepted: accepted})
+		g.observer.Observe(ctx, fence.Decision{Scope: scope, Presented: token, Highest: highest, Accepted: accepted, Owner: fence.OwnerFromContext(ctx)})
 	}
 	if !accepted {
 		return nil, &fence.StaleTokenError{Scope: scope, Presented: token, Highest: highest}

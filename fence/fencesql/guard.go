@@ -441,7 +441,7 @@ func (g *Guard) observe(ctx context.Context, scope string, presented, highest ui
 	if g.cfg.Observer == nil {
 		return
 	}
-	g.cfg.Observer.Observe(ctx, fence.Decision{Scope: scope, Presented: presented, Highest: highest, Accepted: accepted})
+	g.cfg.Observer.Observe(ctx, fence.Decision{Scope: scope, Presented: presented, Highest: highest, Accepted: accepted, Owner: fence.OwnerFromContext(ctx)})
 }
 
 // External returns a fence.Guard that keeps its highest tokens in g's table

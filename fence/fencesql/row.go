@@ -190,7 +190,7 @@ func (r *RowFence) Update(ctx context.Context, q Querier, id any, token uint64, 
 		if highest > token {
 			stale := &fence.StaleTokenError{Scope: scope(), Presented: token, Highest: highest}
 			if r.cfg.Observer != nil {
-				r.cfg.Observer.Observe(ctx, fence.Decision{Scope: stale.Scope, Presented: token, Highest: highest, Accepted: false})
+				r.cfg.Observer.Observe(ctx, fence.Decision{Scope: stale.Scope, Presented: token, Highest: highest, Accepted: false, Owner: fence.OwnerFromContext(ctx)})
 			}
 			return stale
 		}

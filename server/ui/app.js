@@ -4,12 +4,16 @@
 // event per transition. Renewals are not transitions, so the remaining time
 // of the leases already shown is refreshed from the List RPC every few
 // seconds and counted down here in between. Counters come from GET
-// /v1/stats. All text from the server is inserted with textContent: keys
+// /v1/stats. Stale rejections that resources reported come from GET
+// /v1/rejections every few seconds and are shown on the epoch whose token
+// was refused. All text from the server is inserted with textContent: keys
 // and owners are whatever clients sent.
 'use strict';
 
 (() => {
   const STATS_EVERY_MS = 2000;
+  const REJECTIONS_EVERY_MS = 2000;
+  const MAX_REJECTIONS = 20; // most recent rejections listed
   const LIST_EVERY_MS = 3000;
   const TICK_MS = 250;
   const RETRY_MS = 2000;
@@ -33,6 +37,8 @@
     leases: new Map(), // key -> lease under the current prefix, with .deadline
     rows: new Map(), // key -> <tr>
     keys: new Map(), // key -> timeline entry {key, epochs, touched, el}
+    rejected: new Map(), // key -> token -> [rejection], from /v1/rejections
+    rejectionsSeen: '', // the last answer, to skip unchanged ones
     opened: now(),
   };
 
@@ -302,6 +308,14 @@
       how.className = 'how';
       how.textContent = statusText[e.status] || e.status;
       li.append(tok, own, how);
+      for (const r of state.rejected.get(k.key)?.get(e.token) || []) {
+        const rej = document.createElement('span');
+        rej.className = 'rej';
+        rej.dataset.resource = r.resource;
+        rej.textContent = describeRejection(r);
+        rej.title = 'a resource refused a write made with this epoch\'s token: fencing at work';
+        li.append(rej);
+      }
       if (e.takeover) {
         const b = document.createElement('span');
         b.className = 'badge';
@@ -507,6 +521,95 @@
     }
   }
 
+  // ---- stale rejections ----------------------------------------------------
+
+  const possessive = (owner) => (owner ? owner + '\'s' : 'an unknown owner\'s');
+
+  // describeRejection: "worker-A's token 63 refused 3× by ledger-http after
+  // worker-B's 64".
+  function describeRejection(r) {
+    return possessive(r.presentedOwner) + ' token ' + r.presentedToken + ' refused ' +
+      numFmt.format(r.count) + '× by ' + (r.resource || 'a resource') + ' after ' +
+      possessive(r.highestOwner) + ' ' + r.highestToken;
+  }
+
+  // epochOf returns the timeline epoch of token for key, adding one (ended
+  // unseen, placed by token) when the page never saw that grant.
+  function epochOf(key, token, owner, t) {
+    const k = state.keys.get(key) || timelineKey(key, t);
+    let e = k.epochs.find((x) => x.token === token);
+    if (!e) {
+      e = { token, owner, start: null, end: null, status: 'unknown', takeover: false };
+      const at = k.epochs.findIndex((x) => BigInt(x.token) > BigInt(token));
+      k.epochs.splice(at < 0 ? k.epochs.length : at, 0, e);
+      if (k.epochs.length > MAX_EPOCHS) k.epochs.shift();
+    }
+    k.dirty = true;
+    return e;
+  }
+
+  function applyRejections(data) {
+    const t = now();
+    const rejected = new Map();
+    for (const r of data.rejections || []) {
+      if (!rejected.has(r.scope)) rejected.set(r.scope, new Map());
+      const byToken = rejected.get(r.scope);
+      if (!byToken.has(r.presentedToken)) byToken.set(r.presentedToken, []);
+      byToken.get(r.presentedToken).push(r);
+      epochOf(r.scope, r.presentedToken, r.presentedOwner, t);
+    }
+    for (const key of state.rejected.keys()) {
+      const k = state.keys.get(key);
+      if (k) k.dirty = true;
+    }
+    state.rejected = rejected;
+    const total = String(data.total ?? 0);
+    const el = $('stat-rejections');
+    el.dataset.value = total;
+    el.textContent = numFmt.format(Number(total));
+    const list = $('rejections');
+    list.replaceChildren();
+    for (const r of (data.rejections || []).slice(0, MAX_REJECTIONS)) {
+      const li = document.createElement('li');
+      li.className = 'rejection';
+      li.dataset.key = r.scope;
+      li.dataset.token = r.presentedToken;
+      const what = document.createElement('span');
+      what.className = 'what';
+      what.textContent = r.scope + ': ' + describeRejection(r);
+      const detail = document.createElement('span');
+      detail.className = 'detail';
+      const granted = (ms) => (ms ? 'granted ' + new Date(ms).toLocaleTimeString() : 'grant not remembered');
+      detail.textContent = 'presented ' + r.presentedToken + ' (' + granted(r.presentedGrantedUnixMs) + ')' +
+        ' · highest ' + r.highestToken + ' (' + granted(r.highestGrantedUnixMs) + ')' +
+        (r.reportedOwner ? ' · write sent by ' + r.reportedOwner : '') +
+        ' · ' + numFmt.format(r.scopeCount) + ' for this key, ' + numFmt.format(r.resourceCount) +
+        ' by ' + (r.resource || 'this resource') + ' · last ' + new Date(r.lastUnixMs).toLocaleTimeString();
+      li.append(what, detail);
+      list.append(li);
+    }
+    $('rejections-empty').hidden = list.children.length > 0;
+    render(t);
+  }
+
+  async function pollRejections() {
+    try {
+      const q = new URLSearchParams({ limit: '200' });
+      if (state.prefix) q.set('prefix', state.prefix);
+      const r = await fetch('v1/rejections?' + q, { cache: 'no-store' });
+      if (!r.ok) throw new Error(r.statusText);
+      const text = await r.text();
+      if (text !== state.rejectionsSeen) {
+        state.rejectionsSeen = text;
+        applyRejections(JSON.parse(text));
+      }
+    } catch (err) {
+      // The counters show the server as unreachable.
+    } finally {
+      setTimeout(pollRejections, REJECTIONS_EVERY_MS);
+    }
+  }
+
   const statFields = ['leases', 'acquired', 'released', 'expired', 'takeovers', 'waiters'];
 
   async function pollStats() {
@@ -559,6 +662,7 @@
     else u.searchParams.delete('prefix');
     history.replaceState(null, '', u);
     clearLeases();
+    state.rejectionsSeen = '';
     render(now());
     connect();
   }
@@ -583,6 +687,7 @@
     render(now());
     connect();
     pollStats();
+    pollRejections();
     setInterval(tick, TICK_MS);
     setInterval(refreshRemaining, LIST_EVERY_MS);
   }

@@ -31,6 +31,11 @@ const (
 	// The watcher missed events (it fell behind, or asked for a revision the
 	// server no longer has). Re-read the state with List, then continue.
 	Event_RESYNC Event_Type = 4
+	// A resource refused a write made with lease's token: lease is the
+	// refused epoch (key, owner, token), rejection says by whom and after
+	// which token. Sent only to watchers that asked (WatchRequest.rejections);
+	// revision is the last transition this node had applied.
+	Event_REJECTED Event_Type = 5
 )
 
 // Enum value maps for Event_Type.
@@ -41,6 +46,7 @@ var (
 		2: "RELEASED",
 		3: "EXPIRED",
 		4: "RESYNC",
+		5: "REJECTED",
 	}
 	Event_Type_value = map[string]int32{
 		"TYPE_UNSPECIFIED": 0,
@@ -48,6 +54,7 @@ var (
 		"RELEASED":         2,
 		"EXPIRED":          3,
 		"RESYNC":           4,
+		"REJECTED":         5,
 	}
 )
 
@@ -839,6 +846,12 @@ type WatchRequest struct {
 	// first, if the server still has them; otherwise the stream starts with a
 	// RESYNC event.
 	AfterRevision uint64 `protobuf:"varint,2,opt,name=after_revision,json=afterRevision,proto3" json:"after_revision,omitempty"`
+	// Also stream a REJECTED event for every stale rejection of a key under
+	// prefix that a resource reports (RejectionService.ReportRejections). Off by
+	// default, so watchers that know only lease transitions never see one.
+	// Only the node that records rejections (the leader) sends them, and they
+	// are never replayed by after_revision.
+	Rejections    bool `protobuf:"varint,3,opt,name=rejections,proto3" json:"rejections,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -885,6 +898,13 @@ func (x *WatchRequest) GetAfterRevision() uint64 {
 		return x.AfterRevision
 	}
 	return 0
+}
+
+func (x *WatchRequest) GetRejections() bool {
+	if x != nil {
+		return x.Rejections
+	}
+	return false
 }
 
 type WatchResponse struct {
@@ -938,7 +958,9 @@ type Event struct {
 	Lease *Lease                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	// Position of the transition in the service's log; increases with every
 	// event.
-	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Set in REJECTED events only.
+	Rejection     *Rejection `protobuf:"bytes,4,opt,name=rejection,proto3" json:"rejection,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -992,6 +1014,13 @@ func (x *Event) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *Event) GetRejection() *Rejection {
+	if x != nil {
+		return x.Rejection
+	}
+	return nil
 }
 
 // LeaseHeld is the error detail of a FAILED_PRECONDITION answer to Acquire.
@@ -1067,7 +1096,7 @@ var File_fenced_v1_lease_proto protoreflect.FileDescriptor
 
 const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x15fenced/v1/lease.proto\x12\tfenced.v1\"\x9a\x01\n" +
+	"\x15fenced/v1/lease.proto\x12\tfenced.v1\x1a\x19fenced/v1/rejection.proto\"\x9a\x01\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
@@ -1118,23 +1147,28 @@ const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"T\n" +
 	"\fListResponse\x12(\n" +
 	"\x06leases\x18\x01 \x03(\v2\x10.fenced.v1.LeaseR\x06leases\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"M\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"m\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12%\n" +
-	"\x0eafter_revision\x18\x02 \x01(\x04R\rafterRevision\"7\n" +
+	"\x0eafter_revision\x18\x02 \x01(\x04R\rafterRevision\x12\x1e\n" +
+	"\n" +
+	"rejections\x18\x03 \x01(\bR\n" +
+	"rejections\"7\n" +
 	"\rWatchResponse\x12&\n" +
-	"\x05event\x18\x01 \x01(\v2\x10.fenced.v1.EventR\x05event\"\xc9\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x10.fenced.v1.EventR\x05event\"\x8b\x02\n" +
 	"\x05Event\x12)\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x15.fenced.v1.Event.TypeR\x04type\x12&\n" +
 	"\x05lease\x18\x02 \x01(\v2\x10.fenced.v1.LeaseR\x05lease\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\"Q\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\x122\n" +
+	"\trejection\x18\x04 \x01(\v2\x14.fenced.v1.RejectionR\trejection\"_\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bACQUIRED\x10\x01\x12\f\n" +
 	"\bRELEASED\x10\x02\x12\v\n" +
 	"\aEXPIRED\x10\x03\x12\n" +
 	"\n" +
-	"\x06RESYNC\x10\x04\"l\n" +
+	"\x06RESYNC\x10\x04\x12\f\n" +
+	"\bREJECTED\x10\x05\"l\n" +
 	"\tLeaseHeld\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
@@ -1182,6 +1216,7 @@ var file_fenced_v1_lease_proto_goTypes = []any{
 	(*WatchResponse)(nil),     // 15: fenced.v1.WatchResponse
 	(*Event)(nil),             // 16: fenced.v1.Event
 	(*LeaseHeld)(nil),         // 17: fenced.v1.LeaseHeld
+	(*Rejection)(nil),         // 18: fenced.v1.Rejection
 }
 var file_fenced_v1_lease_proto_depIdxs = []int32{
 	1,  // 0: fenced.v1.AcquireResponse.lease:type_name -> fenced.v1.Lease
@@ -1192,25 +1227,26 @@ var file_fenced_v1_lease_proto_depIdxs = []int32{
 	16, // 5: fenced.v1.WatchResponse.event:type_name -> fenced.v1.Event
 	0,  // 6: fenced.v1.Event.type:type_name -> fenced.v1.Event.Type
 	1,  // 7: fenced.v1.Event.lease:type_name -> fenced.v1.Lease
-	2,  // 8: fenced.v1.LeaseService.Acquire:input_type -> fenced.v1.AcquireRequest
-	4,  // 9: fenced.v1.LeaseService.Renew:input_type -> fenced.v1.RenewRequest
-	8,  // 10: fenced.v1.LeaseService.Release:input_type -> fenced.v1.ReleaseRequest
-	10, // 11: fenced.v1.LeaseService.Get:input_type -> fenced.v1.GetRequest
-	12, // 12: fenced.v1.LeaseService.List:input_type -> fenced.v1.ListRequest
-	14, // 13: fenced.v1.LeaseService.Watch:input_type -> fenced.v1.WatchRequest
-	6,  // 14: fenced.v1.LeaseService.KeepAlive:input_type -> fenced.v1.KeepAliveRequest
-	3,  // 15: fenced.v1.LeaseService.Acquire:output_type -> fenced.v1.AcquireResponse
-	5,  // 16: fenced.v1.LeaseService.Renew:output_type -> fenced.v1.RenewResponse
-	9,  // 17: fenced.v1.LeaseService.Release:output_type -> fenced.v1.ReleaseResponse
-	11, // 18: fenced.v1.LeaseService.Get:output_type -> fenced.v1.GetResponse
-	13, // 19: fenced.v1.LeaseService.List:output_type -> fenced.v1.ListResponse
-	15, // 20: fenced.v1.LeaseService.Watch:output_type -> fenced.v1.WatchResponse
-	7,  // 21: fenced.v1.LeaseService.KeepAlive:output_type -> fenced.v1.KeepAliveResponse
-	15, // [15:22] is the sub-list for method output_type
-	8,  // [8:15] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	18, // 8: fenced.v1.Event.rejection:type_name -> fenced.v1.Rejection
+	2,  // 9: fenced.v1.LeaseService.Acquire:input_type -> fenced.v1.AcquireRequest
+	4,  // 10: fenced.v1.LeaseService.Renew:input_type -> fenced.v1.RenewRequest
+	8,  // 11: fenced.v1.LeaseService.Release:input_type -> fenced.v1.ReleaseRequest
+	10, // 12: fenced.v1.LeaseService.Get:input_type -> fenced.v1.GetRequest
+	12, // 13: fenced.v1.LeaseService.List:input_type -> fenced.v1.ListRequest
+	14, // 14: fenced.v1.LeaseService.Watch:input_type -> fenced.v1.WatchRequest
+	6,  // 15: fenced.v1.LeaseService.KeepAlive:input_type -> fenced.v1.KeepAliveRequest
+	3,  // 16: fenced.v1.LeaseService.Acquire:output_type -> fenced.v1.AcquireResponse
+	5,  // 17: fenced.v1.LeaseService.Renew:output_type -> fenced.v1.RenewResponse
+	9,  // 18: fenced.v1.LeaseService.Release:output_type -> fenced.v1.ReleaseResponse
+	11, // 19: fenced.v1.LeaseService.Get:output_type -> fenced.v1.GetResponse
+	13, // 20: fenced.v1.LeaseService.List:output_type -> fenced.v1.ListResponse
+	15, // 21: fenced.v1.LeaseService.Watch:output_type -> fenced.v1.WatchResponse
+	7,  // 22: fenced.v1.LeaseService.KeepAlive:output_type -> fenced.v1.KeepAliveResponse
+	16, // [16:23] is the sub-list for method output_type
+	9,  // [9:16] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_fenced_v1_lease_proto_init() }
@@ -1218,6 +1254,7 @@ func file_fenced_v1_lease_proto_init() {
 	if File_fenced_v1_lease_proto != nil {
 		return
 	}
+	file_fenced_v1_rejection_proto_init()
 	file_fenced_v1_lease_proto_msgTypes[2].OneofWrappers = []any{}
 	file_fenced_v1_lease_proto_msgTypes[4].OneofWrappers = []any{}
 	file_fenced_v1_lease_proto_msgTypes[6].OneofWrappers = []any{}

@@ -65,7 +65,8 @@ type LeaseServiceClient interface {
 	// List returns the current leases whose keys start with prefix.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
 	// Watch streams lease transitions for keys starting with prefix, in the
-	// order they happened.
+	// order they happened; with rejections set, also the stale rejections
+	// that resources report (REJECTED events).
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 	// KeepAlive renews leases over one long-lived stream (HTTP/2 only): each
 	// request renews one lease like Renew, and the responses come in the
@@ -193,7 +194,8 @@ type LeaseServiceHandler interface {
 	// List returns the current leases whose keys start with prefix.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
 	// Watch streams lease transitions for keys starting with prefix, in the
-	// order they happened.
+	// order they happened; with rejections set, also the stale rejections
+	// that resources report (REJECTED events).
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
 	// KeepAlive renews leases over one long-lived stream (HTTP/2 only): each
 	// request renews one lease like Renew, and the responses come in the

@@ -1,0 +1,224 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/lease"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func rejectionClient(base, token string) fencedv1connect.RejectionServiceClient {
+	var rt http.RoundTripper = http.DefaultTransport
+	if token != "" {
+		rt = bearer{token, rt}
+	}
+	return fencedv1connect.NewRejectionServiceClient(&http.Client{Transport: rt, Timeout: 10 * time.Second}, base)
+}
+
+func report(ctx context.Context, c fencedv1connect.RejectionServiceClient, rs ...*fencedv1.StaleRejection) error {
+	_, err := c.ReportRejections(ctx, connect.NewRequest(&fencedv1.ReportRejectionsRequest{Rejections: rs}))
+	return err
+}
+
+// A bad entry refuses the whole batch: nothing is recorded.
+func TestReportRejectionsInvalid(t *testing.T) {
+	_, base := serveAPI(t, Config{})
+	c := rejectionClient(base, "")
+	ctx := context.Background()
+	good := &fencedv1.StaleRejection{Scope: "a/1", PresentedToken: 3, HighestToken: 4, Resource: "r"}
+	many := make([]*fencedv1.StaleRejection, maxReportEntries+1)
+	for i := range many {
+		many[i] = good
+	}
+	for name, batch := range map[string][]*fencedv1.StaleRejection{
+		"empty scope":           {good, {PresentedToken: 3, HighestToken: 4}},
+		"control in scope":      {good, {Scope: "a\x01", PresentedToken: 3, HighestToken: 4}},
+		"presented 0":           {good, {Scope: "a/1", HighestToken: 4}},
+		"presented not below":   {good, {Scope: "a/1", PresentedToken: 4, HighestToken: 4}},
+		"owner too long":        {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Owner: strings.Repeat("o", MaxOwnerBytes+1)}},
+		"resource too long":     {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Resource: strings.Repeat("r", MaxResourceBytes+1)}},
+		"resource with newline": {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Resource: "r\n"}},
+		"too many":              many,
+	} {
+		if err := report(ctx, c, batch...); codeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("%s: %v, want invalid_argument", name, err)
+		}
+	}
+	list, err := c.ListRejections(ctx, connect.NewRequest(&fencedv1.ListRejectionsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.Msg.GetTotal() != 0 || len(list.Msg.GetRejections()) != 0 {
+		t.Fatalf("refused batches recorded something: %v", list.Msg)
+	}
+}
+
+// Reporting needs the report permission on each scope; listing needs read.
+func TestReportRejectionsAuth(t *testing.T) {
+	const reporterSecret = "rep-0123456789abcdef0123456789abcdef"
+	policy := fmt.Sprintf(`{
+  "tokens": [{"principal": "alice", "sha256": %q}, {"principal": "ledger", "sha256": %q}],
+  "rules": [
+    {"principal": "alice", "prefix": "a/", "permissions": ["acquire", "renew", "read", "watch"]},
+    {"principal": "ledger", "prefix": "a/", "permissions": ["report"]}
+  ]
+}`, HashSecret(aliceSecret), HashSecret(reporterSecret))
+	_, base := serveAPI(t, Config{AuthFile: writePolicy(t, policy)})
+	ctx := context.Background()
+	alice, ledger, anon := rejectionClient(base, aliceSecret), rejectionClient(base, reporterSecret), rejectionClient(base, "")
+	in := func(scope string) *fencedv1.StaleRejection {
+		return &fencedv1.StaleRejection{Scope: scope, PresentedToken: 3, HighestToken: 4, Resource: "ledger"}
+	}
+	if err := report(ctx, ledger, in("a/1")); err != nil {
+		t.Fatalf("reporter on its prefix: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		c    fencedv1connect.RejectionServiceClient
+		rs   []*fencedv1.StaleRejection
+		want connect.Code
+	}{
+		"reporter outside its prefix": {ledger, []*fencedv1.StaleRejection{in("a/2"), in("b/1")}, connect.CodePermissionDenied},
+		"holder without report":       {alice, []*fencedv1.StaleRejection{in("a/1")}, connect.CodePermissionDenied},
+		"anonymous":                   {anon, []*fencedv1.StaleRejection{in("a/1")}, connect.CodeUnauthenticated},
+	} {
+		if err := report(ctx, tc.c, tc.rs...); codeOf(err) != tc.want {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+	if _, err := ledger.ListRejections(ctx, connect.NewRequest(&fencedv1.ListRejectionsRequest{Prefix: "a/"})); codeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("reporter listing: %v, want permission_denied", err)
+	}
+	list, err := alice.ListRejections(ctx, connect.NewRequest(&fencedv1.ListRejectionsRequest{Prefix: "a/"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.Msg.GetTotal() != 1 || len(list.Msg.GetRejections()) != 1 || list.Msg.GetRejections()[0].GetScope() != "a/1" {
+		t.Fatalf("alice's list: %v (the denied batch must record nothing)", list.Msg)
+	}
+}
+
+// Watchers that did not ask for rejections never see a REJECTED event;
+// those that did see it in order with the transitions.
+func TestWatchRejectionsOptIn(t *testing.T) {
+	_, base := serveAPI(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lc := fencedv1connect.NewLeaseServiceClient(http.DefaultClient, base)
+	open := func(rejections bool) *connect.ServerStreamForClient[fencedv1.WatchResponse] {
+		// From revision 1: the first transition is replayed if it came
+		// before the subscription.
+		st, err := lc.Watch(ctx, connect.NewRequest(&fencedv1.WatchRequest{Prefix: "jobs/", AfterRevision: 1, Rejections: rejections}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	acquire := func(key, owner string) *fencedv1.Lease {
+		r, err := lc.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: key, Owner: owner, TtlMs: 60_000}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Msg.GetLease()
+	}
+	// Both streams are subscribed once they have seen a first transition.
+	first := acquire("jobs/0", "x")
+	plain, with := open(false), open(true)
+	for _, st := range []*connect.ServerStreamForClient[fencedv1.WatchResponse]{plain, with} {
+		if !st.Receive() || st.Msg().GetEvent().GetLease().GetToken() != first.GetToken() {
+			t.Fatalf("first event: %v %v", st.Msg(), st.Err())
+		}
+	}
+	if err := report(ctx, rejectionClient(base, ""), &fencedv1.StaleRejection{Scope: "jobs/1", PresentedToken: 1, HighestToken: first.GetToken() + 5, Owner: "worker-A", Resource: "ledger"}); err != nil {
+		t.Fatal(err)
+	}
+	next := acquire("jobs/2", "y")
+	if !with.Receive() {
+		t.Fatal(with.Err())
+	}
+	ev := with.Msg().GetEvent()
+	if ev.GetType() != fencedv1.Event_REJECTED || ev.GetRejection().GetResource() != "ledger" ||
+		ev.GetLease().GetKey() != "jobs/1" || ev.GetLease().GetToken() != 1 || ev.GetLease().GetOwner() != "worker-A" || ev.GetRevision() == 0 {
+		t.Fatalf("opted-in watcher got %v, want the REJECTED event", ev)
+	}
+	for name, st := range map[string]*connect.ServerStreamForClient[fencedv1.WatchResponse]{"plain": plain, "opted-in": with} {
+		if !st.Receive() {
+			t.Fatal(st.Err())
+		}
+		if ev := st.Msg().GetEvent(); ev.GetType() != fencedv1.Event_ACQUIRED || ev.GetLease().GetToken() != next.GetToken() {
+			t.Fatalf("%s watcher got %v, want the next ACQUIRED", name, ev)
+		}
+	}
+}
+
+func TestGrantMemoryBounds(t *testing.T) {
+	m := newGrantMemory(2, 2)
+	at := time.Unix(100, 0)
+	grant := func(key string, token uint64) {
+		m.record(lease.Event{Type: lease.Acquired, Lease: lease.Lease{Key: key, Owner: fmt.Sprint("o", token), Token: token}}, at)
+	}
+	grant("a", 1)
+	grant("a", 2)
+	grant("a", 3) // a keeps 2 and 3
+	grant("b", 4)
+	grant("c", 5) // a, granted least recently, is forgotten
+	m.record(lease.Event{Type: lease.Released, Lease: lease.Lease{Key: "d", Token: 6}}, at)
+	for _, tc := range []struct {
+		key   string
+		token uint64
+		ok    bool
+	}{{"a", 1, false}, {"a", 3, false}, {"b", 4, true}, {"c", 5, true}, {"d", 6, false}} {
+		g, ok := m.lookup(tc.key, tc.token)
+		if ok != tc.ok || (ok && (g.owner != fmt.Sprint("o", tc.token) || !g.at.Equal(at))) {
+			t.Errorf("lookup(%s, %d) = %+v %v, want found=%v", tc.key, tc.token, g, ok, tc.ok)
+		}
+	}
+	m = newGrantMemory(2, 10)
+	grant("a", 1)
+	grant("a", 2)
+	grant("a", 3)
+	if _, ok := m.lookup("a", 1); ok {
+		t.Error("more than 2 grants kept per key")
+	}
+	if _, ok := m.lookup("a", 2); !ok {
+		t.Error("second newest grant forgotten")
+	}
+}
+
+func TestRejectionBookBounds(t *testing.T) {
+	s := newTestServer(t, Config{})
+	none := func(string, uint64) (grant, bool) { return grant{}, false }
+	now := time.Unix(1000, 0)
+	for i := range maxRejectionEntries + 10 {
+		s.rejections.add(&fencedv1.StaleRejection{Scope: fmt.Sprint("k/", i), PresentedToken: 1, HighestToken: 2, Count: 2}, now, none)
+	}
+	list, total := s.rejections.list("", 2*maxRejectionEntries, func(string) bool { return true })
+	if len(list) != maxRejectionEntries || total != 2*(maxRejectionEntries+10) {
+		t.Fatalf("%d entries, total %d; want %d entries, total %d", len(list), total, maxRejectionEntries, 2*(maxRejectionEntries+10))
+	}
+	if list[0].GetScope() != fmt.Sprint("k/", maxRejectionEntries+9) || list[len(list)-1].GetScope() != "k/10" {
+		t.Errorf("kept %s..%s, want the newest", list[0].GetScope(), list[len(list)-1].GetScope())
+	}
+	if list[0].GetPresentedOwner() != "" || list[0].GetCount() != 2 {
+		t.Errorf("unresolved entry %v", list[0])
+	}
+	// The resource label is bounded: the 33rd resource and later count as
+	// "other" (the unnamed resource above holds one of the 32).
+	for i := range maxResourceLabels + 5 {
+		s.rejections.add(&fencedv1.StaleRejection{Scope: "k/r", PresentedToken: 1, HighestToken: 2, Resource: fmt.Sprint("r", i)}, now, none)
+	}
+	if n := testutil.CollectAndCount(s.rejections.byResource); n != maxResourceLabels+1 {
+		t.Errorf("%d resource series, want %d and other", n, maxResourceLabels)
+	}
+	if got := testutil.ToFloat64(s.rejections.byResource.WithLabelValues("other")); got != 6 {
+		t.Errorf("other = %v, want 6", got)
+	}
+}
