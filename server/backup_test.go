@@ -95,3 +95,23 @@ func TestBackupRestoreTokens(t *testing.T) {
 		}
 	}
 }
+
+// RestoreConfig.Validate checks the configuration as RestoreBackup uses it,
+// defaults filled in, without changing it.
+func TestRestoreConfigValidateDoesNotMutate(t *testing.T) {
+	ok := RestoreConfig{}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+	if ok.DataDir != "" || ok.NodeID != "" || ok.RaftAddress != "" || ok.Bump != 0 || ok.MaxIdleKeys != 0 {
+		t.Errorf("Validate changed the config: %+v", ok)
+	}
+	if d := ok.withDefaults(); d.NodeID != "node1" || d.Bump != lease.DefaultRestoreBump {
+		t.Errorf("withDefaults: %+v", d)
+	}
+	// The default NodeID is checked against the cluster it must be in.
+	bad := RestoreConfig{InitialCluster: []Peer{{ID: "other", Address: "127.0.0.1:7421"}}}
+	if err := bad.Validate(); err == nil {
+		t.Error("a NodeID (default node1) missing from InitialCluster was accepted")
+	}
+}
