@@ -19,6 +19,12 @@ var (
 	// errNotReady is returned while this node cannot serve: no leader yet,
 	// not the leader, or shutting down.
 	errNotReady = errors.New("not ready to serve: not the leader, or no leader yet")
+	// errUncertain is returned when the caller's context ended while its
+	// write was in the log's hands: it may or may not take effect
+	// (unavailable, like raft's ErrLeadershipLost; never "not applied").
+	errUncertain = errors.New("outcome unknown: the write may still take effect")
+	// errClosed ends the requests' context when the node closes.
+	errClosed = errors.New("the server is closing")
 )
 
 // errQuotaExceeded is matched by *quotaError: resource_exhausted.
@@ -70,7 +76,7 @@ func connectError(err error) error {
 	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errNoQuorumContact),
-		errors.Is(err, errLeaderChanged):
+		errors.Is(err, errLeaderChanged), errors.Is(err, errUncertain):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)

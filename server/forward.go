@@ -361,7 +361,7 @@ func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.G
 				return rpc.Get(ctx, forwarded(ctx, r.s, req.Msg))
 			})
 		}
-		if err := r.s.confirmRead(); err != nil {
+		if err := r.s.confirmRead(ctx); err != nil {
 			if r.again(err, req.Header()) {
 				continue
 			}
@@ -392,7 +392,7 @@ func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.
 				return rpc.List(ctx, forwarded(ctx, r.s, req.Msg))
 			})
 		}
-		if err := r.s.confirmRead(); err != nil {
+		if err := r.s.confirmRead(ctx); err != nil {
 			if r.again(err, req.Header()) {
 				continue
 			}
@@ -423,11 +423,11 @@ func staleRead(h http.Header) bool { return h.Get(staleReadHeader) == "true" }
 
 // confirmRead confirms that this node still leads, after the read
 // arrived.
-func (s *Server) confirmRead() error {
+func (s *Server) confirmRead(ctx context.Context) error {
 	if !s.ready.Load() {
 		return errNotReady
 	}
-	return s.leader.confirm()
+	return s.leader.confirm(ctx)
 }
 
 // Watch is served by every node from its own applied transitions.

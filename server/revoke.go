@@ -49,7 +49,7 @@ func (s *Server) Revoke(ctx context.Context, key, by string) (lease.Lease, error
 	}
 	// The command names the lease seen here: should it end meanwhile, the
 	// revocation changes nothing rather than ending its successor.
-	res, err := s.applyHandover(lease.Command{Op: lease.OpRevoke, Key: key, ID: cur.ID, By: by}, s.apply)
+	res, err := s.applyHandover(ctx, lease.Command{Op: lease.OpRevoke, Key: key, ID: cur.ID, By: by})
 	if err != nil {
 		return lease.Lease{}, err
 	}

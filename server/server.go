@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -62,7 +63,12 @@ type Server struct {
 	leading    context.Context
 	endLeading context.CancelFunc
 
-	done     chan struct{} // closed by Close
+	done chan struct{} // closed by Close
+	// base is the context of every request, ended by Close with cause
+	// errClosed; raftDown is closed once raft has shut down.
+	base     context.Context
+	endBase  context.CancelCauseFunc
+	raftDown chan struct{}
 	wg       sync.WaitGroup
 	closeMu  sync.Mutex
 	closed   bool
@@ -103,12 +109,15 @@ func New(cfg Config) (*Server, error) {
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
 
+		raftDown: make(chan struct{}),
+
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
 		watchers:      newStreamLimiter("watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
 		subscribers:   newStreamLimiter("event subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
 
 		closeEnd: make(chan struct{}),
 	}
+	s.base, s.endBase = context.WithCancelCause(context.Background())
 	s.expirer = newExpirer(s.expireLeases)
 	s.forward = newForwarder(s)
 	var err error
@@ -123,6 +132,7 @@ func New(cfg Config) (*Server, error) {
 	s.fsm.onRestore = s.restored
 	if err := s.startRaft(); err != nil {
 		close(s.done)
+		s.endBase(errClosed)
 		s.closeRaft()
 		s.wg.Wait()
 		return nil, err
@@ -384,10 +394,10 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		}
 		e.NextID, e.Owner, e.TTL = newLeaseID(), w.want.Owner, w.want.TTL
 		c := lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{e}}
-		handovers = append(handovers, handover{l.Key, w, s.applyAsync(c)})
+		handovers = append(handovers, handover{l.Key, w, s.applyAsync(s.base, c)})
 	}
 	if len(plain) > 0 {
-		res, err := s.awaitApply(s.applyAsync(lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain}))
+		res, err := s.await(s.base, s.applyAsync(s.base, lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain}))
 		if err == nil {
 			err = res.Err
 		}
@@ -396,7 +406,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		}
 	}
 	for _, h := range handovers {
-		res, err := s.awaitApply(h.wait)
+		res, err := s.await(s.base, h.wait)
 		if err == nil {
 			err = res.Err
 		}
@@ -411,13 +421,85 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 	}
 }
 
-// awaitApply waits for an apply started by applyAsync, or until the node
-// closes: raft never answers an apply still queued in its buffered apply
-// channel when it shuts down, and the expirer must not hold Close up. An
-// apply abandoned this way may still have been committed; a waiter it was
-// handing a key to gets its turn back and, the node closing, an
-// unavailable error: an uncertain outcome, as for any write cut by a crash.
-func (s *Server) awaitApply(wait func() (lease.Result, error)) (lease.Result, error) {
+// applyHandover applies a release c, and hands the key over in the same log
+// entry to the first waiter for it, if any. The waiter learns the outcome
+// when it is known, also if ctx ends before: the grant may be its.
+func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Result, error) {
+	w := s.waiters.claim(c.Key)
+	if w == nil {
+		return s.apply(ctx, c)
+	}
+	c.NextID, c.Owner, c.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+	wait := func() (lease.Result, error) { return lease.Result{}, errNotReady }
+	if s.ready.Load() {
+		wait = s.applyAsync(ctx, c)
+	}
+	return s.await(ctx, func() (lease.Result, error) {
+		res, err := wait()
+		s.waiters.settle(c.Key, w, res.Next.Lease, err == nil && res.Next.Type == lease.Acquired)
+		return res, err
+	})
+}
+
+// apply writes c to the log and returns its result once applied, which
+// implies committed and fsynced. If ctx ends first the outcome is uncertain
+// (errUncertain, see await).
+func (s *Server) apply(ctx context.Context, c lease.Command) (lease.Result, error) {
+	if !s.ready.Load() {
+		return lease.Result{}, errNotReady
+	}
+	return s.applyAlways(ctx, c)
+}
+
+// applyAlways is apply without the readiness check, for the leader's own
+// expiries, which raft refuses anyway if this node no longer leads.
+func (s *Server) applyAlways(ctx context.Context, c lease.Command) (lease.Result, error) {
+	return s.await(ctx, s.applyAsync(ctx, c))
+}
+
+// applyAsync writes c to the log without the readiness check and returns a
+// function that waits for its result, so that one goroutine can have several
+// entries in flight. An entry that cannot be queued before ctx's deadline
+// is not written (raft.ErrEnqueueTimeout); one that was queued is written
+// whatever happens to ctx.
+func (s *Server) applyAsync(ctx context.Context, c lease.Command) func() (lease.Result, error) {
+	data, err := c.MarshalBinary()
+	if err != nil {
+		return func() (lease.Result, error) { return lease.Result{}, err }
+	}
+	var timeout time.Duration // raft's: 0 waits for the queue as long as it takes
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	if err := ctx.Err(); err != nil || timeout < 0 {
+		err = cmp.Or(err, context.DeadlineExceeded)
+		return func() (lease.Result, error) { return lease.Result{}, err }
+	}
+	start := time.Now()
+	if s.applyPending.Add(1) == 1 {
+		s.applyProgress.Store(start.UnixNano()) // idle until now: not a stall
+	}
+	f := s.raft.Apply(data, timeout)
+	var once sync.Once
+	return func() (lease.Result, error) {
+		err := f.Error()
+		once.Do(func() { s.applyPending.Add(-1) })
+		if err != nil {
+			return lease.Result{}, err
+		}
+		s.metrics.apply.Observe(time.Since(start).Seconds())
+		return f.Response().(lease.Result), nil
+	}
+}
+
+// await waits for the answer of an apply started by applyAsync, or until
+// ctx ends. An apply given up on this way may still be committed: the
+// answer is errUncertain (unavailable), never "not applied". A call whose
+// ctx ended because the node is closing waits on, until raft has shut down:
+// Close drains the API before it stops raft, so writes in flight get their
+// outcome. (raft never answers an apply still queued in its buffered apply
+// channel when it shuts down; raftDown ends the wait for those.)
+func (s *Server) await(ctx context.Context, wait func() (lease.Result, error)) (lease.Result, error) {
 	type answer struct {
 		res lease.Result
 		err error
@@ -430,64 +512,17 @@ func (s *Server) awaitApply(wait func() (lease.Result, error)) (lease.Result, er
 	select {
 	case a := <-c:
 		return a.res, a.err
-	case <-s.done:
-		return lease.Result{}, raft.ErrRaftShutdown
+	case <-ctx.Done():
 	}
-}
-
-// applyHandover applies a release c, and hands the key over in the same log
-// entry to the first waiter for it, if any.
-func (s *Server) applyHandover(c lease.Command, apply func(lease.Command) (lease.Result, error)) (lease.Result, error) {
-	w := s.waiters.claim(c.Key)
-	if w != nil {
-		c.NextID, c.Owner, c.TTL = newLeaseID(), w.want.Owner, w.want.TTL
-	}
-	res, err := apply(c)
-	if w != nil {
-		granted := err == nil && res.Next.Type == lease.Acquired
-		s.waiters.settle(c.Key, w, res.Next.Lease, granted)
-	}
-	return res, err
-}
-
-// apply writes c to the log and returns its result once applied, which
-// implies committed and fsynced.
-func (s *Server) apply(c lease.Command) (lease.Result, error) {
-	if !s.ready.Load() {
-		return lease.Result{}, errNotReady
-	}
-	return s.applyAlways(c)
-}
-
-// applyAlways is apply without the readiness check, for the leader's own
-// expiries, which raft refuses anyway if this node no longer leads.
-func (s *Server) applyAlways(c lease.Command) (lease.Result, error) {
-	return s.applyAsync(c)()
-}
-
-// applyAsync writes c to the log without the readiness check and returns a
-// function that waits for its result, so that one goroutine can have several
-// entries in flight.
-func (s *Server) applyAsync(c lease.Command) func() (lease.Result, error) {
-	data, err := c.MarshalBinary()
-	if err != nil {
-		return func() (lease.Result, error) { return lease.Result{}, err }
-	}
-	start := time.Now()
-	if s.applyPending.Add(1) == 1 {
-		s.applyProgress.Store(start.UnixNano()) // idle until now: not a stall
-	}
-	f := s.raft.Apply(data, 0)
-	var once sync.Once
-	return func() (lease.Result, error) {
-		err := f.Error()
-		once.Do(func() { s.applyPending.Add(-1) })
-		if err != nil {
-			return lease.Result{}, err
+	cause := context.Cause(ctx)
+	if errors.Is(cause, errClosed) {
+		select {
+		case a := <-c:
+			return a.res, a.err
+		case <-s.raftDown:
 		}
-		s.metrics.apply.Observe(time.Since(start).Seconds())
-		return f.Response().(lease.Result), nil
 	}
+	return lease.Result{}, fmt.Errorf("%w: %w", errUncertain, cause)
 }
 
 func newLeaseID() string {
@@ -623,12 +658,10 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	}
 }
 
-// baseContext is cancelled by Close, which ends open Watch streams.
-func (s *Server) baseContext() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-s.done; cancel() }()
-	return ctx
-}
+// baseContext is the context requests derive from. Close ends it with
+// cause errClosed, which ends open Watch streams; writes in flight still get
+// their outcome (see await).
+func (s *Server) baseContext() context.Context { return s.base }
 
 // Addr returns the address the API listens on, once serving.
 func (s *Server) Addr() net.Addr {
@@ -657,6 +690,7 @@ func (s *Server) Close() error {
 	s.closeMu.Unlock()
 	s.ready.Store(false)
 	close(s.done)
+	s.endBase(errClosed)
 	var errs []error
 	if srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -674,6 +708,7 @@ func (s *Server) closeRaft() error {
 	if s.raft != nil {
 		errs = append(errs, s.raft.Shutdown().Error())
 	}
+	close(s.raftDown)
 	if s.trans != nil {
 		errs = append(errs, s.trans.Close())
 	}

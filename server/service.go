@@ -328,7 +328,7 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 	}
 	c := lease.Command{Op: lease.OpAcquire, Key: key, Owner: owner, TTL: ttl}
 	if wait == 0 {
-		return s.tryAcquire(c)
+		return s.tryAcquire(ctx, c)
 	}
 
 	if err := s.checkLeaseQuota(owner); err != nil {
@@ -349,7 +349,9 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 			return l, nil
 		}
 		if head {
-			l, err := s.tryAcquire(c)
+			// The caller's context, not the wait's: a grant being written
+			// when waitMs ends is still this caller's.
+			l, err := s.tryAcquire(caller, c)
 			if err == nil {
 				return l, nil
 			}
@@ -395,7 +397,9 @@ func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
 	return lease.Lease{}, err
 }
 
-func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
+// tryAcquire grants c.Key if it is free. If ctx ends while the grant is
+// being written, the grant may still take effect (errUncertain).
+func (s *Server) tryAcquire(ctx context.Context, c lease.Command) (lease.Lease, error) {
 	if !s.ready.Load() {
 		return lease.Lease{}, errNotReady
 	}
@@ -411,7 +415,7 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 		owners = st.OwnerLen(c.Owner)
 	})
 	if held && failpoint.Enabled(failpoint.GrantHeld) && failpoint.OneIn(16) {
-		_, _ = s.apply(lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
+		_, _ = s.apply(ctx, lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
 		held = false
 	}
 	if held {
@@ -425,7 +429,7 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 		return lease.Lease{}, &quotaError{Quota: "max-leases-per-owner", Owner: c.Owner, Used: owners, Limit: s.cfg.MaxLeasesPerOwner}
 	}
 	c.ID = newLeaseID()
-	res, err := s.apply(c)
+	res, err := s.apply(ctx, c)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -476,7 +480,7 @@ func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error)
 		return lease.Lease{}, errNotReady
 	}
 	start := s.expirer.now()
-	if err := s.leader.confirm(); err != nil && !mutant {
+	if err := s.leader.confirm(ctx); err != nil && !mutant {
 		return lease.Lease{}, err
 	}
 	// The deadline counts from before the leadership check: a renewal never
@@ -514,7 +518,7 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	if err != nil {
 		return describeNotHeld(err, key, id)
 	}
-	res, err := s.applyHandover(lease.Command{Op: lease.OpRelease, Key: key, ID: id}, s.apply)
+	res, err := s.applyHandover(ctx, lease.Command{Op: lease.OpRelease, Key: key, ID: id})
 	if err != nil {
 		return err
 	}
