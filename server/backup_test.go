@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -31,7 +31,7 @@ func TestBackupRestoreTokens(t *testing.T) {
 	old := newTestServer(t, Config{})
 	acquire := func(s *Server, key string) lease.Lease {
 		t.Helper()
-		l, err := s.Acquire(ctx, &fencedv1.AcquireRequest{Key: key, Owner: "o", TtlMs: 60_000})
+		l, err := s.Acquire(ctx, key, "o", time.Minute, 0)
 		if err != nil {
 			t.Fatalf("acquire %q: %v", key, err)
 		}

@@ -8,7 +8,6 @@ import (
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
-	"google.golang.org/protobuf/proto"
 )
 
 type adminService struct{ s *Server }
@@ -78,21 +77,18 @@ func (s *Server) leaseOwner(key, id string) (string, bool) {
 	return l.Owner, err == nil
 }
 
-// authorizeAcquire checks that the caller may acquire req's key and returns
-// the request with the owner it may record (see acquireOwner).
-func (s *Server) authorizeAcquire(ctx context.Context, req *fencedv1.AcquireRequest) (*fencedv1.AcquireRequest, error) {
-	if err := validateKey(req.GetKey()); err != nil {
-		return nil, err
+// authorizeAcquire checks that the caller may acquire key and returns the
+// owner it may record in place of the owner it asked for (see
+// acquireOwner).
+func (s *Server) authorizeAcquire(ctx context.Context, key, owner string) (string, error) {
+	if err := validateKey(key); err != nil {
+		return "", err
 	}
-	p, err := s.authorize(ctx, PermAcquire, req.GetKey())
+	p, err := s.authorize(ctx, PermAcquire, key)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	if owner := s.acquireOwner(p, req.GetKey(), req.GetOwner()); owner != req.GetOwner() {
-		req = proto.CloneOf(req)
-		req.Owner = owner
-	}
-	return req, nil
+	return s.acquireOwner(p, key, owner), nil
 }
 
 // authorizeRenew checks that the caller may renew or release lease id of

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -71,10 +72,17 @@ func result(err error, ok string) string {
 }
 
 func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
-	msg, err := v.s.authorizeAcquire(ctx, req.Msg)
-	var l lease.Lease
+	m := req.Msg
+	owner, err := v.s.authorizeAcquire(ctx, m.GetKey(), m.GetOwner())
+	var (
+		l         lease.Lease
+		ttl, wait time.Duration
+	)
 	if err == nil {
-		l, err = v.s.Acquire(ctx, msg)
+		ttl, wait, err = acquireTimes(m)
+	}
+	if err == nil {
+		l, err = v.s.Acquire(ctx, m.GetKey(), owner, ttl, wait)
 	}
 	v.s.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
 	if err != nil {
@@ -302,29 +310,17 @@ func eventToProto(ev lease.Event) *fencedv1.Event {
 	return e
 }
 
-// Acquire grants req.Key or, with WaitMs, waits in line for it.
+// Acquire grants key to owner for ttl or, with wait > 0, waits in line
+// for it up to wait. The arguments are checked as the API checks them
+// (key and owner as in the wire contract, ttl within MinTTL..MaxTTL, wait
+// within 0..MaxWait): invalid input changes nothing.
 //
-// If ctx ends while the grant is being written, the grant may still take
-// effect; the lease then expires after its TTL.
-func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lease.Lease, error) {
-	key, owner := req.GetKey(), req.GetOwner()
-	if err := validateKey(key); err != nil {
+// If ctx ends while the grant is being written, the outcome is uncertain
+// (reported as unavailable): the grant may still take effect, and the
+// lease then expires after its TTL.
+func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
+	if err := s.validateAcquire(key, owner, ttl, wait); err != nil {
 		return lease.Lease{}, err
-	}
-	if err := validateOwner(owner); err != nil {
-		return lease.Lease{}, err
-	}
-	ttl := time.Duration(req.GetTtlMs()) * time.Millisecond
-	switch {
-	case req.GetTtlMs() <= 0:
-		return lease.Lease{}, invalidf("ttlMs is required and must be positive, got %d", req.GetTtlMs())
-	case ttl < s.cfg.MinTTL || ttl > s.cfg.MaxTTL || req.GetTtlMs() > int64(s.cfg.MaxTTL/time.Millisecond):
-		return lease.Lease{}, invalidf("ttlMs %d is outside the allowed range %d..%d", req.GetTtlMs(),
-			s.cfg.MinTTL.Milliseconds(), s.cfg.MaxTTL.Milliseconds())
-	}
-	wait := time.Duration(req.GetWaitMs()) * time.Millisecond
-	if req.GetWaitMs() < 0 || req.GetWaitMs() > int64(s.cfg.MaxWait/time.Millisecond) {
-		return lease.Lease{}, invalidf("waitMs %d is outside the allowed range 0..%d", req.GetWaitMs(), s.cfg.MaxWait.Milliseconds())
 	}
 	c := lease.Command{Op: lease.OpAcquire, Key: key, Owner: owner, TTL: ttl}
 	if wait == 0 {
@@ -534,6 +530,45 @@ func validateKey(key string) error {
 		return invalidf("key %s", se.Reason)
 	}
 	return nil
+}
+
+// validateAcquire checks an acquisition's arguments against the wire
+// contract and the configuration; the messages name the wire's fields.
+func (s *Server) validateAcquire(key, owner string, ttl, wait time.Duration) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := validateOwner(owner); err != nil {
+		return err
+	}
+	switch {
+	case ttl <= 0:
+		return invalidf("ttlMs is required and must be positive, got %d", ttl.Milliseconds())
+	case ttl < s.cfg.MinTTL || ttl > s.cfg.MaxTTL:
+		return invalidf("ttlMs %d is outside the allowed range %d..%d", ttl.Milliseconds(),
+			s.cfg.MinTTL.Milliseconds(), s.cfg.MaxTTL.Milliseconds())
+	}
+	if wait < 0 || wait > s.cfg.MaxWait {
+		return invalidf("waitMs %d is outside the allowed range 0..%d", wait.Milliseconds(), s.cfg.MaxWait.Milliseconds())
+	}
+	return nil
+}
+
+// acquireTimes converts the TTL and wait of an Acquire request from
+// milliseconds, refusing what no time.Duration can hold.
+func acquireTimes(req *fencedv1.AcquireRequest) (ttl, wait time.Duration, err error) {
+	const maxMs = math.MaxInt64 / int64(time.Millisecond)
+	for _, f := range []struct {
+		name string
+		ms   int64
+		d    *time.Duration
+	}{{"ttlMs", req.GetTtlMs(), &ttl}, {"waitMs", req.GetWaitMs(), &wait}} {
+		if f.ms > maxMs || f.ms < -maxMs {
+			return 0, 0, invalidf("%s %d is outside every allowed range", f.name, f.ms)
+		}
+		*f.d = time.Duration(f.ms) * time.Millisecond
+	}
+	return ttl, wait, nil
 }
 
 func validateOwner(owner string) error {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
@@ -40,7 +39,7 @@ func TestAcquireWriteHonoursContext(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Acquire(ctx, &fencedv1.AcquireRequest{Key: "gated/k", Owner: "o", TtlMs: 60_000})
+		_, err := s.Acquire(ctx, "gated/k", "o", time.Minute, 0)
 		done <- err
 	}()
 	var err error
@@ -65,13 +64,13 @@ func TestAcquireWriteHonoursContext(t *testing.T) {
 // handing it to, once the write is done: the waiter gets the grant.
 func TestReleaseCutByContextStillHandsOver(t *testing.T) {
 	s, hold := gatedServer(t)
-	a, err := s.Acquire(context.Background(), &fencedv1.AcquireRequest{Key: "gated/h", Owner: "A", TtlMs: 60_000})
+	a, err := s.Acquire(context.Background(), "gated/h", "A", time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waited := make(chan lease.Lease, 1)
 	go func() {
-		l, err := s.Acquire(context.Background(), &fencedv1.AcquireRequest{Key: "gated/h", Owner: "B", TtlMs: 60_000, WaitMs: 30_000})
+		l, err := s.Acquire(context.Background(), "gated/h", "B", time.Minute, 30*time.Second)
 		if err != nil {
 			t.Errorf("waiter: %v", err)
 		}
