@@ -26,10 +26,8 @@ func (s *Server) applied(ev lease.Event) {
 		if replay {
 			break
 		}
-		s.metrics.tokens.Inc()
 		s.counts.acquired.Add(1)
 		if tookOver {
-			s.metrics.takeovers.Inc()
 			s.counts.takeovers.Add(1)
 			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token,
 				"previous_owner", prev.Owner, "previous_token", prev.Token)
@@ -53,7 +51,6 @@ func (s *Server) applied(ev lease.Event) {
 		s.expired.put(l)
 		s.waiters.freed(l.Key)
 		if !replay {
-			s.metrics.expirations.Inc()
 			s.counts.expired.Add(1)
 			s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
 		}

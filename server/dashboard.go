@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
@@ -16,11 +15,6 @@ import (
 
 //go:embed ui
 var uiFiles embed.FS
-
-// transitions counts applied transitions since this process started.
-type transitions struct {
-	acquired, released, expired, takeovers atomic.Uint64
-}
 
 // leaseJSON is a lease as the dashboard endpoints write it: the public view
 // (no lease ID, see view). Tokens are strings because JavaScript numbers lose
