@@ -3,20 +3,17 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
-	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 )
 
+// service serves the lease API from this node's own state; routedService
+// decides, call by call, whether this node or the leader serves it.
 type service struct{ s *Server }
-
-var _ fencedv1connect.LeaseServiceHandler = (*service)(nil)
 
 func (s *Server) handlerOptions() []connect.HandlerOption {
 	return append(s.codecs(),
@@ -77,16 +74,35 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 }
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
-	err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
-	var l lease.Lease
-	if err == nil {
-		l, err = v.s.Renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
-	}
-	v.s.metrics.countRenewal(err)
+	l, err := v.renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.RenewResponse{Lease: wireLease(l, l.TTL, holderView), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: renewedLease(l), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
+}
+
+// renew authorizes and makes one renewal, and counts it.
+func (v *service) renew(ctx context.Context, key, id string) (lease.Lease, error) {
+	err := v.s.authorizeRenew(ctx, key, id)
+	var l lease.Lease
+	if err == nil {
+		l, err = v.s.Renew(ctx, key, id)
+	}
+	v.s.metrics.countRenewal(err)
+	return l, err
+}
+
+// keepAliveAnswer is KeepAlive's answer to a renewal that returned l, err:
+// a failure is reported in the answer, and the stream goes on.
+func (v *service) keepAliveAnswer(l lease.Lease, err error) *fencedv1.KeepAliveResponse {
+	resp := &fencedv1.KeepAliveResponse{}
+	var ce *connect.Error
+	if errors.As(connectError(err), &ce) {
+		resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
+	} else {
+		resp.Lease, resp.TokenSignature = renewedLease(l), v.s.signature(l.Key, l.Token)
+	}
+	return resp
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
@@ -102,25 +118,35 @@ func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.Rel
 }
 
 func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
-	key := req.Msg.GetKey()
-	if err := validateKey(key); err != nil {
-		return nil, connectError(err)
-	}
-	if _, err := v.s.authorize(ctx, PermRead, key); err != nil {
-		return nil, connectError(err)
-	}
-	if !v.s.ready.Load() {
-		return nil, connectError(errNotReady)
-	}
-	return v.get(req.Msg)
+	return read(ctx, v.s, req.Msg, false, v.checkGet, v.get)
 }
 
-// get answers a Get from this node's state, whatever its role.
+// read answers a read from this node's state once check passes; unless
+// stale, only while this node serves (it leads and its state is current).
+func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
+	check func(context.Context, *Req) error, answer func(*Req) (*connect.Response[Resp], error),
+) (*connect.Response[Resp], error) {
+	if err := check(ctx, req); err != nil {
+		return nil, err
+	}
+	if !stale && !s.ready.Load() {
+		return nil, connectError(errNotReady)
+	}
+	return answer(req)
+}
+
+// checkGet checks a Get's key and that the caller may read it.
+func (v *service) checkGet(ctx context.Context, req *fencedv1.GetRequest) error {
+	if err := validateKey(req.GetKey()); err != nil {
+		return connectError(err)
+	}
+	_, err := v.s.authorize(ctx, PermRead, req.GetKey())
+	return connectError(err)
+}
+
+// get answers a checked Get from this node's state, whatever its role.
 func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetResponse], error) {
 	key := req.GetKey()
-	if err := validateKey(key); err != nil {
-		return nil, connectError(err)
-	}
 	var (
 		l    lease.Lease
 		ok   bool
@@ -140,35 +166,25 @@ func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetR
 }
 
 func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
-	prefix, limit := req.Msg.GetPrefix(), int(req.Msg.GetLimit())
-	if len(prefix) > 0 {
-		if err := validateKey(prefix); err != nil {
-			return nil, connectError(fmt.Errorf("prefix: %w", err))
-		}
-	}
-	if limit < 0 {
-		return nil, connectError(invalidf("limit %d is negative", limit))
-	}
-	if _, err := v.s.authorize(ctx, PermRead, prefix); err != nil {
-		return nil, connectError(err)
-	}
-	if !v.s.ready.Load() {
-		return nil, connectError(errNotReady)
-	}
-	return v.list(req.Msg)
+	return read(ctx, v.s, req.Msg, false, v.checkList, v.list)
 }
 
-// list answers a List from this node's state, whatever its role.
+// checkList checks a List's prefix and limit and that the caller may read
+// under the prefix.
+func (v *service) checkList(ctx context.Context, req *fencedv1.ListRequest) error {
+	if err := validatePrefix(req.GetPrefix()); err != nil {
+		return connectError(err)
+	}
+	if req.GetLimit() < 0 {
+		return connectError(invalidf("limit %d is negative", req.GetLimit()))
+	}
+	_, err := v.s.authorize(ctx, PermRead, req.GetPrefix())
+	return connectError(err)
+}
+
+// list answers a checked List from this node's state, whatever its role.
 func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.ListResponse], error) {
 	prefix, limit := req.GetPrefix(), int(req.GetLimit())
-	if len(prefix) > 0 {
-		if err := validateKey(prefix); err != nil {
-			return nil, connectError(fmt.Errorf("prefix: %w", err))
-		}
-	}
-	if limit < 0 {
-		return nil, connectError(invalidf("limit %d is negative", limit))
-	}
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit
 	}
@@ -184,10 +200,8 @@ func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.Li
 
 func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
 	prefix := req.Msg.GetPrefix()
-	if len(prefix) > 0 {
-		if err := validateKey(prefix); err != nil {
-			return connectError(fmt.Errorf("prefix: %w", err))
-		}
+	if err := validatePrefix(prefix); err != nil {
+		return connectError(err)
 	}
 	if _, err := v.s.authorize(ctx, PermWatch, prefix); err != nil {
 		return connectError(err)
@@ -250,37 +264,6 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			if err := resync(); err != nil {
 				return err
 			}
-		}
-	}
-}
-
-// KeepAlive renews leases from a stream of requests, answering each in
-// order. A failed renewal is reported in its answer; the stream goes on.
-func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]) error {
-	for {
-		req, err := stream.Receive()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		err = v.s.authorizeRenew(ctx, req.GetKey(), req.GetLeaseId())
-		var l lease.Lease
-		if err == nil {
-			l, err = v.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
-		}
-		v.s.metrics.countRenewal(err)
-		resp := &fencedv1.KeepAliveResponse{}
-		var ce *connect.Error
-		if errors.As(connectError(err), &ce) {
-			resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
-		} else {
-			resp.Lease = wireLease(l, l.TTL, holderView) // just renewed: its full TTL is left
-			resp.TokenSignature = v.s.signature(l.Key, l.Token)
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
 		}
 	}
 }

@@ -73,6 +73,18 @@ func acquireTimes(req *fencedv1.AcquireRequest) (ttl, wait time.Duration, err er
 	return ttl, wait, nil
 }
 
+// validatePrefix checks the prefix of a List or Watch: empty (every key),
+// or a valid key.
+func validatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	if err := validateKey(prefix); err != nil {
+		return fmt.Errorf("prefix: %w", err)
+	}
+	return nil
+}
+
 func validateOwner(owner string) error {
 	if len(owner) > MaxOwnerBytes {
 		return invalidf("owner is %d bytes, the limit is %d", len(owner), MaxOwnerBytes)

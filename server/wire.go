@@ -29,6 +29,9 @@ func wireLease(l lease.Lease, remaining time.Duration, v view) *fencedv1.Lease {
 	return p
 }
 
+// renewedLease is wireLease for a lease just renewed: its full TTL is left.
+func renewedLease(l lease.Lease) *fencedv1.Lease { return wireLease(l, l.TTL, holderView) }
+
 // currentLease is wireLease for a current lease, with the time it has left.
 func (s *Server) currentLease(l lease.Lease, v view) *fencedv1.Lease {
 	return wireLease(l, s.expirer.remaining(l.Key, s.expirer.now()), v)
