@@ -164,10 +164,11 @@ func (s *Server) applyAsync(ctx context.Context, c lease.Command) func() (lease.
 		return func() (lease.Result, error) { return lease.Result{}, err }
 	}
 	var timeout time.Duration // raft's: 0 waits for the queue as long as it takes
-	if d, ok := ctx.Deadline(); ok {
+	d, hasDeadline := ctx.Deadline()
+	if hasDeadline {
 		timeout = time.Until(d)
 	}
-	if err := ctx.Err(); err != nil || timeout < 0 {
+	if err := ctx.Err(); err != nil || (hasDeadline && timeout <= 0) {
 		err = cmp.Or(err, context.DeadlineExceeded)
 		return func() (lease.Result, error) { return lease.Result{}, err }
 	}
@@ -190,7 +191,7 @@ func (s *Server) applyAsync(ctx context.Context, c lease.Command) func() (lease.
 
 // await waits for the answer of an apply started by applyAsync, or until
 // ctx ends. An apply given up on this way may still be committed: the
-// answer is errUncertain (unavailable), never "not applied". A call whose
+// answer is errUncertain with ctx's cause, never "not applied". A call whose
 // ctx ended because the node is closing waits on, until raft has shut down:
 // Close drains the API before it stops raft, so writes in flight get their
 // outcome. (raft never answers an apply still queued in its buffered apply

@@ -34,8 +34,9 @@
 //   - A release, revocation or expiry of a key with waiters hands the key to
 //     the first of them in the same log entry, with a token of its own.
 //   - Every blocking call honours its context. When a context ends while a
-//     write is in the log's hands, the answer is unavailable: the write may
-//     or may not take effect, and is never reported as not applied.
+//     write is in the log's hands, the answer says so (deadline_exceeded,
+//     or unavailable when the node is closing): the write may or may not
+//     take effect, and is never reported as not applied.
 //   - Bad input is refused with invalid_argument and changes nothing
 //     (validate.go); domain errors are mapped to Connect codes in one place
 //     (connectError).

@@ -17,8 +17,8 @@ import (
 // within 0..MaxWait): invalid input changes nothing.
 //
 // If ctx ends while the grant is being written, the outcome is uncertain
-// (reported as unavailable): the grant may still take effect, and the
-// lease then expires after its TTL.
+// (errUncertain, with ctx's error): the grant may still take effect, and
+// the lease then expires after its TTL.
 func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
 	if err := s.validateAcquire(key, owner, ttl, wait); err != nil {
 		return lease.Lease{}, err

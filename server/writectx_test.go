@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -30,8 +31,9 @@ func gatedServer(t *testing.T) (s *Server, hold func() (release func())) {
 }
 
 // An acquisition whose context ends while its grant is being written
-// returns at once with an uncertain outcome (unavailable, never "not
-// applied"), and the grant may indeed take effect afterwards.
+// returns at once with an uncertain outcome (deadline_exceeded, as
+// docs/protocol.md says: it may have been granted; never "not applied"),
+// and the grant may indeed take effect afterwards.
 func TestAcquireWriteHonoursContext(t *testing.T) {
 	s, hold := gatedServer(t)
 	release := hold()
@@ -48,8 +50,8 @@ func TestAcquireWriteHonoursContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Acquire still waits for a held log write 10s after its context ended")
 	}
-	if !errors.Is(err, errUncertain) || connect.CodeOf(connectError(err)) != connect.CodeUnavailable {
-		t.Fatalf("Acquire cut by its context: %v (%v), want an uncertain outcome, unavailable", err, connect.CodeOf(connectError(err)))
+	if !errors.Is(err, errUncertain) || connect.CodeOf(connectError(err)) != connect.CodeDeadlineExceeded {
+		t.Fatalf("Acquire cut by its context: %v (%v), want an uncertain outcome, deadline_exceeded", err, connect.CodeOf(connectError(err)))
 	}
 	release()
 	testutil.Eventually(t, 10*time.Second, func() error {
@@ -103,5 +105,24 @@ func TestReleaseCutByContextStillHandsOver(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter never got the key handed over by the cut release")
+	}
+}
+
+// An uncertain outcome keeps the code of what cut it, and never one that
+// says "not applied".
+func TestUncertainOutcomeCodes(t *testing.T) {
+	for _, tc := range []struct {
+		cause error
+		want  connect.Code
+	}{
+		{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
+		{context.Canceled, connect.CodeCanceled},
+		{errClosed, connect.CodeUnavailable},
+		{errDeposed, connect.CodeUnavailable},
+	} {
+		err := fmt.Errorf("%w: %w", errUncertain, tc.cause)
+		if got := connect.CodeOf(connectError(err)); got != tc.want {
+			t.Errorf("uncertain, cut by %v: %v, want %v", tc.cause, got, tc.want)
+		}
 	}
 }
