@@ -77,5 +77,8 @@ func TestLeaderCheckHonoursContext(t *testing.T) {
 		if err := <-other; err != nil {
 			t.Fatalf("the other caller: %v", err)
 		}
+		// A round that started for the caller that left runs to its end.
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
 	})
 }
