@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/lease"
 )
 
 // Permission is a set of operations a rule grants on a key prefix.
@@ -503,4 +504,41 @@ func (s *Server) protectDashboard(next http.Handler, peer bool) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// leaseOwner returns the owner of lease id of key, if it is current.
+func (s *Server) leaseOwner(key, id string) (string, bool) {
+	var (
+		l   lease.Lease
+		err error
+	)
+	s.fsm.read(func(st *lease.State) { l, err = st.Current(key, id) })
+	return l.Owner, err == nil
+}
+
+// authorizeAcquire checks that the caller may acquire key and returns the
+// owner it may record in place of the owner it asked for (see
+// acquireOwner).
+func (s *Server) authorizeAcquire(ctx context.Context, key, owner string) (string, error) {
+	if err := validateKey(key); err != nil {
+		return "", err
+	}
+	p, err := s.authorize(ctx, PermAcquire, key)
+	if err != nil {
+		return "", err
+	}
+	return s.acquireOwner(p, key, owner), nil
+}
+
+// authorizeRenew checks that the caller may renew or release lease id of
+// key.
+func (s *Server) authorizeRenew(ctx context.Context, key, id string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	p, err := s.authorize(ctx, PermRenew, key)
+	if err != nil {
+		return err
+	}
+	return s.authorizeHolder(p, key, id)
 }

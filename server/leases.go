@@ -221,3 +221,48 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	}
 	return describeNotHeld(res.Err, key, id)
 }
+
+// Revoke ends the current lease of key on behalf of principal by, whoever
+// holds it, and returns it. The end is a log entry naming by; like a
+// release it hands the key to its first waiter, if any, in the same entry,
+// and the holder's next renewal finds its lease gone. lease.ErrNotHeld when
+// key is free.
+func (s *Server) Revoke(ctx context.Context, key, by string) (lease.Lease, error) {
+	if err := validateKey(key); err != nil {
+		return lease.Lease{}, err
+	}
+	if !s.ready.Load() {
+		return lease.Lease{}, errNotReady
+	}
+	cur, ok := s.currentOf(key)
+	if !ok {
+		return lease.Lease{}, &freeKeyError{key: key}
+	}
+	// The command names the lease seen here: should it end meanwhile, the
+	// revocation changes nothing rather than ending its successor.
+	res, err := s.applyHandover(ctx, lease.Command{Op: lease.OpRevoke, Key: key, ID: cur.ID, By: by})
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	if res.Err != nil {
+		return lease.Lease{}, &freeKeyError{key: key}
+	}
+	return res.Event.Lease, nil
+}
+
+func (s *Server) currentOf(key string) (lease.Lease, bool) {
+	var (
+		l  lease.Lease
+		ok bool
+	)
+	s.fsm.read(func(st *lease.State) { l, ok = st.Get(key) })
+	return l, ok
+}
+
+// freeKeyError is a Revoke of a key nobody holds; it matches
+// lease.ErrNotHeld.
+type freeKeyError struct{ key string }
+
+func (e *freeKeyError) Error() string { return fmt.Sprintf("key %q has no current lease", e.key) }
+
+func (e *freeKeyError) Is(err error) bool { return err == lease.ErrNotHeld }

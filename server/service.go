@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -266,4 +267,26 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			}
 		}
 	}
+}
+
+// adminService serves the AdminService (Revoke) from this node; routedAdmin
+// decides where each call is served.
+type adminService struct{ s *Server }
+
+var _ fencedv1connect.AdminServiceHandler = (*adminService)(nil)
+
+func (v *adminService) Revoke(ctx context.Context, req *connect.Request[fencedv1.RevokeRequest]) (*connect.Response[fencedv1.RevokeResponse], error) {
+	key := req.Msg.GetKey()
+	if err := validateKey(key); err != nil {
+		return nil, connectError(err)
+	}
+	p, err := v.s.authorize(ctx, PermAdmin, key)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	l, err := v.s.Revoke(ctx, key, p.Name)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	return connect.NewResponse(&fencedv1.RevokeResponse{Lease: wireLease(l, 0, publicView), RevokedBy: p.Name}), nil
 }
