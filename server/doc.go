@@ -67,8 +67,9 @@
 // machine; leases.go the lease operations in domain terms (the Go API);
 // expiry.go, waiters.go, leadercheck.go and contact.go the leader's
 // deadlines, wait queues and leadership confirmation. The API side:
-// service.go the Connect handlers (lease API and Revoke), routed.go and forward.go where each call
-// is served, validate.go the input rules, wire.go a lease's wire form,
-// errors.go the mapping to Connect codes, auth.go, sign.go and tls.go
-// security, httpserver.go and dashboard.go the HTTP server and dashboard.
+// service.go the Connect handlers (lease API and Revoke), routed.go and
+// forward.go where each call is served, validate.go the input rules, wire.go
+// a lease's wire form, errors.go the mapping to Connect codes, auth.go,
+// sign.go and tls.go security, httpserver.go and dashboard.go the HTTP
+// server and dashboard.
 package server
