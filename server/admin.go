@@ -32,18 +32,9 @@ var _ fencedv1connect.ClusterServiceHandler = (*admin)(nil)
 // leader returns a client of the leader's ClusterService, or nil when this
 // node should serve the call itself.
 func (a *admin) leader(ctx context.Context, h http.Header) (fencedv1connect.ClusterServiceClient, error) {
-	if a.s.raft.State() == raft.Leader {
-		return nil, nil
-	}
-	if h.Get(forwardedHeader) != "" {
-		return nil, connectError(errNotReady)
-	}
-	addr, err := a.s.forward.leaderAddr(ctx)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if addr == "" {
-		return nil, nil
+	addr, err := a.s.forward.leaderFor(ctx, h, a.s.raft.State() == raft.Leader)
+	if err != nil || addr == "" {
+		return nil, err
 	}
 	return a.s.forward.clusterClient(addr), nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/lease"
 )
 
 // Permission is a set of operations a rule grants on a key prefix.
@@ -424,56 +425,44 @@ func (s *Server) acquireOwner(p Principal, key, asked string) string {
 
 // authInterceptor refuses every RPC whose caller failed authentication,
 // before any handler runs; handlers then authorize per key.
-func (s *Server) authInterceptor() connect.Interceptor { return authInterceptor{s} }
-
-type authInterceptor struct{ s *Server }
-
-func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if _, err := a.s.principal(ctx); err != nil {
-			return nil, connectError(err)
-		}
-		return next(ctx, req)
-	}
-}
-
-func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if _, err := a.s.principal(ctx); err != nil {
-			return connectError(err)
-		}
-		return next(ctx, conn)
-	}
+func (s *Server) authInterceptor() connect.Interceptor {
+	return checkInterceptor(func(ctx context.Context) error {
+		_, err := s.principal(ctx)
+		return err
+	})
 }
 
 // requireAdmin refuses the cluster RPCs (member changes, leadership
 // transfer) to callers without the admin permission on every key (a rule
 // with the empty prefix) once auth is on: they change who stores and serves
 // every lease.
-func (s *Server) requireAdmin() connect.Interceptor { return adminInterceptor{s} }
+func (s *Server) requireAdmin() connect.Interceptor {
+	return checkInterceptor(func(ctx context.Context) error {
+		_, err := s.authorize(ctx, PermAdmin, "")
+		return err
+	})
+}
 
-type adminInterceptor struct{ s *Server }
+// checkInterceptor runs a check before every unary call and stream a
+// handler serves, answering its error instead.
+type checkInterceptor func(ctx context.Context) error
 
-func (a adminInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+func (check checkInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if _, err := a.s.authorize(ctx, PermAdmin, ""); err != nil {
+		if err := check(ctx); err != nil {
 			return nil, connectError(err)
 		}
 		return next(ctx, req)
 	}
 }
 
-func (a adminInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+func (check checkInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
 }
 
-func (a adminInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (check checkInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if _, err := a.s.authorize(ctx, PermAdmin, ""); err != nil {
+		if err := check(ctx); err != nil {
 			return connectError(err)
 		}
 		return next(ctx, conn)
@@ -484,8 +473,15 @@ func (a adminInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 // which holds every lease): 401 without a principal, 403 without the
 // permission.
 func (s *Server) requireAdminHTTP(next http.Handler) http.Handler {
+	return s.requireHTTP(PermAdmin, func(*http.Request) string { return "" }, next)
+}
+
+// requireHTTP serves r with next if its caller holds perm on the key or
+// prefix scope(r) names: 401 without a principal, 403 without the
+// permission.
+func (s *Server) requireHTTP(perm Permission, scope func(*http.Request) string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.authorize(r.Context(), PermAdmin, ""); err != nil {
+		if _, err := s.authorize(r.Context(), perm, scope(r)); err != nil {
 			status := http.StatusForbidden
 			if errors.Is(err, errUnauthenticated) {
 				status = http.StatusUnauthorized
@@ -503,17 +499,8 @@ func (s *Server) requireAdminHTTP(next http.Handler) http.Handler {
 // streams. Browsers authenticate with a client certificate; they cannot
 // send bearer tokens on an EventSource.
 func (s *Server) protectDashboard(next http.Handler, peer bool) http.Handler {
-	events := s.authenticate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.authorize(r.Context(), PermWatch, r.URL.Query().Get("prefix")); err != nil {
-			status := http.StatusForbidden
-			if errors.Is(err, errUnauthenticated) {
-				status = http.StatusUnauthorized
-			}
-			http.Error(w, err.Error(), status)
-			return
-		}
-		next.ServeHTTP(w, r)
-	}), peer)
+	prefix := func(r *http.Request) string { return r.URL.Query().Get("prefix") }
+	events := s.authenticate(s.requireHTTP(PermWatch, prefix, next), peer)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/events" && s.sec.policy() != nil {
 			events.ServeHTTP(w, r)
@@ -521,4 +508,41 @@ func (s *Server) protectDashboard(next http.Handler, peer bool) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// leaseOwner returns the owner of lease id of key, if it is current.
+func (s *Server) leaseOwner(key, id string) (string, bool) {
+	var (
+		l   lease.Lease
+		err error
+	)
+	s.fsm.read(func(st *lease.State) { l, err = st.Current(key, id) })
+	return l.Owner, err == nil
+}
+
+// authorizeAcquire checks that the caller may acquire key and returns the
+// owner it may record in place of the owner it asked for (see
+// acquireOwner).
+func (s *Server) authorizeAcquire(ctx context.Context, key, owner string) (string, error) {
+	if err := validateKey(key); err != nil {
+		return "", err
+	}
+	p, err := s.authorize(ctx, PermAcquire, key)
+	if err != nil {
+		return "", err
+	}
+	return s.acquireOwner(p, key, owner), nil
+}
+
+// authorizeRenew checks that the caller may renew or release lease id of
+// key.
+func (s *Server) authorizeRenew(ctx context.Context, key, id string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	p, err := s.authorize(ctx, PermRenew, key)
+	if err != nil {
+		return err
+	}
+	return s.authorizeHolder(p, key, id)
 }

@@ -84,13 +84,20 @@ type RestoreConfig struct {
 // overwrites one.
 var ErrRestoreTarget = errors.New("the data directory already holds raft state")
 
-// Validate fills in defaults and checks the configuration.
-func (c *RestoreConfig) Validate() error {
+// withDefaults returns c with its zero fields set to their defaults.
+func (c RestoreConfig) withDefaults() RestoreConfig {
 	setDefault(&c.DataDir, "fenced-data")
 	setDefault(&c.NodeID, "node1")
 	setDefault(&c.RaftAddress, "127.0.0.1:7421")
 	setDefault(&c.Bump, lease.DefaultRestoreBump)
 	setDefault(&c.MaxIdleKeys, lease.DefaultMaxIdleKeys)
+	return c
+}
+
+// Validate checks the configuration as RestoreBackup would use it, zero
+// fields replaced by their defaults. It does not change c.
+func (c RestoreConfig) Validate() error {
+	c = c.withDefaults()
 	if len(c.InitialCluster) == 0 {
 		return nil
 	}
@@ -106,6 +113,7 @@ func RestoreBackup(cfg RestoreConfig, backup io.Reader) (uint64, error) {
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}
+	cfg = cfg.withDefaults()
 	st, err := lease.Restore(backup, cfg.MaxIdleKeys)
 	if err != nil {
 		return 0, err

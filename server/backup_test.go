@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"net"
 	"testing"
+	"time"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -31,7 +31,7 @@ func TestBackupRestoreTokens(t *testing.T) {
 	old := newTestServer(t, Config{})
 	acquire := func(s *Server, key string) lease.Lease {
 		t.Helper()
-		l, err := s.Acquire(ctx, &fencedv1.AcquireRequest{Key: key, Owner: "o", TtlMs: 60_000})
+		l, err := s.Acquire(ctx, key, "o", time.Minute, 0)
 		if err != nil {
 			t.Fatalf("acquire %q: %v", key, err)
 		}
@@ -93,5 +93,25 @@ func TestBackupRestoreTokens(t *testing.T) {
 		if l := acquire(restored, key); l.Token <= lost || l.Token <= start {
 			t.Errorf("%q: token %d after the restore, not above %d issued after the backup and the start %d", key, l.Token, lost, start)
 		}
+	}
+}
+
+// RestoreConfig.Validate checks the configuration as RestoreBackup uses it,
+// defaults filled in, without changing it.
+func TestRestoreConfigValidateDoesNotMutate(t *testing.T) {
+	ok := RestoreConfig{}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+	if ok.DataDir != "" || ok.NodeID != "" || ok.RaftAddress != "" || ok.Bump != 0 || ok.MaxIdleKeys != 0 {
+		t.Errorf("Validate changed the config: %+v", ok)
+	}
+	if d := ok.withDefaults(); d.NodeID != "node1" || d.Bump != lease.DefaultRestoreBump {
+		t.Errorf("withDefaults: %+v", d)
+	}
+	// The default NodeID is checked against the cluster it must be in.
+	bad := RestoreConfig{InitialCluster: []Peer{{ID: "other", Address: "127.0.0.1:7421"}}}
+	if err := bad.Validate(); err == nil {
+		t.Error("a NodeID (default node1) missing from InitialCluster was accepted")
 	}
 }

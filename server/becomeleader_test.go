@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 )
 
 // A run of becomeLeader must not reset the deadlines from a view of the
@@ -22,7 +20,7 @@ func TestBecomeLeaderKeepsLeasesGrantedMeanwhile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestServer(t, Config{})
 			ctx := context.Background()
-			if _, err := s.Acquire(ctx, &fencedv1.AcquireRequest{Key: "early", Owner: "a", TtlMs: 60_000}); err != nil {
+			if _, err := s.Acquire(ctx, "early", "a", time.Minute, 0); err != nil {
 				t.Fatal(err)
 			}
 			var (
@@ -31,7 +29,7 @@ func TestBecomeLeaderKeepsLeasesGrantedMeanwhile(t *testing.T) {
 			)
 			acquireLate := func() {
 				hooked = true
-				_, hookErr = s.Acquire(ctx, &fencedv1.AcquireRequest{Key: "late", Owner: "b", TtlMs: 60_000})
+				_, hookErr = s.Acquire(ctx, "late", "b", time.Minute, 0)
 			}
 			s.beforeLeaderReset = acquireLate
 			runCtx, cancel := context.WithCancel(ctx)

@@ -244,9 +244,6 @@ func (c Config) Validate() error {
 	if err := c.validateCluster(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.SnapshotInterval < 5*time.Millisecond {
-		errs = append(errs, fmt.Errorf("config: SnapshotInterval %v is below 5ms", c.SnapshotInterval))
-	}
 	for name, v := range map[string]int64{
 		"MaxWait": int64(c.MaxWait), "MaxBodyBytes": c.MaxBodyBytes, "MaxLeases": int64(c.MaxLeases),
 		"MaxIdleKeys": int64(c.MaxIdleKeys), "ListLimit": int64(c.ListLimit), "WatchBuffer": int64(c.WatchBuffer),

@@ -1,13 +1,13 @@
 package server
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
@@ -16,11 +16,6 @@ import (
 
 //go:embed ui
 var uiFiles embed.FS
-
-// transitions counts applied transitions since this process started.
-type transitions struct {
-	acquired, released, expired, takeovers atomic.Uint64
-}
 
 // leaseJSON is a lease as the dashboard endpoints write it: the public view
 // (no lease ID, see view). Tokens are strings because JavaScript numbers lose
@@ -99,50 +94,14 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	// Building a snapshot costs O(ListLimit) memory and CPU; at most
-	// snapshotSlots are built at once, so a crowd of dashboards connecting
-	// together queues here instead of multiplying the peak.
-	select {
-	case s.snapshotSlots <- struct{}{}:
-	case <-r.Context().Done():
+	sub, snapJSON, revision, ok := s.eventsSnapshot(r.Context(), prefix)
+	if !ok {
 		return
 	}
-	// Subscribed before the view is taken: every event after the view's
-	// revision reaches sub, and those at or before it are skipped below.
-	sub, _, _ := s.hub.subscribe(prefix, 0)
 	defer s.hub.unsubscribe(sub)
-	view := s.fsm.view()
-	leases := view.List(prefix, s.cfg.ListLimit)
-	revision := view.Applied()
-	remaining := s.expirer.remainingOf(leases, s.expirer.now())
-	snap := struct {
-		Revision uint64      `json:"revision"`
-		Leases   []leaseJSON `json:"leases"`
-	}{Revision: revision, Leases: make([]leaseJSON, len(leases))}
-	for i, l := range leases {
-		snap.Leases[i] = dashboardLease(wireLease(l, remaining[i], publicView))
-	}
-	leases = nil
-	snapJSON, _ := json.Marshal(snap)
-	snap.Leases = nil
-	<-s.snapshotSlots
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	// Every write must finish within StreamWriteTimeout: a dashboard that
-	// stops reading is cut off instead of holding its goroutine forever.
-	rc := http.NewResponseController(w)
-	write := func(b ...[]byte) bool {
-		if s.cfg.StreamWriteTimeout > 0 {
-			rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
-		}
-		for _, p := range b {
-			if _, err := w.Write(p); err != nil {
-				return false
-			}
-		}
-		flusher.Flush()
-		return true
-	}
+	write := s.sseWriter(w, flusher)
 	// Reconnect a second after a lost connection (browsers default to 3s).
 	if !write([]byte("retry: 1000\n\n"), sseFrame("snapshot", snapJSON)) {
 		return
@@ -173,6 +132,57 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+	}
+}
+
+// eventsSnapshot subscribes to the transitions under prefix and returns the
+// subscription with the JSON of the current leases under it (at most
+// ListLimit) as of revision: every event after revision reaches sub. ok is
+// false when ctx ended first.
+func (s *Server) eventsSnapshot(ctx context.Context, prefix string) (sub *subscription, snapJSON []byte, revision uint64, ok bool) {
+	// Building a snapshot costs O(ListLimit) memory and CPU; at most
+	// snapshotSlots are built at once, so a crowd of dashboards connecting
+	// together queues here instead of multiplying the peak.
+	select {
+	case s.snapshotSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, 0, false
+	}
+	defer func() { <-s.snapshotSlots }()
+	// Subscribed before the view is taken: every event after the view's
+	// revision reaches sub, and those at or before it are skipped by the
+	// caller.
+	sub, _, _ = s.hub.subscribe(prefix, 0)
+	view := s.fsm.view()
+	leases := view.List(prefix, s.cfg.ListLimit)
+	remaining := s.expirer.remainingOf(leases, s.expirer.now())
+	snap := struct {
+		Revision uint64      `json:"revision"`
+		Leases   []leaseJSON `json:"leases"`
+	}{Revision: view.Applied(), Leases: make([]leaseJSON, len(leases))}
+	for i, l := range leases {
+		snap.Leases[i] = dashboardLease(wireLease(l, remaining[i], publicView))
+	}
+	snapJSON, _ = json.Marshal(snap)
+	return sub, snapJSON, snap.Revision, true
+}
+
+// sseWriter returns a function that writes and flushes frames to w, each
+// write within StreamWriteTimeout: a dashboard that stops reading is cut
+// off instead of holding its goroutine forever. It reports success.
+func (s *Server) sseWriter(w http.ResponseWriter, flusher http.Flusher) func(frames ...[]byte) bool {
+	rc := http.NewResponseController(w)
+	return func(frames ...[]byte) bool {
+		if s.cfg.StreamWriteTimeout > 0 {
+			rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout))
+		}
+		for _, p := range frames {
+			if _, err := w.Write(p); err != nil {
+				return false
+			}
+		}
+		flusher.Flush()
+		return true
 	}
 }
 

@@ -19,6 +19,15 @@ var (
 	// errNotReady is returned while this node cannot serve: no leader yet,
 	// not the leader, or shutting down.
 	errNotReady = errors.New("not ready to serve: not the leader, or no leader yet")
+	// errUncertain is returned, wrapping the context's cause, when a
+	// caller's context ended while its write was in the log's hands: it may
+	// or may not take effect. Its code is the cause's: deadline_exceeded
+	// (documented as "may have been granted"), canceled, or else
+	// unavailable (the node is closing, or stopped leading); never one that
+	// says "not applied".
+	errUncertain = errors.New("outcome unknown: the write may still take effect")
+	// errClosed ends the requests' context when the node closes.
+	errClosed = errors.New("the server is closing")
 )
 
 // errQuotaExceeded is matched by *quotaError: resource_exhausted.
@@ -70,7 +79,8 @@ func connectError(err error) error {
 	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, errNoQuorumContact),
-		errors.Is(err, errLeaderChanged):
+		errors.Is(err, errLeaderChanged), errors.Is(err, errClosed), errors.Is(err, errDeposed),
+		errors.Is(err, errUncertain) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -154,16 +155,16 @@ func TestExpiryEntriesAndTerms(t *testing.T) {
 	term := s.raft.CurrentTerm()
 
 	for _, wrong := range []uint64{term - 1, term + 1} {
-		res, err := s.applyAlways(lease.Command{Op: lease.OpExpireBatch, Term: wrong, Expiries: []lease.Expiry{{Key: d.Key, ID: d.ID}}})
+		res, err := s.applyAlways(context.Background(), lease.Command{Op: lease.OpExpireBatch, Term: wrong, Expiries: []lease.Expiry{{Key: d.Key, ID: d.ID}}})
 		if err != nil || !errors.Is(res.Err, lease.ErrWrongTerm) || !held(s, d.Key) {
 			t.Fatalf("expiry of term %d in term %d: %+v, %v; held %v", wrong, term, res, err, held(s, d.Key))
 		}
 	}
-	res, err := s.applyAlways(lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{{Key: a.Key, ID: a.ID}, {Key: b.Key, ID: b.ID}}})
+	res, err := s.applyAlways(context.Background(), lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{{Key: a.Key, ID: a.ID}, {Key: b.Key, ID: b.ID}}})
 	if err != nil || res.Err != nil || len(res.Items) != 2 || res.Items[1].Event.Type != lease.Expired || held(s, a.Key) || held(s, b.Key) {
 		t.Fatalf("expiry in its own term: %+v, %v", res, err)
 	}
-	res, err = s.applyAlways(lease.Command{Op: lease.OpExpire, Key: c.Key, ID: c.ID})
+	res, err = s.applyAlways(context.Background(), lease.Command{Op: lease.OpExpire, Key: c.Key, ID: c.ID})
 	if err != nil || res.Event.Type != lease.Expired || held(s, c.Key) {
 		t.Fatalf("single expiry: %+v, %v", res, err)
 	}

@@ -3,19 +3,14 @@ package server
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/fencedio/fenced/internal/failpoint"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
-	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/proto"
 )
 
 // Any node serves every call. The leader serves Acquire, Renew, Release,
@@ -150,6 +145,20 @@ func (f *forwarder) leader(ctx context.Context) (fencedv1connect.LeaseServiceCli
 	return f.client(addr), nil
 }
 
+// leaderFor returns the raft address of the leader a call with header h
+// goes to, or "" when this node serves it: when here is true, or when
+// this node leads. A call forwarded once is never forwarded again.
+func (f *forwarder) leaderFor(ctx context.Context, h http.Header, here bool) (string, error) {
+	if here {
+		return "", nil
+	}
+	if h.Get(forwardedHeader) != "" {
+		return "", connectError(errNotReady)
+	}
+	addr, err := f.leaderAddr(ctx)
+	return addr, connectError(err)
+}
+
 func (f *forwarder) adminClient(addr string) fencedv1connect.AdminServiceClient {
 	return fencedv1connect.NewAdminServiceClient(&http.Client{Transport: f.transport}, "http://"+addr)
 }
@@ -186,61 +195,6 @@ func (f *forwarder) leaderAddr(ctx context.Context) (string, error) {
 	}
 }
 
-// routedService serves the lease API on any node: locally on the leader,
-// by forwarding elsewhere.
-type routedService struct {
-	local *service
-	s     *Server
-}
-
-var _ fencedv1connect.LeaseServiceHandler = (*routedService)(nil)
-
-func (s *Server) leaseService() fencedv1connect.LeaseServiceHandler {
-	return &routedService{local: &service{s: s}, s: s}
-}
-
-// route decides where a call goes: rpc is nil when this node serves it.
-func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1connect.LeaseServiceClient, error) {
-	if r.s.ready.Load() {
-		return nil, nil
-	}
-	if h.Get(forwardedHeader) != "" {
-		// Forwarded here by a node that took this one for the leader.
-		if r.s.raft.State() == raft.Leader {
-			return nil, nil // not ready yet: served locally, which waits or answers unavailable
-		}
-		return nil, connectError(errNotReady)
-	}
-	if r.s.raft.State() == raft.Leader {
-		return nil, nil
-	}
-	rpc, err := r.s.forward.leader(ctx)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	return rpc, nil
-}
-
-// again reports whether a call the local node failed may be sent to the
-// leader instead: it certainly did not take effect here, because this node
-// was not (or no longer) the leader when it tried.
-func (r *routedService) again(err error, h http.Header) bool {
-	if err == nil || h.Get(forwardedHeader) != "" || r.s.raft.State() == raft.Leader {
-		return false
-	}
-	return errors.Is(err, errNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, errDeposed)
-}
-
-// forwarded is the request this node sends the leader for a call whose
-// context is ctx: it names this node and, with auth on, the principal the
-// caller authenticated as here (the leader authorizes it).
-func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T] {
-	req := connect.NewRequest(msg)
-	req.Header().Set(forwardedHeader, s.cfg.NodeID)
-	s.forwardPrincipal(ctx, req.Header())
-	return req
-}
-
 // whileLeading derives a context that ends with cause errDeposed when this
 // node stops leading. It is for calls that wait on the leader (queued
 // acquisitions), so that they go on at the new leader instead of waiting
@@ -267,222 +221,6 @@ func (s *Server) setLeading(leader bool) {
 	}
 	if leader {
 		s.leading, s.endLeading = context.WithCancel(context.Background())
-	}
-}
-
-func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
-	start := time.Now()
-	for range 3 {
-		rpc, err := r.route(ctx, req.Header())
-		if err != nil {
-			return nil, err
-		}
-		if rpc != nil {
-			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.AcquireResponse], error) {
-				return rpc.Acquire(ctx, forwarded(ctx, r.s, req.Msg))
-			})
-		}
-		lctx, done := r.s.whileLeading(ctx)
-		resp, err := r.local.Acquire(lctx, req)
-		deposed := errors.Is(context.Cause(lctx), errDeposed)
-		done()
-		if err == nil || !(deposed || r.again(err, req.Header())) || req.Header().Get(forwardedHeader) != "" {
-			return resp, err
-		}
-		// This node stopped leading while the caller waited: go on waiting
-		// at the new leader for what is left of the wait.
-		msg := proto.CloneOf(req.Msg)
-		if msg.WaitMs > 0 {
-			msg.WaitMs = max(msg.WaitMs-time.Since(start).Milliseconds(), 0)
-		}
-		req = connect.NewRequest(msg)
-	}
-	return nil, connectError(errNotReady)
-}
-
-func (r *routedService) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
-	if failpoint.Enabled(failpoint.DeposedLeaderRenews) && r.s.everLed.Load() {
-		return r.local.Renew(ctx, req)
-	}
-	for range 3 {
-		rpc, err := r.route(ctx, req.Header())
-		if err != nil {
-			return nil, err
-		}
-		if rpc != nil {
-			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.RenewResponse], error) {
-				return rpc.Renew(ctx, forwarded(ctx, r.s, req.Msg))
-			})
-		}
-		resp, err := r.local.Renew(ctx, req)
-		if !r.again(err, req.Header()) {
-			return resp, err
-		}
-	}
-	return nil, connectError(errNotReady)
-}
-
-func (r *routedService) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
-	for range 3 {
-		rpc, err := r.route(ctx, req.Header())
-		if err != nil {
-			return nil, err
-		}
-		if rpc != nil {
-			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.ReleaseResponse], error) {
-				return rpc.Release(ctx, forwarded(ctx, r.s, req.Msg))
-			})
-		}
-		resp, err := r.local.Release(ctx, req)
-		if !r.again(err, req.Header()) {
-			return resp, err
-		}
-	}
-	return nil, connectError(errNotReady)
-}
-
-func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
-	if staleRead(req.Header()) {
-		if err := validateKey(req.Msg.GetKey()); err != nil {
-			return nil, connectError(err)
-		}
-		if _, err := r.s.authorize(ctx, PermRead, req.Msg.GetKey()); err != nil {
-			return nil, connectError(err)
-		}
-		return r.local.get(req.Msg)
-	}
-	for range 3 {
-		rpc, err := r.route(ctx, req.Header())
-		if err != nil {
-			return nil, err
-		}
-		if rpc != nil {
-			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.GetResponse], error) {
-				return rpc.Get(ctx, forwarded(ctx, r.s, req.Msg))
-			})
-		}
-		if err := r.s.confirmRead(); err != nil {
-			if r.again(err, req.Header()) {
-				continue
-			}
-			return nil, connectError(err)
-		}
-		resp, err := r.local.Get(ctx, req)
-		if !r.again(err, req.Header()) {
-			return resp, err
-		}
-	}
-	return nil, connectError(errNotReady)
-}
-
-func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
-	if staleRead(req.Header()) {
-		if _, err := r.s.authorize(ctx, PermRead, req.Msg.GetPrefix()); err != nil {
-			return nil, connectError(err)
-		}
-		return r.local.list(req.Msg)
-	}
-	for range 3 {
-		rpc, err := r.route(ctx, req.Header())
-		if err != nil {
-			return nil, err
-		}
-		if rpc != nil {
-			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.ListResponse], error) {
-				return rpc.List(ctx, forwarded(ctx, r.s, req.Msg))
-			})
-		}
-		if err := r.s.confirmRead(); err != nil {
-			if r.again(err, req.Header()) {
-				continue
-			}
-			return nil, connectError(err)
-		}
-		resp, err := r.local.List(ctx, req)
-		if !r.again(err, req.Header()) {
-			return resp, err
-		}
-	}
-	return nil, connectError(errNotReady)
-}
-
-// Reads. Get and List are linearizable by default: the leader answers
-// them after a leadership check that began after the read arrived
-// (leaderCheck), so a read reflects every grant, release and expiry
-// acknowledged before it was sent; other nodes forward them. A request with
-// the header "Fenced-Stale-Read: true" is answered by whichever node gets
-// it, from its own applied state, without forwarding or any check: it may
-// miss recent transitions (a follower lags the leader; a deposed leader
-// may not know it is deposed), and the remaining TTLs it shows are that
-// node's guesses.
-
-// staleReadHeader opts a Get or List in to possibly stale reads.
-const staleReadHeader = "Fenced-Stale-Read"
-
-func staleRead(h http.Header) bool { return h.Get(staleReadHeader) == "true" }
-
-// confirmRead confirms that this node still leads, after the read
-// arrived.
-func (s *Server) confirmRead() error {
-	if !s.ready.Load() {
-		return errNotReady
-	}
-	return s.leader.confirm()
-}
-
-// Watch is served by every node from its own applied transitions.
-func (r *routedService) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
-	return r.local.Watch(ctx, req, stream)
-}
-
-// KeepAlive renews each lease where it can be renewed: here while this
-// node leads, at the leader otherwise, deciding again for every request.
-func (r *routedService) KeepAlive(ctx context.Context, stream *connect.BidiStream[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]) error {
-	for {
-		req, err := stream.Receive()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		out := &fencedv1.KeepAliveResponse{}
-		if r.s.ready.Load() {
-			// The leader's hot path: no request or response to build.
-			err := r.s.authorizeRenew(ctx, req.GetKey(), req.GetLeaseId())
-			var l lease.Lease
-			if err == nil {
-				l, err = r.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
-			}
-			r.s.metrics.countRenewal(err)
-			if err == nil || !r.again(err, http.Header{}) {
-				var ce *connect.Error
-				if errors.As(connectError(err), &ce) {
-					out.ErrorCode, out.ErrorMessage = ce.Code().String(), ce.Message()
-				} else {
-					out.Lease = wireLease(l, l.TTL, holderView) // just renewed: its full TTL is left
-					out.TokenSignature = r.s.signature(l.Key, l.Token)
-				}
-				if err := stream.Send(out); err != nil {
-					return err
-				}
-				continue
-			}
-		}
-		resp, err := r.Renew(ctx, connect.NewRequest(&fencedv1.RenewRequest{Key: req.GetKey(), LeaseId: req.GetLeaseId()}))
-		if err != nil {
-			var ce *connect.Error
-			if !errors.As(err, &ce) {
-				ce = connect.NewError(connect.CodeUnavailable, err)
-			}
-			out.ErrorCode, out.ErrorMessage = ce.Code().String(), ce.Message()
-		} else {
-			out.Lease = resp.Msg.GetLease()
-			out.TokenSignature = resp.Msg.TokenSignature
-		}
-		if err := stream.Send(out); err != nil {
-			return err
-		}
 	}
 }
 
@@ -513,57 +251,4 @@ func (s *Server) closePeerAPI() {
 		srv.Close()
 	}
 	s.forward.close()
-}
-
-// routedAdmin serves the AdminService on any node like routedService the
-// lease API: Revoke is a write, served by the leader and forwarded to it
-// from other nodes with the principal authenticated here.
-type routedAdmin struct {
-	local *adminService
-	s     *Server
-}
-
-var _ fencedv1connect.AdminServiceHandler = (*routedAdmin)(nil)
-
-func (s *Server) adminService() fencedv1connect.AdminServiceHandler {
-	return &routedAdmin{local: &adminService{s: s}, s: s}
-}
-
-// leader returns a client of the leader's AdminService, or nil when this
-// node serves the call itself.
-func (r *routedAdmin) leader(ctx context.Context, h http.Header) (fencedv1connect.AdminServiceClient, error) {
-	if r.s.ready.Load() || r.s.raft.State() == raft.Leader {
-		return nil, nil
-	}
-	if h.Get(forwardedHeader) != "" {
-		return nil, connectError(errNotReady)
-	}
-	addr, err := r.s.forward.leaderAddr(ctx)
-	if err != nil {
-		return nil, connectError(err)
-	}
-	if addr == "" {
-		return nil, nil
-	}
-	return r.s.forward.adminClient(addr), nil
-}
-
-func (r *routedAdmin) Revoke(ctx context.Context, req *connect.Request[fencedv1.RevokeRequest]) (*connect.Response[fencedv1.RevokeResponse], error) {
-	routes := &routedService{s: r.s}
-	for range 3 {
-		rpc, err := r.leader(ctx, req.Header())
-		if err != nil {
-			return nil, err
-		}
-		if rpc != nil {
-			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.RevokeResponse], error) {
-				return rpc.Revoke(ctx, forwarded(ctx, r.s, req.Msg))
-			})
-		}
-		resp, err := r.local.Revoke(ctx, req)
-		if !routes.again(err, req.Header()) {
-			return resp, err
-		}
-	}
-	return nil, connectError(errNotReady)
 }

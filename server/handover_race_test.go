@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -60,11 +59,11 @@ func TestWaitEndingDuringHandover(t *testing.T) {
 			n := 0
 			for ; n < 300 && time.Now().Before(deadline); n++ {
 				key := fmt.Sprintf("race/%s/%d", ending, n)
-				ttl := int64(60_000)
+				ttl := time.Minute
 				if ending == "expiry" {
-					ttl = holderTTL.Milliseconds()
+					ttl = holderTTL
 				}
-				a, err := s.Acquire(ctx, &fencedv1.AcquireRequest{Key: key, Owner: "A", TtlMs: ttl})
+				a, err := s.Acquire(ctx, key, "A", ttl, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -83,7 +82,7 @@ func TestWaitEndingDuringHandover(t *testing.T) {
 				got := make(chan outcome, 1)
 				start := time.Now()
 				go func() {
-					l, err := s.Acquire(ctx, &fencedv1.AcquireRequest{Key: key, Owner: "B", TtlMs: 60_000, WaitMs: waitMs})
+					l, err := s.Acquire(ctx, key, "B", time.Minute, time.Duration(waitMs)*time.Millisecond)
 					got <- outcome{l, err}
 				}()
 				if ending == "release" {

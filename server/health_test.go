@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -51,7 +52,7 @@ func TestHealthzReportsStalledApply(t *testing.T) {
 	store.gate <- release
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.apply(lease.Command{Op: lease.OpAcquire, Key: "k", ID: newLeaseID(), Owner: "o", TTL: time.Minute})
+		_, err := s.apply(context.Background(), lease.Command{Op: lease.OpAcquire, Key: "k", ID: newLeaseID(), Owner: "o", TTL: time.Minute})
 		done <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)

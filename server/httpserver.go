@@ -2,11 +2,18 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"time"
 
+	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/httplimit"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // httpLimits are the limits of the API's HTTP server, from the Config.
@@ -45,4 +52,130 @@ func (s *Server) limitRPC(h http.Handler) http.Handler {
 // read deadline must not end (Watch over HTTP/1.1).
 func isStreamProcedure(r *http.Request) bool {
 	return r.URL.Path == fencedv1connect.LeaseServiceWatchProcedure || r.URL.Path == fencedv1connect.LeaseServiceKeepAliveProcedure
+}
+
+// Handler returns the HTTP handler of the lease API, /healthz and /metrics.
+func (s *Server) Handler() http.Handler { return s.handler(false) }
+
+// handler is Handler for the public port (peer false) or for the calls
+// other nodes forward over the peer port (peer true). Only the latter
+// trusts the principal a forwarding node names (forwardedPrincipalHeader);
+// on the public port that header is ignored and callers authenticate
+// themselves.
+func (s *Server) handler(peer bool) http.Handler {
+	mux := http.NewServeMux()
+	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
+	mux.Handle(path, explainRefusals(withStreamControl(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))))
+	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
+	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /v1/keys", s.serveKeys)
+	mux.HandleFunc("GET /v1/role", s.serveRole)
+	mux.Handle("GET /v1/backup", s.authenticate(s.requireAdminHTTP(http.HandlerFunc(s.serveBackup)), peer))
+	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s},
+		append(s.handlerOptions(), connect.WithInterceptors(s.requireAdmin()))...)
+	mux.Handle(adminPath, s.authenticate(limitBody(adminHandler, s.cfg.MaxBodyBytes), peer))
+	s.registerRejections(mux, peer)
+	s.registerDashboard(mux)
+	if s.cfg.Profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	return s.protectDashboard(mux, peer)
+}
+
+// maxConcurrentSnapshots bounds the dashboard snapshots built at once; one
+// per core of a small machine keeps the rest of the CPU for the write path.
+const maxConcurrentSnapshots = 2
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	if !s.canServe() {
+		http.Error(w, "not serving acquisitions: no leader yet, or no contact with it", http.StatusServiceUnavailable)
+		return
+	}
+	if stalled := s.applyStalled(time.Now()); stalled > 0 {
+		http.Error(w, fmt.Sprintf("apply path stalled: %d log writes pending, no progress for %v (limit %v)",
+			s.applyPending.Load(), stalled.Round(time.Millisecond), s.cfg.ApplyStallTimeout), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// applyStalled returns how long log writes have been pending without any
+// being applied, if that exceeds Config.ApplyStallTimeout, and 0 otherwise.
+// A leader that answers heartbeats but cannot apply (a hung disk, a
+// saturated FSM) refuses every acquisition; this lets /healthz say so.
+func (s *Server) applyStalled(now time.Time) time.Duration {
+	if s.applyPending.Load() == 0 {
+		return 0
+	}
+	since := now.Sub(time.Unix(0, s.applyProgress.Load()))
+	if since <= s.cfg.ApplyStallTimeout {
+		return 0
+	}
+	return since
+}
+
+// Serve listens on Config.Listen and serves until ctx ends or Close is
+// called, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
+	}
+	return s.ServeListener(ctx, ln)
+}
+
+// ServeListener is Serve on an existing listener.
+func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
+	var served net.Listener = s.limitListener(ln)
+	var protocols *http.Protocols
+	if s.sec.tls != nil {
+		// Only TLS: the buffer sits under it, so that net/http sees the
+		// *tls.Conn it negotiates HTTP/2 on and answers plaintext HTTP
+		// with 400.
+		protocols = new(http.Protocols)
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+		served = tls.NewListener(served, s.sec.tls.ServerConfig())
+	}
+	s.closeMu.Lock()
+	s.listener = ln
+	s.http = s.newHTTPServer()
+	if protocols != nil {
+		s.http.Protocols = protocols
+	}
+	srv := s.http
+	s.closeMu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(served) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return s.failed()
+		}
+		return err
+	case <-ctx.Done():
+		return s.Close()
+	case <-s.done:
+		return s.failed()
+	}
+}
+
+// baseContext is the context requests derive from. Close ends it with
+// cause errClosed, which ends open Watch streams; writes in flight still get
+// their outcome (see await).
+func (s *Server) baseContext() context.Context { return s.base }
+
+// Addr returns the address the API listens on, once serving.
+func (s *Server) Addr() net.Addr {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.listener == nil {
+		return nil
+	}
+	return s.listener.Addr()
 }

@@ -1,6 +1,9 @@
 package server
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // leaderCheck coalesces leadership confirmations. Every caller waits for a
 // confirmation round that started after it arrived, so the answer covers
@@ -21,8 +24,9 @@ type checkRound struct {
 }
 
 // confirm returns nil once a round that started after the call confirmed
-// leadership.
-func (c *leaderCheck) confirm() error {
+// leadership, or ctx's error if ctx ends first (nothing confirmed; the round
+// goes on for the others).
+func (c *leaderCheck) confirm(ctx context.Context) error {
 	c.mu.Lock()
 	if c.next == nil {
 		c.next = &checkRound{done: make(chan struct{})}
@@ -34,8 +38,12 @@ func (c *leaderCheck) confirm() error {
 		go c.run(round)
 	}
 	c.mu.Unlock()
-	<-round.done
-	return round.err
+	select {
+	case <-round.done:
+		return round.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // run runs rounds back to back until nobody is waiting.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -33,7 +34,7 @@ func TestLeaderCheckCoalesces(t *testing.T) {
 				time.Sleep(time.Duration(i) * time.Millisecond)
 				called := time.Now()
 				var start roundStart
-				if err := c.confirm(); !errors.As(err, &start) {
+				if err := c.confirm(context.Background()); !errors.As(err, &start) {
 					t.Errorf("confirm = %v", err)
 					return
 				}
@@ -52,7 +53,32 @@ func TestLeaderCheckCoalesces(t *testing.T) {
 func TestLeaderCheckReportsErrors(t *testing.T) {
 	lost := errors.New("leadership lost")
 	c := &leaderCheck{verify: func() error { return lost }}
-	if err := c.confirm(); !errors.Is(err, lost) {
+	if err := c.confirm(context.Background()); !errors.Is(err, lost) {
 		t.Fatalf("confirm = %v, want %v", err, lost)
 	}
+}
+
+// A caller whose context ends during a round is answered with its
+// context's error at once; the round goes on for the others.
+func TestLeaderCheckHonoursContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &leaderCheck{verify: func() error { time.Sleep(time.Second); return nil }}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		other := make(chan error, 1)
+		go func() { other <- c.confirm(context.Background()) }()
+		start := time.Now()
+		if err := c.confirm(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("confirm with a 10ms deadline = %v, want deadline exceeded", err)
+		}
+		if waited := time.Since(start); waited != 10*time.Millisecond {
+			t.Errorf("confirm returned after %v, want at its 10ms deadline", waited)
+		}
+		if err := <-other; err != nil {
+			t.Fatalf("the other caller: %v", err)
+		}
+		// A round that started for the caller that left runs to its end.
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+	})
 }

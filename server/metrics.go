@@ -1,19 +1,26 @@
 package server
 
 import (
+	"sync/atomic"
+
 	"github.com/fencedio/fenced/lease"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// transitions counts the transitions applied since this process started,
+// replays of the log at start-up excluded. They are the one count of
+// transitions: /v1/stats reads them, and so do the Prometheus counters
+// (counterFunc).
+type transitions struct {
+	acquired, released, expired, takeovers atomic.Uint64
+}
+
 // metrics are the server's Prometheus collectors. No label carries a key.
 type metrics struct {
-	acquisitions *prometheus.CounterVec // result: granted, held, invalid, error
-	renewals     *prometheus.CounterVec // result: renewed, not_found, invalid, error
-	renewed      prometheus.Counter     // renewals{result="renewed"}, for the hot path
-	releases     *prometheus.CounterVec // result: released, not_found, invalid, error
-	expirations  prometheus.Counter
-	takeovers    prometheus.Counter
-	tokens       prometheus.Counter
+	acquisitions *prometheus.CounterVec   // result: granted, held, invalid, error
+	renewals     *prometheus.CounterVec   // result: renewed, not_found, invalid, error
+	renewed      prometheus.Counter       // renewals{result="renewed"}, for the hot path
+	releases     *prometheus.CounterVec   // result: released, not_found, invalid, error
 	requests     *prometheus.HistogramVec // method
 	apply        prometheus.Histogram     // submit to applied, for writes of this node
 	fsync        prometheus.Histogram     // one raft log write, including fsync
@@ -30,12 +37,6 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_releases_total", Help: "Release requests by result.",
 		}, []string{"result"}),
-		expirations: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fenced_expirations_total", Help: "Leases expired by the leader.",
-		}),
-		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fenced_takeovers_total", Help: "Grants of keys whose previous lease had expired rather than been released.",
-		}),
 		apply: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fenced_raft_apply_duration_seconds", Help: "Time from submitting a command to the log until it is applied.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
@@ -43,9 +44,6 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fenced_raft_log_write_duration_seconds", Help: "Time to write a batch of raft log entries, fsync included.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
-		}),
-		tokens: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fenced_tokens_issued_total", Help: "Fencing tokens issued (grants applied on this node).",
 		}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fenced_request_duration_seconds",
@@ -62,6 +60,14 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	}
 	m.renewed = m.renewals.WithLabelValues("renewed")
 	m.releases.WithLabelValues("released")
+	counter := func(name, help string, n *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(n.Load()) })
+	}
+	expirations := counter("fenced_expirations_total", "Leases expired by the leader.", &s.counts.expired)
+	takeovers := counter("fenced_takeovers_total",
+		"Grants of keys whose previous lease had expired rather than been released.", &s.counts.takeovers)
+	tokens := counter("fenced_tokens_issued_total", "Fencing tokens issued (grants applied on this node).", &s.counts.acquired)
 	leaderGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_is_leader", Help: "1 while this node is the leader and serving acquisitions.",
 	}, func() float64 {
@@ -80,8 +86,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_waiters", Help: "Acquisitions waiting for a held key.",
 	}, func() float64 { return float64(s.waiters.len()) })
-	collectors := []prometheus.Collector{m.acquisitions, m.renewals, m.releases, m.expirations, m.takeovers,
-		m.tokens, m.requests, m.apply, m.fsync, leaderGauge, active, waiters}
+	collectors := []prometheus.Collector{m.acquisitions, m.renewals, m.releases, expirations, takeovers,
+		tokens, m.requests, m.apply, m.fsync, leaderGauge, active, waiters}
 	for _, c := range append(collectors, raftCollectors(s)...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err

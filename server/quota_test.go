@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 )
 
 func TestOwnerQuotas(t *testing.T) {
 	s := newTestServer(t, Config{MaxLeasesPerOwner: 2, MaxWaitersPerOwner: 1})
 	ctx := context.Background()
 	acquire := func(key, owner string, waitMs int64) error {
-		_, err := s.Acquire(ctx, &fencedv1.AcquireRequest{Key: key, Owner: owner, TtlMs: 60_000, WaitMs: waitMs})
+		_, err := s.Acquire(ctx, key, owner, time.Minute, time.Duration(waitMs)*time.Millisecond)
 		return err
 	}
 	exhausted := func(err error, quota string) {

@@ -1,9 +1,9 @@
 package server
 
 import (
-	"github.com/fencedio/fenced/lease"
 	"time"
 
+	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -41,12 +41,6 @@ func raftCollectors(s *Server) []prometheus.Collector {
 			func(r *raft.Raft) float64 { return float64(r.CommitIndex()) }),
 		gauge("fenced_raft_applied_index", "Index of the last log entry applied to the lease state machine.",
 			func(r *raft.Raft) float64 { return float64(r.AppliedIndex()) }),
-		gauge("fenced_raft_leader", "1 while this node is the raft leader.", func(r *raft.Raft) float64 {
-			if r.State() == raft.Leader {
-				return 1
-			}
-			return 0
-		}),
 	}
 }
 

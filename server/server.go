@@ -2,27 +2,20 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/internal/failpoint"
-	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -62,7 +55,12 @@ type Server struct {
 	leading    context.Context
 	endLeading context.CancelFunc
 
-	done     chan struct{} // closed by Close
+	done chan struct{} // closed by Close
+	// base is the context of every request, ended by Close with cause
+	// errClosed; raftDown is closed once raft has shut down.
+	base     context.Context
+	endBase  context.CancelCauseFunc
+	raftDown chan struct{}
 	wg       sync.WaitGroup
 	closeMu  sync.Mutex
 	closed   bool
@@ -108,12 +106,15 @@ func New(cfg Config) (*Server, error) {
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
 
+		raftDown: make(chan struct{}),
+
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
 		watchers:      newStreamLimiter("watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
 		subscribers:   newStreamLimiter("event subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
 
 		closeEnd: make(chan struct{}),
 	}
+	s.base, s.endBase = context.WithCancelCause(context.Background())
 	s.expirer = newExpirer(s.expireLeases)
 	s.forward = newForwarder(s)
 	var err error
@@ -131,6 +132,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if err := s.startRaft(); err != nil {
 		close(s.done)
+		s.endBase(errClosed)
 		s.closeRaft()
 		s.wg.Wait()
 		return nil, err
@@ -312,263 +314,6 @@ func (s *Server) becomeLeader(ctx context.Context) {
 	s.log.Info("serving as leader", "leases", n, "term", term)
 }
 
-// applied sees every transition, in log order, on every node. Transitions
-// replayed from the log on start update the state kept beside the FSM but
-// are not logged or counted again.
-func (s *Server) applied(ev lease.Event) {
-	l := ev.Lease
-	replay := ev.Revision <= s.replayedTo
-	switch ev.Type {
-	case lease.Acquired:
-		s.expirer.add(l, s.expirer.now())
-		prev, tookOver := s.expired.take(l.Key)
-		if replay {
-			break
-		}
-		s.metrics.tokens.Inc()
-		s.counts.acquired.Add(1)
-		if tookOver {
-			s.metrics.takeovers.Inc()
-			s.counts.takeovers.Add(1)
-			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token,
-				"previous_owner", prev.Owner, "previous_token", prev.Token)
-		} else {
-			s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "ttl", l.TTL)
-		}
-	case lease.Released:
-		s.expirer.remove(l.Key, l.ID)
-		s.expired.take(l.Key)
-		s.waiters.freed(l.Key)
-		if !replay {
-			s.counts.released.Add(1)
-			if ev.By != "" {
-				s.log.Info("lease revoked", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "by", ev.By)
-			} else {
-				s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
-			}
-		}
-	case lease.Expired:
-		s.expirer.remove(l.Key, l.ID)
-		s.expired.put(l)
-		s.waiters.freed(l.Key)
-		if !replay {
-			s.metrics.expirations.Inc()
-			s.counts.expired.Add(1)
-			s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
-		}
-	}
-	s.hub.publish(ev)
-}
-
-func (s *Server) restored(st *lease.State) {
-	leases := make([]lease.Lease, 0, st.Len())
-	st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
-	s.expirer.reset(leases, s.expirer.now())
-	s.hub.restored(st.Applied())
-	s.waiters.freedAll()
-}
-
-// expireLeases writes the expiry of due, decided by the leader of term, to
-// the log and returns once it is applied or has failed. Leases whose key has
-// a waiter are handed over to it, each in an entry of its own so that every
-// grant has a token of its own; the rest share one entry. If leadership is
-// lost meanwhile, the next leader tracks the leases anew.
-func (s *Server) expireLeases(term uint64, due []lease.Lease) {
-	type handover struct {
-		key  string
-		w    *waiter
-		wait func() (lease.Result, error)
-	}
-	var (
-		handovers []handover
-		plain     = make([]lease.Expiry, 0, len(due))
-	)
-	for _, l := range due {
-		e := lease.Expiry{Key: l.Key, ID: l.ID}
-		w := s.waiters.claim(l.Key)
-		if w == nil {
-			plain = append(plain, e)
-			continue
-		}
-		e.NextID, e.Owner, e.TTL = newLeaseID(), w.want.Owner, w.want.TTL
-		c := lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{e}}
-		handovers = append(handovers, handover{l.Key, w, s.applyAsync(c)})
-	}
-	if len(plain) > 0 {
-		res, err := s.awaitApply(s.applyAsync(lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain}))
-		if err == nil {
-			err = res.Err
-		}
-		if err != nil {
-			s.log.Warn("expiry not applied", "leases", len(plain), "term", term, "err", err)
-		}
-	}
-	for _, h := range handovers {
-		res, err := s.awaitApply(h.wait)
-		if err == nil {
-			err = res.Err
-		}
-		var next lease.Event
-		if err == nil && len(res.Items) == 1 {
-			next = res.Items[0].Next
-		}
-		s.waiters.settle(h.key, h.w, next.Lease, next.Type == lease.Acquired)
-		if err != nil {
-			s.log.Warn("expiry not applied", "scope", h.key, "term", term, "err", err)
-		}
-	}
-}
-
-// awaitApply waits for an apply started by applyAsync, or until the node
-// closes: raft never answers an apply still queued in its buffered apply
-// channel when it shuts down, and the expirer must not hold Close up. An
-// apply abandoned this way may still have been committed; a waiter it was
-// handing a key to gets its turn back and, the node closing, an
-// unavailable error: an uncertain outcome, as for any write cut by a crash.
-func (s *Server) awaitApply(wait func() (lease.Result, error)) (lease.Result, error) {
-	type answer struct {
-		res lease.Result
-		err error
-	}
-	c := make(chan answer, 1)
-	go func() {
-		res, err := wait()
-		c <- answer{res, err}
-	}()
-	select {
-	case a := <-c:
-		return a.res, a.err
-	case <-s.done:
-		return lease.Result{}, raft.ErrRaftShutdown
-	}
-}
-
-// applyHandover applies a release c, and hands the key over in the same log
-// entry to the first waiter for it, if any.
-func (s *Server) applyHandover(c lease.Command, apply func(lease.Command) (lease.Result, error)) (lease.Result, error) {
-	w := s.waiters.claim(c.Key)
-	if w != nil {
-		c.NextID, c.Owner, c.TTL = newLeaseID(), w.want.Owner, w.want.TTL
-	}
-	res, err := apply(c)
-	if w != nil {
-		granted := err == nil && res.Next.Type == lease.Acquired
-		s.waiters.settle(c.Key, w, res.Next.Lease, granted)
-	}
-	return res, err
-}
-
-// apply writes c to the log and returns its result once applied, which
-// implies committed and fsynced.
-func (s *Server) apply(c lease.Command) (lease.Result, error) {
-	if !s.ready.Load() {
-		return lease.Result{}, errNotReady
-	}
-	return s.applyAlways(c)
-}
-
-// applyAlways is apply without the readiness check, for the leader's own
-// expiries, which raft refuses anyway if this node no longer leads.
-func (s *Server) applyAlways(c lease.Command) (lease.Result, error) {
-	return s.applyAsync(c)()
-}
-
-// applyAsync writes c to the log without the readiness check and returns a
-// function that waits for its result, so that one goroutine can have several
-// entries in flight.
-func (s *Server) applyAsync(c lease.Command) func() (lease.Result, error) {
-	data, err := c.MarshalBinary()
-	if err != nil {
-		return func() (lease.Result, error) { return lease.Result{}, err }
-	}
-	start := time.Now()
-	if s.applyPending.Add(1) == 1 {
-		s.applyProgress.Store(start.UnixNano()) // idle until now: not a stall
-	}
-	f := s.raft.Apply(data, 0)
-	var once sync.Once
-	return func() (lease.Result, error) {
-		err := f.Error()
-		once.Do(func() { s.applyPending.Add(-1) })
-		if err != nil {
-			return lease.Result{}, err
-		}
-		s.metrics.apply.Observe(time.Since(start).Seconds())
-		return f.Response().(lease.Result), nil
-	}
-}
-
-func newLeaseID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// Handler returns the HTTP handler of the lease API, /healthz and /metrics.
-func (s *Server) Handler() http.Handler { return s.handler(false) }
-
-// handler is Handler for the public port (peer false) or for the calls
-// other nodes forward over the peer port (peer true). Only the latter
-// trusts the principal a forwarding node names (forwardedPrincipalHeader);
-// on the public port that header is ignored and callers authenticate
-// themselves.
-func (s *Server) handler(peer bool) http.Handler {
-	mux := http.NewServeMux()
-	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
-	mux.Handle(path, explainRefusals(withStreamControl(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))))
-	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
-	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
-	s.registerRejections(mux, peer)
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /v1/keys", s.serveKeys)
-	mux.HandleFunc("GET /v1/role", s.serveRole)
-	mux.Handle("GET /v1/backup", s.authenticate(s.requireAdminHTTP(http.HandlerFunc(s.serveBackup)), peer))
-	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s},
-		append(s.handlerOptions(), connect.WithInterceptors(s.requireAdmin()))...)
-	mux.Handle(adminPath, s.authenticate(limitBody(adminHandler, s.cfg.MaxBodyBytes), peer))
-	s.registerDashboard(mux)
-	if s.cfg.Profiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return s.protectDashboard(mux, peer)
-}
-
-// maxConcurrentSnapshots bounds the dashboard snapshots built at once; one
-// per core of a small machine keeps the rest of the CPU for the write path.
-const maxConcurrentSnapshots = 2
-
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	if !s.canServe() {
-		http.Error(w, "not serving acquisitions: no leader yet, or no contact with it", http.StatusServiceUnavailable)
-		return
-	}
-	if stalled := s.applyStalled(time.Now()); stalled > 0 {
-		http.Error(w, fmt.Sprintf("apply path stalled: %d log writes pending, no progress for %v (limit %v)",
-			s.applyPending.Load(), stalled.Round(time.Millisecond), s.cfg.ApplyStallTimeout), http.StatusServiceUnavailable)
-		return
-	}
-	fmt.Fprintln(w, "ok")
-}
-
-// applyStalled returns how long log writes have been pending without any
-// being applied, if that exceeds Config.ApplyStallTimeout, and 0 otherwise.
-// A leader that answers heartbeats but cannot apply (a hung disk, a
-// saturated FSM) refuses every acquisition; this lets /healthz say so.
-func (s *Server) applyStalled(now time.Time) time.Duration {
-	if s.applyPending.Load() == 0 {
-		return 0
-	}
-	since := now.Sub(time.Unix(0, s.applyProgress.Load()))
-	if since <= s.cfg.ApplyStallTimeout {
-		return 0
-	}
-	return since
-}
-
 // Ready reports whether this node serves acquisitions.
 func (s *Server) Ready() bool { return s.ready.Load() }
 
@@ -584,69 +329,6 @@ func (s *Server) WaitReady(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// Serve listens on Config.Listen and serves until ctx ends or Close is
-// called, then shuts down gracefully.
-func (s *Server) Serve(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
-	}
-	return s.ServeListener(ctx, ln)
-}
-
-// ServeListener is Serve on an existing listener.
-func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	var served net.Listener = s.limitListener(ln)
-	var protocols *http.Protocols
-	if s.sec.tls != nil {
-		// Only TLS: the buffer sits under it, so that net/http sees the
-		// *tls.Conn it negotiates HTTP/2 on and answers plaintext HTTP
-		// with 400.
-		protocols = new(http.Protocols)
-		protocols.SetHTTP1(true)
-		protocols.SetHTTP2(true)
-		served = tls.NewListener(served, s.sec.tls.ServerConfig())
-	}
-	s.closeMu.Lock()
-	s.listener = ln
-	s.http = s.newHTTPServer()
-	if protocols != nil {
-		s.http.Protocols = protocols
-	}
-	srv := s.http
-	s.closeMu.Unlock()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(served) }()
-	select {
-	case err := <-errc:
-		if errors.Is(err, http.ErrServerClosed) {
-			return s.failed()
-		}
-		return err
-	case <-ctx.Done():
-		return s.Close()
-	case <-s.done:
-		return s.failed()
-	}
-}
-
-// baseContext is cancelled by Close, which ends open Watch streams.
-func (s *Server) baseContext() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-s.done; cancel() }()
-	return ctx
-}
-
-// Addr returns the address the API listens on, once serving.
-func (s *Server) Addr() net.Addr {
-	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
-	if s.listener == nil {
-		return nil
-	}
-	return s.listener.Addr()
 }
 
 // Close stops serving, lets in-flight requests finish for up to 5 seconds,
@@ -666,6 +348,7 @@ func (s *Server) Close() error {
 	s.closeMu.Unlock()
 	s.ready.Store(false)
 	close(s.done)
+	s.endBase(errClosed)
 	var errs []error
 	if srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -683,6 +366,7 @@ func (s *Server) closeRaft() error {
 	if s.raft != nil {
 		errs = append(errs, s.raft.Shutdown().Error())
 	}
+	close(s.raftDown)
 	if s.trans != nil {
 		errs = append(errs, s.trans.Close())
 	}

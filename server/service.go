@@ -1,36 +1,20 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"log/slog"
-	"net/http"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
-	"github.com/fencedio/fenced/fence"
-	"github.com/fencedio/fenced/internal/failpoint"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 )
 
-// Input limits of the wire contract.
-const (
-	MaxKeyBytes   = fence.MaxScopeBytes
-	MaxOwnerBytes = 256
-	maxIDBytes    = 64
-)
-
+// service serves the lease API from this node's own state; routedService
+// decides, call by call, whether this node or the leader serves it.
 type service struct{ s *Server }
-
-var _ fencedv1connect.LeaseServiceHandler = (*service)(nil)
 
 func (s *Server) handlerOptions() []connect.HandlerOption {
 	return append(s.codecs(),
@@ -71,10 +55,17 @@ func result(err error, ok string) string {
 }
 
 func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
-	msg, err := v.s.authorizeAcquire(ctx, req.Msg)
-	var l lease.Lease
+	m := req.Msg
+	owner, err := v.s.authorizeAcquire(ctx, m.GetKey(), m.GetOwner())
+	var (
+		l         lease.Lease
+		ttl, wait time.Duration
+	)
 	if err == nil {
-		l, err = v.s.Acquire(ctx, msg)
+		ttl, wait, err = acquireTimes(m)
+	}
+	if err == nil {
+		l, err = v.s.Acquire(ctx, m.GetKey(), owner, ttl, wait)
 	}
 	v.s.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
 	if err != nil {
@@ -84,16 +75,35 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 }
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
-	err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
-	var l lease.Lease
-	if err == nil {
-		l, err = v.s.Renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
-	}
-	v.s.metrics.countRenewal(err)
+	l, err := v.renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	if err != nil {
 		return nil, connectError(err)
 	}
-	return connect.NewResponse(&fencedv1.RenewResponse{Lease: wireLease(l, l.TTL, holderView), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: renewedLease(l), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
+}
+
+// renew authorizes and makes one renewal, and counts it.
+func (v *service) renew(ctx context.Context, key, id string) (lease.Lease, error) {
+	err := v.s.authorizeRenew(ctx, key, id)
+	var l lease.Lease
+	if err == nil {
+		l, err = v.s.Renew(ctx, key, id)
+	}
+	v.s.metrics.countRenewal(err)
+	return l, err
+}
+
+// keepAliveAnswer is KeepAlive's answer to a renewal that returned l, err:
+// a failure is reported in the answer, and the stream goes on.
+func (v *service) keepAliveAnswer(l lease.Lease, err error) *fencedv1.KeepAliveResponse {
+	resp := &fencedv1.KeepAliveResponse{}
+	var ce *connect.Error
+	if errors.As(connectError(err), &ce) {
+		resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
+	} else {
+		resp.Lease, resp.TokenSignature = renewedLease(l), v.s.signature(l.Key, l.Token)
+	}
+	return resp
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
@@ -109,25 +119,35 @@ func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.Rel
 }
 
 func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
-	key := req.Msg.GetKey()
-	if err := validateKey(key); err != nil {
-		return nil, connectError(err)
-	}
-	if _, err := v.s.authorize(ctx, PermRead, key); err != nil {
-		return nil, connectError(err)
-	}
-	if !v.s.ready.Load() {
-		return nil, connectError(errNotReady)
-	}
-	return v.get(req.Msg)
+	return read(ctx, v.s, req.Msg, false, v.checkGet, v.get)
 }
 
-// get answers a Get from this node's state, whatever its role.
+// read answers a read from this node's state once check passes; unless
+// stale, only while this node serves (it leads and its state is current).
+func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
+	check func(context.Context, *Req) error, answer func(*Req) (*connect.Response[Resp], error),
+) (*connect.Response[Resp], error) {
+	if err := check(ctx, req); err != nil {
+		return nil, err
+	}
+	if !stale && !s.ready.Load() {
+		return nil, connectError(errNotReady)
+	}
+	return answer(req)
+}
+
+// checkGet checks a Get's key and that the caller may read it.
+func (v *service) checkGet(ctx context.Context, req *fencedv1.GetRequest) error {
+	if err := validateKey(req.GetKey()); err != nil {
+		return connectError(err)
+	}
+	_, err := v.s.authorize(ctx, PermRead, req.GetKey())
+	return connectError(err)
+}
+
+// get answers a checked Get from this node's state, whatever its role.
 func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetResponse], error) {
 	key := req.GetKey()
-	if err := validateKey(key); err != nil {
-		return nil, connectError(err)
-	}
 	var (
 		l    lease.Lease
 		ok   bool
@@ -147,35 +167,25 @@ func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetR
 }
 
 func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
-	prefix, limit := req.Msg.GetPrefix(), int(req.Msg.GetLimit())
-	if len(prefix) > 0 {
-		if err := validateKey(prefix); err != nil {
-			return nil, connectError(fmt.Errorf("prefix: %w", err))
-		}
-	}
-	if limit < 0 {
-		return nil, connectError(invalidf("limit %d is negative", limit))
-	}
-	if _, err := v.s.authorize(ctx, PermRead, prefix); err != nil {
-		return nil, connectError(err)
-	}
-	if !v.s.ready.Load() {
-		return nil, connectError(errNotReady)
-	}
-	return v.list(req.Msg)
+	return read(ctx, v.s, req.Msg, false, v.checkList, v.list)
 }
 
-// list answers a List from this node's state, whatever its role.
+// checkList checks a List's prefix and limit and that the caller may read
+// under the prefix.
+func (v *service) checkList(ctx context.Context, req *fencedv1.ListRequest) error {
+	if err := validatePrefix(req.GetPrefix()); err != nil {
+		return connectError(err)
+	}
+	if req.GetLimit() < 0 {
+		return connectError(invalidf("limit %d is negative", req.GetLimit()))
+	}
+	_, err := v.s.authorize(ctx, PermRead, req.GetPrefix())
+	return connectError(err)
+}
+
+// list answers a checked List from this node's state, whatever its role.
 func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.ListResponse], error) {
 	prefix, limit := req.GetPrefix(), int(req.GetLimit())
-	if len(prefix) > 0 {
-		if err := validateKey(prefix); err != nil {
-			return nil, connectError(fmt.Errorf("prefix: %w", err))
-		}
-	}
-	if limit < 0 {
-		return nil, connectError(invalidf("limit %d is negative", limit))
-	}
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit
 	}
@@ -191,10 +201,8 @@ func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.Li
 
 func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
 	prefix := req.Msg.GetPrefix()
-	if len(prefix) > 0 {
-		if err := validateKey(prefix); err != nil {
-			return connectError(fmt.Errorf("prefix: %w", err))
-		}
+	if err := validatePrefix(prefix); err != nil {
+		return connectError(err)
 	}
 	if _, err := v.s.authorize(ctx, PermWatch, prefix); err != nil {
 		return connectError(err)
@@ -263,367 +271,24 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	}
 }
 
-// view says whose answer a lease goes into. The lease ID is the capability
-// that renews and releases a lease (invariant I4), so it goes only to its
-// holder: in the answers to Acquire, Renew and KeepAlive. Everyone else (Get,
-// List, Watch, the dashboard) sees the public view, which leaves it out.
-type view bool
+// adminService serves the AdminService (Revoke) from this node; routedAdmin
+// decides where each call is served.
+type adminService struct{ s *Server }
 
-const (
-	publicView view = false
-	holderView view = true
-)
+var _ fencedv1connect.AdminServiceHandler = (*adminService)(nil)
 
-// wireLease is the one conversion of a lease to its wire form; remaining is
-// the time left as this node sees it (0 when not applicable).
-func wireLease(l lease.Lease, remaining time.Duration, v view) *fencedv1.Lease {
-	p := &fencedv1.Lease{Key: l.Key, Owner: l.Owner, Token: l.Token,
-		TtlMs: l.TTL.Milliseconds(), RemainingMs: remaining.Milliseconds()}
-	if v == holderView {
-		p.LeaseId = l.ID
-	}
-	return p
-}
-
-// currentLease is wireLease for a current lease, with the time it has left.
-func (s *Server) currentLease(l lease.Lease, v view) *fencedv1.Lease {
-	return wireLease(l, s.expirer.remaining(l.Key, s.expirer.now()), v)
-}
-
-func eventToProto(ev lease.Event) *fencedv1.Event {
-	l := ev.Lease
-	e := &fencedv1.Event{Revision: ev.Revision, Lease: wireLease(l, 0, publicView)}
-	switch ev.Type {
-	case lease.Acquired:
-		e.Type = fencedv1.Event_ACQUIRED
-	case lease.Released:
-		e.Type = fencedv1.Event_RELEASED
-	case lease.Expired:
-		e.Type = fencedv1.Event_EXPIRED
-	}
-	return e
-}
-
-// Acquire grants req.Key or, with WaitMs, waits in line for it.
-//
-// If ctx ends while the grant is being written, the grant may still take
-// effect; the lease then expires after its TTL.
-func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lease.Lease, error) {
-	key, owner := req.GetKey(), req.GetOwner()
+func (v *adminService) Revoke(ctx context.Context, req *connect.Request[fencedv1.RevokeRequest]) (*connect.Response[fencedv1.RevokeResponse], error) {
+	key := req.Msg.GetKey()
 	if err := validateKey(key); err != nil {
-		return lease.Lease{}, err
+		return nil, connectError(err)
 	}
-	if err := validateOwner(owner); err != nil {
-		return lease.Lease{}, err
-	}
-	ttl := time.Duration(req.GetTtlMs()) * time.Millisecond
-	switch {
-	case req.GetTtlMs() <= 0:
-		return lease.Lease{}, invalidf("ttlMs is required and must be positive, got %d", req.GetTtlMs())
-	case ttl < s.cfg.MinTTL || ttl > s.cfg.MaxTTL || req.GetTtlMs() > int64(s.cfg.MaxTTL/time.Millisecond):
-		return lease.Lease{}, invalidf("ttlMs %d is outside the allowed range %d..%d", req.GetTtlMs(),
-			s.cfg.MinTTL.Milliseconds(), s.cfg.MaxTTL.Milliseconds())
-	}
-	wait := time.Duration(req.GetWaitMs()) * time.Millisecond
-	if req.GetWaitMs() < 0 || req.GetWaitMs() > int64(s.cfg.MaxWait/time.Millisecond) {
-		return lease.Lease{}, invalidf("waitMs %d is outside the allowed range 0..%d", req.GetWaitMs(), s.cfg.MaxWait.Milliseconds())
-	}
-	c := lease.Command{Op: lease.OpAcquire, Key: key, Owner: owner, TTL: ttl}
-	if wait == 0 {
-		return s.tryAcquire(c)
-	}
-
-	if err := s.checkLeaseQuota(owner); err != nil {
-		return lease.Lease{}, err
-	}
-	caller := ctx
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	w, err := s.waiters.enqueueLimited(key, &c, s.cfg.MaxWaitersPerOwner)
+	p, err := v.s.authorize(ctx, PermAdmin, key)
 	if err != nil {
-		return lease.Lease{}, err
+		return nil, connectError(err)
 	}
-	defer s.waiters.leave(key, w)
-	var lastErr error = &lease.HeldError{Key: key}
-	for {
-		l, granted, head := s.waiters.turn(key, w)
-		if granted {
-			return l, nil
-		}
-		if head {
-			l, err := s.tryAcquire(c)
-			if err == nil {
-				return l, nil
-			}
-			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, errNotReady) {
-				return s.giveUp(key, w, err)
-			}
-			lastErr = err
-		}
-		select {
-		case <-w.ready:
-		case <-ctx.Done():
-			if err := caller.Err(); err != nil {
-				// The caller's deadline (or cancellation) cut the wait, not
-				// waitMs: answer with that (deadline_exceeded), never with
-				// "held", so that the caller sees one error whether its own
-				// timer or this answer comes first.
-				return s.giveUp(key, w, err)
-			}
-			return s.giveUp(key, w, lastErr)
-		}
-	}
-}
-
-// giveUp leaves the line with err, unless the key was handed to the waiter
-// meanwhile: then the grant stands and is returned. A handover to it that
-// is still being applied is waited for, however long the wait was meant to
-// be: the grant it may make is this waiter's, and nobody else learns its
-// lease ID.
-func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
-	for {
-		l, granted, inFlight := s.waiters.abandon(key, w)
-		if granted {
-			return l, nil
-		}
-		if !inFlight {
-			break
-		}
-		<-w.ready // settle signals once the handover is decided
-	}
-	if errors.Is(err, lease.ErrHeld) {
-		err = s.refreshHeld(key, err)
-	}
-	return lease.Lease{}, err
-}
-
-func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
-	if !s.ready.Load() {
-		return lease.Lease{}, errNotReady
-	}
-	var (
-		cur    lease.Lease
-		held   bool
-		count  int
-		owners int
-	)
-	s.fsm.read(func(st *lease.State) {
-		cur, held = st.Get(c.Key)
-		count = st.Len()
-		owners = st.OwnerLen(c.Owner)
-	})
-	if held && failpoint.Enabled(failpoint.GrantHeld) && failpoint.OneIn(16) {
-		_, _ = s.apply(lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
-		held = false
-	}
-	if held {
-		return lease.Lease{}, &lease.HeldError{Key: cur.Key, Owner: cur.Owner, Token: cur.Token,
-			Remaining: s.expirer.remaining(cur.Key, s.expirer.now())}
-	}
-	if count >= s.cfg.MaxLeases {
-		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
-	}
-	if owners >= s.cfg.MaxLeasesPerOwner {
-		return lease.Lease{}, &quotaError{Quota: "max-leases-per-owner", Owner: c.Owner, Used: owners, Limit: s.cfg.MaxLeasesPerOwner}
-	}
-	c.ID = newLeaseID()
-	res, err := s.apply(c)
+	l, err := v.s.Revoke(ctx, key, p.Name)
 	if err != nil {
-		return lease.Lease{}, err
+		return nil, connectError(err)
 	}
-	if res.Err != nil {
-		return lease.Lease{}, s.refreshHeld(c.Key, res.Err)
-	}
-	return res.Event.Lease, nil
-}
-
-// checkLeaseQuota refuses owner once it holds MaxLeasesPerOwner leases.
-// Owners are what clients say they are; once requests are authenticated,
-// the quota belongs to the principal instead. Grants in flight are not
-// counted, so concurrent acquisitions may overshoot by a few.
-func (s *Server) checkLeaseQuota(owner string) error {
-	var n int
-	s.fsm.read(func(st *lease.State) { n = st.OwnerLen(owner) })
-	if n >= s.cfg.MaxLeasesPerOwner {
-		return &quotaError{Quota: "max-leases-per-owner", Owner: owner, Used: n, Limit: s.cfg.MaxLeasesPerOwner}
-	}
-	return nil
-}
-
-// refreshHeld fills in the remaining TTL of a held error.
-func (s *Server) refreshHeld(key string, err error) error {
-	var held *lease.HeldError
-	if errors.As(err, &held) {
-		var cur lease.Lease
-		var ok bool
-		s.fsm.read(func(st *lease.State) { cur, ok = st.Get(key) })
-		if ok {
-			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.remaining(key, s.expirer.now())}
-		}
-	}
-	return err
-}
-
-// Renew extends lease id of key by its TTL. It is not written to the log:
-// the leader confirms it still leads, then moves the deadline.
-func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error) {
-	if err := validateKey(key); err != nil {
-		return lease.Lease{}, err
-	}
-	if err := validateID(id); err != nil {
-		return lease.Lease{}, err
-	}
-	mutant := failpoint.Enabled(failpoint.DeposedLeaderRenews) && s.everLed.Load()
-	if !s.ready.Load() && !mutant {
-		return lease.Lease{}, errNotReady
-	}
-	start := s.expirer.now()
-	if err := s.leader.confirm(); err != nil && !mutant {
-		return lease.Lease{}, err
-	}
-	// The deadline counts from before the leadership check: a renewal never
-	// outlives what the confirmed leadership covers.
-	l, err := s.expirer.renew(key, id, start)
-	if err != nil {
-		return lease.Lease{}, describeNotHeld(err, key, id)
-	}
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
-	}
-	return l, nil
-}
-
-// Release ends lease id of key.
-func (s *Server) Release(ctx context.Context, key, id string) error {
-	if err := validateKey(key); err != nil {
-		return err
-	}
-	if err := validateID(id); err != nil {
-		return err
-	}
-	if !s.ready.Load() {
-		return errNotReady
-	}
-	var err error
-	s.fsm.read(func(st *lease.State) { _, err = st.Current(key, id) })
-	if failpoint.Enabled(failpoint.ReleaseAnyID) {
-		s.fsm.read(func(st *lease.State) {
-			if cur, ok := st.Get(key); ok {
-				id, err = cur.ID, nil
-			}
-		})
-	}
-	if err != nil {
-		return describeNotHeld(err, key, id)
-	}
-	res, err := s.applyHandover(lease.Command{Op: lease.OpRelease, Key: key, ID: id}, s.apply)
-	if err != nil {
-		return err
-	}
-	return describeNotHeld(res.Err, key, id)
-}
-
-// validateKey applies fence.ValidateScope: a key is the scope its tokens
-// fence, so the service and every guard share one rule, and the service
-// never issues a token that a guard would refuse for its scope.
-func validateKey(key string) error {
-	var se *fence.ScopeError
-	if err := fence.ValidateScope(key); errors.As(err, &se) {
-		return invalidf("key %s", se.Reason)
-	}
-	return nil
-}
-
-func validateOwner(owner string) error {
-	if len(owner) > MaxOwnerBytes {
-		return invalidf("owner is %d bytes, the limit is %d", len(owner), MaxOwnerBytes)
-	}
-	return validateText("owner", owner)
-}
-
-func validateID(id string) error {
-	if id == "" {
-		return invalidf("leaseId is required")
-	}
-	if len(id) > maxIDBytes {
-		return invalidf("leaseId is %d bytes, the limit is %d", len(id), maxIDBytes)
-	}
-	return validateText("leaseId", id)
-}
-
-// validateText accepts printable UTF-8: no control characters, no NUL.
-func validateText(field, s string) error {
-	if !utf8.ValidString(s) {
-		return invalidf("%s is not valid UTF-8", field)
-	}
-	for i, r := range s {
-		if !unicode.IsGraphic(r) {
-			return invalidf("%s has a non-printable character %U at byte %d", field, r, i)
-		}
-	}
-	return nil
-}
-
-// limitBody refuses unary request bodies above max with invalid_argument
-// before any of it reaches a handler. Bodies of unknown length are read up
-// to the limit first. Streams (gRPC, and Connect's application/connect+...)
-// are left to connect's per-message read limit, which answers
-// resource_exhausted as gRPC clients expect.
-func limitBody(next http.Handler, max int64) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ct := r.Header.Get("Content-Type")
-		if strings.HasPrefix(ct, "application/grpc") || strings.HasPrefix(ct, "application/connect+") {
-			next.ServeHTTP(w, r)
-			return
-		}
-		size := r.ContentLength
-		if size < 0 && r.Body != nil {
-			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
-			if err != nil {
-				http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
-				return
-			}
-			size = int64(len(body))
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			r.ContentLength = size
-		}
-		if size > max {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprintf(w, `{"code":"invalid_argument","message":"request body exceeds the limit of %d bytes"}`, max)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// KeepAlive renews leases from a stream of requests, answering each in
-// order. A failed renewal is reported in its answer; the stream goes on.
-func (v *service) KeepAlive(ctx context.Context, stream *connect.BidiStream[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]) error {
-	for {
-		req, err := stream.Receive()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		err = v.s.authorizeRenew(ctx, req.GetKey(), req.GetLeaseId())
-		var l lease.Lease
-		if err == nil {
-			l, err = v.s.Renew(ctx, req.GetKey(), req.GetLeaseId())
-		}
-		v.s.metrics.countRenewal(err)
-		resp := &fencedv1.KeepAliveResponse{}
-		var ce *connect.Error
-		if errors.As(connectError(err), &ce) {
-			resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
-		} else {
-			resp.Lease = wireLease(l, l.TTL, holderView) // just renewed: its full TTL is left
-			resp.TokenSignature = v.s.signature(l.Key, l.Token)
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
+	return connect.NewResponse(&fencedv1.RevokeResponse{Lease: wireLease(l, 0, publicView), RevokedBy: p.Name}), nil
 }

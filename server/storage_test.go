@@ -55,7 +55,7 @@ func acquireN(t *testing.T, s *Server, prefix string, n int) []lease.Lease {
 	t.Helper()
 	var acked []lease.Lease
 	for i := range n {
-		res, err := s.apply(lease.Command{Op: lease.OpAcquire, Key: fmt.Sprintf("%s/%d", prefix, i), ID: newLeaseID(), Owner: "owner", TTL: time.Hour})
+		res, err := s.apply(context.Background(), lease.Command{Op: lease.OpAcquire, Key: fmt.Sprintf("%s/%d", prefix, i), ID: newLeaseID(), Owner: "owner", TTL: time.Hour})
 		if err != nil || res.Err != nil {
 			t.Fatalf("acquire: %v %v", err, res.Err)
 		}
@@ -434,7 +434,7 @@ func TestLogWriteFailureStopsNode(t *testing.T) {
 	acked := acquireN(t, s, "before", 3)
 
 	fail.failing.Store(true)
-	res, err := s.apply(lease.Command{Op: lease.OpAcquire, Key: "during", ID: newLeaseID(), Owner: "o", TTL: time.Hour})
+	res, err := s.apply(context.Background(), lease.Command{Op: lease.OpAcquire, Key: "during", ID: newLeaseID(), Owner: "o", TTL: time.Hour})
 	if err == nil {
 		t.Fatalf("acquisition acknowledged although its append failed: %+v", res)
 	}
@@ -453,7 +453,7 @@ func TestLogWriteFailureStopsNode(t *testing.T) {
 	if s.Ready() {
 		t.Error("node ready after its log write failed")
 	}
-	if _, err := s.apply(lease.Command{Op: lease.OpAcquire, Key: "later", ID: newLeaseID(), Owner: "o", TTL: time.Hour}); err == nil {
+	if _, err := s.apply(context.Background(), lease.Command{Op: lease.OpAcquire, Key: "later", ID: newLeaseID(), Owner: "o", TTL: time.Hour}); err == nil {
 		t.Error("acquisition acknowledged after the node stopped")
 	}
 	if err := s.Close(); !errors.Is(err, ErrLogWrite) {

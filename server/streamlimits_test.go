@@ -39,7 +39,7 @@ func clientFrom(t *testing.T, ip string) *http.Client {
 func TestWatcherLimits(t *testing.T) {
 	s := newTestServer(t, Config{MaxWatchers: 3, MaxWatchersPerClient: 2})
 	base := serveTest(t, s)
-	res, err := s.apply(lease.Command{Op: lease.OpAcquire, Key: "k", ID: newLeaseID(), Owner: "o", TTL: time.Minute})
+	res, err := s.apply(context.Background(), lease.Command{Op: lease.OpAcquire, Key: "k", ID: newLeaseID(), Owner: "o", TTL: time.Minute})
 	if err != nil || res.Err != nil {
 		t.Fatal(err, res.Err)
 	}
@@ -126,7 +126,7 @@ func TestStalledWatcherIsCutOff(t *testing.T) {
 		for range count {
 			n++
 			key := fmt.Sprintf("%s/%d", strings.Repeat("k", 400), n)
-			waits = append(waits, s.applyAsync(lease.Command{Op: lease.OpAcquire, Key: key, ID: newLeaseID(), Owner: owner, TTL: time.Hour}))
+			waits = append(waits, s.applyAsync(context.Background(), lease.Command{Op: lease.OpAcquire, Key: key, ID: newLeaseID(), Owner: owner, TTL: time.Hour}))
 		}
 		for _, w := range waits {
 			if _, err := w(); err != nil {

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencedio/fenced/internal/fencedtest"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server"
 )
@@ -20,7 +20,7 @@ import (
 // holds no lease ID.
 func TestSnapshotSave(t *testing.T) {
 	srv := fencedtest.Start(t)
-	l, err := srv.Acquire(context.Background(), &fencedv1.AcquireRequest{Key: "k", Owner: "o", TtlMs: 60_000})
+	l, err := srv.Acquire(context.Background(), "k", "o", time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,229 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fencedio/fenced/lease"
+)
+
+// applied sees every transition, in log order, on every node. Transitions
+// replayed from the log on start update the state kept beside the FSM but
+// are not logged or counted again.
+func (s *Server) applied(ev lease.Event) {
+	l := ev.Lease
+	replay := ev.Revision <= s.replayedTo
+	switch ev.Type {
+	case lease.Acquired:
+		s.expirer.add(l, s.expirer.now())
+		prev, tookOver := s.expired.take(l.Key)
+		if replay {
+			break
+		}
+		s.counts.acquired.Add(1)
+		if tookOver {
+			s.counts.takeovers.Add(1)
+			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token,
+				"previous_owner", prev.Owner, "previous_token", prev.Token)
+		} else {
+			s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "ttl", l.TTL)
+		}
+	case lease.Released:
+		s.expirer.remove(l.Key, l.ID)
+		s.expired.take(l.Key)
+		s.waiters.freed(l.Key)
+		if !replay {
+			s.counts.released.Add(1)
+			if ev.By != "" {
+				s.log.Info("lease revoked", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "by", ev.By)
+			} else {
+				s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+			}
+		}
+	case lease.Expired:
+		s.expirer.remove(l.Key, l.ID)
+		s.expired.put(l)
+		s.waiters.freed(l.Key)
+		if !replay {
+			s.counts.expired.Add(1)
+			s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+		}
+	}
+	s.hub.publish(ev)
+}
+
+func (s *Server) restored(st *lease.State) {
+	leases := make([]lease.Lease, 0, st.Len())
+	st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
+	s.expirer.reset(leases, s.expirer.now())
+	s.hub.restored(st.Applied())
+	s.waiters.freedAll()
+}
+
+// expireLeases writes the expiry of due, decided by the leader of term, to
+// the log and returns once it is applied or has failed. Leases whose key has
+// a waiter are handed over to it, each in an entry of its own so that every
+// grant has a token of its own; the rest share one entry. If leadership is
+// lost meanwhile, the next leader tracks the leases anew.
+func (s *Server) expireLeases(term uint64, due []lease.Lease) {
+	type handover struct {
+		key  string
+		w    *waiter
+		wait func() (lease.Result, error)
+	}
+	var (
+		handovers []handover
+		plain     = make([]lease.Expiry, 0, len(due))
+	)
+	for _, l := range due {
+		e := lease.Expiry{Key: l.Key, ID: l.ID}
+		w := s.waiters.claim(l.Key)
+		if w == nil {
+			plain = append(plain, e)
+			continue
+		}
+		e.NextID, e.Owner, e.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+		c := lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{e}}
+		handovers = append(handovers, handover{l.Key, w, s.applyAsync(s.base, c)})
+	}
+	if len(plain) > 0 {
+		res, err := s.await(s.base, s.applyAsync(s.base, lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain}))
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			s.log.Warn("expiry not applied", "leases", len(plain), "term", term, "err", err)
+		}
+	}
+	for _, h := range handovers {
+		res, err := s.await(s.base, h.wait)
+		if err == nil {
+			err = res.Err
+		}
+		var next lease.Event
+		if err == nil && len(res.Items) == 1 {
+			next = res.Items[0].Next
+		}
+		s.waiters.settle(h.key, h.w, next.Lease, next.Type == lease.Acquired)
+		if err != nil {
+			s.log.Warn("expiry not applied", "scope", h.key, "term", term, "err", err)
+		}
+	}
+}
+
+// applyHandover applies a release c, and hands the key over in the same log
+// entry to the first waiter for it, if any. The waiter learns the outcome
+// when it is known, also if ctx ends before: the grant may be its.
+func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Result, error) {
+	w := s.waiters.claim(c.Key)
+	if w == nil {
+		return s.apply(ctx, c)
+	}
+	c.NextID, c.Owner, c.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+	wait := func() (lease.Result, error) { return lease.Result{}, errNotReady }
+	if s.ready.Load() {
+		wait = s.applyAsync(ctx, c)
+	}
+	return s.await(ctx, func() (lease.Result, error) {
+		res, err := wait()
+		s.waiters.settle(c.Key, w, res.Next.Lease, err == nil && res.Next.Type == lease.Acquired)
+		return res, err
+	})
+}
+
+// apply writes c to the log and returns its result once applied, which
+// implies committed and fsynced. If ctx ends first the outcome is uncertain
+// (errUncertain, see await).
+func (s *Server) apply(ctx context.Context, c lease.Command) (lease.Result, error) {
+	if !s.ready.Load() {
+		return lease.Result{}, errNotReady
+	}
+	return s.applyAlways(ctx, c)
+}
+
+// applyAlways is apply without the readiness check, for the leader's own
+// expiries, which raft refuses anyway if this node no longer leads.
+func (s *Server) applyAlways(ctx context.Context, c lease.Command) (lease.Result, error) {
+	return s.await(ctx, s.applyAsync(ctx, c))
+}
+
+// applyAsync writes c to the log without the readiness check and returns a
+// function that waits for its result, so that one goroutine can have several
+// entries in flight. An entry that cannot be queued before ctx's deadline
+// is not written (raft.ErrEnqueueTimeout); one that was queued is written
+// whatever happens to ctx.
+func (s *Server) applyAsync(ctx context.Context, c lease.Command) func() (lease.Result, error) {
+	data, err := c.MarshalBinary()
+	if err != nil {
+		return func() (lease.Result, error) { return lease.Result{}, err }
+	}
+	var timeout time.Duration // raft's: 0 waits for the queue as long as it takes
+	d, hasDeadline := ctx.Deadline()
+	if hasDeadline {
+		timeout = time.Until(d)
+	}
+	if err := ctx.Err(); err != nil || (hasDeadline && timeout <= 0) {
+		err = cmp.Or(err, context.DeadlineExceeded)
+		return func() (lease.Result, error) { return lease.Result{}, err }
+	}
+	start := time.Now()
+	if s.applyPending.Add(1) == 1 {
+		s.applyProgress.Store(start.UnixNano()) // idle until now: not a stall
+	}
+	f := s.raft.Apply(data, timeout)
+	var once sync.Once
+	return func() (lease.Result, error) {
+		err := f.Error()
+		once.Do(func() { s.applyPending.Add(-1) })
+		if err != nil {
+			return lease.Result{}, err
+		}
+		s.metrics.apply.Observe(time.Since(start).Seconds())
+		return f.Response().(lease.Result), nil
+	}
+}
+
+// await waits for the answer of an apply started by applyAsync, or until
+// ctx ends. An apply given up on this way may still be committed: the
+// answer is errUncertain with ctx's cause, never "not applied". A call whose
+// ctx ended because the node is closing waits on, until raft has shut down:
+// Close drains the API before it stops raft, so writes in flight get their
+// outcome. (raft never answers an apply still queued in its buffered apply
+// channel when it shuts down; raftDown ends the wait for those.)
+func (s *Server) await(ctx context.Context, wait func() (lease.Result, error)) (lease.Result, error) {
+	type answer struct {
+		res lease.Result
+		err error
+	}
+	c := make(chan answer, 1)
+	go func() {
+		res, err := wait()
+		c <- answer{res, err}
+	}()
+	select {
+	case a := <-c:
+		return a.res, a.err
+	case <-ctx.Done():
+	}
+	cause := context.Cause(ctx)
+	if errors.Is(cause, errClosed) {
+		select {
+		case a := <-c:
+			return a.res, a.err
+		case <-s.raftDown:
+		}
+	}
+	return lease.Result{}, fmt.Errorf("%w: %w", errUncertain, cause)
+}
+
+func newLeaseID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

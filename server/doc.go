@@ -1,0 +1,75 @@
+// Package server is a fenced node: the lease state machine (package lease)
+// replicated by hashicorp/raft, the leader's expiry and wait queues, and the
+// lease API over Connect (gRPC, gRPC-Web and JSON over HTTP).
+//
+// A node is one raft member; a cluster of one is the default. Grants,
+// releases, revocations and expiries are log entries, applied in log order
+// on every node, and a grant's fencing token is the index of its entry.
+// Deadlines are not in the log: the leader keeps them on its monotonic
+// clock, renews by moving them, and writes an expiry to the log when one
+// passes. Every node serves every call: the leader serves writes and
+// linearizable reads itself, any other node forwards them to it over the
+// peer port and hands back its answer as it came.
+//
+// Guarantees:
+//   - A grant, release or revocation is acknowledged only once its entry is
+//     on disk (fsynced) on a quorum of nodes and applied by the leader:
+//     whatever was acknowledged survives a crash of any minority, and of
+//     every node.
+//   - A renewal is acknowledged only after this node confirmed, by a quorum
+//     contact that began after the renewal arrived, that it still leads
+//     (leadercheck.go, contact.go); the new deadline counts from before that
+//     contact, so it never outlives what the confirmed leadership covers.
+//   - An expiry carries the term of the leadership that decided it, and the
+//     state machine applies it only in an entry of that term: a deposed
+//     leader's late decision ends nothing.
+//   - A new leader first applies every entry of earlier terms, then gives
+//     every lease a full TTL from that moment before it may expire any:
+//     failover never shortens a lease.
+//   - Get and List are linearizable: answered by the leader after a
+//     leadership confirmation that began after the read arrived.
+//   - Watch is served by every node from the transitions it applied, which
+//     are the same on every node, in log order, with the log index as
+//     revision; a watcher that falls behind is told so (RESYNC).
+//   - A release, revocation or expiry of a key with waiters hands the key to
+//     the first of them in the same log entry, with a token of its own.
+//   - Every blocking call honours its context. When a context ends while a
+//     write is in the log's hands, the answer says so (deadline_exceeded,
+//     or unavailable when the node is closing): the write may or may not
+//     take effect, and is never reported as not applied.
+//   - Bad input is refused with invalid_argument and changes nothing
+//     (validate.go); domain errors are mapped to Connect codes in one place
+//     (connectError).
+//
+// Non-guarantees:
+//   - A lease may outlive its holder's last renewal by more than its TTL:
+//     across a failover, by the election time plus a full TTL.
+//   - Remaining TTLs in answers are the answering node's estimate; clients
+//     should count from when they sent the request, not read the server's
+//     clock (a client never needs it).
+//   - On failover a client may see unavailable while no leader is known (a
+//     node waits up to 2 heartbeat timeouts for one), uncertain outcomes for
+//     writes in flight (an acquisition that may have been granted under an
+//     ID it never learned: the key then stays held until that lease
+//     expires), and failed renewals although its lease lives on at the new
+//     leader. Waiting acquisitions move to the new leader with what is left
+//     of their wait, but lose their place in line.
+//   - A Get or List sent with "Fenced-Stale-Read: true" is answered from the
+//     receiving node's own state without any check, and may miss recent
+//     transitions.
+//   - Wait queues and deadlines live in the leader's memory only; counts of
+//     transitions (/v1/stats, /metrics) start at zero with each process.
+//   - Per-owner quotas count what owners say they are unless auth is on,
+//     and grants in flight are not counted.
+//
+// Layout: server.go is the node (start-up, raft wiring, leadership, Close);
+// apply.go the write path and what every node keeps beside the state
+// machine; leases.go the lease operations in domain terms (the Go API);
+// expiry.go, waiters.go, leadercheck.go and contact.go the leader's
+// deadlines, wait queues and leadership confirmation. The API side:
+// service.go the Connect handlers (lease API and Revoke), routed.go and
+// forward.go where each call is served, validate.go the input rules, wire.go
+// a lease's wire form, errors.go the mapping to Connect codes, auth.go,
+// sign.go and tls.go security, httpserver.go and dashboard.go the HTTP
+// server and dashboard.
+package server

@@ -1,0 +1,268 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/lease"
+)
+
+// Acquire grants key to owner for ttl or, with wait > 0, waits in line
+// for it up to wait. The arguments are checked as the API checks them
+// (key and owner as in the wire contract, ttl within MinTTL..MaxTTL, wait
+// within 0..MaxWait): invalid input changes nothing.
+//
+// If ctx ends while the grant is being written, the outcome is uncertain
+// (errUncertain, with ctx's error): the grant may still take effect, and
+// the lease then expires after its TTL.
+func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
+	if err := s.validateAcquire(key, owner, ttl, wait); err != nil {
+		return lease.Lease{}, err
+	}
+	c := lease.Command{Op: lease.OpAcquire, Key: key, Owner: owner, TTL: ttl}
+	if wait == 0 {
+		return s.tryAcquire(ctx, c)
+	}
+
+	if err := s.checkLeaseQuota(owner); err != nil {
+		return lease.Lease{}, err
+	}
+	caller := ctx
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	w, err := s.waiters.enqueueLimited(key, &c, s.cfg.MaxWaitersPerOwner)
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	defer s.waiters.leave(key, w)
+	var lastErr error = &lease.HeldError{Key: key}
+	for {
+		l, granted, head := s.waiters.turn(key, w)
+		if granted {
+			return l, nil
+		}
+		if head {
+			// The caller's context, not the wait's: a grant being written
+			// when waitMs ends is still this caller's.
+			l, err := s.tryAcquire(caller, c)
+			if err == nil {
+				return l, nil
+			}
+			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, errNotReady) {
+				return s.giveUp(key, w, err)
+			}
+			lastErr = err
+		}
+		select {
+		case <-w.ready:
+		case <-ctx.Done():
+			if err := caller.Err(); err != nil {
+				// The caller's deadline (or cancellation) cut the wait, not
+				// waitMs: answer with that (deadline_exceeded), never with
+				// "held", so that the caller sees one error whether its own
+				// timer or this answer comes first.
+				return s.giveUp(key, w, err)
+			}
+			return s.giveUp(key, w, lastErr)
+		}
+	}
+}
+
+// giveUp leaves the line with err, unless the key was handed to the waiter
+// meanwhile: then the grant stands and is returned. A handover to it that
+// is still being applied is waited for, however long the wait was meant to
+// be: the grant it may make is this waiter's, and nobody else learns its
+// lease ID.
+func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
+	for {
+		l, granted, inFlight := s.waiters.abandon(key, w)
+		if granted {
+			return l, nil
+		}
+		if !inFlight {
+			break
+		}
+		<-w.ready // settle signals once the handover is decided
+	}
+	if errors.Is(err, lease.ErrHeld) {
+		err = s.refreshHeld(key, err)
+	}
+	return lease.Lease{}, err
+}
+
+// tryAcquire grants c.Key if it is free. If ctx ends while the grant is
+// being written, the grant may still take effect (errUncertain).
+func (s *Server) tryAcquire(ctx context.Context, c lease.Command) (lease.Lease, error) {
+	if !s.ready.Load() {
+		return lease.Lease{}, errNotReady
+	}
+	var (
+		cur    lease.Lease
+		held   bool
+		count  int
+		owners int
+	)
+	s.fsm.read(func(st *lease.State) {
+		cur, held = st.Get(c.Key)
+		count = st.Len()
+		owners = st.OwnerLen(c.Owner)
+	})
+	if held && failpoint.Enabled(failpoint.GrantHeld) && failpoint.OneIn(16) {
+		_, _ = s.apply(ctx, lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
+		held = false
+	}
+	if held {
+		return lease.Lease{}, &lease.HeldError{Key: cur.Key, Owner: cur.Owner, Token: cur.Token,
+			Remaining: s.expirer.remaining(cur.Key, s.expirer.now())}
+	}
+	if count >= s.cfg.MaxLeases {
+		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
+	}
+	if owners >= s.cfg.MaxLeasesPerOwner {
+		return lease.Lease{}, &quotaError{Quota: "max-leases-per-owner", Owner: c.Owner, Used: owners, Limit: s.cfg.MaxLeasesPerOwner}
+	}
+	c.ID = newLeaseID()
+	res, err := s.apply(ctx, c)
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	if res.Err != nil {
+		return lease.Lease{}, s.refreshHeld(c.Key, res.Err)
+	}
+	return res.Event.Lease, nil
+}
+
+// checkLeaseQuota refuses owner once it holds MaxLeasesPerOwner leases.
+// Owners are what clients say they are; once requests are authenticated,
+// the quota belongs to the principal instead. Grants in flight are not
+// counted, so concurrent acquisitions may overshoot by a few.
+func (s *Server) checkLeaseQuota(owner string) error {
+	var n int
+	s.fsm.read(func(st *lease.State) { n = st.OwnerLen(owner) })
+	if n >= s.cfg.MaxLeasesPerOwner {
+		return &quotaError{Quota: "max-leases-per-owner", Owner: owner, Used: n, Limit: s.cfg.MaxLeasesPerOwner}
+	}
+	return nil
+}
+
+// refreshHeld fills in the remaining TTL of a held error.
+func (s *Server) refreshHeld(key string, err error) error {
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		var cur lease.Lease
+		var ok bool
+		s.fsm.read(func(st *lease.State) { cur, ok = st.Get(key) })
+		if ok {
+			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.remaining(key, s.expirer.now())}
+		}
+	}
+	return err
+}
+
+// Renew extends lease id of key by its TTL. It is not written to the log:
+// the leader confirms it still leads, then moves the deadline.
+func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error) {
+	if err := validateKey(key); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := validateID(id); err != nil {
+		return lease.Lease{}, err
+	}
+	mutant := failpoint.Enabled(failpoint.DeposedLeaderRenews) && s.everLed.Load()
+	if !s.ready.Load() && !mutant {
+		return lease.Lease{}, errNotReady
+	}
+	start := s.expirer.now()
+	if err := s.leader.confirm(ctx); err != nil && !mutant {
+		return lease.Lease{}, err
+	}
+	// The deadline counts from before the leadership check: a renewal never
+	// outlives what the confirmed leadership covers.
+	l, err := s.expirer.renew(key, id, start)
+	if err != nil {
+		return lease.Lease{}, describeNotHeld(err, key, id)
+	}
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+	}
+	return l, nil
+}
+
+// Release ends lease id of key.
+func (s *Server) Release(ctx context.Context, key, id string) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := validateID(id); err != nil {
+		return err
+	}
+	if !s.ready.Load() {
+		return errNotReady
+	}
+	var err error
+	s.fsm.read(func(st *lease.State) { _, err = st.Current(key, id) })
+	if failpoint.Enabled(failpoint.ReleaseAnyID) {
+		s.fsm.read(func(st *lease.State) {
+			if cur, ok := st.Get(key); ok {
+				id, err = cur.ID, nil
+			}
+		})
+	}
+	if err != nil {
+		return describeNotHeld(err, key, id)
+	}
+	res, err := s.applyHandover(ctx, lease.Command{Op: lease.OpRelease, Key: key, ID: id})
+	if err != nil {
+		return err
+	}
+	return describeNotHeld(res.Err, key, id)
+}
+
+// Revoke ends the current lease of key on behalf of principal by, whoever
+// holds it, and returns it. The end is a log entry naming by; like a
+// release it hands the key to its first waiter, if any, in the same entry,
+// and the holder's next renewal finds its lease gone. lease.ErrNotHeld when
+// key is free.
+func (s *Server) Revoke(ctx context.Context, key, by string) (lease.Lease, error) {
+	if err := validateKey(key); err != nil {
+		return lease.Lease{}, err
+	}
+	if !s.ready.Load() {
+		return lease.Lease{}, errNotReady
+	}
+	cur, ok := s.currentOf(key)
+	if !ok {
+		return lease.Lease{}, &freeKeyError{key: key}
+	}
+	// The command names the lease seen here: should it end meanwhile, the
+	// revocation changes nothing rather than ending its successor.
+	res, err := s.applyHandover(ctx, lease.Command{Op: lease.OpRevoke, Key: key, ID: cur.ID, By: by})
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	if res.Err != nil {
+		return lease.Lease{}, &freeKeyError{key: key}
+	}
+	return res.Event.Lease, nil
+}
+
+func (s *Server) currentOf(key string) (lease.Lease, bool) {
+	var (
+		l  lease.Lease
+		ok bool
+	)
+	s.fsm.read(func(st *lease.State) { l, ok = st.Get(key) })
+	return l, ok
+}
+
+// freeKeyError is a Revoke of a key nobody holds; it matches
+// lease.ErrNotHeld.
+type freeKeyError struct{ key string }
+
+func (e *freeKeyError) Error() string { return fmt.Sprintf("key %q has no current lease", e.key) }
+
+func (e *freeKeyError) Is(err error) bool { return err == lease.ErrNotHeld }

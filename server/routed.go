@@ -1,0 +1,264 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/internal/failpoint"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+)
+
+// routedService serves the lease API on any node: locally on the leader,
+// by forwarding elsewhere (see forward.go).
+type routedService struct {
+	local *service
+	s     *Server
+}
+
+var _ fencedv1connect.LeaseServiceHandler = (*routedService)(nil)
+
+func (s *Server) leaseService() fencedv1connect.LeaseServiceHandler {
+	return &routedService{local: &service{s: s}, s: s}
+}
+
+// routeCall serves one call where it belongs. leader returns a client of
+// the leader's service, or ok false when this node serves the call itself
+// (local). A call this node failed because it does not, or no longer,
+// lead goes to the leader instead (again), up to 3 tries in all.
+func routeCall[C, Req, Resp any](ctx context.Context, s *Server, req *connect.Request[Req],
+	leader func(context.Context, http.Header) (rpc C, ok bool, err error),
+	remote func(C, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+	local func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+) (*connect.Response[Resp], error) {
+	for range 3 {
+		rpc, ok, err := leader(ctx, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return forwardCall(s.forward, ctx, func(ctx context.Context) (*connect.Response[Resp], error) {
+				return remote(rpc, ctx, forwarded(ctx, s, req.Msg))
+			})
+		}
+		resp, err := local(ctx, req)
+		if !s.again(err, req.Header()) {
+			return resp, err
+		}
+	}
+	return nil, connectError(errNotReady)
+}
+
+// route decides where a lease call goes: ok is false when this node
+// serves it.
+func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1connect.LeaseServiceClient, bool, error) {
+	if r.s.ready.Load() {
+		return nil, false, nil
+	}
+	if h.Get(forwardedHeader) != "" {
+		// Forwarded here by a node that took this one for the leader.
+		if r.s.raft.State() == raft.Leader {
+			return nil, false, nil // not ready yet: served locally, which waits or answers unavailable
+		}
+		return nil, false, connectError(errNotReady)
+	}
+	if r.s.raft.State() == raft.Leader {
+		return nil, false, nil
+	}
+	rpc, err := r.s.forward.leader(ctx)
+	if err != nil {
+		return nil, false, connectError(err)
+	}
+	return rpc, rpc != nil, nil
+}
+
+// again reports whether a call the local node failed may be sent to the
+// leader instead: it certainly did not take effect here, because this node
+// was not (or no longer) the leader when it tried.
+func (s *Server) again(err error, h http.Header) bool {
+	if err == nil || h.Get(forwardedHeader) != "" || s.raft.State() == raft.Leader {
+		return false
+	}
+	return errors.Is(err, errNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, errDeposed)
+}
+
+// forwarded is the request this node sends the leader for a call whose
+// context is ctx: it names this node and, with auth on, the principal the
+// caller authenticated as here (the leader authorizes it).
+func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T] {
+	req := connect.NewRequest(msg)
+	req.Header().Set(forwardedHeader, s.cfg.NodeID)
+	s.forwardPrincipal(ctx, req.Header())
+	return req
+}
+
+// Acquire is routeCall with one more retry: a wait this node was serving
+// when it stopped leading goes on at the new leader, for what is left of it.
+func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
+	start := time.Now()
+	for range 3 {
+		rpc, ok, err := r.route(ctx, req.Header())
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.AcquireResponse], error) {
+				return rpc.Acquire(ctx, forwarded(ctx, r.s, req.Msg))
+			})
+		}
+		lctx, done := r.s.whileLeading(ctx)
+		resp, err := r.local.Acquire(lctx, req)
+		deposed := errors.Is(context.Cause(lctx), errDeposed)
+		done()
+		if err == nil || !(deposed || r.s.again(err, req.Header())) || req.Header().Get(forwardedHeader) != "" {
+			return resp, err
+		}
+		msg := proto.CloneOf(req.Msg)
+		if msg.WaitMs > 0 {
+			msg.WaitMs = max(msg.WaitMs-time.Since(start).Milliseconds(), 0)
+		}
+		req = connect.NewRequest(msg)
+	}
+	return nil, connectError(errNotReady)
+}
+
+func (r *routedService) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
+	if failpoint.Enabled(failpoint.DeposedLeaderRenews) && r.s.everLed.Load() {
+		return r.local.Renew(ctx, req)
+	}
+	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Renew, r.local.Renew)
+}
+
+func (r *routedService) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
+	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Release, r.local.Release)
+}
+
+// Reads. Get and List are linearizable by default: the leader answers
+// them after a leadership check that began after the read arrived
+// (leaderCheck), so a read reflects every grant, release and expiry
+// acknowledged before it was sent; other nodes forward them. A request with
+// the header "Fenced-Stale-Read: true" is answered by whichever node gets
+// it, from its own applied state, without forwarding or any check: it may
+// miss recent transitions (a follower lags the leader; a deposed leader
+// may not know it is deposed), and the remaining TTLs it shows are that
+// node's guesses.
+
+// staleReadHeader opts a Get or List in to possibly stale reads.
+const staleReadHeader = "Fenced-Stale-Read"
+
+func staleRead(h http.Header) bool { return h.Get(staleReadHeader) == "true" }
+
+// confirmRead confirms that this node still leads, after the read
+// arrived.
+func (s *Server) confirmRead(ctx context.Context) error {
+	if !s.ready.Load() {
+		return errNotReady
+	}
+	return s.leader.confirm(ctx)
+}
+
+// confirmed is local, answered only once confirmRead has confirmed that
+// this node still leads.
+func confirmed[Req, Resp any](s *Server, local func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error) {
+	return func(ctx context.Context, req *connect.Request[Req]) (*connect.Response[Resp], error) {
+		if err := s.confirmRead(ctx); err != nil {
+			return nil, connectError(err)
+		}
+		return local(ctx, req)
+	}
+}
+
+func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
+	if staleRead(req.Header()) {
+		return read(ctx, r.s, req.Msg, true, r.local.checkGet, r.local.get)
+	}
+	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Get, confirmed(r.s, r.local.Get))
+}
+
+func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
+	if staleRead(req.Header()) {
+		return read(ctx, r.s, req.Msg, true, r.local.checkList, r.local.list)
+	}
+	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.List, confirmed(r.s, r.local.List))
+}
+
+// Watch is served by every node from its own applied transitions.
+func (r *routedService) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
+	return r.local.Watch(ctx, req, stream)
+}
+
+// KeepAlive renews leases from a stream of requests, answering each in
+// order. A failed renewal is reported in its answer; the stream goes on.
+func (r *routedService) KeepAlive(ctx context.Context, stream *connect.BidiStream[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]) error {
+	for {
+		req, err := stream.Receive()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(r.keepAlive(ctx, req)); err != nil {
+			return err
+		}
+	}
+}
+
+// keepAlive renews the lease of one KeepAlive request where it can be
+// renewed: here while this node leads, at the leader otherwise, deciding
+// again for every request.
+func (r *routedService) keepAlive(ctx context.Context, req *fencedv1.KeepAliveRequest) *fencedv1.KeepAliveResponse {
+	if r.s.ready.Load() {
+		// The leader's hot path: no request or response to build.
+		l, err := r.local.renew(ctx, req.GetKey(), req.GetLeaseId())
+		if err == nil || !r.s.again(err, http.Header{}) {
+			return r.local.keepAliveAnswer(l, err)
+		}
+	}
+	resp, err := r.Renew(ctx, connect.NewRequest(&fencedv1.RenewRequest{Key: req.GetKey(), LeaseId: req.GetLeaseId()}))
+	out := &fencedv1.KeepAliveResponse{}
+	if err != nil {
+		var ce *connect.Error
+		if !errors.As(err, &ce) {
+			ce = connect.NewError(connect.CodeUnavailable, err)
+		}
+		out.ErrorCode, out.ErrorMessage = ce.Code().String(), ce.Message()
+	} else {
+		out.Lease, out.TokenSignature = resp.Msg.GetLease(), resp.Msg.TokenSignature
+	}
+	return out
+}
+
+// routedAdmin serves the AdminService on any node like routedService the
+// lease API: Revoke is a write, served by the leader and forwarded to it
+// from other nodes with the principal authenticated here.
+type routedAdmin struct {
+	local *adminService
+	s     *Server
+}
+
+var _ fencedv1connect.AdminServiceHandler = (*routedAdmin)(nil)
+
+func (s *Server) adminService() fencedv1connect.AdminServiceHandler {
+	return &routedAdmin{local: &adminService{s: s}, s: s}
+}
+
+// leader returns a client of the leader's AdminService, or ok false when
+// this node serves the call itself.
+func (r *routedAdmin) leader(ctx context.Context, h http.Header) (fencedv1connect.AdminServiceClient, bool, error) {
+	addr, err := r.s.forward.leaderFor(ctx, h, r.s.ready.Load() || r.s.raft.State() == raft.Leader)
+	if err != nil || addr == "" {
+		return nil, false, err
+	}
+	return r.s.forward.adminClient(addr), true, nil
+}
+
+func (r *routedAdmin) Revoke(ctx context.Context, req *connect.Request[fencedv1.RevokeRequest]) (*connect.Response[fencedv1.RevokeResponse], error) {
+	return routeCall(ctx, r.s, req, r.leader, fencedv1connect.AdminServiceClient.Revoke, r.local.Revoke)
+}
