@@ -327,12 +327,13 @@ func decodePrincipal(v string) (Principal, error) {
 // On the peer port (peer true) a call another node forwarded names the
 // principal that node authenticated (forwardedPrincipalHeader), which is
 // taken as is. On the public port the header is removed before anything
-// reads it.
+// reads it, and so is relayHeader.
 func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fwd := r.Header.Get(forwardedPrincipalHeader)
 		if !peer {
 			r.Header.Del(forwardedPrincipalHeader)
+			r.Header.Del(relayHeader)
 			fwd = ""
 		}
 		pol := s.sec.policy()
