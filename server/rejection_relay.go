@@ -31,6 +31,11 @@ import (
 // from calls on the public port.
 const relayHeader = "Fenced-Rejection-Relay"
 
+// relayPrincipal is the caller of a relay once auth is on: another node,
+// trusted as the peer port is. It holds no permission; serveRelay needs
+// none, as the relaying node authorizes each of its watchers.
+var relayPrincipal = Principal{Name: "fenced-peer", Method: "peer"}
+
 // rejectionRelay runs the relay while this node has rejection watchers.
 type rejectionRelay struct {
 	s        *Server
@@ -97,7 +102,7 @@ func (r *rejectionRelay) follow(ctx context.Context, addr string) error {
 		return err
 	}
 	defer stream.Close()
-	for stream.Receive() {
+	for stream.Receive() && ctx.Err() == nil {
 		if ev := stream.Msg().GetEvent(); ev.GetType() == fencedv1.Event_REJECTED && ev.GetRejection() != nil {
 			r.s.hub.publishRelayed(ev.GetRejection())
 		}

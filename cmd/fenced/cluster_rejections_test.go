@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/fencedio/fenced/client"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server"
 )
 
 // TestClusterRejectionsReachLeader reports a rejection to a follower and
@@ -60,14 +63,55 @@ func TestClusterRejectionsReachLeader(t *testing.T) {
 // beside its own lease events, and again after leadership moved to the
 // other follower. Rejections are not replayed, so a report made before the
 // follower's relay is open at the current leader may be missed: each step
-// reports again, under a new resource name, until one arrives.
+// reports again, under a new resource name, until one arrives. With auth
+// on, the relay between the nodes needs no credentials of its own, and the
+// watcher needs only its own permissions.
 func TestClusterRejectionsWatchedOnFollower(t *testing.T) {
-	c := newTestCluster(t, 3)
+	t.Run("auth off", func(t *testing.T) { testRejectionsWatchedOnFollower(t, false) })
+	t.Run("auth on", func(t *testing.T) { testRejectionsWatchedOnFollower(t, true) })
+}
+
+func testRejectionsWatchedOnFollower(t *testing.T, auth bool) {
+	// With auth on, a lease's owner is its holder's principal.
+	const (
+		secretA   = "worker-A-0123456789abcdef0123456789abcdef"
+		secretB   = "worker-B-0123456789abcdef0123456789abcdef"
+		opsSecret = "ops-0123456789abcdef0123456789abcdef"
+	)
+	c := newStoppedCluster(t, 3)
+	var workerToken, tokenB, opsToken string
+	if auth {
+		policy := filepath.Join(t.TempDir(), "auth.json")
+		if err := os.WriteFile(policy, fmt.Appendf(nil, `{
+  "tokens": [{"principal": "worker-A", "sha256": %q}, {"principal": "worker-B", "sha256": %q}, {"principal": "ops", "sha256": %q}],
+  "rules": [
+    {"principal": "worker-A", "prefix": "jobs/", "permissions": ["acquire", "renew", "read", "watch", "report"]},
+    {"principal": "worker-B", "prefix": "jobs/", "permissions": ["acquire", "renew"]},
+    {"principal": "ops", "prefix": "", "permissions": ["admin"]}
+  ]
+}`, server.HashSecret(secretA), server.HashSecret(secretB), server.HashSecret(opsSecret)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		workerToken, tokenB, opsToken = secretA, secretB, opsSecret
+		for i := range c.nodes {
+			c.nodes[i].extraArgs = []string{"--auth-file", policy}
+		}
+	}
+	for i := range c.nodes {
+		c.start(i)
+	}
+	bearer := func(token string) *http.Client {
+		h := http.Header{}
+		if token != "" {
+			h.Set("Authorization", "Bearer "+token)
+		}
+		return &http.Client{Transport: headersRT{h, http.DefaultTransport}}
+	}
 	leader := c.waitLeader(20 * time.Second)
 	f1, f2 := (leader+1)%3, (leader+2)%3
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := client.New(client.Config{Endpoint: c.nodes[leader].url})
+	cl, err := client.New(client.Config{Endpoint: c.nodes[leader].url, Token: workerToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +122,16 @@ func TestClusterRejectionsWatchedOnFollower(t *testing.T) {
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b, err := cl.Acquire(ctx, "jobs/1", client.WithOwner("worker-B"))
+	clB, err := client.New(client.Config{Endpoint: c.nodes[leader].url, Token: tokenB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := clB.Acquire(ctx, "jobs/1", client.WithOwner("worker-B"))
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	stream, err := fencedv1connect.NewLeaseServiceClient(http.DefaultClient, c.nodes[f1].url).Watch(ctx,
+	stream, err := fencedv1connect.NewLeaseServiceClient(bearer(workerToken), c.nodes[f1].url).Watch(ctx,
 		connect.NewRequest(&fencedv1.WatchRequest{Prefix: "jobs/", Rejections: true}))
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +167,7 @@ func TestClusterRejectionsWatchedOnFollower(t *testing.T) {
 		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 			tries++
 			resource := fmt.Sprintf("ledger-%d", tries)
-			rc, err := client.New(client.Config{Endpoint: c.nodes[via].url})
+			rc, err := client.New(client.Config{Endpoint: c.nodes[via].url, Token: workerToken})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +191,7 @@ func TestClusterRejectionsWatchedOnFollower(t *testing.T) {
 	}
 	acquiredOnStream := func(key string) {
 		t.Helper()
-		l, err := cl.Acquire(ctx, key, client.WithOwner("worker-C"))
+		l, err := cl.Acquire(ctx, key, client.WithOwner("worker-A"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +209,7 @@ func TestClusterRejectionsWatchedOnFollower(t *testing.T) {
 	rejectedVia(f2)
 	acquiredOnStream("jobs/2")
 
-	tr, err := fencedv1connect.NewClusterServiceClient(http.DefaultClient, c.nodes[leader].url).
+	tr, err := fencedv1connect.NewClusterServiceClient(bearer(opsToken), c.nodes[leader].url).
 		TransferLeadership(ctx, connect.NewRequest(&fencedv1.TransferLeadershipRequest{Id: c.nodes[f2].id}))
 	if err != nil || tr.Msg.GetLeaderId() != c.nodes[f2].id {
 		t.Fatalf("transfer leadership to %s: %v %v", c.nodes[f2].id, tr, err)
