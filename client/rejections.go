@@ -103,9 +103,9 @@ func (c *Client) ListRejections(ctx context.Context, prefix string, limit int) (
 // WatchRejections calls fn for every rejection of a scope under prefix
 // that the connected node records from now on (a REJECTED Watch event), in
 // order, until ctx ends, the stream breaks or fn returns an error. Lease
-// transitions are not passed to fn. Only the node that records rejections,
-// the leader, sends them: connect to it. Missed rejections are not replayed;
-// ListRejections shows the recent ones.
+// transitions are not passed to fn. Any node sends them (the leader records
+// them, the others relay them). Missed rejections are not replayed: around a
+// leader change some may be missed; ListRejections shows the recent ones.
 func (c *Client) WatchRejections(ctx context.Context, prefix string, fn func(Rejection) error) error {
 	var stream *connect.ServerStreamForClient[fencedv1.WatchResponse]
 	err := c.eps.do(ctx, func(ep endpoint) (err error) {

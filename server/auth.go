@@ -326,13 +326,14 @@ func decodePrincipal(v string) (Principal, error) {
 //
 // On the peer port (peer true) a call another node forwarded names the
 // principal that node authenticated (forwardedPrincipalHeader), which is
-// taken as is. On the public port the header is removed before anything
-// reads it.
+// taken as is, and another node's relay of rejections is relayPrincipal. On
+// the public port both headers are removed before anything reads them.
 func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fwd := r.Header.Get(forwardedPrincipalHeader)
 		if !peer {
 			r.Header.Del(forwardedPrincipalHeader)
+			r.Header.Del(relayHeader)
 			fwd = ""
 		}
 		pol := s.sec.policy()
@@ -341,9 +342,12 @@ func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
 			return
 		}
 		var res authResult
-		if fwd != "" {
+		switch {
+		case fwd != "":
 			res.p, res.err = decodePrincipal(fwd)
-		} else {
+		case r.Header.Get(relayHeader) != "": // only on the peer port
+			res.p = relayPrincipal
+		default:
 			res.p, res.err = pol.Authenticate(r, time.Now())
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, res)))

@@ -57,6 +57,10 @@
 //   - A Get or List sent with "Fenced-Stale-Read: true" is answered from the
 //     receiving node's own state without any check, and may miss recent
 //     transitions.
+//   - Stale rejections reported by resources live in the leader's memory
+//     only, and REJECTED Watch events are not replayed: a node relays the
+//     leader's to its watchers (rejection_relay.go), so a watcher may miss
+//     those recorded from a leader change until its node reconnects.
 //   - Wait queues and deadlines live in the leader's memory only; counts of
 //     transitions (/v1/stats, /metrics) start at zero with each process.
 //   - Per-owner quotas count what owners say they are unless auth is on,

@@ -92,6 +92,7 @@ func newRejectionBook(reg prometheus.Registerer) (*rejectionBook, error) {
 // New after the FSM's callbacks are set and before raft replays the log.
 func (s *Server) initRejections() error {
 	s.grants = newGrantMemory(grantsPerKey, maxGrantKeys)
+	s.relay = &rejectionRelay{s: s}
 	var err error
 	if s.rejections, err = newRejectionBook(s.cfg.Registerer); err != nil {
 		return err
@@ -284,7 +285,7 @@ func (s *Server) recordRejections(ctx context.Context, rs []*fencedv1.StaleRejec
 			slog.String("highest_owner", e.HighestOwner),
 			slog.String("resource", e.Resource),
 			slog.String("reported_owner", e.ReportedOwner))
-		s.hub.publishRejection(e, s.fsm.view().Applied())
+		s.hub.publishRejection(e)
 	}
 	return total
 }

@@ -146,8 +146,8 @@ func TestWatchRejectionsOptIn(t *testing.T) {
 	}
 	ev := with.Msg().GetEvent()
 	if ev.GetType() != fencedv1.Event_REJECTED || ev.GetRejection().GetResource() != "ledger" ||
-		ev.GetLease().GetKey() != "jobs/1" || ev.GetLease().GetToken() != 1 || ev.GetLease().GetOwner() != "worker-A" || ev.GetRevision() == 0 {
-		t.Fatalf("opted-in watcher got %v, want the REJECTED event", ev)
+		ev.GetLease().GetKey() != "jobs/1" || ev.GetLease().GetToken() != 1 || ev.GetLease().GetOwner() != "worker-A" || ev.GetRevision() != first.GetToken() {
+		t.Fatalf("opted-in watcher got %v, want the REJECTED event at revision %d (the last transition before it)", ev, first.GetToken())
 	}
 	for name, st := range map[string]*connect.ServerStreamForClient[fencedv1.WatchResponse]{"plain": plain, "opted-in": with} {
 		if !st.Receive() {

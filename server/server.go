@@ -89,6 +89,7 @@ type Server struct {
 	// (rejections.go).
 	grants     *grantMemory
 	rejections *rejectionBook
+	relay      *rejectionRelay // the leader's rejections, for this node's watchers
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node

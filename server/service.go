@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -200,6 +201,9 @@ func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.Li
 }
 
 func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
+	if req.Header().Get(relayHeader) != "" {
+		return v.s.serveRelay(ctx, stream) // another node, on the peer port
+	}
 	prefix := req.Msg.GetPrefix()
 	if err := validatePrefix(prefix); err != nil {
 		return connectError(err)
@@ -227,15 +231,16 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	// afterRevision only after the subscription: they were delivered already.
 	after := req.Msg.GetAfterRevision()
 	sendAll := func(evs []*hubEvent) error {
-		for len(evs) > 0 && evs[0].Revision <= after {
-			evs = evs[1:]
-		}
+		evs = slices.DeleteFunc(evs, func(ev *hubEvent) bool { return !ev.rejection && ev.Revision <= after })
 		for i, ev := range evs {
-			if err := send(ev.watch, i < len(evs)-1); err != nil {
+			if err := send(watchMessage(ev, after), i < len(evs)-1); err != nil {
 				return err
 			}
 		}
 		return nil
+	}
+	if req.Msg.GetRejections() {
+		defer v.s.relay.join()()
 	}
 	sub, replay, complete := v.s.hub.subscribe(prefix, after)
 	sub.rejections.Store(req.Msg.GetRejections())

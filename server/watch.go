@@ -33,7 +33,10 @@ type hub struct {
 	size    int
 	// floor is the highest revision whose events may be missing from
 	// history: evicted, or from before the snapshot this node restored.
-	floor  uint64
+	floor uint64
+	// last is the revision of the last transition dispatched, or of the
+	// snapshot restored since.
+	last   uint64
 	subs   map[*subscription]struct{}
 	buffer int
 
@@ -59,6 +62,8 @@ type hubEvent struct {
 	// rejection marks a REJECTED event (watch_rejections.go): not kept in
 	// history, sent only to subscriptions that asked for rejections.
 	rejection bool
+	// relayed marks a REJECTED event recorded by the leader, not this node.
+	relayed bool
 
 	sseOnce sync.Once
 	sse     []byte
@@ -82,6 +87,9 @@ type subscription struct {
 	lost chan struct{}
 	// rejections: also queue REJECTED events.
 	rejections atomic.Bool
+	// relay: another node's relay of the rejections this node records;
+	// queues no transitions (watch_rejections.go).
+	relay bool
 }
 
 // take returns the queued events and empties the queue.
@@ -146,6 +154,7 @@ func (h *hub) dispatch(batch []hubItem) {
 			}
 			h.start, h.size = 0, 0
 			h.floor = max(h.floor, it.restored)
+			h.last = max(h.last, it.restored)
 			for s := range h.subs {
 				delete(h.subs, s)
 				close(s.lost)
@@ -158,6 +167,7 @@ func (h *hub) dispatch(batch []hubItem) {
 			continue
 		}
 		ev.watch = &fencedv1.WatchResponse{Event: eventToProto(ev.Event)}
+		h.last = ev.Revision
 		if len(h.history) > 0 {
 			if h.size == len(h.history) {
 				h.floor = h.history[h.start].Revision
@@ -173,7 +183,7 @@ func (h *hub) dispatch(batch []hubItem) {
 			h.keptMu.Unlock()
 		}
 		for s := range h.subs {
-			if strings.HasPrefix(ev.Lease.Key, s.prefix) {
+			if !s.relay && strings.HasPrefix(ev.Lease.Key, s.prefix) {
 				h.offer(s, ev)
 			}
 		}

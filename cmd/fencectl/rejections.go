@@ -25,8 +25,8 @@ func rejectionsCmd(g *globals) *cobra.Command {
 		Long: `List the stale rejections that resources reported to fenced (see
 fence/fencereport), newest first: one line per scope, resource and refused
 token, with the owners of both epochs as fenced granted them. With
---follow, print each report as the leader records it instead (connect to
-the leader: only it sends them).`,
+--follow, print each report as the leader records it instead (through any
+node; around a leader change some may be missed).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if follow {

@@ -34,7 +34,9 @@ const (
 	// A resource refused a write made with lease's token: lease is the
 	// refused epoch (key, owner, token), rejection says by whom and after
 	// which token. Sent only to watchers that asked (WatchRequest.rejections);
-	// revision is the last transition this node had applied.
+	// revision is that of the last transition this node sent before it (at
+	// least the watcher's after_revision), so resuming after it misses
+	// nothing.
 	Event_REJECTED Event_Type = 5
 )
 
@@ -849,8 +851,10 @@ type WatchRequest struct {
 	// Also stream a REJECTED event for every stale rejection of a key under
 	// prefix that a resource reports (RejectionService.ReportRejections). Off by
 	// default, so watchers that know only lease transitions never see one.
-	// Only the node that records rejections (the leader) sends them, and they
-	// are never replayed by after_revision.
+	// Rejections are recorded by the leader; any other node relays them to its
+	// watchers. They are never replayed by after_revision: a watcher may miss
+	// those recorded while its node has no relay open at the current leader
+	// (for a moment after a leader change, or while no leader is known).
 	Rejections    bool `protobuf:"varint,3,opt,name=rejections,proto3" json:"rejections,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
