@@ -59,7 +59,9 @@ COMMAND gets SIGTERM, then SIGKILL after --kill-after. Exit status:
   75                     the lease was lost; COMMAND stopped after SIGTERM
   76                     the lease was lost; COMMAND had to be killed (SIGKILL)
   2                      KEY was held by someone else
-  1                      any other error`,
+  1                      any other error, including an acquisition of unknown
+                         outcome (cut by a failover: the key may be held by this
+                         owner, without its lease ID, until the TTL runs out)`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if execute {
 				if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
