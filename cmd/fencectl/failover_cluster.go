@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/fencedio/fenced/internal/testutil"
+	"github.com/fencedio/fenced/server"
 )
 
 // localCluster is a cluster of fenced processes on loopback ports, each on
@@ -118,28 +120,13 @@ func (c *localCluster) urls(live bool) []string {
 // date with it: it serves, every live node names it, and every live node
 // has applied what the leader had committed.
 func (c *localCluster) settled(ctx context.Context) (int, error) {
+	type view struct {
+		node  *localNode
+		role  *server.Role
+		stats server.Stats
+	}
+	var views []view
 	leader := -1
-	var commit uint64
-	for i, nd := range c.nodes {
-		if !c.up(i) {
-			continue
-		}
-		r, err := fetchRole(ctx, c.hc, nd.url)
-		if err != nil {
-			return -1, err
-		}
-		if r.Ready {
-			leader = i
-			st, err := fetchStats(ctx, c.hc, nd.url)
-			if err != nil {
-				return -1, err
-			}
-			commit = st.CommitIndex
-		}
-	}
-	if leader < 0 {
-		return -1, errors.New("no node serves as leader")
-	}
 	for i, nd := range c.nodes {
 		if !c.up(i) {
 			continue
@@ -152,11 +139,21 @@ func (c *localCluster) settled(ctx context.Context) (int, error) {
 		if err != nil {
 			return -1, err
 		}
-		if r.LeaderID != c.nodes[leader].id || st.AppliedIndex < commit {
-			return -1, fmt.Errorf("%s: leader %q, applied %d of %d", nd.id, r.LeaderID, st.AppliedIndex, commit)
+		if r.Ready {
+			leader = len(views)
+		}
+		views = append(views, view{nd, r, st})
+	}
+	if leader < 0 {
+		return -1, errors.New("no node serves as leader")
+	}
+	lead := views[leader]
+	for _, v := range views {
+		if v.role.LeaderID != lead.node.id || v.stats.AppliedIndex < lead.stats.CommitIndex {
+			return -1, fmt.Errorf("%s: leader %q, applied %d of %d", v.node.id, v.role.LeaderID, v.stats.AppliedIndex, lead.stats.CommitIndex)
 		}
 	}
-	return leader, nil
+	return slices.Index(c.nodes, lead.node), nil
 }
 
 // waitSettled polls settled until it succeeds or within passes.
