@@ -48,11 +48,7 @@ func statusCmd(g *globals) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if g.json {
-				ls := make([]leaseJSON, len(leases))
-				for i, l := range leases {
-					ls[i] = toJSON(l)
-				}
-				return printJSON(out, map[string]any{"stats": st, "nodes": roles, "expiringSoonest": ls})
+				return printJSON(out, map[string]any{"stats": st, "nodes": roles, "expiringSoonest": toJSONs(leases)})
 			}
 			printStatus(out, roles, statsFrom, st, leases)
 			return nil
