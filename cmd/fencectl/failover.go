@@ -136,7 +136,13 @@ func runFailoverBench(ctx context.Context, log io.Writer, cfg failoverConfig) (F
 		if err != nil {
 			return res, fmt.Errorf("trial %d: %w (logs in %s)", trial+1, err, cfg.dir)
 		}
-		fmt.Fprintf(log, "trial %d: first acquisition %v after the kill\n", trial+1, d.Round(time.Millisecond))
+		lost := 0
+		for _, l := range holders {
+			if l.Err() != nil {
+				lost++
+			}
+		}
+		fmt.Fprintf(log, "trial %d: first acquisition %v after the kill; %d holders lost so far\n", trial+1, d.Round(time.Millisecond), lost)
 		res.FirstAcquireMs = append(res.FirstAcquireMs, float64(d.Microseconds())/1000)
 	}
 	sorted := slices.Sorted(slices.Values(res.FirstAcquireMs))
