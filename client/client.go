@@ -269,6 +269,14 @@ func WithOwner(owner string) AcquireOption { return func(o *acquireOptions) { o.
 // may then have been granted all the same, and that lease expires after
 // its TTL.
 //
+// With several endpoints, an attempt that got no answer (the node died or
+// stopped leading, perhaps after writing the grant) is sent to the next
+// node. If that retry finds the key held by this same owner, the holder is
+// most likely the unanswered attempt's grant, whose lease ID the caller
+// never got: Acquire then returns an *UncertainError (errors.Is
+// ErrAcquireUncertain), not a *HeldError, and the caller must assume it may
+// hold the key until that lease's TTL runs out.
+//
 // The local deadline of the new lease counts from when the Acquire was
 // sent, since the server may have granted it at any moment after that.
 // When the grant comes back late, typically after waiting for a held key
@@ -287,17 +295,23 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		opt(&o)
 	}
 	sent := time.Now()
-	var resp *connect.Response[fencedv1.AcquireResponse]
+	var (
+		resp       *connect.Response[fencedv1.AcquireResponse]
+		unanswered error // the first failed attempt that may have been granted
+	)
 	err := c.eps.do(ctx, func(ep endpoint) (err error) {
 		// The local deadline counts from the attempt that was answered.
 		sent = time.Now()
 		resp, err = ep.rpc.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{
 			Key: key, Owner: o.owner, TtlMs: o.ttl.Milliseconds(), WaitMs: max(o.wait-time.Since(start), 0).Milliseconds(),
 		}))
+		if err != nil && unanswered == nil && retryable(err) && mayHaveArrived(err) {
+			unanswered = err
+		}
 		return err
 	})
 	if err != nil {
-		err = fromRPC(err)
+		err = uncertain(fromRPC(err), o.owner, unanswered)
 		if cerr := ctx.Err(); cerr != nil && errors.Is(err, ErrHeld) {
 			// The answer "held" raced the caller's own deadline: report the
 			// deadline, as the server does when it sees it first.

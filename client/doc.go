@@ -47,12 +47,19 @@
 //   - A lease does not stop a paused process from acting after its context
 //     was cancelled: between the check of Context and the write, any amount
 //     of time can pass. That is what fencing tokens and guards are for.
-//   - An Acquire that fails with a timeout or transport error may still have
-//     been granted; the grant then expires after its TTL, and its token is
+//   - An Acquire that fails with a timeout, a transport error or
+//     ErrUnavailable (a leader that lost its leadership while writing the
+//     grant cannot tell whether it was committed) may still have been
+//     granted; the grant then expires after its TTL, and its token is
 //     never seen by anyone. With several endpoints (Config.Endpoints) an
-//     Acquire that got unavailable is sent to the next node; if the first
-//     attempt was granted unseen, the retry finds the key held until that
-//     grant expires. The caller never holds two grants it knows of.
+//     Acquire that got no answer is sent to the next node; if the first
+//     attempt was granted unseen, the retry finds the key held by the
+//     caller's own owner until that grant expires, and Acquire returns
+//     ErrAcquireUncertain (*UncertainError), never ErrHeld: the caller may
+//     hold the key, without its lease ID, until the TTL runs out. The
+//     caller never holds two grants it knows of. Owners are not checked for
+//     uniqueness, so another holder that uses the same owner string (the
+//     default is per process) is reported the same way after such a retry.
 //   - The release after a loss is best effort: if it does not get through
 //     (a partition, the usual reason a deadline passes), the server frees
 //     the key when the lease expires.

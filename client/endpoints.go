@@ -25,14 +25,16 @@ import (
 // call, and it keeps its ID, token and context as long as the server still
 // holds it (a new leader gives every lease a fresh TTL).
 //
-// An Acquire cut short by a failover (the leader died after writing the
-// grant, before answering) may have been granted: the caller never sees
-// that grant, which nobody renews, so it expires after its TTL. Retrying
-// such an Acquire on the next endpoint cannot give the caller two grants:
-// it either gets the key (if the first attempt did not take it) or finds
-// it held, by its own unseen grant, until that expires; with a wait, it
-// waits for that expiry. Either way the caller holds at most one lease it
-// knows of, and tokens keep increasing.
+// An Acquire cut short by a failover (the node died, or stopped leading,
+// after writing the grant and before answering) may have been granted: the
+// caller never sees that grant, which nobody renews, so it expires after
+// its TTL. Retrying such an Acquire on the next endpoint cannot give the
+// caller two grants it knows of: the retry either gets the key (the first
+// attempt did not take it, or its grant expired while a wait went on), or
+// finds it held. Found held by the caller's own owner, the holder is most
+// likely the unseen grant, so Acquire reports ErrAcquireUncertain (the
+// caller may hold the key until that grant's TTL runs out) instead of
+// "held by another". Tokens keep increasing either way.
 
 // endpoint is one node's clients.
 type endpoint struct {

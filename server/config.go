@@ -193,8 +193,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
 	setDefault(&c.ApplyStallTimeout, 10*time.Second)
 	limits := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
-		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}
-	limits.Validate() // fills in the defaults; Config.Validate reports its error
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}.WithDefaults()
 	c.MaxHeaderBytes, c.ReadHeaderTimeout, c.IdleTimeout = limits.MaxHeaderBytes, limits.ReadHeaderTimeout, limits.IdleTimeout
 	c.BodyReadTimeout, c.MaxConns = limits.BodyTimeout, limits.MaxConns
 	setDefault(&c.SnapshotThreshold, 16384)

@@ -102,30 +102,67 @@ func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T
 // when it stopped leading goes on at the new leader, for what is left of it.
 func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
 	start := time.Now()
-	for range 3 {
+	owner := req.Msg.GetOwner()
+	for attempt := range 3 {
 		rpc, ok, err := r.route(ctx, req.Header())
 		if err != nil {
-			return nil, err
+			return nil, afterCut(err, attempt, owner)
 		}
 		if ok {
-			return forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.AcquireResponse], error) {
+			resp, err := forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.AcquireResponse], error) {
 				return rpc.Acquire(ctx, forwarded(ctx, r.s, req.Msg))
 			})
+			return resp, afterCut(err, attempt, owner)
 		}
 		lctx, done := r.s.whileLeading(ctx)
 		resp, err := r.local.Acquire(lctx, req)
 		deposed := errors.Is(context.Cause(lctx), errDeposed)
 		done()
 		if err == nil || !(deposed || r.s.again(err, req.Header())) || req.Header().Get(forwardedHeader) != "" {
-			return resp, err
+			return resp, afterCut(err, attempt, owner)
 		}
+		// This node stopped leading while the caller waited: go on waiting
+		// at the new leader for what is left of the wait.
 		msg := proto.CloneOf(req.Msg)
 		if msg.WaitMs > 0 {
 			msg.WaitMs = max(msg.WaitMs-time.Since(start).Milliseconds(), 0)
 		}
 		req = connect.NewRequest(msg)
 	}
-	return nil, connectError(errNotReady)
+	return nil, connect.NewError(connect.CodeUnavailable, errMaybeGranted)
+}
+
+// errMaybeGranted answers an acquisition that this node tried, stopped
+// leading, and retried at the new leader without a grant to show: the first
+// try may have been granted (its answer lost with the leadership), so the
+// outcome is unknown. See docs/protocol.md, section 3.8.
+var errMaybeGranted = errors.New("the leader changed while the acquisition was served: it may have been granted")
+
+// afterCut is the answer to a retried acquisition (attempt > 0) of owner:
+// "held" by the same owner and "unavailable" become unavailable with
+// errMaybeGranted, since the holder may be the earlier try's grant. Other
+// answers, and first tries, stand.
+func afterCut(err error, attempt int, owner string) error {
+	if err == nil || attempt == 0 {
+		return err
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable:
+		return connect.NewError(connect.CodeUnavailable, errMaybeGranted)
+	case connect.CodeFailedPrecondition:
+		var ce *connect.Error
+		if !errors.As(err, &ce) {
+			return err
+		}
+		for _, d := range ce.Details() {
+			if m, derr := d.Value(); derr == nil {
+				if h, ok := m.(*fencedv1.LeaseHeld); ok && h.GetOwner() == owner {
+					return connect.NewError(connect.CodeUnavailable, errMaybeGranted)
+				}
+			}
+		}
+	}
+	return err
 }
 
 func (r *routedService) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {

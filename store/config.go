@@ -88,8 +88,7 @@ func (c Config) Validate() error {
 	if c.MaxValueBytes < 0 {
 		return fmt.Errorf("store: MaxValueBytes %d is negative", c.MaxValueBytes)
 	}
-	l := c.httpLimits()
-	if err := l.Validate(); err != nil {
+	if err := c.httpLimits().Validate(); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
 	return nil
@@ -97,10 +96,8 @@ func (c Config) Validate() error {
 
 // httpLimits are Serve's limits, with defaults filled in.
 func (c Config) httpLimits() httplimit.Limits {
-	l := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
-		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}
-	l.Validate()
-	return l
+	return httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}.WithDefaults()
 }
 
 // withDefaults returns c with each zero field set to its default.

@@ -29,6 +29,15 @@ func toJSON(i client.Info) leaseJSON {
 	return leaseJSON{Key: i.Key, LeaseID: i.ID, Owner: i.Owner, Token: i.Token, TTLMs: i.TTL.Milliseconds(), RemainingMs: i.Remaining.Milliseconds()}
 }
 
+// toJSONs is toJSON of each lease.
+func toJSONs(leases []client.Info) []leaseJSON {
+	out := make([]leaseJSON, len(leases))
+	for i, l := range leases {
+		out[i] = toJSON(l)
+	}
+	return out
+}
+
 // printLeases prints a table of leases. It has no lease ID column: the
 // server shows IDs only to their holders, who already have them.
 func printLeases(w io.Writer, leases []client.Info) {
@@ -59,7 +68,9 @@ COMMAND gets SIGTERM, then SIGKILL after --kill-after. Exit status:
   75                     the lease was lost; COMMAND stopped after SIGTERM
   76                     the lease was lost; COMMAND had to be killed (SIGKILL)
   2                      KEY was held by someone else
-  1                      any other error`,
+  1                      any other error, including an acquisition of unknown
+                         outcome (cut by a failover: the key may be held by this
+                         owner, without its lease ID, until the TTL runs out)`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if execute {
 				if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
@@ -218,11 +229,7 @@ func listCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if g.json {
-					out := make([]leaseJSON, len(leases))
-					for i, l := range leases {
-						out[i] = toJSON(l)
-					}
-					return printJSON(cmd.OutOrStdout(), map[string]any{"leases": out})
+					return printJSON(cmd.OutOrStdout(), map[string]any{"leases": toJSONs(leases)})
 				}
 				printLeases(cmd.OutOrStdout(), leases)
 				return nil

@@ -33,10 +33,46 @@ func fetchRoles(ctx context.Context, hc *http.Client, nodes []string) []nodeRole
 }
 
 func fetchRole(ctx context.Context, hc *http.Client, node string) (*server.Role, error) {
+	resp, err := getOK(ctx, hc, nodeURL(node)+"/v1/role")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r server.Role
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("decode role: %w", err)
+	}
+	return &r, nil
+}
+
+// nodeURL is a node as --endpoints names it, as a base URL: http:// added
+// when it has no scheme, no trailing slash.
+func nodeURL(node string) string {
 	if !strings.Contains(node, "://") {
 		node = "http://" + node
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(node, "/")+"/v1/role", nil)
+	return strings.TrimRight(node, "/")
+}
+
+// preferredNode is the base URL of the node that serves as leader, else of
+// the first node that answered, else of the first node named.
+func preferredNode(roles []nodeRole, nodes []string) string {
+	best := -1
+	for i, r := range roles {
+		if r.Role != nil && (best < 0 || r.Role.Ready && !roles[best].Role.Ready) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		return nodeURL(roles[best].Endpoint)
+	}
+	return nodeURL(nodes[0])
+}
+
+// getOK GETs url and returns the response if its status is 200 OK; the
+// caller closes its body.
+func getOK(ctx context.Context, hc *http.Client, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -44,15 +80,11 @@ func fetchRole(ctx context.Context, hc *http.Client, node string) (*server.Role,
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s/v1/role: %s", node, resp.Status)
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	var r server.Role
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, fmt.Errorf("decode role: %w", err)
-	}
-	return &r, nil
+	return resp, nil
 }
 
 // describeRole says in a few words what a node is.

@@ -3,11 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server"
@@ -35,32 +33,12 @@ cluster from it with 'fenced restore --from FILE'.`,
 			ctx, cancel := g.requestContext(cmd.Context())
 			roles := fetchRoles(ctx, hc, g.nodes())
 			cancel()
-			from := g.nodes()[0]
-			best := -1
-			for i, r := range roles {
-				if r.Role != nil && (best < 0 || r.Role.Ready && !roles[best].Role.Ready) {
-					best = i
-				}
-			}
-			if best >= 0 {
-				from = roles[best].Endpoint
-			}
-			from = strings.TrimRight(from, "/")
-			if !strings.Contains(from, "://") {
-				from = "http://" + from
-			}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, from+"/v1/backup", nil)
-			if err != nil {
-				return err
-			}
-			resp, err := hc.Do(req)
+			from := preferredNode(roles, g.nodes())
+			resp, err := getOK(cmd.Context(), hc, from+"/v1/backup")
 			if err != nil {
 				return err
 			}
 			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s/v1/backup: %s", from, resp.Status)
-			}
 			// Written beside FILE and renamed: FILE is whole or absent.
 			path := args[0]
 			tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // TestErrorsArePrinted runs the binary with arguments it cannot work with:
@@ -46,7 +48,7 @@ func TestErrorsArePrinted(t *testing.T) {
 			if tc.args[0] == "store" {
 				args = append([]string{"store", "--data-dir", filepath.Join(dir, "store")}, tc.args[1:]...)
 			} else if !strings.Contains(tc.name, "flag") && tc.args[0] != "serve" {
-				args = append([]string{"--data-dir", filepath.Join(dir, "data"), "--listen", freeAddr(t), "--raft-listen", freeAddr(t)}, args...)
+				args = append([]string{"--data-dir", filepath.Join(dir, "data"), "--listen", testutil.MustFreeAddr(t), "--raft-listen", testutil.MustFreeAddr(t)}, args...)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/server"
 )
 
@@ -70,7 +71,7 @@ func TestClusterNewMemberFromSnapshot(t *testing.T) {
 	// the first entries is gone.
 	last = churn(t, c.nodes[leader].url, "churned", 50)
 
-	n4 := &clusterNode{id: "n4", api: freeAddr(t), raft: freeAddr(t), dataDir: filepath.Join(t.TempDir(), "data"), extraArgs: snapshotArgs}
+	n4 := &clusterNode{id: "n4", api: testutil.MustFreeAddr(t), raft: testutil.MustFreeAddr(t), dataDir: filepath.Join(t.TempDir(), "data"), extraArgs: snapshotArgs}
 	n4.url = "http://" + n4.api
 	c.nodes = append(c.nodes, n4)
 	c.startJoining(3)

@@ -20,6 +20,7 @@ import (
 	"github.com/fencedio/fenced/client"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/server"
 )
 
@@ -59,7 +60,7 @@ func newStoppedCluster(t *testing.T, n int) *testCluster {
 	c := &testCluster{t: t, bin: buildFenced(t), logDir: t.TempDir()}
 	var ic []string
 	for i := range n {
-		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), api: freeAddr(t), raft: freeAddr(t),
+		nd := &clusterNode{id: fmt.Sprintf("n%d", i+1), api: testutil.MustFreeAddr(t), raft: testutil.MustFreeAddr(t),
 			dataDir: filepath.Join(t.TempDir(), "data")}
 		nd.url = "http://" + nd.api
 		c.nodes = append(c.nodes, nd)
@@ -623,7 +624,7 @@ func TestClusterMembershipAndWaiterFailover(t *testing.T) {
 	ctx := context.Background()
 
 	// A fourth node joins.
-	n4 := &clusterNode{id: "n4", api: freeAddr(t), raft: freeAddr(t), dataDir: filepath.Join(t.TempDir(), "data")}
+	n4 := &clusterNode{id: "n4", api: testutil.MustFreeAddr(t), raft: testutil.MustFreeAddr(t), dataDir: filepath.Join(t.TempDir(), "data")}
 	n4.url = "http://" + n4.api
 	c.nodes = append(c.nodes, n4)
 	c.startJoining(3)

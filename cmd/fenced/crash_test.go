@@ -84,7 +84,7 @@ func TestDataDirInUse(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--data-dir", dataDir, "--listen", freeAddr(t), "--raft-listen", freeAddr(t)).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, "--data-dir", dataDir, "--listen", testutil.MustFreeAddr(t), "--raft-listen", testutil.MustFreeAddr(t)).CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("second fenced on %s: %v, want exit status 1\n%s", dataDir, err, out)
@@ -215,16 +215,6 @@ func buildFenced(t *testing.T) string {
 	return bin
 }
 
-// freeAddr returns a loopback address nothing listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := testutil.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 func startFenced(t *testing.T, bin, dataDir, logPath string) *fencedProcess {
 	t.Helper()
 	logFile, err := os.Create(logPath)
@@ -232,8 +222,8 @@ func startFenced(t *testing.T, bin, dataDir, logPath string) *fencedProcess {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { logFile.Close() })
-	listen := freeAddr(t)
-	cmd := exec.Command(bin, "--data-dir", dataDir, "--listen", listen, "--raft-listen", freeAddr(t))
+	listen := testutil.MustFreeAddr(t)
+	cmd := exec.Command(bin, "--data-dir", dataDir, "--listen", listen, "--raft-listen", testutil.MustFreeAddr(t))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start fenced: %v", err)

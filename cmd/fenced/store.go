@@ -12,15 +12,18 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// storeFlags are the flags of fenced store.
+type storeFlags struct {
+	cfg      store.Config
+	listen   string
+	logs     logFlags
+	keysFile string
+	authFile string
+	tlsFiles server.TLSFiles
+}
+
 func storeCmd() *cobra.Command {
-	var (
-		cfg      store.Config
-		listen   string
-		logs     logFlags
-		keysFile string
-		authFile string
-		tlsFiles server.TLSFiles
-	)
+	var f storeFlags
 	cmd := &cobra.Command{
 		Use:   "store",
 		Short: "Serve the reference fenced store",
@@ -37,65 +40,74 @@ Fencing-Token-Signature 403; nothing is applied in any of these. Objects, the hi
 token per scope and an audit of accepted writes (GET /v1/audit) are written
 in one transaction of one embedded database.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := logs.logger(os.Stderr)
-			if err != nil {
-				return usage(cmd, err)
-			}
-			cfg.Logger = log
-			if keysFile != "" {
-				if cfg.Verifier, err = loadVerifier(keysFile); err != nil {
-					return usage(cmd, err)
-				}
-			}
-			if authFile != "" {
-				pol, err := server.LoadPolicy(authFile)
-				if err != nil {
-					return usage(cmd, err)
-				}
-				cfg.Authorize = storeAuthorize(pol)
-			}
-			if err := tlsFiles.Validate(); err != nil {
-				return usage(cmd, err)
-			}
-			var tlsConf *server.TLSReloader
-			if tlsFiles.Enabled() {
-				if tlsConf, err = server.NewTLSReloader(tlsFiles); err != nil {
-					return usage(cmd, err)
-				}
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			s, err := store.Open(cfg)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return listenErrorOf(err, "--listen", listen)
-			}
-			if tlsConf != nil {
-				ln = tls.NewListener(ln, tlsConf.ServerConfig())
-			}
-			log.Info("fenced store serving", "listen", ln.Addr().String(), "data_dir", cfg.DataDir, "no_fencing", cfg.NoFencing)
-			if err := s.Serve(ctx, ln); err != nil && ctx.Err() == nil {
-				return err
-			}
-			log.Info("fenced store stopped")
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
 	}
-	cmd.Flags().StringVar(&cfg.DataDir, "data-dir", "fenced-store-data", "directory of the store's database")
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7430", "address to serve on")
-	cmd.Flags().BoolVar(&cfg.NoFencing, "no-fencing", false, "accept every write, ignoring tokens (a negative control for demos and tests)")
-	cmd.Flags().StringVar(&authFile, "auth-file", "", "auth policy as fenced's: writes need a principal with acquire on their scope")
-	cmd.Flags().StringVar(&tlsFiles.CertFile, "cert-file", "", "TLS certificate (PEM); the port then speaks only TLS")
-	cmd.Flags().StringVar(&tlsFiles.KeyFile, "key-file", "", "private key of --cert-file (PEM)")
-	cmd.Flags().StringVar(&tlsFiles.TrustedCAFile, "trusted-ca-file", "", "CA certificates (PEM) that client certificates must chain to")
-	cmd.Flags().BoolVar(&tlsFiles.ClientCertAuth, "client-cert-auth", false, "require a client certificate from --trusted-ca-file")
-	cmd.Flags().StringVar(&keysFile, "trusted-keys-file", "", "key set (as served on fenced's /v1/keys) whose signatures writes must carry; refuses unsigned tokens")
-	registerHTTPFlags(cmd.Flags(), &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns)
-	logs.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&f.cfg.DataDir, "data-dir", "fenced-store-data", "directory of the store's database")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7430", "address to serve on")
+	fl.BoolVar(&f.cfg.NoFencing, "no-fencing", false, "accept every write, ignoring tokens (a negative control for demos and tests)")
+	fl.StringVar(&f.authFile, "auth-file", "", "auth policy as fenced's: writes need a principal with acquire on their scope")
+	fl.StringVar(&f.tlsFiles.CertFile, "cert-file", "", "TLS certificate (PEM); the port then speaks only TLS")
+	fl.StringVar(&f.tlsFiles.KeyFile, "key-file", "", "private key of --cert-file (PEM)")
+	fl.StringVar(&f.tlsFiles.TrustedCAFile, "trusted-ca-file", "", "CA certificates (PEM) that client certificates must chain to")
+	fl.BoolVar(&f.tlsFiles.ClientCertAuth, "client-cert-auth", false, "require a client certificate from --trusted-ca-file")
+	fl.StringVar(&f.keysFile, "trusted-keys-file", "", "key set (as served on fenced's /v1/keys) whose signatures writes must carry; refuses unsigned tokens")
+	registerHTTPFlags(fl, &f.cfg.MaxHeaderBytes, &f.cfg.IdleTimeout, &f.cfg.BodyReadTimeout, &f.cfg.MaxConns)
+	f.logs.register(cmd)
 	return cmd
+}
+
+// config completes the store's configuration from the flags; an error is
+// a usage error.
+func (f *storeFlags) config() (*server.TLSReloader, error) {
+	log, err := f.logs.logger(os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	f.cfg.Logger = log
+	if f.keysFile != "" {
+		if f.cfg.Verifier, err = loadVerifier(f.keysFile); err != nil {
+			return nil, err
+		}
+	}
+	if f.authFile != "" {
+		pol, err := server.LoadPolicy(f.authFile)
+		if err != nil {
+			return nil, err
+		}
+		f.cfg.Authorize = storeAuthorize(pol)
+	}
+	if err := f.tlsFiles.Validate(); err != nil || !f.tlsFiles.Enabled() {
+		return nil, err
+	}
+	return server.NewTLSReloader(f.tlsFiles)
+}
+
+// run serves the store until interrupted.
+func (f *storeFlags) run(cmd *cobra.Command) error {
+	tlsConf, err := f.config()
+	if err != nil {
+		return usage(cmd, err)
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	s, err := store.Open(f.cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return listenErrorOf(err, "--listen", f.listen)
+	}
+	if tlsConf != nil {
+		ln = tls.NewListener(ln, tlsConf.ServerConfig())
+	}
+	log := f.cfg.Logger
+	log.Info("fenced store serving", "listen", ln.Addr().String(), "data_dir", f.cfg.DataDir, "no_fencing", f.cfg.NoFencing)
+	if err := s.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+		return err
+	}
+	log.Info("fenced store stopped")
+	return nil
 }

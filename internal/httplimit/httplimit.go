@@ -35,7 +35,7 @@ import (
 )
 
 // Limits are an HTTP server's limits. Zero fields take the defaults below
-// (Validate).
+// (WithDefaults).
 type Limits struct {
 	// MaxHeaderBytes bounds request headers (and the HTTP/2 header list).
 	// Default 64 KiB.
@@ -55,8 +55,8 @@ type Limits struct {
 	MaxConns int
 }
 
-// Validate fills in defaults and checks the limits.
-func (l *Limits) Validate() error {
+// WithDefaults returns l with each zero field set to its default.
+func (l Limits) WithDefaults() Limits {
 	def := func(p *time.Duration, d time.Duration) {
 		if *p == 0 {
 			*p = d
@@ -71,6 +71,12 @@ func (l *Limits) Validate() error {
 	if l.MaxConns == 0 {
 		l.MaxConns = DefaultMaxConns()
 	}
+	return l
+}
+
+// Validate checks the limits; zero fields stand for their defaults. It
+// does not change l.
+func (l Limits) Validate() error {
 	if l.MaxHeaderBytes < 0 || l.ReadHeaderTimeout < 0 || l.IdleTimeout < 0 || l.BodyTimeout < 0 || l.MaxConns < 0 {
 		return errors.New("http limits: negative value")
 	}
@@ -86,8 +92,8 @@ func DefaultMaxConns() int {
 	return int(max(64, min(r.Cur, 1<<30)*3/4))
 }
 
-// Server returns an http.Server for h with the limits applied (Validate
-// first). Serve it on Listener(ln, l.MaxConns).
+// Server returns an http.Server for h with the limits applied (call
+// WithDefaults first). Serve it on Listener(ln, l.MaxConns).
 func (l Limits) Server(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,

@@ -52,3 +52,13 @@ func FreeAddrOn(ip string) (string, error) {
 	defer ln.Close()
 	return ln.Addr().String(), nil
 }
+
+// MustFreeAddr is FreeAddr for tests: it fails t when no port can be had.
+func MustFreeAddr(t testing.TB) string {
+	t.Helper()
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatalf("free loopback address: %v", err)
+	}
+	return addr
+}

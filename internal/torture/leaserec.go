@@ -241,6 +241,14 @@ func (r *leaseRecorder) decodeError(op *Op, status int, data []byte) {
 				op.Holder, op.HolderToken = held.GetOwner(), held.GetToken()
 			}
 		}
+		if op.Kind == KindAcquire && op.Holder != "" && op.Holder == op.Owner {
+			// Owners are unique per attempt, so the holder is this very
+			// acquisition, granted by a node that lost its leadership
+			// before answering and retried at the new leader: its outcome
+			// is unknown to the caller, not a refusal.
+			r.rec.end(op, Unknown, CodeHeld, err)
+			return
+		}
 		r.rec.end(op, Fail, CodeHeld, err)
 	case "not_found":
 		r.rec.end(op, Fail, CodeNotFound, err)

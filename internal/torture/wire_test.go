@@ -259,3 +259,32 @@ func TestDelayProxyDeliversAfterTheClientGaveUp(t *testing.T) {
 		t.Errorf("token 3: %+v, want 409", r)
 	}
 }
+
+// TestLeaseRecorderHeldBySelfIsUnknown: an acquisition refused because its
+// own owner holds the key (a grant cut by a failover and retried) has an
+// unknown outcome, not a refusal.
+func TestLeaseRecorderHeldBySelfIsUnknown(t *testing.T) {
+	srv := fencedtest.Start(t)
+	var buf syncBuffer
+	lr := newLeaseRecorder(newRecorder(&buf, 1), time.Second)
+	c := srv.Client(t, client.Config{HTTPClient: lr, TTL: 300 * time.Millisecond})
+	ctx := context.Background()
+	if _, err := c.Acquire(ctx, "k", client.WithOwner("w1-1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, "k", client.WithOwner("w1-1")); !errors.Is(err, client.ErrHeld) {
+		t.Fatalf("second acquisition: %v, want held", err)
+	}
+	var acquisitions []*Op
+	for _, op := range buf.history(t).Ops {
+		if op.Kind == KindAcquire {
+			acquisitions = append(acquisitions, op)
+		}
+	}
+	if len(acquisitions) != 2 {
+		t.Fatalf("%d acquisitions recorded, want 2", len(acquisitions))
+	}
+	if op := acquisitions[1]; op.Outcome != Unknown || op.Holder != "w1-1" {
+		t.Fatalf("acquisition held by its own owner recorded as %+v, want unknown", op)
+	}
+}

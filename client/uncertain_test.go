@@ -1,0 +1,115 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/fencedtest"
+)
+
+// dropFirstAcquireAnswer starts a proxy in front of target that forwards
+// every call, but cuts the connection instead of returning the answer to
+// the first Acquire, after the server has answered it: the grant is
+// written, and the caller never sees it, as when a leader dies between
+// commit and answer.
+func dropFirstAcquireAnswer(t *testing.T, target string) (proxyURL string, dropped *atomic.Bool) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	dropped = new(atomic.Bool)
+	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/Acquire") || !dropped.CompareAndSwap(false, true) {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		out := r.Clone(r.Context())
+		out.RequestURI = ""
+		out.URL.Scheme, out.URL.Host = u.Scheme, u.Host
+		resp, err := http.DefaultTransport.RoundTrip(out)
+		if err != nil {
+			t.Errorf("proxy: %v", err)
+		} else {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		panic(http.ErrAbortHandler) // closes the connection without an answer
+	}))
+	t.Cleanup(ps.Close)
+	return ps.URL, dropped
+}
+
+// TestAcquireCutByFailoverIsUncertain: an Acquire whose first attempt was
+// granted but not answered is retried on the next endpoint, which finds the
+// key held by the caller's own owner. That is not "held by another": the
+// caller may hold the key, so Acquire reports ErrAcquireUncertain.
+// Before ErrAcquireUncertain existed this returned a *HeldError naming the
+// caller itself.
+func TestAcquireCutByFailoverIsUncertain(t *testing.T) {
+	srv := fencedtest.Start(t)
+	proxy, dropped := dropFirstAcquireAnswer(t, srv.URL)
+	c, err := client.New(client.Config{Endpoints: []string{proxy, srv.URL}, Owner: "me", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "cut/a")
+	if err == nil {
+		t.Fatalf("acquire returned a lease (token %d) although its grant's answer was dropped", l.Token())
+	}
+	if !dropped.Load() {
+		t.Fatal("the proxy dropped no answer")
+	}
+	if errors.Is(err, client.ErrHeld) {
+		t.Fatalf("acquire: %v; it must not say held by another", err)
+	}
+	var ue *client.UncertainError
+	if !errors.Is(err, client.ErrAcquireUncertain) || !errors.As(err, &ue) {
+		t.Fatalf("acquire: %v, want ErrAcquireUncertain", err)
+	}
+	if ue.Key != "cut/a" || ue.Owner != "me" || ue.Remaining <= 0 || ue.Remaining > 5*time.Second || ue.Attempt == nil {
+		t.Errorf("uncertain error %+v", ue)
+	}
+	// The unanswered attempt was indeed granted.
+	info, ok, _, err := c.Get(ctx, "cut/a")
+	if err != nil || !ok || info.Owner != "me" {
+		t.Fatalf("get: %+v %v %v, want held by me", info, ok, err)
+	}
+}
+
+// TestAcquireHeldAfterRefusedConnection: a first endpoint that refuses the
+// connection received nothing, so a key found held by the same owner is
+// held by someone else with that owner string: a *HeldError.
+func TestAcquireHeldAfterRefusedConnection(t *testing.T) {
+	srv := fencedtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first := srv.Client(t, client.Config{Owner: "me"})
+	l, err := first.Acquire(ctx, "cut/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	c, err := client.New(client.Config{Endpoints: []string{deadURL(t), srv.URL}, Owner: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(ctx, "cut/b")
+	var held *client.HeldError
+	if !errors.As(err, &held) || held.Owner != "me" || errors.Is(err, client.ErrAcquireUncertain) {
+		t.Fatalf("acquire: %v, want a *HeldError naming me", err)
+	}
+}
