@@ -32,6 +32,7 @@ type Lease struct {
 
 func newLease(c *Client, info Info, interval, window time.Duration) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
+	c.renewals.hold() // dropped by halt
 	return &Lease{c: c, info: info, interval: interval, window: window, ctx: ctx, cancel: cancel, stop: make(chan struct{})}
 }
 
@@ -145,6 +146,7 @@ func (l *Lease) halt() bool {
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}
+	l.c.renewals.drop()
 	return true
 }
 
@@ -160,13 +162,14 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.c.Release(ctx, l.info.Key, l.info.ID)
 }
 
-// renewOnce sends one renewal, bounded by Config.RequestTimeout, and
+// renewOnce sends one renewal, bounded by Config.RequestTimeout, over the
+// client's renewal stream or as a unary call (see renewstream.go), and
 // returns when it was sent.
 func (l *Lease) renewOnce(ctx context.Context) (sent time.Time, err error) {
 	sent = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.RequestTimeout)
 	defer cancel()
-	info, err := l.c.Renew(ctx, l.info.Key, l.info.ID)
+	info, err := l.c.renew(ctx, l.info.Key, l.info.ID)
 	if err == nil && info.Signature != "" {
 		// After a key rotation the server signs with its new key.
 		l.mu.Lock()
