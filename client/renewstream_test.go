@@ -3,8 +3,10 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -243,5 +245,32 @@ func TestStreamFailsOverBetweenEndpoints(t *testing.T) {
 	}
 	if n := second.count(fencedv1connect.LeaseServiceRenewProcedure); n < 1 {
 		t.Errorf("no Renew at the second endpoint: the renewal in flight did not fail over")
+	}
+}
+
+// Held leases cost no goroutine each: a process holding thousands of
+// leases has a few goroutines for their renewals, not thousands.
+func TestHeldLeasesCostNoGoroutineEach(t *testing.T) {
+	srv := fencedtest.Start(t)
+	c := srv.Client(t, client.Config{TTL: time.Minute})
+	defer c.CloseIdleConnections()
+	ctx := context.Background()
+	var leases []*client.Lease
+	defer func() {
+		for _, l := range leases {
+			l.Release(ctx)
+		}
+	}()
+	before := runtime.NumGoroutine()
+	const n = 300
+	for i := range n {
+		l, err := c.Acquire(ctx, fmt.Sprintf("g/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	if grown := runtime.NumGoroutine() - before; grown > n/10 {
+		t.Errorf("%d goroutines more with %d leases held", grown, n)
 	}
 }
