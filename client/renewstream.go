@@ -107,12 +107,11 @@ func (r *renewals) failed(s *renewStream, err error) {
 // answering leaves the unary call time to get through.
 func (c *Client) renew(ctx context.Context, key, id string) (Info, error) {
 	if s := c.renewals.stream(); s != nil {
-		sctx, cancel := ctx, context.CancelFunc(func() {})
+		limit := time.Duration(-1) // none
 		if d, ok := ctx.Deadline(); ok {
-			sctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
+			limit = time.Until(d) / 2
 		}
-		info, err := s.renew(sctx, key, id)
-		cancel()
+		info, err := s.renew(ctx, limit, key, id)
 		if err == nil || !errors.Is(err, errNoAnswer) {
 			return info, err
 		}
@@ -126,6 +125,8 @@ func (c *Client) renew(ctx context.Context, key, id string) (Info, error) {
 
 // errNoAnswer marks stream errors that say nothing about the lease.
 var errNoAnswer = errors.New("no answer on the renewal stream")
+
+var errAnswerLate = errors.New("no answer within half the renewal's timeout")
 
 // renewStream is one KeepAlive stream and the renewals waiting for their
 // answers, in the order they were sent.
@@ -147,10 +148,18 @@ type answer struct {
 	err  error
 }
 
-// renew sends one renewal and waits for its answer until ctx ends. An error
-// matching errNoAnswer says the stream gave no answer; any other is the
-// server's answer about the lease.
-func (s *renewStream) renew(ctx context.Context, key, id string) (Info, error) {
+// renew sends one renewal and waits for its answer until ctx ends or, when
+// limit is not negative, limit passes. An error matching errNoAnswer says
+// the stream gave no answer; any other is the server's answer about the
+// lease.
+func (s *renewStream) renew(ctx context.Context, limit time.Duration, key, id string) (Info, error) {
+	if limit >= 0 {
+		// Answers come in order: a late one holds up every other, so the
+		// stream fails, which also ends a Send blocked by a node that
+		// stopped reading.
+		t := time.AfterFunc(limit, func() { s.fail(errAnswerLate) })
+		defer t.Stop()
+	}
 	ch := make(chan answer, 1)
 	s.sendMu.Lock()
 	s.mu.Lock()
@@ -160,15 +169,7 @@ func (s *renewStream) renew(ctx context.Context, key, id string) (Info, error) {
 	}
 	s.mu.Unlock()
 	if err == nil {
-		// A Send blocked by a node that stopped reading ends when the
-		// stream fails, which a renewal that timed out brings about.
-		stop := context.AfterFunc(ctx, func() {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				s.fail(fmt.Errorf("no answer in time: %w", ctx.Err()))
-			}
-		})
 		err = s.stream.Send(&fencedv1.KeepAliveRequest{Key: key, LeaseId: id})
-		stop()
 	}
 	s.sendMu.Unlock()
 	if err != nil {
@@ -180,8 +181,7 @@ func (s *renewStream) renew(ctx context.Context, key, id string) (Info, error) {
 	case a = <-ch:
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			// Answers come in order: a late one holds up every other.
-			s.fail(fmt.Errorf("no answer in time: %w", ctx.Err()))
+			s.fail(errAnswerLate)
 		}
 		return Info{}, fmt.Errorf("keepalive %q: %w: %w", key, errNoAnswer, ctx.Err())
 	}
