@@ -107,8 +107,9 @@ func TestRatios(t *testing.T) {
 // procCPU reads this process's CPU time as getrusage counts it, within a
 // few ticks (the kernel accounts ticks per thread).
 func TestProcCPU(t *testing.T) {
-	// Burn some CPU so that both readings are well above a tick.
-	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+	// Burn CPU (not wall time: the machine may be busy) so that both
+	// readings are well above a tick.
+	for start := selfCPU(); selfCPU()-start < 300*time.Millisecond; {
 	}
 	fromProc, err := procCPU(os.Getpid())
 	if err != nil {
