@@ -22,6 +22,7 @@ var systemSpecs = []sysSpec{
 	{name: "fenced-bolt", nodes: 1, ref: "etcd"},
 	{name: "etcd", nodes: 1, etcd: true},
 	{name: "fenced-3", nodes: 3, ref: "etcd-3"},
+	{name: "fenced-3-leader", nodes: 3, ref: "etcd-3", leaderFirst: true},
 	{name: "etcd-3", nodes: 3, etcd: true},
 }
 
@@ -34,6 +35,9 @@ type sysSpec struct {
 	nodes int
 	etcd  bool
 	ref   string // the etcd system its ratios are taken against
+	// leaderFirst gives every client the leader as its first endpoint, so
+	// that no call is forwarded by a follower.
+	leaderFirst bool
 }
 
 func specByName(name string) (sysSpec, bool) {
@@ -119,7 +123,7 @@ func deploy(ctx context.Context, spec sysSpec, bin, dir string, maxLeases int) (
 	if spec.etcd {
 		d.sys = etcdSystem{label: spec.name, endpoints: endpoints}
 	} else {
-		d.sys = &fencedSystem{label: spec.name, endpoints: endpoints}
+		d.sys = &fencedSystem{label: spec.name, endpoints: endpoints, leaderFirst: spec.leaderFirst}
 	}
 	return d, nil
 }

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -51,9 +53,10 @@ type renewable interface {
 
 // fencedSystem is fenced, one node or a cluster.
 type fencedSystem struct {
-	label     string
-	endpoints []string
-	dials     atomic.Int64
+	label       string
+	endpoints   []string
+	leaderFirst bool // see sysSpec
+	dials       atomic.Int64
 }
 
 func (s *fencedSystem) name() string { return s.label }
@@ -63,6 +66,12 @@ func (s *fencedSystem) dial(ctx context.Context) (conn, error) {
 	// starts at the next node in turn, so that the clients are spread
 	// over the nodes as etcd's client balances its calls over them.
 	first := int(s.dials.Add(1)-1) % len(s.endpoints)
+	if s.leaderFirst {
+		var err error
+		if first, err = leaderIndex(ctx, s.endpoints); err != nil {
+			return nil, err
+		}
+	}
 	endpoints := append(append([]string(nil), s.endpoints[first:]...), s.endpoints[:first]...)
 	// The client's default transports, as users get them.
 	c, err := client.New(client.Config{
@@ -259,4 +268,26 @@ func (r etcdRenewable) renew(ctx context.Context) error {
 func (r etcdRenewable) release(ctx context.Context) error {
 	_, err := r.cli.Revoke(ctx, r.id)
 	return err
+}
+
+// leaderIndex returns the index of the endpoint whose node leads and
+// serves acquisitions (GET /v1/role).
+func leaderIndex(ctx context.Context, endpoints []string) (int, error) {
+	for i, e := range endpoints {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e+"/v1/role", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		var role struct {
+			Role  string `json:"role"`
+			Ready bool   `json:"ready"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&role)
+		resp.Body.Close()
+		if err == nil && role.Role == "leader" && role.Ready {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("no leader among %v", endpoints)
 }
