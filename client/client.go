@@ -207,6 +207,7 @@ func New(cfg Config) (*Client, error) {
 			admin:   fencedv1connect.NewAdminServiceClient(unary, url, opts...)})
 	}
 	c.eps.timeout = cfg.FailoverTimeout
+	c.eps.roleClient = unary
 	return c, nil
 }
 
