@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/internal/fencedtest"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testutil"
 )
 
@@ -101,5 +103,56 @@ func TestCallsGoToTheLeader(t *testing.T) {
 	cycles()
 	if got := nodes[1].calls.Load() - before[1]; got != 20 || nodes[0].calls.Load() != before[0] {
 		t.Fatalf("%d of 20 calls went to the new leader", got)
+	}
+}
+
+// A renewal stream opened before the client found the leader moves there.
+func TestRenewalStreamFollowsTheLeader(t *testing.T) {
+	srv := fencedtest.Start(t)
+	var nodes []*countingServer
+	release := make(chan struct{})
+	for i := range 2 {
+		cs := &countingServer{calls: map[string]int{}}
+		cs.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/role" {
+				<-release // the answer comes after the first renewals
+				if i == 1 {
+					fmt.Fprint(w, `{"role":"leader","ready":true}`)
+				} else {
+					fmt.Fprint(w, `{"role":"follower"}`)
+				}
+				return
+			}
+			cs.mu.Lock()
+			cs.calls[r.URL.Path]++
+			cs.mu.Unlock()
+			srv.Handler().ServeHTTP(w, r)
+		}))
+		cs.Config.Protocols = new(http.Protocols)
+		cs.Config.Protocols.SetHTTP1(true)
+		cs.Config.Protocols.SetUnencryptedHTTP2(true)
+		cs.Start()
+		t.Cleanup(cs.Close)
+		nodes = append(nodes, cs)
+	}
+	var once sync.Once
+	answer := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(answer) // before the servers close, which waits for handlers
+	c, err := client.New(client.Config{Endpoints: []string{nodes[0].URL, nodes[1].URL}, TTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseIdleConnections()
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "follow/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	renewedTimes(t, []*client.Lease{l}, 2, 200*time.Millisecond)
+	answer()
+	renewedTimes(t, []*client.Lease{l}, 4, 200*time.Millisecond)
+	if a, b := nodes[0].count(fencedv1connect.LeaseServiceKeepAliveProcedure), nodes[1].count(fencedv1connect.LeaseServiceKeepAliveProcedure); a != 1 || b != 1 {
+		t.Errorf("streams: %d at the follower, %d at the leader; want one each (it moved)", a, b)
 	}
 }

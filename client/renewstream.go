@@ -65,17 +65,26 @@ func (r *renewals) drop() {
 	}
 }
 
-var errStreamClosed = errors.New("renewal stream closed: no lease left")
+var (
+	errStreamClosed = errors.New("renewal stream closed: no lease left")
+	errStreamMoved  = errors.New("renewal stream closed: the client moved to another endpoint")
+)
 
 // stream returns the open stream, opening one if none is open and no pause
-// is under way; nil means renew over unary calls.
+// is under way; nil means renew over unary calls. The stream follows the
+// endpoint in use: when the client has moved on (to the leader, see
+// leader.go) a new stream opens there and the old one closes.
 func (r *renewals) stream() *renewStream {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	i, ep := r.c.eps.pick()
+	if r.cur != nil && r.cur.ep != i {
+		r.cur.fail(errStreamMoved)
+		r.cur = nil
+	}
 	if r.cur != nil || r.leases == 0 || time.Now().Before(r.retryAt) {
 		return r.cur
 	}
-	i, ep := r.c.eps.pick()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &renewStream{ep: i, opened: time.Now(), stream: ep.streams.KeepAlive(ctx), cancel: cancel}
 	go s.receive()
