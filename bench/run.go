@@ -325,6 +325,7 @@ const (
 	memConns      = 16 // client objects, each with its own connection
 	memPerConn    = 64 // concurrent acquisitions on each
 	memLeaseTTL   = time.Hour
+	memPerOwner   = 50_000 // below the default --max-leases-per-owner (100,000)
 	memSettleTime = 2 * time.Second
 )
 
@@ -416,7 +417,10 @@ func createLeases(ctx context.Context, sys *fencedSystem, n int, m *Memory, logf
 		for range memPerConn {
 			wg.Go(func() {
 				for i := next.Add(1) - 1; i < int64(n) && ctx.Err() == nil; i = next.Add(1) - 1 {
-					l, err := fc.c.Acquire(ctx, fmt.Sprintf("fencedbench/memory/%08d", i), client.WithTTL(memLeaseTTL))
+					// A new owner every memPerOwner leases stays below the
+					// server's per-owner quota.
+					l, err := fc.c.Acquire(ctx, fmt.Sprintf("fencedbench/memory/%08d", i), client.WithTTL(memLeaseTTL),
+						client.WithOwner(fmt.Sprintf("fencedbench/%d", i/memPerOwner)))
 					if err != nil {
 						errs.Add(1)
 						errOnce.Do(func() { m.FirstError = err.Error() })
