@@ -170,7 +170,10 @@ func (l *Lease) renewOnce(ctx context.Context) (sent time.Time, err error) {
 	sent = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.RequestTimeout)
 	defer cancel()
-	info, err := l.c.renew(ctx, l.info.Key, l.info.ID)
+	l.mu.Lock()
+	by := l.deadline // zero before start
+	l.mu.Unlock()
+	info, err := l.c.renew(ctx, by, l.info.Key, l.info.ID)
 	if err == nil && info.Signature != "" {
 		// After a key rotation the server signs with its new key.
 		l.mu.Lock()

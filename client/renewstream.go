@@ -24,7 +24,8 @@ import (
 // still loses the lease. Whenever the stream cannot give an answer (it
 // does not open because the server or the HTTP client does not speak
 // HTTP/2, it breaks, the node answers unavailable, or no answer comes
-// within half the renewal's timeout) the renewal is sent again at once as a
+// within half the renewal's timeout or half the time left before the
+// lease's local deadline) the renewal is sent again at once as a
 // unary Renew, which fails over between endpoints as every call does, and
 // the next stream is opened at the next endpoint after a pause that grows
 // from one second to a minute while streams keep failing (a stream that
@@ -112,14 +113,19 @@ func (r *renewals) failed(s *renewStream, err error) {
 
 // renew renews lease id of key over the stream when one is usable, else,
 // or when the stream gives no answer, with the unary Renew. The stream gets
-// half of what is left of ctx's time, so that a stream that stopped
-// answering leaves the unary call time to get through.
-func (c *Client) renew(ctx context.Context, key, id string) (Info, error) {
-	if s := c.renewals.stream(); s != nil {
-		limit := time.Duration(-1) // none
-		if d, ok := ctx.Deadline(); ok {
-			limit = time.Until(d) / 2
-		}
+// half of what is left of ctx's time and, when by is set (the lease's local
+// deadline), half of what is left before by, so that a stream that stopped
+// answering leaves the unary call time to get through before the lease is
+// lost.
+func (c *Client) renew(ctx context.Context, by time.Time, key, id string) (Info, error) {
+	limit, bounded := time.Duration(-1), false // none
+	if d, ok := ctx.Deadline(); ok {
+		limit, bounded = time.Until(d)/2, true
+	}
+	if !by.IsZero() && (!bounded || time.Until(by)/2 < limit) {
+		limit, bounded = time.Until(by)/2, true
+	}
+	if s := c.renewals.stream(); s != nil && (!bounded || limit > 0) {
 		info, err := s.renew(ctx, limit, key, id)
 		if err == nil || !errors.Is(err, errNoAnswer) {
 			return info, err

@@ -155,15 +155,19 @@ func TestLeasesFallBackToUnaryRenew(t *testing.T) {
 // A stream that breaks, or stops answering, never costs a lease that
 // Renew keeps: the renewal goes out again as a Renew at once.
 func TestBrokenStreamFallsBackToUnary(t *testing.T) {
-	for _, mode := range []string{"ends", "hangs"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		ttl  time.Duration
+	}{{"ends", 3 * time.Second}, {"hangs", 3 * time.Second}, {"hangs", time.Second}} {
+		mode := tc.mode
+		t.Run(fmt.Sprintf("%s/ttl %v", mode, tc.ttl), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fake := &brokenStreams{mode: mode}
 				_, h := fencedv1connect.NewLeaseServiceHandler(fake)
-				// RequestTimeout 2s of a 3s TTL renewed every second: a
-				// renewal that waited the whole timeout on a silent stream
+				// RequestTimeout 2s: a renewal that waited the whole
+				// timeout, or half of it with a 1s TTL, on a silent stream
 				// would come after the local deadline.
-				c, err := client.New(client.Config{Endpoint: "http://fenced.test", HTTPClient: inProcess{h}, TTL: 3 * time.Second})
+				c, err := client.New(client.Config{Endpoint: "http://fenced.test", HTTPClient: inProcess{h}, TTL: tc.ttl})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -179,8 +183,8 @@ func TestBrokenStreamFallsBackToUnary(t *testing.T) {
 				streams, renews := fake.streams, len(fake.renewals)
 				fake.mu.Unlock()
 				// Pauses of 1, 2, 4, 8 and 16s between streams.
-				if streams < 3 || streams > 6 || renews < 25 {
-					t.Errorf("%d streams and %d renewals in 30s, want 3 to 6 streams and a renewal a second", streams, renews)
+				if streams < 3 || streams > 6 || renews < int(25*time.Second/tc.ttl) {
+					t.Errorf("%d streams and %d renewals in 30s, want 3 to 6 streams and three renewals a TTL", streams, renews)
 				}
 				l.Release(context.Background())
 				synctest.Wait()
