@@ -3,16 +3,19 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencedio/fenced/internal/loadgen"
 )
 
 func TestMedian(t *testing.T) {
 	runs := func(ops ...float64) []RunResult {
 		out := make([]RunResult, len(ops))
 		for i, o := range ops {
-			out[i] = RunResult{OpsPerSec: o, P50Ms: o / 10, P99Ms: o / 5, Errors: 1}
+			out[i] = RunResult{Result: loadgen.Result{OpsPerSec: o, P50Ms: o / 10, P99Ms: o / 5, Errors: 1}, ServerCPUPerOpUs: o * 2, ClientCPUPerOpUs: o * 3}
 		}
 		return out
 	}
@@ -29,7 +32,8 @@ func TestMedian(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := median(tt.runs)
-			if m.OpsPerSec != tt.wantOps || m.P50Ms != tt.wantOps/10 || m.P99Ms != tt.wantOps/5 {
+			if m.OpsPerSec != tt.wantOps || m.P50Ms != tt.wantOps/10 || m.P99Ms != tt.wantOps/5 ||
+				m.ServerCPUPerOpUs != tt.wantOps*2 || m.ClientCPUPerOpUs != tt.wantOps*3 {
 				t.Errorf("median = %+v, want ops %v", m, tt.wantOps)
 			}
 			if m.Errors != uint64(len(tt.runs)) {
@@ -49,6 +53,9 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown workload", Config{Workloads: []string{"nope"}}, "unknown workload"},
 		{"zero clients", Config{Clients: []int{0}}, "below 1"},
 		{"negative duration", Config{Duration: -time.Second}, "negative"},
+		{"unknown system", Config{Systems: []string{"zookeeper"}}, "unknown or repeated system"},
+		{"repeated system", Config{Systems: []string{"etcd", "etcd"}}, "unknown or repeated system"},
+		{"fenced-bolt without its binary", Config{Systems: []string{"fenced-bolt"}}, "FencedBoltBin"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +77,47 @@ func TestConfigValidate(t *testing.T) {
 	full := Config{}.withDefaults()
 	if full.Duration != 10*time.Second || full.Rounds != 3 || full.Leases != 1_000_000 {
 		t.Errorf("full defaults = %v, %d rounds, %d leases", full.Duration, full.Rounds, full.Leases)
+	}
+}
+
+// Ratios are taken against the etcd of the same size, and only when it
+// ran.
+func TestRatios(t *testing.T) {
+	sm := func(name, ref string, ops, server, client float64) SystemMedian {
+		return SystemMedian{System: name, Ref: ref, Median: Median{OpsPerSec: ops, ServerCPUPerOpUs: server, ClientCPUPerOpUs: client}}
+	}
+	row := Row{Systems: []SystemMedian{
+		sm("fenced", "etcd", 300, 50, 100), sm("etcd", "", 100, 200, 400),
+		sm("fenced-3", "etcd-3", 200, 80, 100), sm("etcd-3", "", 50, 400, 200),
+	}}
+	row.setRatios()
+	want := [][3]float64{{3, 0.25, 0.25}, {0, 0, 0}, {4, 0.2, 0.5}, {0, 0, 0}}
+	for i, s := range row.Systems {
+		if got := [3]float64{s.Ratio, s.ServerCPURatio, s.ClientCPURatio}; got != want[i] {
+			t.Errorf("%s: ratios %v, want %v", s.System, got, want[i])
+		}
+	}
+	alone := Row{Systems: []SystemMedian{sm("fenced-3", "etcd-3", 200, 80, 100)}}
+	alone.setRatios()
+	if s := alone.Systems[0]; s.Ratio != 0 || s.ServerCPURatio != 0 {
+		t.Errorf("ratios without etcd-3: %+v", s)
+	}
+}
+
+// procCPU reads this process's CPU time as getrusage counts it, within a
+// few ticks (the kernel accounts ticks per thread).
+func TestProcCPU(t *testing.T) {
+	// Burn CPU (not wall time: the machine may be busy) so that both
+	// readings are well above a tick.
+	for start := selfCPU(); selfCPU()-start < 300*time.Millisecond; {
+	}
+	fromProc, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := selfCPU()
+	if fromProc < 150*time.Millisecond || fromProc > self+5*clockTick || fromProc < self-5*clockTick {
+		t.Errorf("/proc says %v, getrusage %v", fromProc, self)
 	}
 }
 
@@ -96,22 +144,22 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("%d rows, want %d", len(rep.Rows), wantRows)
 	}
 	for _, r := range rep.Rows {
-		for sys, m := range map[string]Median{"fenced": r.Fenced, "etcd": r.Etcd} {
-			if m.OpsPerSec <= 0 || m.P50Ms <= 0 || m.P99Ms < m.P50Ms {
-				t.Errorf("%s %d clients, %s: %+v", r.Workload, r.Clients, sys, m)
+		for _, m := range r.Systems {
+			if m.OpsPerSec <= 0 || m.P50Ms <= 0 || m.P99Ms < m.P50Ms || m.ClientCPUPerOpUs <= 0 {
+				t.Errorf("%s %d clients, %s: %+v", r.Workload, r.Clients, m.System, m)
 			}
 			if m.Errors != 0 {
-				t.Errorf("%s %d clients, %s: %d errors, first %q", r.Workload, r.Clients, sys, m.Errors, m.Runs[0].FirstError)
+				t.Errorf("%s %d clients, %s: %d errors, first %q", r.Workload, r.Clients, m.System, m.Errors, m.Runs[0].FirstError)
 			}
 		}
-		if want := r.Fenced.OpsPerSec / r.Etcd.OpsPerSec; r.Ratio != want {
-			t.Errorf("%s ratio %v, want %v", r.Workload, r.Ratio, want)
+		if f, e := r.Systems[0], r.Systems[1]; f.Ratio != f.OpsPerSec/e.OpsPerSec {
+			t.Errorf("%s ratio %v, want %v", r.Workload, f.Ratio, f.OpsPerSec/e.OpsPerSec)
 		}
 	}
-	m := rep.Memory
-	if m == nil {
-		t.Fatal("no memory result")
+	if len(rep.Memory) != 1 {
+		t.Fatalf("%d memory results, want fenced's", len(rep.Memory))
 	}
+	m := rep.Memory[0]
 	if m.Created != leases || m.ActiveGauge != leases || m.Errors != 0 {
 		t.Errorf("memory: created %d, gauge %d, errors %d; want %d, %d, 0", m.Created, m.ActiveGauge, m.Errors, leases, leases)
 	}
@@ -123,7 +171,7 @@ func TestQuickRun(t *testing.T) {
 	if err := rep.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| acquire+release | 64 |", "| contended handoff | 16 |", "| renew (unary) | 16 |", "Memory: fenced RSS"} {
+	for _, want := range []string{"| acquire+release | 64 | fenced |", "| acquire+release | 64 | etcd |", "| contended handoff | 16 |", "| renew (unary) | 16 |", "Memory: fenced RSS"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}

@@ -23,6 +23,9 @@ type Config struct {
 	// Clients, when set, replaces the client counts of the acquire-release
 	// workload (default 1, 16 and 64).
 	Clients []int
+	// Systems selects the systems to run, in the order of the table (see
+	// SystemNames). Default: fenced and etcd.
+	Systems []string
 	// Quick turns every default above into its quick value, for smoke tests
 	// that take seconds. Explicitly set fields still win.
 	Quick bool
@@ -33,6 +36,9 @@ type Config struct {
 	// FencedBin and EtcdBin are prebuilt server binaries. Default: built
 	// from source into the temporary directory with `go build`.
 	FencedBin, EtcdBin string
+	// FencedBoltBin is the fenced binary of the fenced-bolt system: a
+	// build of a revision that kept the raft log in raft-boltdb.
+	FencedBoltBin string
 	// KeepTemp keeps the temporary directory (data, logs, binaries) for
 	// inspection instead of removing it.
 	KeepTemp bool
@@ -49,6 +55,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Leases == 0 {
 		c.Leases = pick(c.Quick, 5_000, 1_000_000)
+	}
+	if len(c.Systems) == 0 {
+		c.Systems = defaultSystems
 	}
 	return c
 }
@@ -68,6 +77,16 @@ func (c Config) Validate() error {
 	for _, n := range c.Clients {
 		if n < 1 {
 			return fmt.Errorf("bench config: client count %d is below 1", n)
+		}
+	}
+	seen := map[string]bool{}
+	for _, name := range c.Systems {
+		if _, ok := specByName(name); !ok || seen[name] {
+			return fmt.Errorf("bench config: unknown or repeated system %q; want some of %s", name, strings.Join(SystemNames(), ", "))
+		}
+		seen[name] = true
+		if name == "fenced-bolt" && c.FencedBoltBin == "" {
+			return errors.New("bench config: system fenced-bolt needs FencedBoltBin (-fenced-bolt-bin)")
 		}
 	}
 	known := map[string]bool{memoryWorkload: true}

@@ -1,11 +1,13 @@
 // Package bench compares fenced with etcd on the same lease workloads, on
 // one machine, over loopback.
 //
-// Run starts each system in its own process (fenced built from this
-// repository's cmd/fenced, etcd as the single-node cmd/etcdnode around
-// go.etcd.io/etcd/server/v3/embed), then runs every selected workload
-// against each with the same client counts, alternating systems run by run,
-// and reports the median of the rounds. Each benchmark client has its own
+// Run starts each system in its own processes (fenced built from this
+// repository's cmd/fenced, etcd as cmd/etcdnode around
+// go.etcd.io/etcd/server/v3/embed; one node, or three forming a cluster),
+// then runs every selected workload against each with the same client
+// counts, alternating systems run by run, and reports the median of the
+// rounds, with the CPU time per operation of the servers and of the
+// harness's clients. Each benchmark client has its own
 // client object and so its own connection. Both servers fsync every commit
 // (their defaults) and keep their data in a fresh temporary directory.
 //

@@ -213,7 +213,7 @@ func (p *proc) waitReady(ctx context.Context, timeout time.Duration, probe func(
 	}
 }
 
-// server is a running system under test.
+// server is a running server process of a system under test.
 type server struct {
 	*proc
 	endpoint string // fenced: base URL; etcd: host:port
@@ -240,63 +240,16 @@ func startFenced(ctx context.Context, bin, dir string, maxLeases int) (*server, 
 		return nil, err
 	}
 	s := &server{proc: p, endpoint: "http://" + listen}
-	health := s.endpoint + "/healthz"
-	err = p.waitReady(ctx, 60*time.Second, func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, health, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("healthz: %s", resp.Status)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := p.waitReady(ctx, 60*time.Second, healthz(s.endpoint)); err != nil {
 		p.stop(5 * time.Second)
 		return nil, err
 	}
 	return s, nil
 }
 
-func startEtcd(ctx context.Context, bin, dir string) (*server, error) {
-	clientAddr, err := testutil.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	peerAddr, err := testutil.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	p, err := startProc("etcd", bin, []string{
-		"--data-dir", filepath.Join(dir, "data"),
-		"--client-url", "http://" + clientAddr, "--peer-url", "http://" + peerAddr,
-	}, filepath.Join(dir, "etcd.log"), true)
-	if err != nil {
-		return nil, err
-	}
-	s := &server{proc: p, endpoint: clientAddr}
-	cli, err := newEtcdClient(clientAddr)
-	if err != nil {
-		p.stop(5 * time.Second)
-		return nil, err
-	}
-	defer cli.Close()
-	err = p.waitReady(ctx, 60*time.Second, func(ctx context.Context) error {
-		_, err := cli.Get(ctx, "fencedbench/ready")
-		return err
-	})
-	if err != nil {
-		p.stop(5 * time.Second)
-		return nil, err
-	}
-	return s, nil
-}
-
-func newEtcdClient(addr string) (*clientv3.Client, error) {
+func newEtcdClient(endpoints []string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{addr},
+		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	})

@@ -13,46 +13,75 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/loadgen"
 )
 
 // Report is the outcome of Run.
 type Report struct {
-	Seconds float64 `json:"secondsPerRun"`
-	Rounds  int     `json:"rounds"`
-	Rows    []Row   `json:"rows"`
-	// RSS of both servers after all throughput runs, in bytes.
-	FencedRSSAfterRuns int64   `json:"fencedRssAfterRuns,omitempty"`
-	EtcdRSSAfterRuns   int64   `json:"etcdRssAfterRuns,omitempty"`
-	Memory             *Memory `json:"memory,omitempty"`
+	Seconds float64  `json:"secondsPerRun"`
+	Rounds  int      `json:"rounds"`
+	Systems []string `json:"systems"`
+	Rows    []Row    `json:"rows"`
+	// RSSAfterRuns is each system's RSS after all throughput runs, in
+	// bytes (of its largest node, for a cluster).
+	RSSAfterRuns map[string]int64 `json:"rssAfterRuns,omitempty"`
+	Memory       []*Memory        `json:"memory,omitempty"`
 	// TotalSeconds is the wall time of the whole run, builds included.
 	TotalSeconds float64 `json:"totalSeconds"`
 }
 
-// Row is one workload at one client count.
+// Row is one workload at one client count, with every system's medians.
 type Row struct {
-	Workload string `json:"workload"`
-	Title    string `json:"title"`
-	Clients  int    `json:"clients"`
-	Op       string `json:"op"`
-	Latency  string `json:"latency"`
-	Fenced   Median `json:"fenced"`
-	Etcd     Median `json:"etcd"`
-	// Ratio is fenced ops/s over etcd ops/s (medians).
-	Ratio float64 `json:"ratio"`
+	Workload string         `json:"workload"`
+	Title    string         `json:"title"`
+	Clients  int            `json:"clients"`
+	Op       string         `json:"op"`
+	Latency  string         `json:"latency"`
+	Systems  []SystemMedian `json:"systems"`
+}
+
+// SystemMedian is one system's medians in a row, with its ratios against
+// the etcd system of the same size (Ref) when that ran: ops/s over etcd's
+// ops/s, and CPU per operation over etcd's CPU per operation.
+type SystemMedian struct {
+	System string `json:"system"`
+	Median
+	Ref            string  `json:"ref,omitempty"`
+	Ratio          float64 `json:"ratio,omitempty"`
+	ServerCPURatio float64 `json:"serverCpuRatio,omitempty"`
+	ClientCPURatio float64 `json:"clientCpuRatio,omitempty"`
 }
 
 // Median summarizes the rounds of one system: each figure is the median of
 // that figure over the rounds.
 type Median struct {
-	OpsPerSec float64     `json:"opsPerSec"`
-	P50Ms     float64     `json:"p50Ms"`
-	P99Ms     float64     `json:"p99Ms"`
-	Errors    uint64      `json:"errors"`
-	Runs      []RunResult `json:"runs"`
+	OpsPerSec float64 `json:"opsPerSec"`
+	P50Ms     float64 `json:"p50Ms"`
+	P99Ms     float64 `json:"p99Ms"`
+	Errors    uint64  `json:"errors"`
+	// CPU time per operation, in microseconds: of the server processes
+	// (all nodes of a cluster) and of the harness process (the benchmark
+	// clients and the load generator).
+	ServerCPUPerOpUs float64     `json:"serverCpuPerOpUs"`
+	ClientCPUPerOpUs float64     `json:"clientCpuPerOpUs"`
+	Runs             []RunResult `json:"runs"`
 }
 
-// Memory is the result of the memory workload.
+// RunResult is one run of one workload against one system.
+type RunResult struct {
+	loadgen.Result
+	// CPU time used during the run, in seconds, and per operation, in
+	// microseconds: server processes from /proc/PID/stat (10ms ticks),
+	// the harness from getrusage.
+	ServerCPUSeconds float64 `json:"serverCpuSeconds"`
+	ClientCPUSeconds float64 `json:"clientCpuSeconds"`
+	ServerCPUPerOpUs float64 `json:"serverCpuPerOpUs"`
+	ClientCPUPerOpUs float64 `json:"clientCpuPerOpUs"`
+}
+
+// Memory is the result of the memory workload against one system.
 type Memory struct {
+	System        string  `json:"system"`
 	Leases        int     `json:"leases"`
 	Created       int64   `json:"created"`
 	ActiveGauge   int64   `json:"activeGauge"` // fenced_leases_active after creation
@@ -104,8 +133,38 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			throughput = append(throughput, w)
 		}
 	}
-	wantMemory := cfg.selected(memoryWorkload)
+	bins, err := buildBinaries(ctx, &cfg, tmp, len(throughput) > 0, logf)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, Systems: cfg.Systems}
+	maxLeases := max(2_000_000, 2*cfg.Leases)
+	if len(throughput) > 0 {
+		if err := runThroughput(ctx, cfg, throughput, tmp, bins, maxLeases, rep, logf); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.selected(memoryWorkload) {
+		for _, name := range cfg.Systems {
+			spec, _ := specByName(name)
+			if spec.etcd || spec.nodes != 1 {
+				continue
+			}
+			m, err := runMemory(ctx, cfg.Leases, filepath.Join(tmp, "memory-"+name), name, bins[name], maxLeases, logf)
+			if err != nil {
+				rep.TotalSeconds = time.Since(began).Seconds()
+				return rep, err
+			}
+			rep.Memory = append(rep.Memory, m)
+		}
+	}
+	rep.TotalSeconds = time.Since(began).Seconds()
+	return rep, nil
+}
 
+// buildBinaries returns the binary of each selected system, building
+// fenced and etcdnode unless prebuilt ones were given.
+func buildBinaries(ctx context.Context, cfg *Config, tmp string, etcdNeeded bool, logf func(string, ...any)) (map[string]string, error) {
 	fencedBin, etcdBin := cfg.FencedBin, cfg.EtcdBin
 	if fencedBin == "" {
 		fencedBin = filepath.Join(tmp, "bin", "fenced")
@@ -114,112 +173,124 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			return nil, err
 		}
 	}
-	if etcdBin == "" && len(throughput) > 0 {
-		etcdBin = filepath.Join(tmp, "bin", "etcdnode")
-		logf("building etcdnode")
-		if err := goBuild(ctx, cfg.BenchDir, "./cmd/etcdnode", etcdBin); err != nil {
-			return nil, err
+	bins := map[string]string{}
+	for _, name := range cfg.Systems {
+		spec, _ := specByName(name)
+		switch {
+		case spec.etcd && etcdNeeded && etcdBin == "":
+			etcdBin = filepath.Join(tmp, "bin", "etcdnode")
+			logf("building etcdnode")
+			if err := goBuild(ctx, cfg.BenchDir, "./cmd/etcdnode", etcdBin); err != nil {
+				return nil, err
+			}
+			bins[name] = etcdBin
+		case spec.etcd:
+			bins[name] = etcdBin
+		case name == "fenced-bolt":
+			bins[name] = cfg.FencedBoltBin
+		default:
+			bins[name] = fencedBin
 		}
 	}
-
-	rep := &Report{Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds}
-	maxLeases := max(2_000_000, 2*cfg.Leases)
-	if len(throughput) > 0 {
-		if err := runThroughput(ctx, cfg, throughput, tmp, fencedBin, etcdBin, maxLeases, rep, logf); err != nil {
-			return nil, err
-		}
-	}
-	if wantMemory {
-		m, err := runMemory(ctx, cfg.Leases, filepath.Join(tmp, "memory"), fencedBin, maxLeases, logf)
-		if err != nil {
-			rep.TotalSeconds = time.Since(began).Seconds()
-			return rep, err
-		}
-		rep.Memory = m
-	}
-	rep.TotalSeconds = time.Since(began).Seconds()
-	return rep, nil
+	return bins, nil
 }
 
-func runThroughput(ctx context.Context, cfg Config, ws []workload, tmp, fencedBin, etcdBin string, maxLeases int, rep *Report, logf func(string, ...any)) error {
-	fdir, edir := filepath.Join(tmp, "fenced"), filepath.Join(tmp, "etcd")
-	for _, d := range []string{fdir, edir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+func runThroughput(ctx context.Context, cfg Config, ws []workload, tmp string, bins map[string]string, maxLeases int, rep *Report, logf func(string, ...any)) error {
+	var deps []*deployment
+	defer func() {
+		for _, d := range deps {
+			d.stop()
+		}
+	}()
+	for _, name := range cfg.Systems {
+		spec, _ := specByName(name)
+		logf("starting %s", name)
+		d, err := deploy(ctx, spec, bins[name], filepath.Join(tmp, name), maxLeases)
+		if err != nil {
 			return err
 		}
+		deps = append(deps, d)
+		for _, n := range d.nodes {
+			logf("%s: %s pid %d at %s", name, n.name, n.pid(), n.endpoint)
+		}
 	}
-	logf("starting fenced and etcd")
-	fsrv, err := startFenced(ctx, fencedBin, fdir, maxLeases)
-	if err != nil {
-		return err
-	}
-	defer fsrv.stop(10 * time.Second)
-	esrv, err := startEtcd(ctx, etcdBin, edir)
-	if err != nil {
-		return err
-	}
-	defer esrv.stop(10 * time.Second)
-	logf("fenced pid %d at %s; etcd pid %d at %s", fsrv.pid(), fsrv.endpoint, esrv.pid(), esrv.endpoint)
-	systems := []struct {
-		sys system
-		srv *server
-	}{{fencedSystem{fsrv.endpoint}, fsrv}, {etcdSystem{esrv.endpoint}, esrv}}
-
-	type cell struct{ runs [2][]RunResult }
-	type rowKey struct {
-		w int
-		n int
-	}
+	type rowKey struct{ w, n int }
 	var order []rowKey
 	for wi, w := range ws {
 		for _, n := range w.clients {
 			order = append(order, rowKey{wi, n})
 		}
 	}
-	cells := make(map[rowKey]*cell)
-	for _, k := range order {
-		cells[k] = &cell{}
-	}
+	runs := make(map[rowKey][][]RunResult)
 	// Rounds outermost, so that drift over the run (data growing, caches,
-	// the machine's other load) spreads over both systems and all rows.
+	// the machine's other load) spreads over every system and row.
 	for round := 1; round <= cfg.Rounds; round++ {
 		for _, k := range order {
 			w := ws[k.w]
-			for si, s := range systems {
-				if s.srv.exited() {
-					return fmt.Errorf("%s exited: %v\n%s", s.sys.name(), s.srv.waitErr, s.srv.logTail())
+			if runs[k] == nil {
+				runs[k] = make([][]RunResult, len(deps))
+			}
+			for di, d := range deps {
+				if err := d.exited(); err != nil {
+					return err
 				}
-				res, err := runOnce(ctx, s.sys, w, k.n, cfg.Duration)
+				res, err := runOnce(ctx, d.sys, d.cpu, w, k.n, cfg.Duration)
 				if err != nil {
 					return fmt.Errorf("round %d, %s, %d clients: %w", round, w.name, k.n, err)
 				}
 				res.Round = round
-				cells[k].runs[si] = append(cells[k].runs[si], res)
-				msg := fmt.Sprintf("round %d/%d  %-16s %3d clients  %-6s %9.0f ops/s  p50 %s  p99 %s",
-					round, cfg.Rounds, w.name, k.n, s.sys.name(), res.OpsPerSec, fmtMs(res.P50Ms), fmtMs(res.P99Ms))
-				if res.Errors > 0 {
-					msg += fmt.Sprintf("  %d errors, first: %s", res.Errors, res.FirstError)
-				}
-				logf("%s", msg)
+				runs[k][di] = append(runs[k][di], res)
+				logf("%s", progressLine(round, cfg.Rounds, w.name, k.n, d.spec.name, res))
 			}
 		}
 	}
 	for _, k := range order {
 		w := ws[k.w]
-		row := Row{Workload: w.name, Title: w.title, Clients: k.n, Op: w.op, Latency: w.latency,
-			Fenced: median(cells[k].runs[0]), Etcd: median(cells[k].runs[1])}
-		if row.Etcd.OpsPerSec > 0 {
-			row.Ratio = row.Fenced.OpsPerSec / row.Etcd.OpsPerSec
+		row := Row{Workload: w.name, Title: w.title, Clients: k.n, Op: w.op, Latency: w.latency}
+		for di, d := range deps {
+			row.Systems = append(row.Systems, SystemMedian{System: d.spec.name, Median: median(runs[k][di]), Ref: d.spec.ref})
 		}
+		row.setRatios()
 		rep.Rows = append(rep.Rows, row)
 	}
-	if rss, _, err := fsrv.rss(); err == nil {
-		rep.FencedRSSAfterRuns = rss
-	}
-	if rss, _, err := esrv.rss(); err == nil {
-		rep.EtcdRSSAfterRuns = rss
+	rep.RSSAfterRuns = map[string]int64{}
+	for _, d := range deps {
+		for _, n := range d.nodes {
+			if rss, _, err := n.rss(); err == nil && rss > rep.RSSAfterRuns[d.spec.name] {
+				rep.RSSAfterRuns[d.spec.name] = rss
+			}
+		}
 	}
 	return nil
+}
+
+func progressLine(round, rounds int, workload string, clients int, system string, res RunResult) string {
+	msg := fmt.Sprintf("round %d/%d  %-16s %3d clients  %-11s %9.0f ops/s  p50 %s  p99 %s  cpu/op server %.0fµs client %.0fµs",
+		round, rounds, workload, clients, system, res.OpsPerSec, fmtMs(res.P50Ms), fmtMs(res.P99Ms), res.ServerCPUPerOpUs, res.ClientCPUPerOpUs)
+	if res.Errors > 0 {
+		msg += fmt.Sprintf("  %d errors, first: %s", res.Errors, res.FirstError)
+	}
+	return msg
+}
+
+// setRatios fills each system's ratios against its reference system.
+func (r *Row) setRatios() {
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	for i := range r.Systems {
+		s := &r.Systems[i]
+		for _, ref := range r.Systems {
+			if ref.System == s.Ref {
+				s.Ratio = ratio(s.OpsPerSec, ref.OpsPerSec)
+				s.ServerCPURatio = ratio(s.ServerCPUPerOpUs, ref.ServerCPUPerOpUs)
+				s.ClientCPURatio = ratio(s.ClientCPUPerOpUs, ref.ClientCPUPerOpUs)
+			}
+		}
+	}
 }
 
 func median(runs []RunResult) Median {
@@ -241,6 +312,8 @@ func median(runs []RunResult) Median {
 	m.OpsPerSec = pick(func(r RunResult) float64 { return r.OpsPerSec })
 	m.P50Ms = pick(func(r RunResult) float64 { return r.P50Ms })
 	m.P99Ms = pick(func(r RunResult) float64 { return r.P99Ms })
+	m.ServerCPUPerOpUs = pick(func(r RunResult) float64 { return r.ServerCPUPerOpUs })
+	m.ClientCPUPerOpUs = pick(func(r RunResult) float64 { return r.ClientCPUPerOpUs })
 	for _, r := range runs {
 		m.Errors += r.Errors
 	}
@@ -252,20 +325,21 @@ const (
 	memConns      = 16 // client objects, each with its own connection
 	memPerConn    = 64 // concurrent acquisitions on each
 	memLeaseTTL   = time.Hour
+	memPerOwner   = 50_000 // below the default --max-leases-per-owner (100,000)
 	memSettleTime = 2 * time.Second
 )
 
-func runMemory(ctx context.Context, n int, dir, fencedBin string, maxLeases int, logf func(string, ...any)) (*Memory, error) {
+func runMemory(ctx context.Context, n int, dir, system, fencedBin string, maxLeases int, logf func(string, ...any)) (*Memory, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	logf("memory: starting a fresh fenced")
+	logf("memory: starting a fresh %s", system)
 	srv, err := startFenced(ctx, fencedBin, dir, maxLeases)
 	if err != nil {
 		return nil, err
 	}
 	defer srv.stop(30 * time.Second)
-	m := &Memory{Leases: n}
+	m := &Memory{System: system, Leases: n}
 	if m.IdleRSS, _, err = srv.rss(); err != nil {
 		return nil, err
 	}
@@ -283,7 +357,7 @@ func runMemory(ctx context.Context, n int, dir, fencedBin string, maxLeases int,
 		}
 	}()
 	start := time.Now()
-	created, dialErr := createLeases(ctx, fencedSystem{srv.endpoint}, n, m, logf)
+	created, dialErr := createLeases(ctx, &fencedSystem{label: system, endpoints: []string{srv.endpoint}}, n, m, logf)
 	if srv.exited() {
 		return nil, fmt.Errorf("memory: fenced exited after %d leases (%v); its log ends:\n%s", created, srv.waitErr, srv.logTail())
 	}
@@ -308,7 +382,7 @@ func runMemory(ctx context.Context, n int, dir, fencedBin string, maxLeases int,
 // at a time on each, logging progress, and records failed acquisitions in
 // m. It returns how many were created and why a connection could not be
 // made, if one could not.
-func createLeases(ctx context.Context, sys fencedSystem, n int, m *Memory, logf func(string, ...any)) (int64, error) {
+func createLeases(ctx context.Context, sys *fencedSystem, n int, m *Memory, logf func(string, ...any)) (int64, error) {
 	var (
 		next, created atomic.Int64
 		errs          atomic.Uint64
@@ -343,7 +417,10 @@ func createLeases(ctx context.Context, sys fencedSystem, n int, m *Memory, logf 
 		for range memPerConn {
 			wg.Go(func() {
 				for i := next.Add(1) - 1; i < int64(n) && ctx.Err() == nil; i = next.Add(1) - 1 {
-					l, err := fc.c.Acquire(ctx, fmt.Sprintf("fencedbench/memory/%08d", i), client.WithTTL(memLeaseTTL))
+					// A new owner every memPerOwner leases stays below the
+					// server's per-owner quota.
+					l, err := fc.c.Acquire(ctx, fmt.Sprintf("fencedbench/memory/%08d", i), client.WithTTL(memLeaseTTL),
+						client.WithOwner(fmt.Sprintf("fencedbench/%d", i/memPerOwner)))
 					if err != nil {
 						errs.Add(1)
 						errOnce.Do(func() { m.FirstError = err.Error() })

@@ -2,9 +2,13 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"net/http"
+	"sync/atomic"
 	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/fencedio/fenced/client"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,16 +51,33 @@ type renewable interface {
 
 // fenced, through its Go client.
 
-type fencedSystem struct{ endpoint string }
+// fencedSystem is fenced, one node or a cluster.
+type fencedSystem struct {
+	label       string
+	endpoints   []string
+	leaderFirst bool // see sysSpec
+	dials       atomic.Int64
+}
 
-func (fencedSystem) name() string { return "fenced" }
+func (s *fencedSystem) name() string { return s.label }
 
-func (s fencedSystem) dial(ctx context.Context) (conn, error) {
+func (s *fencedSystem) dial(ctx context.Context) (conn, error) {
+	// Every client gets every node, as users configure a cluster; each
+	// starts at the next node in turn, so that the clients are spread
+	// over the nodes as etcd's client balances its calls over them.
+	first := int(s.dials.Add(1)-1) % len(s.endpoints)
+	if s.leaderFirst {
+		var err error
+		if first, err = leaderIndex(ctx, s.endpoints); err != nil {
+			return nil, err
+		}
+	}
+	endpoints := append(append([]string(nil), s.endpoints[first:]...), s.endpoints[:first]...)
 	// The client's default transports, as users get them.
 	c, err := client.New(client.Config{
-		Endpoint: s.endpoint,
-		Owner:    "fencedbench",
-		TTL:      leaseTTL,
+		Endpoints: endpoints,
+		Owner:     "fencedbench",
+		TTL:       leaseTTL,
 	})
 	if err != nil {
 		return nil, err
@@ -135,12 +156,16 @@ func (r fencedRenewable) renew(ctx context.Context) error {
 
 // etcd, through clientv3 and its concurrency package.
 
-type etcdSystem struct{ endpoint string }
+// etcdSystem is etcd, one member or a cluster.
+type etcdSystem struct {
+	label     string
+	endpoints []string
+}
 
-func (etcdSystem) name() string { return "etcd" }
+func (s etcdSystem) name() string { return s.label }
 
 func (s etcdSystem) dial(ctx context.Context) (conn, error) {
-	cli, err := newEtcdClient(s.endpoint)
+	cli, err := newEtcdClient(s.endpoints)
 	if err != nil {
 		return nil, err
 	}
@@ -243,4 +268,26 @@ func (r etcdRenewable) renew(ctx context.Context) error {
 func (r etcdRenewable) release(ctx context.Context) error {
 	_, err := r.cli.Revoke(ctx, r.id)
 	return err
+}
+
+// leaderIndex returns the index of the endpoint whose node leads and
+// serves acquisitions (GET /v1/role).
+func leaderIndex(ctx context.Context, endpoints []string) (int, error) {
+	for i, e := range endpoints {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e+"/v1/role", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		var role struct {
+			Role  string `json:"role"`
+			Ready bool   `json:"ready"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&role)
+		resp.Body.Close()
+		if err == nil && role.Role == "leader" && role.Ready {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("no leader among %v", endpoints)
 }

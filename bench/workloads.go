@@ -136,11 +136,9 @@ type runEnv struct {
 // now returns the monotonic time since the run's epoch, at least 1.
 func (e *runEnv) now() int64 { return max(int64(time.Since(e.epoch)), 1) }
 
-// RunResult is one run of one workload against one system.
-type RunResult = loadgen.Result
-
-// runOnce runs w with n clients against sys for d.
-func runOnce(ctx context.Context, sys system, w workload, n int, d time.Duration) (RunResult, error) {
+// runOnce runs w with n clients against sys for d, and measures the CPU
+// time that the servers (serverCPU) and this process used during the run.
+func runOnce(ctx context.Context, sys system, serverCPU func() (time.Duration, error), w workload, n int, d time.Duration) (RunResult, error) {
 	// A run that hangs (a server that stopped answering) must still end.
 	ctx, cancel := context.WithTimeout(ctx, d+2*time.Minute)
 	defer cancel()
@@ -180,10 +178,26 @@ func runOnce(ctx context.Context, sys system, w workload, n int, d time.Duration
 	// Every client stops starting operations at the deadline and finishes
 	// the one under way; in the contended workload the waiters still in
 	// line get their turn, which takes a few handoffs.
+	server0, err := serverCPU()
+	if err != nil {
+		return RunResult{}, err
+	}
+	self0 := selfCPU()
 	env.epoch = time.Now()
 	elapsed := loadgen.Run(ctx, d, loops)
+	self1 := selfCPU()
+	server1, err := serverCPU()
+	if err != nil {
+		return RunResult{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return RunResult{}, fmt.Errorf("%s: run interrupted: %w", sys.name(), context.Cause(ctx))
 	}
-	return loadgen.Summarize(recs, elapsed), nil
+	res := RunResult{Result: loadgen.Summarize(recs, elapsed),
+		ServerCPUSeconds: (server1 - server0).Seconds(), ClientCPUSeconds: (self1 - self0).Seconds()}
+	if res.Ops > 0 {
+		res.ServerCPUPerOpUs = res.ServerCPUSeconds * 1e6 / float64(res.Ops)
+		res.ClientCPUPerOpUs = res.ClientCPUSeconds * 1e6 / float64(res.Ops)
+	}
+	return res, nil
 }

@@ -176,6 +176,7 @@ type Client struct {
 	cfg        Config
 	eps        endpointList
 	transports []*http.Transport // the defaults, if used
+	renewals   renewals          // the leases' shared renewal stream
 }
 
 // New returns a client. It does not connect until the first request.
@@ -188,6 +189,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg}
+	c.renewals.c = c
 	unary, streams := cfg.HTTPClient, cfg.HTTPClient
 	if cfg.HTTPClient == nil {
 		c.transports = []*http.Transport{newTransport(false), newTransport(true)}
@@ -206,6 +208,7 @@ func New(cfg Config) (*Client, error) {
 			rejections: fencedv1connect.NewRejectionServiceClient(unary, url, opts...)})
 	}
 	c.eps.timeout = cfg.FailoverTimeout
+	c.eps.roleClient = unary
 	return c, nil
 }
 

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,24 +30,26 @@ func waitDone(t *testing.T, l *client.Lease, within time.Duration) {
 }
 
 func TestLostWhenRenewalRefused(t *testing.T) {
-	srv := fencedtest.Start(t)
-	c := srv.Client(t, client.Config{TTL: 600 * time.Millisecond})
-	ctx := context.Background()
-	l, err := c.Acquire(ctx, "jobs/1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Someone with the lease ID ends the lease behind the holder's back.
-	if err := c.Release(ctx, l.Key(), l.ID()); err != nil {
-		t.Fatal(err)
-	}
-	waitDone(t, l, 2*time.Second)
-	if err := l.Err(); !errors.Is(err, client.ErrLost) || !errors.Is(err, client.ErrNotHeld) {
-		t.Fatalf("cause = %v, want ErrLost and ErrNotHeld", err)
-	}
-	if err := l.Release(ctx); !errors.Is(err, client.ErrNotHeld) {
-		t.Fatalf("release of a lost lease = %v, want ErrNotHeld", err)
-	}
+	renewPaths(t, func(t *testing.T, unary bool) {
+		srv := fencedtest.Start(t)
+		c := renewClient(t, srv, unary, client.Config{TTL: 600 * time.Millisecond})
+		ctx := context.Background()
+		l, err := c.Acquire(ctx, "jobs/1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Someone with the lease ID ends the lease behind the holder's back.
+		if err := c.Release(ctx, l.Key(), l.ID()); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, l, 2*time.Second)
+		if err := l.Err(); !errors.Is(err, client.ErrLost) || !errors.Is(err, client.ErrNotHeld) {
+			t.Fatalf("cause = %v, want ErrLost and ErrNotHeld", err)
+		}
+		if err := l.Release(ctx); !errors.Is(err, client.ErrNotHeld) {
+			t.Fatalf("release of a lost lease = %v, want ErrNotHeld", err)
+		}
+	})
 }
 
 func TestLostReportedByGuard(t *testing.T) {
@@ -98,28 +101,30 @@ func TestOrphanKeepsLeaseOnServer(t *testing.T) {
 }
 
 func TestRenewalKeepsTokenPastTTL(t *testing.T) {
-	srv := fencedtest.Start(t)
-	c := srv.Client(t, client.Config{TTL: 300 * time.Millisecond})
-	ctx := context.Background()
-	l, err := c.Acquire(ctx, "jobs/3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(ctx)
-	// Wait for three TTLs' worth of renewals by watching the deadline move.
-	first := l.Deadline()
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Deadline().Before(first.Add(900*time.Millisecond)) && time.Now().Before(deadline) {
-		select {
-		case <-l.Done():
-			t.Fatalf("lease lost while renewing: %v", l.Err())
-		case <-time.After(20 * time.Millisecond):
+	renewPaths(t, func(t *testing.T, unary bool) {
+		srv := fencedtest.Start(t)
+		c := renewClient(t, srv, unary, client.Config{TTL: 300 * time.Millisecond})
+		ctx := context.Background()
+		l, err := c.Acquire(ctx, "jobs/3")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	info, ok, _, err := c.Get(ctx, "jobs/3")
-	if err != nil || !ok || info.Token != l.Token() || info.ID != "" {
-		t.Fatalf("after renewals: %+v %v %v, want token %d", info, ok, err, l.Token())
-	}
+		defer l.Release(ctx)
+		// Wait for three TTLs' worth of renewals by watching the deadline move.
+		first := l.Deadline()
+		deadline := time.Now().Add(5 * time.Second)
+		for l.Deadline().Before(first.Add(900*time.Millisecond)) && time.Now().Before(deadline) {
+			select {
+			case <-l.Done():
+				t.Fatalf("lease lost while renewing: %v", l.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		info, ok, _, err := c.Get(ctx, "jobs/3")
+		if err != nil || !ok || info.Token != l.Token() || info.ID != "" {
+			t.Fatalf("after renewals: %+v %v %v, want token %d", info, ok, err, l.Token())
+		}
+	})
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -159,6 +164,8 @@ type fakeService struct {
 	renewals     []time.Time   // when each successful renewal arrived
 	releases     []string      // the lease IDs of the releases received
 	hangRelease  bool          // releases get no answer until their context ends
+	unary        bool          // KeepAlive is not implemented
+	streams      int           // KeepAlive streams opened
 }
 
 func (f *fakeService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
@@ -172,6 +179,41 @@ func (f *fakeService) Acquire(ctx context.Context, req *connect.Request[fencedv1
 }
 
 func (f *fakeService) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
+	l, err := f.renew(req.Msg.Key, req.Msg.LeaseId)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: l}), nil
+}
+
+// KeepAlive renews as Renew does, answering in order; with unary set it is
+// not implemented, as on a server without it.
+func (f *fakeService) KeepAlive(ctx context.Context, stream *connect.BidiStream[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]) error {
+	f.mu.Lock()
+	f.streams++
+	unary := f.unary
+	f.mu.Unlock()
+	if unary {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("no KeepAlive here"))
+	}
+	for {
+		req, err := stream.Receive()
+		if err != nil {
+			return nil
+		}
+		resp := &fencedv1.KeepAliveResponse{}
+		if l, err := f.renew(req.Key, req.LeaseId); err != nil {
+			resp.ErrorCode, resp.ErrorMessage = connect.CodeOf(err).String(), err.Error()
+		} else {
+			resp.Lease = l
+		}
+		if err := stream.Send(resp); err != nil {
+			return nil
+		}
+	}
+}
+
+func (f *fakeService) renew(key, id string) (*fencedv1.Lease, error) {
 	arrived := time.Now()
 	f.mu.Lock()
 	failing := !f.failFrom.IsZero() && !arrived.Before(f.failFrom)
@@ -184,7 +226,7 @@ func (f *fakeService) Renew(ctx context.Context, req *connect.Request[fencedv1.R
 	if failing {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("partitioned"))
 	}
-	return connect.NewResponse(&fencedv1.RenewResponse{Lease: &fencedv1.Lease{Key: req.Msg.Key, LeaseId: req.Msg.LeaseId, Token: 7}}), nil
+	return &fencedv1.Lease{Key: key, LeaseId: id, Token: 7}, nil
 }
 
 func (f *fakeService) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
@@ -211,66 +253,121 @@ func (f *fakeService) renewedAt() []time.Time {
 	return append([]time.Time(nil), f.renewals...)
 }
 
+// inProcess carries requests to h in process, as HTTP/2 would: the
+// response comes back as soon as its header is written, and its body
+// streams while the request body is still being written, so that the
+// KeepAlive stream works inside a synctest bubble.
 type inProcess struct{ h http.Handler }
 
 func (p inProcess) Do(req *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
-	p.h.ServeHTTP(rec, req)
-	return rec.Result(), nil
+	req = req.Clone(req.Context())
+	req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/2.0", 2, 0
+	if req.Body == nil {
+		req.Body = http.NoBody
+	}
+	pr, pw := io.Pipe()
+	// As a transport does, a cancelled request ends both bodies.
+	stop := context.AfterFunc(req.Context(), func() {
+		req.Body.Close()
+		pr.Close()
+	})
+	w := &streamedResponse{header: http.Header{}, body: pw, ready: make(chan struct{})}
+	go func() {
+		defer stop()
+		p.h.ServeHTTP(w, req)
+		w.WriteHeader(http.StatusOK) // a handler that wrote nothing
+		pw.Close()
+	}()
+	select {
+	case <-w.ready:
+	case <-req.Context().Done():
+		pr.Close()
+		return nil, req.Context().Err()
+	}
+	return &http.Response{Status: http.StatusText(w.status), StatusCode: w.status, Proto: "HTTP/2.0", ProtoMajor: 2,
+		Header: w.sent, Body: pr, ContentLength: -1, Request: req}, nil
 }
+
+// streamedResponse is the http.ResponseWriter of inProcess.
+type streamedResponse struct {
+	header, sent http.Header
+	status       int
+	body         *io.PipeWriter
+	ready        chan struct{} // closed once the header is written
+}
+
+func (w *streamedResponse) Header() http.Header { return w.header }
+
+func (w *streamedResponse) WriteHeader(status int) {
+	if w.sent != nil {
+		return
+	}
+	w.status, w.sent = status, w.header.Clone()
+	close(w.ready)
+}
+
+func (w *streamedResponse) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(b)
+}
+
+func (w *streamedResponse) Flush() {}
 
 // TestLocalDeadlineCountsFromSend: when renewals stop succeeding, the lease
 // is lost one TTL, less the drift margin, after the last successful renewal
 // was sent, even though its answer arrived later.
 func TestLocalDeadlineCountsFromSend(t *testing.T) {
-	const ttl = 3 * time.Second
-	for _, tc := range []struct {
-		name   string
-		drift  float64
-		margin time.Duration
-		want   time.Duration // from the send of the last successful renewal
-	}{
-		// 0.1% of the TTL for clock drift, and 10ms.
-		{"default margin", 0, 0, ttl - 3*time.Millisecond - 10*time.Millisecond},
-		{"configured margin", 0.01, 50 * time.Millisecond, ttl - 30*time.Millisecond - 50*time.Millisecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				fake := &fakeService{delay: 200 * time.Millisecond}
-				c := fakeClient(t, fake, client.Config{TTL: ttl, ClockDrift: tc.drift, DeadlineMargin: tc.margin})
-				start := time.Now()
-				l, err := c.Acquire(context.Background(), "k")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, want := l.Deadline(), start.Add(tc.want); !got.Equal(want) {
-					t.Fatalf("deadline after the acquisition %v after its send, want %v", got.Sub(start), tc.want)
-				}
-				fake.mu.Lock()
-				fake.failFrom = start.Add(5 * time.Second)
-				fake.mu.Unlock()
+	renewPaths(t, func(t *testing.T, unary bool) {
+		const ttl = 3 * time.Second
+		for _, tc := range []struct {
+			name   string
+			drift  float64
+			margin time.Duration
+			want   time.Duration // from the send of the last successful renewal
+		}{
+			// 0.1% of the TTL for clock drift, and 10ms.
+			{"default margin", 0, 0, ttl - 3*time.Millisecond - 10*time.Millisecond},
+			{"configured margin", 0.01, 50 * time.Millisecond, ttl - 30*time.Millisecond - 50*time.Millisecond},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					fake := &fakeService{delay: 200 * time.Millisecond}
+					fake.unary = unary
+					c := fakeClient(t, fake, client.Config{TTL: ttl, ClockDrift: tc.drift, DeadlineMargin: tc.margin})
+					start := time.Now()
+					l, err := c.Acquire(context.Background(), "k")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got, want := l.Deadline(), start.Add(tc.want); !got.Equal(want) {
+						t.Fatalf("deadline after the acquisition %v after its send, want %v", got.Sub(start), tc.want)
+					}
+					fake.mu.Lock()
+					fake.failFrom = start.Add(5 * time.Second)
+					fake.mu.Unlock()
 
-				<-l.Done()
-				lostAt := time.Now()
-				renewals := fake.renewedAt()
-				if len(renewals) < 2 {
-					t.Fatalf("only %d successful renewals before failures began", len(renewals))
-				}
-				last := renewals[len(renewals)-1]
-				if want := last.Add(tc.want); !lostAt.Equal(want) {
-					t.Fatalf("lost at %v after start, want %v (last successful renewal sent at %v)",
-						lostAt.Sub(start), want.Sub(start), last.Sub(start))
-				}
-				if !errors.Is(l.Err(), client.ErrLost) {
-					t.Fatalf("cause %v, want ErrLost", l.Err())
-				}
-				// Let the renewal in flight answer, so the renewer sees the
-				// loss and returns before the bubble ends.
-				time.Sleep(time.Second)
-				synctest.Wait()
+					<-l.Done()
+					lostAt := time.Now()
+					renewals := fake.renewedAt()
+					if len(renewals) < 2 {
+						t.Fatalf("only %d successful renewals before failures began", len(renewals))
+					}
+					last := renewals[len(renewals)-1]
+					if want := last.Add(tc.want); !lostAt.Equal(want) {
+						t.Fatalf("lost at %v after start, want %v (last successful renewal sent at %v)",
+							lostAt.Sub(start), want.Sub(start), last.Sub(start))
+					}
+					if !errors.Is(l.Err(), client.ErrLost) {
+						t.Fatalf("cause %v, want ErrLost", l.Err())
+					}
+					// Let the renewal in flight answer, so the renewer sees the
+					// loss and returns before the bubble ends.
+					time.Sleep(time.Second)
+					synctest.Wait()
+				})
 			})
-		})
-	}
+		}
+	})
 }
 
 func TestKeepAliveStream(t *testing.T) {

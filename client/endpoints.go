@@ -51,6 +51,11 @@ type endpointList struct {
 	eps     []endpoint
 	current atomic.Int32
 	timeout time.Duration // Config.FailoverTimeout
+
+	// For the search for the leader (leader.go).
+	roleClient connect.HTTPClient
+	started    atomic.Bool // a first search was started
+	searching  atomic.Bool
 }
 
 // normalizeEndpoints merges Endpoint and Endpoints: Endpoints, else
@@ -100,9 +105,12 @@ func (l *endpointList) pick() (int, endpoint) {
 	return i, l.eps[i]
 }
 
-// failedOver moves on from endpoint i, unless another call already did.
+// failedOver moves on from endpoint i, unless another call already did,
+// and looks for the leader.
 func (l *endpointList) failedOver(i int) {
-	l.current.CompareAndSwap(int32(i), int32((i+1)%len(l.eps)))
+	if l.current.CompareAndSwap(int32(i), int32((i+1)%len(l.eps))) {
+		l.lookForLeader()
+	}
 }
 
 // retryable reports whether err says the call did not reach a node able to
@@ -116,6 +124,9 @@ func retryable(err error) bool {
 func (l *endpointList) do(ctx context.Context, call func(endpoint) error) error {
 	if len(l.eps) == 1 {
 		return call(l.eps[0])
+	}
+	if !l.started.Load() && l.started.CompareAndSwap(false, true) {
+		l.lookForLeader()
 	}
 	// A call goes to the endpoint that answered last; a call whose context
 	// ended while waiting for a node moves the next call on to the next

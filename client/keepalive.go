@@ -14,9 +14,9 @@ import (
 // default client uses for streams. It is not safe for concurrent use: give each
 // goroutine its own.
 //
-// Leases from Acquire renew themselves with Renew; KeepAliveStream is for
-// callers that manage renewal themselves, such as schedulers holding many
-// leases.
+// Leases from Acquire renew themselves over a stream of the client's own
+// (see renewstream.go); KeepAliveStream is for callers that renew leases by
+// ID themselves.
 type KeepAliveStream struct {
 	stream *connect.BidiStreamForClient[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]
 	eps    *endpointList

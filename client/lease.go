@@ -25,14 +25,15 @@ type Lease struct {
 	mu       sync.Mutex
 	deadline time.Time   // local conservative deadline
 	expiry   *time.Timer // fires at deadline; nil until start
-	stop     chan struct{}
+	renewal  *time.Timer // fires when the next renewal is due and sends it; nil until start
 	stopped  bool
 	sig      string // latest token signature; guarded by mu
 }
 
 func newLease(c *Client, info Info, interval, window time.Duration) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lease{c: c, info: info, interval: interval, window: window, ctx: ctx, cancel: cancel, stop: make(chan struct{})}
+	c.renewals.hold() // dropped by halt
+	return &Lease{c: c, info: info, interval: interval, window: window, ctx: ctx, cancel: cancel}
 }
 
 // start sets the local deadline to sent plus the window, arms the timer
@@ -46,7 +47,8 @@ func (l *Lease) start(sent time.Time) {
 	// The timer may fire at once (a slow answer); deadlinePassed takes mu,
 	// so it waits until expiry is set.
 	l.expiry = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
-	go l.keepAlive()
+	// No goroutine waits between renewals: the timer starts one for each.
+	l.renewal = time.AfterFunc(l.jittered(), l.renewDue)
 }
 
 // Key returns the leased key, which is also the fencing scope.
@@ -141,10 +143,11 @@ func (l *Lease) halt() bool {
 		return false
 	}
 	l.stopped = true
-	close(l.stop)
 	if l.expiry != nil {
 		l.expiry.Stop()
+		l.renewal.Stop()
 	}
+	l.c.renewals.drop()
 	return true
 }
 
@@ -160,13 +163,17 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.c.Release(ctx, l.info.Key, l.info.ID)
 }
 
-// renewOnce sends one renewal, bounded by Config.RequestTimeout, and
+// renewOnce sends one renewal, bounded by Config.RequestTimeout, over the
+// client's renewal stream or as a unary call (see renewstream.go), and
 // returns when it was sent.
 func (l *Lease) renewOnce(ctx context.Context) (sent time.Time, err error) {
 	sent = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, l.c.cfg.RequestTimeout)
 	defer cancel()
-	info, err := l.c.Renew(ctx, l.info.Key, l.info.ID)
+	l.mu.Lock()
+	by := l.deadline // zero before start
+	l.mu.Unlock()
+	info, err := l.c.renew(ctx, by, l.info.Key, l.info.ID)
 	if err == nil && info.Signature != "" {
 		// After a key rotation the server signs with its new key.
 		l.mu.Lock()
@@ -195,29 +202,27 @@ func (l *Lease) renew(ctx context.Context) error {
 	return nil
 }
 
-// keepAlive renews every interval (jittered) until stopped. A refused
-// renewal loses the lease at once; transport errors are retried quickly
-// until the local deadline passes.
-func (l *Lease) keepAlive() {
-	wait := l.jittered()
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-l.stop:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		err := l.renew(l.ctx)
-		switch {
-		case err == nil:
-			wait = l.jittered()
-		case errors.Is(err, ErrNotHeld):
-			l.lose(fmt.Errorf("renewal refused: %w", err))
-			return
-		default:
-			wait = min(l.interval/4, 250*time.Millisecond)
-		}
+// renewDue sends the renewal that is due, then schedules the next: after
+// the interval (jittered) when it succeeded, soon when it failed for a
+// transport error, which is retried until the local deadline passes. A
+// refused renewal loses the lease at once. Only one runs at a time: the
+// timer is reset when it is done.
+func (l *Lease) renewDue() {
+	err := l.renew(l.ctx)
+	var wait time.Duration
+	switch {
+	case err == nil:
+		wait = l.jittered()
+	case errors.Is(err, ErrNotHeld):
+		l.lose(fmt.Errorf("renewal refused: %w", err))
+		return
+	default:
+		wait = min(l.interval/4, 250*time.Millisecond)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.stopped {
+		l.renewal.Reset(wait)
 	}
 }
 

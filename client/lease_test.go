@@ -28,127 +28,138 @@ func fakeClient(t *testing.T, fake *fakeService, cfg client.Config) *client.Clie
 // held and Acquire waited) must give a live lease: its local deadline
 // counts from a renewal sent after the grant, not from the Acquire.
 func TestWaitedAcquireLongerThanTTL(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const ttl = 3 * time.Second
-		fake := &fakeService{delay: 200 * time.Millisecond, acquireDelay: 7 * time.Second}
-		c := fakeClient(t, fake, client.Config{TTL: ttl})
-		start := time.Now()
-		l, err := c.Acquire(context.Background(), "k", client.WithWait(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Err(); err != nil {
-			t.Fatalf("Acquire returned a lease that had already ended: %v", err)
-		}
-		renewals := fake.renewedAt()
-		if len(renewals) != 1 || !renewals[0].Equal(start.Add(7*time.Second)) {
-			t.Fatalf("renewals at %v, want one at once after the grant (%v)", renewals, start.Add(7*time.Second))
-		}
-		if d := l.Deadline(); d.Sub(renewals[0]) < ttl*9/10 || d.After(renewals[0].Add(ttl)) {
-			t.Fatalf("deadline %v after the renewal, want about one TTL (%v)", d.Sub(renewals[0]), ttl)
-		}
-		// The lease keeps renewing past several TTLs.
-		time.Sleep(3 * ttl)
-		if err := l.Err(); err != nil {
-			t.Fatalf("lease ended %v after the grant: %v", 3*ttl, err)
-		}
-		if err := l.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		// Let a renewal in flight answer, so the renewer returns before
-		// the bubble ends.
-		time.Sleep(time.Second)
-		synctest.Wait()
+	renewPaths(t, func(t *testing.T, unary bool) {
+		synctest.Test(t, func(t *testing.T) {
+			const ttl = 3 * time.Second
+			fake := &fakeService{delay: 200 * time.Millisecond, acquireDelay: 7 * time.Second}
+			fake.unary = unary
+			c := fakeClient(t, fake, client.Config{TTL: ttl})
+			start := time.Now()
+			l, err := c.Acquire(context.Background(), "k", client.WithWait(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Err(); err != nil {
+				t.Fatalf("Acquire returned a lease that had already ended: %v", err)
+			}
+			renewals := fake.renewedAt()
+			if len(renewals) != 1 || !renewals[0].Equal(start.Add(7*time.Second)) {
+				t.Fatalf("renewals at %v, want one at once after the grant (%v)", renewals, start.Add(7*time.Second))
+			}
+			if d := l.Deadline(); d.Sub(renewals[0]) < ttl*9/10 || d.After(renewals[0].Add(ttl)) {
+				t.Fatalf("deadline %v after the renewal, want about one TTL (%v)", d.Sub(renewals[0]), ttl)
+			}
+			// The lease keeps renewing past several TTLs.
+			time.Sleep(3 * ttl)
+			if err := l.Err(); err != nil {
+				t.Fatalf("lease ended %v after the grant: %v", 3*ttl, err)
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// Let a renewal in flight answer, so the renewer returns before
+			// the bubble ends.
+			time.Sleep(time.Second)
+			synctest.Wait()
+		})
 	})
 }
 
 // When the renewal after a late grant fails, Acquire returns the error and
 // releases the grant in the background.
 func TestWaitedAcquireRenewalFails(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		fake := &fakeService{acquireDelay: 7 * time.Second}
-		fake.failFrom = time.Now()
-		c := fakeClient(t, fake, client.Config{TTL: 3 * time.Second})
-		l, err := c.Acquire(context.Background(), "k", client.WithWait(30*time.Second))
-		if !errors.Is(err, client.ErrLost) || !errors.Is(err, client.ErrUnavailable) || l != nil {
-			t.Fatalf("Acquire = %v, %v; want an error matching ErrLost and ErrUnavailable", l, err)
-		}
-		synctest.Wait()
-		if got := fake.released(); len(got) != 1 {
-			t.Fatalf("releases %v, want one", got)
-		}
+	renewPaths(t, func(t *testing.T, unary bool) {
+		synctest.Test(t, func(t *testing.T) {
+			fake := &fakeService{acquireDelay: 7 * time.Second}
+			fake.unary = unary
+			fake.failFrom = time.Now()
+			c := fakeClient(t, fake, client.Config{TTL: 3 * time.Second})
+			l, err := c.Acquire(context.Background(), "k", client.WithWait(30*time.Second))
+			if !errors.Is(err, client.ErrLost) || !errors.Is(err, client.ErrUnavailable) || l != nil {
+				t.Fatalf("Acquire = %v, %v; want an error matching ErrLost and ErrUnavailable", l, err)
+			}
+			synctest.Wait()
+			if got := fake.released(); len(got) != 1 {
+				t.Fatalf("releases %v, want one", got)
+			}
+		})
 	})
 }
 
 // The same against a real server: TTL 1s, wait 5s, the holder releases
 // after 1.5s.
 func TestWaitedAcquireLongerThanTTLServer(t *testing.T) {
-	srv := fencedtest.Start(t)
-	ctx := context.Background()
-	a := srv.Client(t, client.Config{TTL: time.Second, Owner: "a"})
-	b := srv.Client(t, client.Config{TTL: time.Second, Owner: "b"})
-	la, err := a.Acquire(ctx, "wait/1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := time.AfterFunc(1500*time.Millisecond, func() { la.Release(ctx) })
-	defer release.Stop()
-	lb, err := b.Acquire(ctx, "wait/1", client.WithWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lb.Release(ctx)
-	if err := lb.Err(); err != nil {
-		t.Fatalf("Acquire returned a lease that had already ended: %v", err)
-	}
-	if !la.Deadline().Before(time.Now()) && la.Err() == nil {
-		t.Fatal("b acquired while a still held the key")
-	}
-	// b keeps the lease past its TTL: it renews.
-	select {
-	case <-lb.Done():
-		t.Fatalf("lease lost after the wait: %v", lb.Err())
-	case <-time.After(1500 * time.Millisecond):
-	}
-	info, ok, _, err := b.Get(ctx, "wait/1")
-	if err != nil || !ok || info.Token != lb.Token() {
-		t.Fatalf("server shows %+v %v %v, want b's token %d", info, ok, err, lb.Token())
-	}
+	renewPaths(t, func(t *testing.T, unary bool) {
+		srv := fencedtest.Start(t)
+		ctx := context.Background()
+		a := renewClient(t, srv, unary, client.Config{TTL: time.Second, Owner: "a"})
+		b := renewClient(t, srv, unary, client.Config{TTL: time.Second, Owner: "b"})
+		la, err := a.Acquire(ctx, "wait/1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := time.AfterFunc(1500*time.Millisecond, func() { la.Release(ctx) })
+		defer release.Stop()
+		lb, err := b.Acquire(ctx, "wait/1", client.WithWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lb.Release(ctx)
+		if err := lb.Err(); err != nil {
+			t.Fatalf("Acquire returned a lease that had already ended: %v", err)
+		}
+		if !la.Deadline().Before(time.Now()) && la.Err() == nil {
+			t.Fatal("b acquired while a still held the key")
+		}
+		// b keeps the lease past its TTL: it renews.
+		select {
+		case <-lb.Done():
+			t.Fatalf("lease lost after the wait: %v", lb.Err())
+		case <-time.After(1500 * time.Millisecond):
+		}
+		info, ok, _, err := b.Get(ctx, "wait/1")
+		if err != nil || !ok || info.Token != lb.Token() {
+			t.Fatalf("server shows %+v %v %v, want b's token %d", info, ok, err, lb.Token())
+		}
+	})
 }
 
 // A RenewInterval the caller configured is honoured by leases with their
 // own TTL when it is shorter than TTL/3; the default one is not, since it
 // only follows Config.TTL.
 func TestWithTTLRenewInterval(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		cfg      client.Config
-		ttl      time.Duration
-		within   time.Duration
-		min, max int
-	}{
-		{"configured interval below TTL/3", client.Config{TTL: 10 * time.Second, RenewInterval: 100 * time.Millisecond}, 30 * time.Second, time.Second, 10, 11},
-		{"default interval follows the lease TTL", client.Config{TTL: 10 * time.Second}, 3 * time.Second, time.Second, 1, 1},
-		{"configured interval above TTL/3", client.Config{TTL: 10 * time.Second, RenewInterval: 5 * time.Second}, 3 * time.Second, time.Second, 1, 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				fake := &fakeService{}
-				c := fakeClient(t, fake, tc.cfg)
-				l, err := c.Acquire(context.Background(), "k", client.WithTTL(tc.ttl))
-				if err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(tc.within)
-				synctest.Wait()
-				if n := len(fake.renewedAt()); n < tc.min || n > tc.max {
-					t.Errorf("%d renewals in %v, want %d to %d", n, tc.within, tc.min, tc.max)
-				}
-				l.Release(context.Background())
-				synctest.Wait()
+	renewPaths(t, func(t *testing.T, unary bool) {
+		for _, tc := range []struct {
+			name     string
+			cfg      client.Config
+			ttl      time.Duration
+			within   time.Duration
+			min, max int
+		}{
+			{"configured interval below TTL/3", client.Config{TTL: 10 * time.Second, RenewInterval: 100 * time.Millisecond}, 30 * time.Second, time.Second, 10, 11},
+			{"default interval follows the lease TTL", client.Config{TTL: 10 * time.Second}, 3 * time.Second, time.Second, 1, 1},
+			{"configured interval above TTL/3", client.Config{TTL: 10 * time.Second, RenewInterval: 5 * time.Second}, 3 * time.Second, time.Second, 1, 1},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					fake := &fakeService{}
+					fake.unary = unary
+					c := fakeClient(t, fake, tc.cfg)
+					l, err := c.Acquire(context.Background(), "k", client.WithTTL(tc.ttl))
+					if err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(tc.within)
+					synctest.Wait()
+					if n := len(fake.renewedAt()); n < tc.min || n > tc.max {
+						t.Errorf("%d renewals in %v, want %d to %d", n, tc.within, tc.min, tc.max)
+					}
+					l.Release(context.Background())
+					synctest.Wait()
+				})
 			})
-		})
-	}
+		}
+	})
 }
 
 // After Lost, the client releases the lease in the background, so the key
@@ -207,44 +218,48 @@ func TestLostReleasesOnServer(t *testing.T) {
 // A loss by deadline releases in the background too; Lost never waits for
 // the release, which gives up after RequestTimeout.
 func TestLocalLossReleasesInBackground(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		fake := &fakeService{hangRelease: true}
-		c := fakeClient(t, fake, client.Config{TTL: 3 * time.Second, RequestTimeout: time.Second})
-		l, err := c.Acquire(context.Background(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := time.Now()
-		l.Lost(errors.New("stale"))
-		if !time.Now().Equal(before) {
-			t.Fatalf("Lost blocked for %v", time.Since(before))
-		}
-		if !errors.Is(l.Err(), client.ErrLost) {
-			t.Fatalf("cause %v, want ErrLost", l.Err())
-		}
-		synctest.Wait()
-		if got := fake.released(); len(got) != 1 || got[0] != l.ID() {
-			t.Fatalf("releases %v, want one of %s", got, l.ID())
-		}
-		// The release in flight gives up after RequestTimeout; the bubble
-		// ends only once it has.
-		time.Sleep(time.Second)
-		synctest.Wait()
+	renewPaths(t, func(t *testing.T, unary bool) {
+		synctest.Test(t, func(t *testing.T) {
+			fake := &fakeService{hangRelease: true}
+			fake.unary = unary
+			c := fakeClient(t, fake, client.Config{TTL: 3 * time.Second, RequestTimeout: time.Second})
+			l, err := c.Acquire(context.Background(), "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := time.Now()
+			l.Lost(errors.New("stale"))
+			if !time.Now().Equal(before) {
+				t.Fatalf("Lost blocked for %v", time.Since(before))
+			}
+			if !errors.Is(l.Err(), client.ErrLost) {
+				t.Fatalf("cause %v, want ErrLost", l.Err())
+			}
+			synctest.Wait()
+			if got := fake.released(); len(got) != 1 || got[0] != l.ID() {
+				t.Fatalf("releases %v, want one of %s", got, l.ID())
+			}
+			// The release in flight gives up after RequestTimeout; the bubble
+			// ends only once it has.
+			time.Sleep(time.Second)
+			synctest.Wait()
 
-		// Renewals that fail until the local deadline passes.
-		fake = &fakeService{}
-		c = fakeClient(t, fake, client.Config{TTL: 3 * time.Second})
-		l, err = c.Acquire(context.Background(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		fake.mu.Lock()
-		fake.failFrom = time.Now()
-		fake.mu.Unlock()
-		<-l.Done()
-		synctest.Wait()
-		if got := fake.released(); len(got) != 1 || got[0] != l.ID() {
-			t.Fatalf("releases after the deadline passed: %v, want one of %s", got, l.ID())
-		}
+			// Renewals that fail until the local deadline passes.
+			fake = &fakeService{}
+			fake.unary = unary
+			c = fakeClient(t, fake, client.Config{TTL: 3 * time.Second})
+			l, err = c.Acquire(context.Background(), "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fake.mu.Lock()
+			fake.failFrom = time.Now()
+			fake.mu.Unlock()
+			<-l.Done()
+			synctest.Wait()
+			if got := fake.released(); len(got) != 1 || got[0] != l.ID() {
+				t.Fatalf("releases after the deadline passed: %v, want one of %s", got, l.ID())
+			}
+		})
 	})
 }

@@ -1,6 +1,6 @@
-// Command etcdnode runs a single-node etcd server (go.etcd.io/etcd/server/v3
-// embed) with its default durability settings, fsync included, for the
-// fencedbench comparison. It listens only on the loopback URLs it is given
+// Command etcdnode runs one etcd member (go.etcd.io/etcd/server/v3 embed),
+// alone or in a cluster given with --initial-cluster, with its default
+// durability settings, fsync included, for the fencedbench comparison. It listens only on the loopback URLs it is given
 // and exits when its standard input closes, so it cannot outlive the harness
 // that started it, even one that was killed.
 package main
@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +33,8 @@ func run() error {
 		dataDir   = flag.String("data-dir", "", "data directory (required)")
 		clientURL = flag.String("client-url", "http://127.0.0.1:2379", "client URL to listen on and advertise (loopback only)")
 		peerURL   = flag.String("peer-url", "http://127.0.0.1:2380", "peer URL to listen on and advertise (loopback only)")
+		name      = flag.String("name", "bench", "member name")
+		initial   = flag.String("initial-cluster", "", "name=peerURL,... of every member (default: this member alone)")
 		logLevel  = flag.String("log-level", "warn", "etcd log level")
 		watchIn   = flag.Bool("exit-on-stdin-eof", true, "exit when standard input reaches EOF")
 	)
@@ -49,13 +52,22 @@ func run() error {
 	}
 
 	cfg := embed.NewConfig()
-	cfg.Name = "bench"
+	cfg.Name = *name
 	cfg.Dir = *dataDir
 	cfg.ListenClientUrls = []url.URL{*cu}
 	cfg.AdvertiseClientUrls = []url.URL{*cu}
 	cfg.ListenPeerUrls = []url.URL{*pu}
 	cfg.AdvertisePeerUrls = []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if *initial != "" {
+		for _, m := range strings.Split(*initial, ",") {
+			_, u, ok := strings.Cut(m, "=")
+			if _, err := loopbackURL(u); !ok || err != nil {
+				return fmt.Errorf("--initial-cluster: member %q is not name=loopback URL", m)
+			}
+		}
+		cfg.InitialCluster = *initial
+	}
 	cfg.LogLevel = *logLevel
 	cfg.LogOutputs = []string{"stderr"}
 

@@ -31,6 +31,7 @@ func run() error {
 		selection string
 		clients   string
 		jsonOut   string
+		systems   string
 	)
 	flag.BoolVar(&cfg.Quick, "quick", false, "tiny run for smoke tests: 1 round of 300ms, 5,000 leases (explicit flags still win)")
 	flag.DurationVar(&cfg.Duration, "duration", 0, "length of one run of one workload against one system (default 10s)")
@@ -41,6 +42,8 @@ func run() error {
 	flag.StringVar(&jsonOut, "json", "", "also write the full report as JSON to this file ('-' for stdout, instead of the table)")
 	flag.StringVar(&cfg.FencedBin, "fenced-bin", "", "use this fenced binary instead of building ../cmd/fenced")
 	flag.StringVar(&cfg.EtcdBin, "etcd-bin", "", "use this etcdnode binary instead of building ./cmd/etcdnode")
+	flag.StringVar(&systems, "systems", "", "comma-separated systems to run, in table order (default fenced,etcd): "+strings.Join(bench.SystemNames(), ","))
+	flag.StringVar(&cfg.FencedBoltBin, "fenced-bolt-bin", "", "fenced binary of the fenced-bolt system (a build that kept the raft log in raft-boltdb)")
 	flag.BoolVar(&cfg.KeepTemp, "keep", false, "keep the temporary directory (data, logs, binaries)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -48,6 +51,9 @@ func run() error {
 	}
 	if selection != "" {
 		cfg.Workloads = strings.Split(selection, ",")
+	}
+	if systems != "" {
+		cfg.Systems = strings.Split(systems, ",")
 	}
 	if clients != "" {
 		for _, s := range strings.Split(clients, ",") {

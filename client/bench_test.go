@@ -1,0 +1,98 @@
+package client_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+)
+
+// benchClient returns a client of a fake server on loopback that answers
+// at once, so that the figures are mostly the client's own (the fake's
+// Connect handler and net/http server run in this process too, at a
+// constant cost).
+func benchClient(b *testing.B) *client.Client {
+	// As the server: small answers uncompressed.
+	_, h := fencedv1connect.NewLeaseServiceHandler(&fakeService{}, connect.WithCompressMinBytes(4<<10))
+	ts := httptest.NewUnstartedServer(h)
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetHTTP1(true)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	ts.Start()
+	b.Cleanup(ts.Close)
+	c, err := client.New(client.Config{Endpoint: ts.URL, TTL: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// reportCPU reports the CPU time (user and system) of the process per
+// operation as cpu-ns/op: less sensitive than ns/op to other load on a
+// shared machine. It includes the fake server's share.
+func reportCPU(b *testing.B) {
+	start := processCPU()
+	b.Cleanup(func() {
+		if b.N > 0 {
+			b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+		}
+	})
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func BenchmarkClientAcquireRelease(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	reportCPU(b)
+	for b.Loop() {
+		l, err := c.Acquire(ctx, "bench/1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkClientRenew(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	reportCPU(b)
+	for b.Loop() {
+		if _, err := c.Renew(ctx, "bench/1", "0123456789abcdef0123456789abcdef"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkClientRenewStream renews as leases do, over the shared stream.
+func BenchmarkClientRenewStream(b *testing.B) {
+	c := benchClient(b)
+	renew, done := client.HoldRenewals(c)
+	defer done()
+	b.ReportAllocs()
+	reportCPU(b)
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := renew(ctx, "bench/1", "0123456789abcdef0123456789abcdef")
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
