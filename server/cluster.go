@@ -174,7 +174,7 @@ func (c *Config) advertisedRaftAddress() string {
 // newTransport listens on the peer port: raft's connections and forwarded
 // API calls share it (peermux.go).
 func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
-	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress())
+	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.peer, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
 	}

@@ -134,6 +134,10 @@ type Config struct {
 	// TLS turns on TLS for the API port (see TLSFiles): with a cert file
 	// set, the port speaks only TLS. Off by default.
 	TLS TLSFiles
+	// PeerTLS turns on mutual TLS for the peer port, raft and forwarded
+	// calls alike (peertls.go): CertFile, KeyFile and TrustedCAFile are all
+	// needed, ClientCertAuth is implied. Off by default.
+	PeerTLS TLSFiles
 	// AuthFile is the auth policy (LoadPolicy): bearer token hashes and the
 	// rules that grant principals permissions on key prefixes. Setting it
 	// turns authentication on: every request must then authenticate, and
@@ -269,7 +273,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s %q: %w", name, addr, err))
 		}
 	}
-	errs = append(errs, c.TLS.Validate())
+	errs = append(errs, c.TLS.Validate(), c.PeerTLS.validatePeer())
 	return errors.Join(errs...)
 }
 
