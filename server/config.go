@@ -59,8 +59,9 @@ type Config struct {
 	// MaxLeasesPerOwner refuses new acquisitions by an owner that holds
 	// this many leases, and MaxWaitersPerOwner acquisitions that would make
 	// an owner wait in more than this many lines at once; both answer
-	// resource_exhausted naming the quota. The owner is the one a request
-	// names. Defaults 100,000 and 10,000: far above what one service
+	// resource_exhausted naming the quota. Without auth they count per
+	// owner a request names; with auth, per principal as well (quota.go).
+	// Defaults 100,000 and 10,000: far above what one service
 	// instance needs, low enough that one runaway client cannot fill
 	// MaxLeases alone.
 	MaxLeasesPerOwner, MaxWaitersPerOwner int

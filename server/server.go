@@ -86,6 +86,9 @@ type Server struct {
 	// beforeLeaderReset, if set, runs in becomeLeader just before the
 	// deadlines are reset: tests use it to apply entries in that window.
 	beforeLeaderReset func()
+
+	// overrides counts leases granted under another owner's name (quota.go).
+	overrides ownerOverrides
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node

@@ -307,6 +307,16 @@ func eventToProto(ev lease.Event) *fencedv1.Event {
 // If ctx ends while the grant is being written, the grant may still take
 // effect; the lease then expires after its TTL.
 func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lease.Lease, error) {
+	holder := s.quotaHolder(ctx, req.GetOwner())
+	l, err := s.acquire(ctx, req, holder)
+	if err == nil && l.Owner != holder {
+		s.overrides.add(holder, l.Key, l.ID)
+	}
+	return l, err
+}
+
+// acquire is Acquire counted against holder's quotas (quota.go).
+func (s *Server) acquire(ctx context.Context, req *fencedv1.AcquireRequest, holder string) (lease.Lease, error) {
 	key, owner := req.GetKey(), req.GetOwner()
 	if err := validateKey(key); err != nil {
 		return lease.Lease{}, err
@@ -328,16 +338,16 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 	}
 	c := lease.Command{Op: lease.OpAcquire, Key: key, Owner: owner, TTL: ttl}
 	if wait == 0 {
-		return s.tryAcquire(c)
+		return s.tryAcquire(c, holder)
 	}
 
-	if err := s.checkLeaseQuota(owner); err != nil {
+	if err := s.checkLeaseQuota(owner, holder); err != nil {
 		return lease.Lease{}, err
 	}
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w, err := s.waiters.enqueueLimited(key, &c, s.cfg.MaxWaitersPerOwner)
+	w, err := s.waiters.enqueueLimited(key, &c, holder, s.holderKind(), s.cfg.MaxWaitersPerOwner)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -349,7 +359,7 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 			return l, nil
 		}
 		if head {
-			l, err := s.tryAcquire(c)
+			l, err := s.tryAcquire(c, holder)
 			if err == nil {
 				return l, nil
 			}
@@ -395,20 +405,18 @@ func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
 	return lease.Lease{}, err
 }
 
-func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
+func (s *Server) tryAcquire(c lease.Command, holder string) (lease.Lease, error) {
 	if !s.ready.Load() {
 		return lease.Lease{}, errNotReady
 	}
 	var (
-		cur    lease.Lease
-		held   bool
-		count  int
-		owners int
+		cur   lease.Lease
+		held  bool
+		count int
 	)
 	s.fsm.read(func(st *lease.State) {
 		cur, held = st.Get(c.Key)
 		count = st.Len()
-		owners = st.OwnerLen(c.Owner)
 	})
 	if held && failpoint.Enabled(failpoint.GrantHeld) && failpoint.OneIn(16) {
 		_, _ = s.apply(lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
@@ -421,8 +429,8 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 	if count >= s.cfg.MaxLeases {
 		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
 	}
-	if owners >= s.cfg.MaxLeasesPerOwner {
-		return lease.Lease{}, &quotaError{Quota: "max-leases-per-owner", Owner: c.Owner, Used: owners, Limit: s.cfg.MaxLeasesPerOwner}
+	if err := s.checkLeaseQuota(c.Owner, holder); err != nil {
+		return lease.Lease{}, err
 	}
 	c.ID = newLeaseID()
 	res, err := s.apply(c)
@@ -433,19 +441,6 @@ func (s *Server) tryAcquire(c lease.Command) (lease.Lease, error) {
 		return lease.Lease{}, s.refreshHeld(c.Key, res.Err)
 	}
 	return res.Event.Lease, nil
-}
-
-// checkLeaseQuota refuses owner once it holds MaxLeasesPerOwner leases.
-// Owners are what clients say they are; once requests are authenticated,
-// the quota belongs to the principal instead. Grants in flight are not
-// counted, so concurrent acquisitions may overshoot by a few.
-func (s *Server) checkLeaseQuota(owner string) error {
-	var n int
-	s.fsm.read(func(st *lease.State) { n = st.OwnerLen(owner) })
-	if n >= s.cfg.MaxLeasesPerOwner {
-		return &quotaError{Quota: "max-leases-per-owner", Owner: owner, Used: n, Limit: s.cfg.MaxLeasesPerOwner}
-	}
-	return nil
 }
 
 // refreshHeld fills in the remaining TTL of a held error.
