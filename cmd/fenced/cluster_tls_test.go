@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 // TLS with a client certificate as their principal, the nodes speak mutual
 // TLS to each other on the peer port, a call through a follower is
 // forwarded and answered, the loss of the leader (kill -9) fails over with
-// TLS intact, and plaintext to either port is refused with nothing changed.
+// TLS intact, plaintext to either port is refused with nothing changed, and
+// SIGHUP reloads a node's peer certificate.
 func TestClusterTLS(t *testing.T) {
 	apiCA, clientCA, peerCA := testpki.NewCA(t, "api"), testpki.NewCA(t, "clients"), testpki.NewCA(t, "peers")
 	policy := filepath.Join(t.TempDir(), "auth.json")
@@ -35,8 +37,10 @@ func TestClusterTLS(t *testing.T) {
 
 	c := newStoppedCluster(t, 3)
 	c.http = hc
+	peers := make([]*testpki.Leaf, len(c.nodes))
 	for i, nd := range c.nodes {
 		api, peer := apiCA.Server(t, nd.id), peerCA.Server(t, nd.id)
+		peers[i] = peer
 		nd.url = "https://" + nd.api
 		nd.extraArgs = []string{"--auth-file", policy,
 			"--cert-file", api.CertFile, "--key-file", api.KeyFile, "--trusted-ca-file", clientCA.CertFile,
@@ -101,6 +105,32 @@ func TestClusterTLS(t *testing.T) {
 	plaintextForward(t, c.nodes[newLeader].raft, "tls/plain")
 	if got, err := at(newLeader).Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: "tls/plain"})); err != nil || got.Msg.GetLastToken() != 0 {
 		t.Errorf("after plaintext attempts at the new leader, tls/plain: %v %v, want never acquired", got, err)
+	}
+
+	// SIGHUP reloads the peer certificate: the next handshake gets the new
+	// one, and the cluster goes on forwarding.
+	next := peerCA.Server(t, c.nodes[newLeader].id)
+	next.CopyTo(t, peers[newLeader].CertFile, peers[newLeader].KeyFile)
+	if err := c.nodes[newLeader].p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	asNode := &tls.Config{RootCAs: peerCA.Pool(), Certificates: []tls.Certificate{peerCA.Server(t, "n9").TLS}}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", c.nodes[newLeader].raft, asNode)
+		if err != nil {
+			t.Fatalf("a node certificate dials the peer port: %v", err)
+		}
+		served := conn.ConnectionState().PeerCertificates[0].SerialNumber
+		conn.Close()
+		if served.Cmp(next.Cert.SerialNumber) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peer port still serves serial %v after SIGHUP, want %v", served, next.Cert.SerialNumber)
+		}
+	}
+	if _, err := at(otherFollower).Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "tls/c", TtlMs: 60_000})); err != nil {
+		t.Fatalf("acquire through a follower after the leader's peer certificate changed: %v", err)
 	}
 }
 
