@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,4 +191,45 @@ func TestPeerTLSHalfConfigured(t *testing.T) {
 		!strings.Contains(err.Error(), "peer tls") {
 		t.Errorf("a CA file without certificates: %v, want a peer tls error", err)
 	}
+}
+
+// With auth on and no peer TLS, a node warns that its peer port lets
+// anyone who reaches it act in any principal's name; with peer TLS it does
+// not, and a node of one still starts and serves.
+func TestPlaintextPeerPortWarning(t *testing.T) {
+	policy := writePolicy(t, testPolicy())
+	for _, tc := range []struct {
+		name string
+		peer TLSFiles
+		want bool
+	}{
+		{"auth without peer TLS", TLSFiles{}, true},
+		{"auth with peer TLS", peerFiles(t, testpki.NewCA(t, "peers")), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf lockedLog
+			newTestServer(t, Config{AuthFile: policy, PeerTLS: tc.peer, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+			if got := strings.Contains(buf.String(), "the peer port is plaintext and unauthenticated"); got != tc.want {
+				t.Errorf("warned %v, want %v; log:\n%s", got, tc.want, buf.String())
+			}
+		})
+	}
+}
+
+// lockedLog is an io.Writer safe for the server's concurrent logging.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
