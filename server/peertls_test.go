@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencedio/fenced/internal/testpki"
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // peerFiles writes a node certificate of ca and ca's certificate where a
@@ -207,29 +207,11 @@ func TestPlaintextPeerPortWarning(t *testing.T) {
 		{"auth with peer TLS", peerFiles(t, testpki.NewCA(t, "peers")), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var buf lockedLog
+			var buf testutil.SyncBuffer
 			newTestServer(t, Config{AuthFile: policy, PeerTLS: tc.peer, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 			if got := strings.Contains(buf.String(), "the peer port is plaintext and unauthenticated"); got != tc.want {
 				t.Errorf("warned %v, want %v; log:\n%s", got, tc.want, buf.String())
 			}
 		})
 	}
-}
-
-// lockedLog is an io.Writer safe for the server's concurrent logging.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
