@@ -209,9 +209,11 @@ func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte, conf
 	if err != nil {
 		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(peerHandshakeTimeout)
 	}
+	c.SetDeadline(dl) // a peer that stalls the handshake cannot hold the dialer
 	if conf != nil {
 		tc := tls.Client(c, conf)
 		if err := tc.HandshakeContext(ctx); err != nil {
