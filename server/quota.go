@@ -55,49 +55,71 @@ func (s *Server) checkLeaseQuota(owner, holder string) error {
 }
 
 // ownerOverrides remembers, per principal, the leases this node granted it
-// under another owner's name: key to lease ID. Entries of leases that have
-// ended are dropped when they could decide a refusal.
+// under another owner's name. Entries of leases that have ended are
+// dropped whenever they could decide a refusal, and whenever a principal's
+// entries have doubled since the last look, so that they stay within twice
+// its current leases (plus a few).
 type ownerOverrides struct {
 	mu sync.Mutex
-	by map[string]map[string]string
+	by map[string]*overridden
 }
 
+type overridden struct {
+	leases  map[string]string // key to lease ID
+	pruneAt int               // look again once leases grows to this
+}
+
+// minPrune is the fewest entries worth a look at which have ended.
+const minPrune = 64
+
 // add records that principal holds lease id of key under another name.
-func (o *ownerOverrides) add(principal, key, id string) {
+func (o *ownerOverrides) add(principal, key, id string, f *fsm) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.by == nil {
-		o.by = make(map[string]map[string]string)
+		o.by = make(map[string]*overridden)
 	}
-	m := o.by[principal]
-	if m == nil {
-		m = make(map[string]string)
-		o.by[principal] = m
+	v := o.by[principal]
+	if v == nil {
+		v = &overridden{leases: make(map[string]string), pruneAt: minPrune}
+		o.by[principal] = v
 	}
-	m[key] = id
+	v.leases[key] = id
+	if len(v.leases) >= v.pruneAt {
+		o.prune(principal, v, f)
+	}
 }
 
 // count returns how many current leases principal holds under other
-// names. Once the remembered ones reach room, those no longer current in f
-// are forgotten first, so that only current leases can refuse a grant.
+// names. Once the remembered ones reach room, those no longer current are
+// forgotten first, so that only current leases can refuse a grant.
 func (o *ownerOverrides) count(principal string, room int, f *fsm) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	m := o.by[principal]
-	if len(m) < room {
-		return len(m)
+	v := o.by[principal]
+	if v == nil {
+		return 0
 	}
+	if len(v.leases) >= room {
+		o.prune(principal, v, f)
+	}
+	return len(v.leases)
+}
+
+// prune forgets principal's leases that are no longer current in f. The
+// caller holds o.mu; nothing holds f's lock while it takes o.mu.
+func (o *ownerOverrides) prune(principal string, v *overridden, f *fsm) {
 	f.read(func(st *lease.State) {
-		for key, id := range m {
+		for key, id := range v.leases {
 			if _, err := st.Current(key, id); err != nil {
-				delete(m, key)
+				delete(v.leases, key)
 			}
 		}
 	})
-	if len(m) == 0 {
+	v.pruneAt = max(2*len(v.leases), minPrune)
+	if len(v.leases) == 0 {
 		delete(o.by, principal)
 	}
-	return len(m)
 }
 
 // holderKind says what a quota holder is, for quotaError.

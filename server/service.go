@@ -310,7 +310,7 @@ func (s *Server) Acquire(ctx context.Context, req *fencedv1.AcquireRequest) (lea
 	holder := s.quotaHolder(ctx, req.GetOwner())
 	l, err := s.acquire(ctx, req, holder)
 	if err == nil && l.Owner != holder {
-		s.overrides.add(holder, l.Key, l.ID)
+		s.overrides.add(holder, l.Key, l.ID, s.fsm)
 	}
 	return l, err
 }
