@@ -134,6 +134,10 @@ func TestAuthDenyPaths(t *testing.T) {
 	}
 	applied := func() uint64 { return s.fsm.stateApplied() }
 	before := applied()
+	// A renewal moves the deadline without a log entry: as seen from a
+	// fixed instant, alice's lease must keep the time it had left.
+	at := time.Now()
+	left := s.expirer.remaining("a/1", at)
 
 	acquire := func(c caller, key, owner string) error {
 		_, err := c.lease.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: key, Owner: owner, TtlMs: 60_000}))
@@ -168,7 +172,30 @@ func TestAuthDenyPaths(t *testing.T) {
 			_, err := anon.admin.Revoke(ctx, connect.NewRequest(&fencedv1.RevokeRequest{Key: "a/1"}))
 			return err
 		}, connect.CodeUnauthenticated},
+		{"no credentials: renew", func() error {
+			_, err := anon.lease.Renew(ctx, connect.NewRequest(&fencedv1.RenewRequest{Key: "a/1", LeaseId: l.GetLeaseId()}))
+			return err
+		}, connect.CodeUnauthenticated},
+		{"no credentials: release", func() error {
+			_, err := anon.lease.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: "a/1", LeaseId: l.GetLeaseId()}))
+			return err
+		}, connect.CodeUnauthenticated},
+		{"no credentials: keepalive", func() error {
+			st := newH2CCaller(base, "").lease.KeepAlive(ctx)
+			defer st.CloseResponse()
+			st.Send(&fencedv1.KeepAliveRequest{Key: "a/1", LeaseId: l.GetLeaseId()})
+			_, err := st.Receive()
+			return err
+		}, connect.CodeUnauthenticated},
 		{"wrong token", func() error { return acquire(wrong, "a/2", "") }, connect.CodeUnauthenticated},
+		{"wrong token: release", func() error {
+			_, err := wrong.lease.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: "a/1", LeaseId: l.GetLeaseId()}))
+			return err
+		}, connect.CodeUnauthenticated},
+		{"expired token: renew its principal's lease", func() error {
+			_, err := old.lease.Renew(ctx, connect.NewRequest(&fencedv1.RenewRequest{Key: "a/1", LeaseId: l.GetLeaseId()}))
+			return err
+		}, connect.CodeUnauthenticated},
 		{"not a bearer token", func() error { return acquire(basic, "a/2", "") }, connect.CodeUnauthenticated},
 		{"expired token", func() error { return acquire(old, "a/2", "") }, connect.CodeUnauthenticated},
 		{"outside prefix: acquire", func() error { return acquire(alice, "b/1", "") }, connect.CodePermissionDenied},
@@ -220,6 +247,9 @@ func TestAuthDenyPaths(t *testing.T) {
 			cur, ok := s.currentOf("a/1")
 			if !ok || cur.ID != l.GetLeaseId() || cur.Token != l.GetToken() {
 				t.Fatalf("alice's lease changed: %+v %v", cur, ok)
+			}
+			if got := s.expirer.remaining("a/1", at); got != left {
+				t.Fatalf("alice's lease was renewed: %v left at a fixed instant, was %v", got, left)
 			}
 			for _, k := range []string{"a/2", "b/1"} {
 				if _, ok := s.currentOf(k); ok {
@@ -380,16 +410,15 @@ func TestTLS(t *testing.T) {
 	if _, err := sanCarol.lease.Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: "c/1"})); err != nil {
 		t.Fatalf("get with a SAN-only certificate: %v", err)
 	}
+	before := s.fsm.stateApplied()
 	// A certificate from another CA is refused at the handshake.
 	other := testpki.NewCA(t, "other")
 	stranger := newCaller(base, tlsConfig(t, ca, other.Client(t, "carol")), "")
-	if _, err := stranger.lease.Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: "c/1"})); err == nil {
+	if _, err := stranger.lease.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "c/2", TtlMs: 60_000})); err == nil {
 		t.Fatal("a certificate of another CA was accepted")
 	}
 	// Over TLS a bearer token works as without.
 	ops := newCaller(base, tlsConfig(t, ca, nil), opsSecret)
-
-	before := s.fsm.stateApplied()
 	plain := newCaller("http://"+base[len("https://"):], nil, opsSecret)
 	_, err = plain.lease.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "c/2", TtlMs: 60_000}))
 	if err == nil {

@@ -174,11 +174,16 @@ func (c *Config) advertisedRaftAddress() string {
 // newTransport listens on the peer port: raft's connections and forwarded
 // API calls share it (peermux.go).
 func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
-	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress())
+	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.peer, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
 	}
 	s.peers = mux
+	if s.sec.peer == nil && s.sec.policy() != nil {
+		s.log.Warn("the peer port is plaintext and unauthenticated: whoever reaches it can forward calls in any principal's name; "+
+			"keep it on a network only the nodes reach, or set --peer-cert-file, --peer-key-file and --peer-trusted-ca-file",
+			"raft_listen", mux.ln.Addr().String())
+	}
 	return newContactTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mux, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
 	})), nil

@@ -59,8 +59,9 @@ type Config struct {
 	// MaxLeasesPerOwner refuses new acquisitions by an owner that holds
 	// this many leases, and MaxWaitersPerOwner acquisitions that would make
 	// an owner wait in more than this many lines at once; both answer
-	// resource_exhausted naming the quota. The owner is the one a request
-	// names. Defaults 100,000 and 10,000: far above what one service
+	// resource_exhausted naming the quota. Without auth they count per
+	// owner a request names; with auth, per principal as well (quota.go).
+	// Defaults 100,000 and 10,000: far above what one service
 	// instance needs, low enough that one runaway client cannot fill
 	// MaxLeases alone.
 	MaxLeasesPerOwner, MaxWaitersPerOwner int
@@ -134,6 +135,10 @@ type Config struct {
 	// TLS turns on TLS for the API port (see TLSFiles): with a cert file
 	// set, the port speaks only TLS. Off by default.
 	TLS TLSFiles
+	// PeerTLS turns on mutual TLS for the peer port, raft and forwarded
+	// calls alike (peertls.go): CertFile, KeyFile and TrustedCAFile are all
+	// needed, ClientCertAuth is implied. Off by default.
+	PeerTLS TLSFiles
 	// AuthFile is the auth policy (LoadPolicy): bearer token hashes and the
 	// rules that grant principals permissions on key prefixes. Setting it
 	// turns authentication on: every request must then authenticate, and
@@ -265,7 +270,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s %q: %w", name, addr, err))
 		}
 	}
-	errs = append(errs, c.TLS.Validate())
+	errs = append(errs, c.TLS.Validate(), c.PeerTLS.validatePeer())
 	return errors.Join(errs...)
 }
 

@@ -33,15 +33,17 @@ var (
 // errQuotaExceeded is matched by *quotaError: resource_exhausted.
 var errQuotaExceeded = errors.New("quota exceeded")
 
-// quotaError refuses a request beyond a per-owner quota, and names it.
+// quotaError refuses a request beyond a per-owner or per-principal quota
+// (quota.go), and names it.
 type quotaError struct {
 	Quota       string // the flag that sets it, e.g. "max-leases-per-owner"
-	Owner       string
+	Of          string // "owner" or "principal": whose quota is full
+	Owner       string // the owner or principal
 	Used, Limit int
 }
 
 func (e *quotaError) Error() string {
-	return fmt.Sprintf("quota %s exceeded: owner %q has %d (limit %d)", e.Quota, e.Owner, e.Used, e.Limit)
+	return fmt.Sprintf("quota %s exceeded: %s %q has %d (limit %d)", e.Quota, e.Of, e.Owner, e.Used, e.Limit)
 }
 
 func (e *quotaError) Is(target error) bool { return target == errQuotaExceeded }

@@ -20,21 +20,31 @@ import (
 // (errUncertain, with ctx's error): the grant may still take effect, and
 // the lease then expires after its TTL.
 func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
+	holder := s.quotaHolder(ctx, owner)
+	l, err := s.acquire(ctx, key, owner, ttl, wait, holder)
+	if err == nil && l.Owner != holder {
+		s.overrides.add(holder, l.Key, l.ID, s.fsm)
+	}
+	return l, err
+}
+
+// acquire is Acquire counted against holder's quotas (quota.go).
+func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration, holder string) (lease.Lease, error) {
 	if err := s.validateAcquire(key, owner, ttl, wait); err != nil {
 		return lease.Lease{}, err
 	}
 	c := lease.Command{Op: lease.OpAcquire, Key: key, Owner: owner, TTL: ttl}
 	if wait == 0 {
-		return s.tryAcquire(ctx, c)
+		return s.tryAcquire(ctx, c, holder)
 	}
 
-	if err := s.checkLeaseQuota(owner); err != nil {
+	if err := s.checkLeaseQuota(owner, holder); err != nil {
 		return lease.Lease{}, err
 	}
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w, err := s.waiters.enqueueLimited(key, &c, s.cfg.MaxWaitersPerOwner)
+	w, err := s.waiters.enqueueLimited(key, &c, holder, s.holderKind(), s.cfg.MaxWaitersPerOwner)
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -48,7 +58,7 @@ func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.
 		if head {
 			// The caller's context, not the wait's: a grant being written
 			// when waitMs ends is still this caller's.
-			l, err := s.tryAcquire(caller, c)
+			l, err := s.tryAcquire(caller, c, holder)
 			if err == nil {
 				return l, nil
 			}
@@ -96,20 +106,18 @@ func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
 
 // tryAcquire grants c.Key if it is free. If ctx ends while the grant is
 // being written, the grant may still take effect (errUncertain).
-func (s *Server) tryAcquire(ctx context.Context, c lease.Command) (lease.Lease, error) {
+func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string) (lease.Lease, error) {
 	if !s.ready.Load() {
 		return lease.Lease{}, errNotReady
 	}
 	var (
-		cur    lease.Lease
-		held   bool
-		count  int
-		owners int
+		cur   lease.Lease
+		held  bool
+		count int
 	)
 	s.fsm.read(func(st *lease.State) {
 		cur, held = st.Get(c.Key)
 		count = st.Len()
-		owners = st.OwnerLen(c.Owner)
 	})
 	if held && failpoint.Enabled(failpoint.GrantHeld) && failpoint.OneIn(16) {
 		_, _ = s.apply(ctx, lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
@@ -122,8 +130,8 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command) (lease.Lease, 
 	if count >= s.cfg.MaxLeases {
 		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
 	}
-	if owners >= s.cfg.MaxLeasesPerOwner {
-		return lease.Lease{}, &quotaError{Quota: "max-leases-per-owner", Owner: c.Owner, Used: owners, Limit: s.cfg.MaxLeasesPerOwner}
+	if err := s.checkLeaseQuota(c.Owner, holder); err != nil {
+		return lease.Lease{}, err
 	}
 	c.ID = newLeaseID()
 	res, err := s.apply(ctx, c)
@@ -134,19 +142,6 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command) (lease.Lease, 
 		return lease.Lease{}, s.refreshHeld(c.Key, res.Err)
 	}
 	return res.Event.Lease, nil
-}
-
-// checkLeaseQuota refuses owner once it holds MaxLeasesPerOwner leases.
-// Owners are what clients say they are; once requests are authenticated,
-// the quota belongs to the principal instead. Grants in flight are not
-// counted, so concurrent acquisitions may overshoot by a few.
-func (s *Server) checkLeaseQuota(owner string) error {
-	var n int
-	s.fsm.read(func(st *lease.State) { n = st.OwnerLen(owner) })
-	if n >= s.cfg.MaxLeasesPerOwner {
-		return &quotaError{Quota: "max-leases-per-owner", Owner: owner, Used: n, Limit: s.cfg.MaxLeasesPerOwner}
-	}
-	return nil
 }
 
 // refreshHeld fills in the remaining TTL of a held error.

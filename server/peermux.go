@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -15,15 +17,15 @@ import (
 // byte the dialer writes: raft's own RPCs, and lease API calls a follower
 // forwards to the leader (HTTP/2 without TLS). One port means a follower
 // needs nothing but the leader's raft address, which raft already knows, to
-// reach the leader's API; and whatever later secures peer links (TLS)
-// covers both.
+// reach the leader's API; and peer TLS (peertls.go), which wraps the whole
+// connection before that byte, covers both.
 const (
 	peerRaft byte = 'R'
 	peerAPI  byte = 'A'
 )
 
 // peerHandshakeTimeout bounds how long an accepted connection may take to
-// send its first byte.
+// complete its TLS handshake and send its first byte.
 const peerHandshakeTimeout = 10 * time.Second
 
 // peerMux accepts connections on the peer port and sorts them by their
@@ -35,6 +37,9 @@ type peerMux struct {
 	// local is the address peer connections are dialed from (nil: the
 	// system's choice); see dialSource.
 	local net.Addr
+	// tls makes every connection mutual TLS; nil: plaintext.
+	tls *TLSReloader
+	log *slog.Logger
 
 	raftConns chan net.Conn
 	apiConns  chan net.Conn
@@ -45,8 +50,10 @@ type peerMux struct {
 var _ raft.StreamLayer = (*peerMux)(nil)
 
 // listenPeers listens on addr; peers are told to dial advertise, or the
-// address listened on if advertise is empty.
-func listenPeers(addr, advertise string) (*peerMux, error) {
+// address listened on if advertise is empty. With tls set, connections in
+// both directions are mutual TLS (peertls.go); log receives refused
+// handshakes.
+func listenPeers(addr, advertise string, tls *TLSReloader, log *slog.Logger) (*peerMux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -62,7 +69,7 @@ func listenPeers(addr, advertise string) (*peerMux, error) {
 		ln.Close()
 		return nil, fmt.Errorf("raft address %s: peers cannot dial an unspecified address", adv)
 	}
-	m := &peerMux{ln: ln, advertise: adv, local: dialSource(ln.Addr()), raftConns: make(chan net.Conn), apiConns: make(chan net.Conn), done: make(chan struct{})}
+	m := &peerMux{ln: ln, advertise: adv, local: dialSource(ln.Addr()), tls: tls, log: log, raftConns: make(chan net.Conn), apiConns: make(chan net.Conn), done: make(chan struct{})}
 	go m.acceptLoop()
 	return m, nil
 }
@@ -82,15 +89,25 @@ func (m *peerMux) acceptLoop() {
 	}
 }
 
-// sort reads the first byte of c and hands c to its consumer.
+// sort completes the TLS handshake of c (with peer TLS on), reads its first
+// byte and hands c to its consumer.
 func (m *peerMux) sort(c net.Conn) {
 	var b [1]byte
-	c.SetReadDeadline(time.Now().Add(peerHandshakeTimeout))
+	c.SetDeadline(time.Now().Add(peerHandshakeTimeout))
+	if m.tls != nil {
+		tc := tls.Server(c, m.tls.peerServerConfig())
+		if err := tc.Handshake(); err != nil {
+			m.log.Warn("peer connection refused: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+			c.Close()
+			return
+		}
+		c = peerConn{tc}
+	}
 	if _, err := c.Read(b[:]); err != nil {
 		c.Close()
 		return
 	}
-	c.SetReadDeadline(time.Time{})
+	c.SetDeadline(time.Time{})
 	var to chan net.Conn
 	switch b[0] {
 	case peerRaft:
@@ -159,7 +176,11 @@ func dialSource(listen net.Addr) net.Addr {
 
 // dial connects to the peer port at address and announces kind.
 func (m *peerMux) dial(ctx context.Context, address string, kind byte) (net.Conn, error) {
-	return dialPeer(ctx, net.Dialer{LocalAddr: m.local}, address, kind)
+	var conf *tls.Config
+	if m.tls != nil {
+		conf = m.tls.peerClientConfig(address)
+	}
+	return dialPeer(ctx, net.Dialer{LocalAddr: m.local}, address, kind, conf)
 }
 
 // apiListener returns a net.Listener of forwarded API connections. Closing
@@ -181,19 +202,30 @@ func (l *apiListener) Close() error {
 	return nil
 }
 
-// dialPeer connects to a peer port and announces the kind of connection.
-func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte) (net.Conn, error) {
+// dialPeer connects to a peer port, over TLS with conf unless it is nil,
+// and announces the kind of connection.
+func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte, conf *tls.Config) (net.Conn, error) {
 	c, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
 		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetWriteDeadline(dl)
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(peerHandshakeTimeout)
+	}
+	c.SetDeadline(dl) // a peer that stalls the handshake cannot hold the dialer
+	if conf != nil {
+		tc := tls.Client(c, conf)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("peer tls with %s: %w", address, err)
+		}
+		c = tc
 	}
 	if _, err := c.Write([]byte{kind}); err != nil {
 		c.Close()
 		return nil, err
 	}
-	c.SetWriteDeadline(time.Time{})
+	c.SetDeadline(time.Time{})
 	return c, nil
 }

@@ -2,11 +2,14 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 )
 
 func TestOwnerQuotas(t *testing.T) {
@@ -58,9 +61,112 @@ func TestOwnerQuotas(t *testing.T) {
 	}
 	exhausted(acquire("d", "bob", 0), "max-leases-per-owner")
 	s.waiters.mu.Lock()
-	left := s.waiters.byOwner["bob"]
+	left := s.waiters.byHolder["bob"]
 	s.waiters.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("bob still counted as %d waiters after his wait ended", left)
+	}
+}
+
+// With auth on, quotas belong to the principal: one that may name any
+// owner cannot dodge them by naming a new owner for every lease or every
+// wait, and a refusal changes nothing. A released lease frees its place.
+func TestPrincipalQuotas(t *testing.T) {
+	const bossSecret = "boss-0123456789abcdef0123456789abcdef"
+	policy := writePolicy(t, fmt.Sprintf(`{
+  "tokens": [{"principal": "alice", "sha256": %q}, {"principal": "boss", "sha256": %q}],
+  "rules": [
+    {"principal": "alice", "prefix": "q/", "permissions": ["acquire", "renew"]},
+    {"principal": "boss", "prefix": "q/", "permissions": ["acquire", "renew", "owner"]}
+  ]
+}`, HashSecret(aliceSecret), HashSecret(bossSecret)))
+	s, base := serveAPI(t, Config{AuthFile: policy, MaxLeasesPerOwner: 2, MaxWaitersPerOwner: 1})
+	ctx := context.Background()
+	alice, boss := newCaller(base, nil, aliceSecret), newCaller(base, nil, bossSecret)
+	acquire := func(c caller, key, owner string, waitMs int64) (*fencedv1.Lease, error) {
+		r, err := c.lease.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: key, Owner: owner, TtlMs: 60_000, WaitMs: waitMs}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.GetLease(), nil
+	}
+	refused := func(err error, want string) {
+		t.Helper()
+		if codeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%v, want resource_exhausted naming %s", err, want)
+		}
+	}
+
+	var held []*fencedv1.Lease
+	for i, owner := range []string{"o1", "o2"} {
+		l, err := acquire(boss, fmt.Sprintf("q/%d", i), owner, 0)
+		if err != nil || l.GetOwner() != owner {
+			t.Fatalf("boss acquires as %s: %v %v", owner, l, err)
+		}
+		held = append(held, l)
+	}
+	before := s.fsm.stateApplied()
+	_, err := acquire(boss, "q/2", "o3", 0)
+	refused(err, `quota max-leases-per-owner exceeded: principal "boss" has 2 (limit 2)`)
+	_, err = acquire(boss, "q/2", "o3", 1000)
+	refused(err, `principal "boss"`)
+	if got := s.fsm.stateApplied(); got != before {
+		t.Fatalf("refusals moved the log from %d to %d", before, got)
+	}
+	if _, ok := s.currentOf("q/2"); ok {
+		t.Fatal("q/2 granted beyond the quota")
+	}
+	// Another principal's quota is its own.
+	if _, err := acquire(alice, "q/a1", "", 0); err != nil {
+		t.Fatalf("alice: %v", err)
+	}
+	if _, err := acquire(alice, "q/a2", "o9", 0); err != nil {
+		t.Fatalf("alice naming an owner (recorded as alice): %v", err)
+	}
+	_, err = acquire(alice, "q/a3", "", 0)
+	refused(err, `principal "alice" has 2`)
+
+	// A release frees a place.
+	if _, err := boss.lease.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: "q/0", LeaseId: held[0].GetLeaseId()})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquire(boss, "q/2", "o3", 0); err != nil {
+		t.Fatalf("boss after a release: %v", err)
+	}
+
+	// Waiters: boss may wait in one line, whatever owners it names.
+	if _, err := boss.lease.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: "q/1", LeaseId: held[1].GetLeaseId()})); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { _, err := acquire(boss, "q/a1", "w1", 30_000); waited <- err }()
+	for deadline := time.Now().Add(10 * time.Second); s.waiters.waiting("q/a1") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("boss never queued for q/a1")
+		}
+	}
+	_, err = acquire(boss, "q/a2", "w2", 30_000)
+	refused(err, `quota max-waiters-per-owner exceeded: principal "boss" has 1 (limit 1)`)
+	if n := s.waiters.waiting("q/a2"); n != 0 {
+		t.Fatalf("%d waiters queued for q/a2 beyond the quota", n)
+	}
+}
+
+// The leases a principal acquired under other names are forgotten once
+// they end: the memory they take stays within twice the current ones.
+func TestOwnerOverridesForgetEndedLeases(t *testing.T) {
+	f := newFSM(0)
+	var o ownerOverrides
+	for i := range 10*minPrune + 1 {
+		o.add("boss", fmt.Sprintf("k/%d", i), "00", f) // no such lease is current
+	}
+	if v := o.by["boss"]; v == nil || len(v.leases) >= minPrune {
+		t.Fatalf("ended leases remembered: %v, want fewer than %d", v, minPrune)
+	}
+	if n := o.count("boss", 1, f); n != 0 {
+		t.Fatalf("count %d, want 0: none is current", n)
+	}
+	if _, ok := o.by["boss"]; ok {
+		t.Fatal("a principal with no current lease is still remembered")
 	}
 }

@@ -17,12 +17,13 @@ import (
 	"github.com/fencedio/fenced/internal/fencedtest"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // teeTransport copies every response body it delivers into buf.
 type teeTransport struct {
 	base http.RoundTripper
-	buf  *syncBuffer
+	buf  *testutil.SyncBuffer
 }
 
 func (t teeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -51,7 +52,7 @@ func fingerprint(id string) string {
 // capability that renews and releases a lease (I4); whoever reads it can
 // end another holder's lease. Logs carry its fingerprint instead.
 func TestLeaseIDsStayWithTheirHolders(t *testing.T) {
-	var logs, seen syncBuffer
+	var logs, seen testutil.SyncBuffer
 	cfg := fencedtest.Config(t)
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.RaftLog = &logs

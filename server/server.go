@@ -90,6 +90,9 @@ type Server struct {
 	grants     *grantMemory
 	rejections *rejectionBook
 	relay      *rejectionRelay // the leader's rejections, for this node's watchers
+
+	// overrides counts leases granted under another owner's name (quota.go).
+	overrides ownerOverrides
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node

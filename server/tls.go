@@ -11,8 +11,8 @@ import (
 
 // TLSFiles names the certificate files of one TLS endpoint, with etcd's
 // flag names (--cert-file, --key-file, --trusted-ca-file,
-// --client-cert-auth). The client API uses one; raft peer traffic is meant
-// to use another of the same kind, with ClientCertAuth always on.
+// --client-cert-auth). The client API uses one; raft peer traffic uses
+// another of the same kind, always mutual (peertls.go).
 type TLSFiles struct {
 	// CertFile and KeyFile are this node's certificate (PEM, chain after
 	// the leaf) and its private key. Setting them turns TLS on: the
@@ -119,27 +119,12 @@ func (r *TLSReloader) ServerConfig() *tls.Config {
 	}
 }
 
-// PeerClientConfig returns a tls.Config for dialing another node with
-// this node's certificate, verifying the peer against TrustedCAFile, both
-// as of the latest Reload: peer traffic is mutual TLS, every node being
-// client and server alike.
-func (r *TLSReloader) PeerClientConfig() (*tls.Config, error) {
-	cur := r.cur.Load()
-	if cur.ClientCAs == nil {
-		return nil, errors.New("tls: peer TLS needs a trusted CA file")
-	}
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: cur.Certificates,
-		RootCAs:      cur.ClientCAs,
-	}, nil
-}
-
 // security is the node's TLS, auth and signing state. Reload swaps each
 // part that loads; a part that fails keeps what it had.
 type security struct {
 	cfg  *Config
 	tls  *TLSReloader // nil without TLS
+	peer *TLSReloader // nil without peer TLS
 	pol  atomic.Pointer[Policy]
 	keys atomic.Pointer[keyring] // nil: token signing off
 }
@@ -150,6 +135,12 @@ func newSecurity(cfg *Config) (*security, error) {
 		var err error
 		if sec.tls, err = NewTLSReloader(cfg.TLS); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.PeerTLS.Enabled() {
+		var err error
+		if sec.peer, err = NewTLSReloader(cfg.PeerTLS.mutual()); err != nil {
+			return nil, fmt.Errorf("peer %w", err)
 		}
 	}
 	if cfg.AuthFile != "" {
@@ -177,12 +168,18 @@ func (sec *security) policy() *Policy {
 	return sec.pol.Load()
 }
 
-// reload reads the certificate files and the auth file again. What fails
+// reload reads the certificate files (API and peer), the auth file and the
+// signing keys again. What fails
 // to load keeps its previous contents, and the errors are returned.
 func (sec *security) reload() error {
 	var errs []error
 	if sec.tls != nil {
 		errs = append(errs, sec.tls.Reload())
+	}
+	if sec.peer != nil {
+		if err := sec.peer.Reload(); err != nil {
+			errs = append(errs, fmt.Errorf("peer %w", err))
+		}
 	}
 	if sec.cfg.AuthFile != "" {
 		p, err := LoadPolicy(sec.cfg.AuthFile)
@@ -201,8 +198,8 @@ func (sec *security) reload() error {
 	return errors.Join(errs...)
 }
 
-// Reload re-reads the TLS certificate files, the auth file and the signing
-// key file (fenced does on SIGHUP). New handshakes and requests use them; a file that fails to
+// Reload re-reads the TLS certificate files of the API and the peer port,
+// the auth file and the signing key file (fenced does on SIGHUP). New handshakes and requests use them; a file that fails to
 // load keeps its old contents, and the error says which.
 func (s *Server) Reload() error {
 	err := s.sec.reload()

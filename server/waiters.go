@@ -23,14 +23,16 @@ type waitQueues struct {
 	mu     sync.Mutex
 	queues map[string][]*waiter
 	count  int
-	// byOwner counts the waiters of each owner (those with a want).
-	byOwner map[string]int
+	// byHolder counts the waiters of each quota holder (quota.go).
+	byHolder map[string]int
 }
 
 type waiter struct {
 	ready chan struct{}
 	// want is what the waiter asks for, and what a handover grants it.
 	want *lease.Command
+	// holder is whose waiter quota it counts against, if it has a want.
+	holder string
 
 	// Guarded by waitQueues.mu.
 	claimed bool         // a handover to this waiter is being applied
@@ -38,7 +40,7 @@ type waiter struct {
 }
 
 func newWaitQueues() *waitQueues {
-	return &waitQueues{queues: make(map[string][]*waiter), byOwner: make(map[string]int)}
+	return &waitQueues{queues: make(map[string][]*waiter), byHolder: make(map[string]int)}
 }
 
 func (w *waiter) signal() {
@@ -51,22 +53,27 @@ func (w *waiter) signal() {
 // enqueue adds a waiter at the tail of key's queue: want is its acquire
 // command (ID unset), which a handover may grant it.
 func (q *waitQueues) enqueue(key string, want *lease.Command) *waiter {
-	wt, _ := q.enqueueLimited(key, want, 0)
+	var owner string
+	if want != nil {
+		owner = want.Owner
+	}
+	wt, _ := q.enqueueLimited(key, want, owner, "owner", 0)
 	return wt
 }
 
-// enqueueLimited is enqueue, refused with a quotaError when want.Owner
-// already has maxPerOwner waiters (0: no limit).
-func (q *waitQueues) enqueueLimited(key string, want *lease.Command, maxPerOwner int) (*waiter, error) {
+// enqueueLimited is enqueue counted against holder, who is the owner or
+// the principal (of), refused with a quotaError when holder already has
+// maxPerHolder waiters (0: no limit).
+func (q *waitQueues) enqueueLimited(key string, want *lease.Command, holder, of string, maxPerHolder int) (*waiter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if want != nil {
-		if n := q.byOwner[want.Owner]; maxPerOwner > 0 && n >= maxPerOwner {
-			return nil, &quotaError{Quota: "max-waiters-per-owner", Owner: want.Owner, Used: n, Limit: maxPerOwner}
+		if n := q.byHolder[holder]; maxPerHolder > 0 && n >= maxPerHolder {
+			return nil, &quotaError{Quota: "max-waiters-per-owner", Of: of, Owner: holder, Used: n, Limit: maxPerHolder}
 		}
-		q.byOwner[want.Owner]++
+		q.byHolder[holder]++
 	}
-	wt := &waiter{ready: make(chan struct{}, 1), want: want}
+	wt := &waiter{ready: make(chan struct{}, 1), want: want, holder: holder}
 	q.queues[key] = append(q.queues[key], wt)
 	q.count++
 	return wt, nil
@@ -146,8 +153,8 @@ func (q *waitQueues) remove(key string, wt *waiter) {
 		ws = append(ws[:i], ws[i+1:]...)
 		q.count--
 		if wt.want != nil {
-			if q.byOwner[wt.want.Owner]--; q.byOwner[wt.want.Owner] <= 0 {
-				delete(q.byOwner, wt.want.Owner)
+			if q.byHolder[wt.holder]--; q.byHolder[wt.holder] <= 0 {
+				delete(q.byHolder, wt.holder)
 			}
 		}
 		if len(ws) == 0 {

@@ -38,6 +38,9 @@ func TestErrorsArePrinted(t *testing.T) {
 		{"API on an unusable address", []string{"--listen", "999.1.1.1:1"}, []string{"999.1.1.1:1", "--listen", "HOST:PORT"}},
 		{"raft on an unusable address", []string{"--raft-listen", "999.1.1.1:1"}, []string{"999.1.1.1:1", "--raft-listen", "HOST:PORT"}},
 		{"cert without key", []string{"--cert-file", "node.pem"}, []string{"cert file and key file go together", "fenced --help"}},
+		{"peer cert without key or CA", []string{"--peer-cert-file", "node.pem"}, []string{"--peer-cert-file, --peer-key-file and --peer-trusted-ca-file go together", "fenced --help"}},
+		{"peer cert and key without CA", []string{"--peer-cert-file", "node.pem", "--peer-key-file", "node-key.pem"}, []string{"--peer-trusted-ca-file go together"}},
+		{"missing peer CA file", []string{"--peer-cert-file", "node.pem", "--peer-key-file", "node-key.pem", "--peer-trusted-ca-file", "/nonexistent/ca.pem"}, []string{"peer tls"}},
 		{"missing auth file", []string{"--auth-file", "/nonexistent/auth.json"}, []string{"bad auth file", "/nonexistent/auth.json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,6 +31,8 @@ type testCluster struct {
 	ic     string // --initial-cluster
 	logDir string
 	nodes  []*clusterNode
+	// http asks the nodes for their roles; nil: plain HTTP.
+	http *http.Client
 }
 
 type clusterNode struct {
@@ -112,7 +114,10 @@ func (c *testCluster) alive(i int) bool {
 }
 
 func (c *testCluster) role(i int) (server.Role, error) {
-	hc := &http.Client{Timeout: time.Second}
+	hc := c.http
+	if hc == nil {
+		hc = &http.Client{Timeout: time.Second}
+	}
 	resp, err := hc.Get(c.nodes[i].url + "/v1/role")
 	if err != nil {
 		return server.Role{}, err

@@ -35,7 +35,10 @@ func TestConfigFile(t *testing.T) {
 		"key-file": "/etc/fenced/tls.key",
 		"trusted-ca-file": "/etc/fenced/ca.crt",
 		"client-cert-auth": true,
-		"signing-key-file": "/etc/fenced/signing.json"
+		"signing-key-file": "/etc/fenced/signing.json",
+		"peer-cert-file": "/etc/fenced/peer.crt",
+		"peer-key-file": "/etc/fenced/peer.key",
+		"peer-trusted-ca-file": "/etc/fenced/peer-ca.crt"
 	}`)
 	cmd := rootCmd()
 	if err := cmd.ParseFlags([]string{"--config", path, "--listen", "127.0.0.1:9420", "--max-leases=5"}); err != nil {
@@ -50,6 +53,7 @@ func TestConfigFile(t *testing.T) {
 		"data-dir":  "fenced-data", // in neither: the default
 		"auth-file": "/etc/fenced/auth.json", "cert-file": "/etc/fenced/tls.crt", "key-file": "/etc/fenced/tls.key",
 		"trusted-ca-file": "/etc/fenced/ca.crt", "client-cert-auth": "true", "signing-key-file": "/etc/fenced/signing.json",
+		"peer-cert-file": "/etc/fenced/peer.crt", "peer-key-file": "/etc/fenced/peer.key", "peer-trusted-ca-file": "/etc/fenced/peer-ca.crt",
 	}
 	for name, v := range want {
 		if got := cmd.Flags().Lookup(name).Value.String(); got != v {

@@ -14,14 +14,17 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// registerSecurityFlags adds the TLS flags, named as etcd names them, and
-// the auth file.
+// registerSecurityFlags adds the TLS flags of the API and peer ports, named
+// as etcd names them, the auth file and the signing keys.
 func registerSecurityFlags(cmd *cobra.Command, cfg *server.Config) {
 	f := cmd.Flags()
 	f.StringVar(&cfg.TLS.CertFile, "cert-file", "", "TLS certificate of the API port (PEM); the port then speaks only TLS")
 	f.StringVar(&cfg.TLS.KeyFile, "key-file", "", "private key of --cert-file (PEM)")
 	f.StringVar(&cfg.TLS.TrustedCAFile, "trusted-ca-file", "", "CA certificates (PEM) that client certificates must chain to")
 	f.BoolVar(&cfg.TLS.ClientCertAuth, "client-cert-auth", false, "require a client certificate from --trusted-ca-file on the API port")
+	f.StringVar(&cfg.PeerTLS.CertFile, "peer-cert-file", "", "TLS certificate of this node on the peer port (PEM); with the two below, peer traffic is mutual TLS only")
+	f.StringVar(&cfg.PeerTLS.KeyFile, "peer-key-file", "", "private key of --peer-cert-file (PEM)")
+	f.StringVar(&cfg.PeerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "CA certificates (PEM) that every node's peer certificate must chain to")
 	f.StringVar(&cfg.SigningKeyFile, "signing-key-file", "", "Ed25519 keys (JSON) to sign every granted token with; public keys served on /v1/keys")
 	f.StringVar(&cfg.AuthFile, "auth-file", "", "auth policy (JSON: token hashes and rules); turns authentication on, denying what no rule grants")
 }

@@ -1,10 +1,13 @@
 // Package testutil holds the small helpers that tests and the harnesses
 // built on them (bench, torture) would otherwise each write again: waiting
-// for a condition without a fixed sleep, and picking a free loopback port.
+// for a condition without a fixed sleep, picking a free loopback port, and
+// collecting concurrent log output.
 package testutil
 
 import (
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -61,4 +64,24 @@ func MustFreeAddr(t testing.TB) string {
 		t.Fatalf("free loopback address: %v", err)
 	}
 	return addr
+}
+
+// SyncBuffer is an io.Writer that many goroutines may write to while a test
+// reads what they wrote, such as the output of a server's logger.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
