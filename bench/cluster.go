@@ -141,20 +141,22 @@ func freeAddrs(n int) ([]string, error) {
 	return out, nil
 }
 
-// startFencedCluster starts n fenced nodes forming one cluster and waits
-// until every node serves acquisitions.
-func startFencedCluster(ctx context.Context, bin, dir string, n, maxLeases int) ([]*server, error) {
+// member starts member i (0-based) of a cluster whose members are listed
+// in initialCluster, serving clients on api and its peers on peer.
+type member func(i int, initialCluster []string, api, peer string) (*server, error)
+
+// startCluster starts n members, each with an API and a peer address of
+// its own and the same member list (listed(i, peer) names member i), then
+// waits until ready says each serves. On failure it stops the members it
+// started.
+func startCluster(ctx context.Context, n int, listed func(i int, peer string) string, start member, ready func(*server) func(context.Context) error) ([]*server, error) {
 	apis, err := freeAddrs(n)
 	if err != nil {
 		return nil, err
 	}
-	rafts, err := freeAddrs(n)
+	peers, err := freeAddrs(n)
 	if err != nil {
 		return nil, err
-	}
-	var ic []string
-	for i := range n {
-		ic = append(ic, fmt.Sprintf("n%d=%s", i+1, rafts[i]))
 	}
 	var nodes []*server
 	fail := func(err error) ([]*server, error) {
@@ -163,28 +165,46 @@ func startFencedCluster(ctx context.Context, bin, dir string, n, maxLeases int) 
 		}
 		return nil, err
 	}
+	ic := make([]string, n)
 	for i := range n {
-		id := fmt.Sprintf("n%d", i+1)
-		data := filepath.Join(dir, id)
-		if err := os.MkdirAll(data, 0o755); err != nil {
-			return fail(err)
-		}
-		p, err := startProc("fenced "+id, bin, []string{
-			"--node-id", id, "--initial-cluster", strings.Join(ic, ","),
-			"--data-dir", data, "--listen", apis[i], "--raft-listen", rafts[i],
-			"--log-level", "warn", "--max-leases", strconv.Itoa(maxLeases),
-		}, filepath.Join(dir, id+".log"), false)
+		ic[i] = listed(i, peers[i])
+	}
+	for i := range n {
+		s, err := start(i, ic, apis[i], peers[i])
 		if err != nil {
 			return fail(err)
 		}
-		nodes = append(nodes, &server{proc: p, endpoint: "http://" + apis[i]})
+		nodes = append(nodes, s)
 	}
 	for _, s := range nodes {
-		if err := s.waitReady(ctx, 60*time.Second, healthz(s.endpoint)); err != nil {
+		if err := s.waitReady(ctx, 60*time.Second, ready(s)); err != nil {
 			return fail(err)
 		}
 	}
 	return nodes, nil
+}
+
+// startFencedCluster starts n fenced nodes forming one cluster and waits
+// until every node serves acquisitions.
+func startFencedCluster(ctx context.Context, bin, dir string, n, maxLeases int) ([]*server, error) {
+	named := func(i int, raft string) string { return fmt.Sprintf("n%d=%s", i+1, raft) }
+	start := func(i int, ic []string, api, raft string) (*server, error) {
+		id := fmt.Sprintf("n%d", i+1)
+		data := filepath.Join(dir, id)
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			return nil, err
+		}
+		p, err := startProc("fenced "+id, bin, []string{
+			"--node-id", id, "--initial-cluster", strings.Join(ic, ","),
+			"--data-dir", data, "--listen", api, "--raft-listen", raft,
+			"--log-level", "warn", "--max-leases", strconv.Itoa(maxLeases),
+		}, filepath.Join(dir, id+".log"), false)
+		if err != nil {
+			return nil, err
+		}
+		return &server{proc: p, endpoint: "http://" + api}, nil
+	}
+	return startCluster(ctx, n, named, start, func(s *server) func(context.Context) error { return healthz(s.endpoint) })
 }
 
 // healthz probes a fenced node's /healthz.
@@ -206,52 +226,31 @@ func healthz(endpoint string) func(context.Context) error {
 // startEtcdCluster starts n etcdnode members forming one cluster (n = 1:
 // a single member) and waits until each serves reads.
 func startEtcdCluster(ctx context.Context, bin, dir string, n int) ([]*server, error) {
-	clients, err := freeAddrs(n)
-	if err != nil {
-		return nil, err
-	}
-	peers, err := freeAddrs(n)
-	if err != nil {
-		return nil, err
-	}
-	var ic []string
-	for i := range n {
-		ic = append(ic, fmt.Sprintf("m%d=http://%s", i+1, peers[i]))
-	}
-	var nodes []*server
-	fail := func(err error) ([]*server, error) {
-		for _, s := range nodes {
-			s.stop(5 * time.Second)
-		}
-		return nil, err
-	}
-	for i := range n {
+	named := func(i int, peer string) string { return fmt.Sprintf("m%d=http://%s", i+1, peer) }
+	start := func(i int, ic []string, client, peer string) (*server, error) {
 		name := fmt.Sprintf("m%d", i+1)
 		p, err := startProc("etcd "+name, bin, []string{
 			"--name", name, "--initial-cluster", strings.Join(ic, ","),
 			"--data-dir", filepath.Join(dir, name),
-			"--client-url", "http://" + clients[i], "--peer-url", "http://" + peers[i],
+			"--client-url", "http://" + client, "--peer-url", "http://" + peer,
 		}, filepath.Join(dir, name+".log"), true)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
-		nodes = append(nodes, &server{proc: p, endpoint: clients[i]})
+		return &server{proc: p, endpoint: client}, nil
 	}
-	for _, s := range nodes {
-		cli, err := newEtcdClient([]string{s.endpoint})
-		if err != nil {
-			return fail(err)
-		}
-		err = s.waitReady(ctx, 60*time.Second, func(ctx context.Context) error {
-			_, err := cli.Get(ctx, "fencedbench/ready")
+	ready := func(s *server) func(context.Context) error {
+		return func(ctx context.Context) error {
+			cli, err := newEtcdClient([]string{s.endpoint})
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			_, err = cli.Get(ctx, "fencedbench/ready")
 			return err
-		})
-		cli.Close()
-		if err != nil {
-			return fail(err)
 		}
 	}
-	return nodes, nil
+	return startCluster(ctx, n, named, start, ready)
 }
 
 // clockTick is the unit of the CPU times in /proc/PID/stat (USER_HZ, 100
