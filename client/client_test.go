@@ -18,6 +18,7 @@ import (
 	"github.com/fencedio/fenced/internal/fencedtest"
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"google.golang.org/protobuf/proto"
 )
 
 func waitDone(t *testing.T, l *client.Lease, within time.Duration) {
@@ -174,7 +175,7 @@ func (f *fakeService) Acquire(ctx context.Context, req *connect.Request[fencedv1
 	f.mu.Unlock()
 	time.Sleep(wait)
 	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: &fencedv1.Lease{
-		Key: req.Msg.Key, LeaseId: "0123456789abcdef0123456789abcdef", Token: 7, TtlMs: req.Msg.TtlMs,
+		Key: req.Msg.Key, LeaseId: proto.String("0123456789abcdef0123456789abcdef"), Token: 7, TtlMs: req.Msg.TtlMs,
 	}}), nil
 }
 
@@ -226,7 +227,7 @@ func (f *fakeService) renew(key, id string) (*fencedv1.Lease, error) {
 	if failing {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("partitioned"))
 	}
-	return &fencedv1.Lease{Key: key, LeaseId: id, Token: 7}, nil
+	return &fencedv1.Lease{Key: key, LeaseId: proto.String(id), Token: 7}, nil
 }
 
 func (f *fakeService) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {

@@ -47,7 +47,7 @@ func TestReleaseHandsOverToWaiter(t *testing.T) {
 			}()
 			waitForWaiters(t, srv, 1)
 			if ending == "release" {
-				if _, err := rpc.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: "h/k", LeaseId: held.LeaseId})); err != nil {
+				if _, err := rpc.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: "h/k", LeaseId: held.GetLeaseId()})); err != nil {
 					t.Fatal(err)
 				}
 			} // else: A never renews; its lease expires after 300ms.

@@ -194,3 +194,32 @@ func TestLeaseIDsStayWithTheirHolders(t *testing.T) {
 		t.Logf("log:\n%s", logged)
 	}
 }
+
+// TestPublicAnswersOmitLeaseID: the wire contract says Get, List and Watch
+// omit the lease ID, so their JSON has no "leaseId" member at all, while
+// the holder's Acquire answer carries it.
+func TestPublicAnswersOmitLeaseID(t *testing.T) {
+	srv := fencedtest.Start(t)
+	call := func(method, body string) string {
+		t.Helper()
+		resp, err := http.Post(srv.URL+"/fenced.v1.LeaseService/"+method, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s %v", method, resp.StatusCode, b, err)
+		}
+		return string(b)
+	}
+	if got := call("Acquire", `{"key":"o/k","owner":"alice","ttlMs":10000}`); !strings.Contains(got, `"leaseId"`) {
+		t.Fatalf("Acquire answer %s lacks the holder's leaseId", got)
+	}
+	for method, body := range map[string]string{"Get": `{"key":"o/k"}`, "List": `{"prefix":"o/"}`} {
+		got := call(method, body)
+		if !strings.Contains(got, `"owner"`) || strings.Contains(got, `"leaseId"`) {
+			t.Errorf("%s answer %s: want the lease without a leaseId member", method, got)
+		}
+	}
+}

@@ -24,7 +24,7 @@ func wireLease(l lease.Lease, remaining time.Duration, v view) *fencedv1.Lease {
 	p := &fencedv1.Lease{Key: l.Key, Owner: l.Owner, Token: l.Token,
 		TtlMs: l.TTL.Milliseconds(), RemainingMs: remaining.Milliseconds()}
 	if v == holderView {
-		p.LeaseId = l.ID
+		p.LeaseId = &l.ID
 	}
 	return p
 }

@@ -93,9 +93,9 @@ type Lease struct {
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Random, at least 128 bits, hex. Needed to renew or release, so only
 	// the holder sees it: set in the answers to Acquire, Renew and KeepAlive,
-	// empty in Get, List and Watch.
-	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Owner   string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// absent from Get, List and Watch (optional, so JSON answers leave it out).
+	LeaseId *string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3,oneof" json:"lease_id,omitempty"`
+	Owner   string  `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	// Fencing token: present it to every resource you write to.
 	Token uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	// The granted TTL in milliseconds.
@@ -146,8 +146,8 @@ func (x *Lease) GetKey() string {
 }
 
 func (x *Lease) GetLeaseId() string {
-	if x != nil {
-		return x.LeaseId
+	if x != nil && x.LeaseId != nil {
+		return *x.LeaseId
 	}
 	return ""
 }
@@ -1100,14 +1100,15 @@ var File_fenced_v1_lease_proto protoreflect.FileDescriptor
 
 const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\n" +
-	"\x15fenced/v1/lease.proto\x12\tfenced.v1\x1a\x19fenced/v1/rejection.proto\"\x9a\x01\n" +
+	"\x15fenced/v1/lease.proto\x12\tfenced.v1\x1a\x19fenced/v1/rejection.proto\"\xac\x01\n" +
 	"\x05Lease\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
-	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1e\n" +
+	"\blease_id\x18\x02 \x01(\tH\x00R\aleaseId\x88\x01\x01\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x12\x15\n" +
 	"\x06ttl_ms\x18\x05 \x01(\x03R\x05ttlMs\x12!\n" +
-	"\fremaining_ms\x18\x06 \x01(\x03R\vremainingMs\"h\n" +
+	"\fremaining_ms\x18\x06 \x01(\x03R\vremainingMsB\v\n" +
+	"\t_lease_id\"h\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x15\n" +
@@ -1259,6 +1260,7 @@ func file_fenced_v1_lease_proto_init() {
 		return
 	}
 	file_fenced_v1_rejection_proto_init()
+	file_fenced_v1_lease_proto_msgTypes[0].OneofWrappers = []any{}
 	file_fenced_v1_lease_proto_msgTypes[2].OneofWrappers = []any{}
 	file_fenced_v1_lease_proto_msgTypes[4].OneofWrappers = []any{}
 	file_fenced_v1_lease_proto_msgTypes[6].OneofWrappers = []any{}
