@@ -19,7 +19,7 @@ import (
 // Input limits of the wire contract.
 const (
 	MaxKeyBytes   = fence.MaxScopeBytes
-	MaxOwnerBytes = 256
+	MaxOwnerBytes = fence.MaxOwnerBytes
 	maxIDBytes    = 64
 )
 
