@@ -22,6 +22,7 @@ func (s *Server) applied(ev lease.Event) {
 	switch ev.Type {
 	case lease.Acquired:
 		s.expirer.add(l, s.expirer.now())
+		s.grants.record(ev, grantTime(replay))
 		prev, tookOver := s.expired.take(l.Key)
 		if replay {
 			break

@@ -87,22 +87,14 @@ func newRejectionBook(reg prometheus.Registerer) (*rejectionBook, error) {
 	return b, nil
 }
 
-// initRejections sets up the grant memory and the rejection book, and has
-// every applied transition pass through the grant memory first. Called by
-// New after the FSM's callbacks are set and before raft replays the log.
+// initRejections sets up the grant memory (fed by applied) and the
+// rejection book. Called by New before raft replays the log.
 func (s *Server) initRejections() error {
 	s.grants = newGrantMemory(grantsPerKey, maxGrantKeys)
 	s.relay = &rejectionRelay{s: s}
 	var err error
-	if s.rejections, err = newRejectionBook(s.cfg.Registerer); err != nil {
-		return err
-	}
-	next := s.fsm.onEvent
-	s.fsm.onEvent = func(ev lease.Event) {
-		s.grants.record(ev, grantTime(ev.Revision <= s.replayedTo))
-		next(ev)
-	}
-	return nil
+	s.rejections, err = newRejectionBook(s.cfg.Registerer)
+	return err
 }
 
 // validateReport checks every entry; nothing is recorded unless all pass.
