@@ -169,10 +169,9 @@ func (d *diskStore) markClosed() error {
 	return d.SetUint64(closedAtKey, last)
 }
 
-// openWAL opens the WAL with a metadata store of our own: raft-wal v0.4.0's
-// Close leaves its bbolt file open, and with it bbolt's flock, on which the
-// next Open in the same process would block forever. The failpoint build
-// may wrap the files and the metadata to simulate power losses.
+// openWAL opens the WAL with a metadata store of our own, which the
+// failpoint build may wrap, with the segment files, to simulate power
+// losses. The WAL's Close closes the store too; closing it again is a no-op.
 func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, *metadb.BoltMetaDB, error) {
 	meta := new(metadb.BoltMetaDB)
 	w, err := wal.Open(dir, wal.WithLogger(hlog.Named("wal")), wal.WithSegmentSize(walSegmentSize),

@@ -512,3 +512,53 @@ func TestDamagedAfterCleanShutdown(t *testing.T) {
 		})
 	}
 }
+
+// TestTruncatedSuffixSurvivesRestart: a follower whose last entries conflict
+// with a new leader's log deletes them ("clearing log suffix") and goes on
+// from there. The segment that held them is sealed at that point, and the
+// node must start on it again: raft-wal before v0.4.1 sealed it with no
+// index block, so every later start failed with "sealed segment has no
+// index block" (found by fencectl failover-bench).
+func TestTruncatedSuffixSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := startStorageNode(t, storageConfig(dir))
+	acked := acquireN(t, s, "k", 10)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	w, meta, err := openWAL(filepath.Join(dir, walDirName), hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := w.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev raft.Log
+	if err := w.GetLog(last, &prev); err != nil {
+		t.Fatal(err)
+	}
+	// What raft does on a follower: drop the conflicting suffix, then
+	// store the new leader's entry at the same index.
+	if err := w.DeleteRange(last, last); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StoreLogs([]*raft.Log{{Index: last, Term: prev.Term + 1, Type: raft.LogNoop}}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	meta.Close()
+
+	s = startStorageNode(t, storageConfig(dir))
+	checkLeases(t, s, acked[:len(acked)-1])
+	if hasLease(s, acked[len(acked)-1].Key) {
+		t.Errorf("the entry replaced by the new leader's was applied")
+	}
+	more := acquireN(t, s, "after", 3)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = startStorageNode(t, storageConfig(dir))
+	checkLeases(t, s, append(acked[:len(acked)-1], more...))
+}

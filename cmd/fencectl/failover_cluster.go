@@ -116,9 +116,9 @@ func (c *localCluster) urls(live bool) []string {
 	return out
 }
 
-// settled returns the index of the leader once every live node is up to
-// date with it: it serves, every live node names it, and every live node
-// has applied what the leader had committed.
+// settled returns the index of the leader once every node is running and
+// up to date with it: it serves, every node names it, and every node has
+// applied what the leader had committed.
 func (c *localCluster) settled(ctx context.Context) (int, error) {
 	type view struct {
 		node  *localNode
@@ -129,7 +129,7 @@ func (c *localCluster) settled(ctx context.Context) (int, error) {
 	leader := -1
 	for i, nd := range c.nodes {
 		if !c.up(i) {
-			continue
+			return -1, fmt.Errorf("%w: %s (see %s)", errNodeExited, nd.id, filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", nd.id, nd.starts)))
 		}
 		r, err := fetchRole(ctx, c.hc, nd.url)
 		if err != nil {
@@ -156,14 +156,20 @@ func (c *localCluster) settled(ctx context.Context) (int, error) {
 	return slices.Index(c.nodes, lead.node), nil
 }
 
-// waitSettled polls settled until it succeeds or within passes.
+// errNodeExited: a node that should be running has exited, so waiting for
+// the cluster to settle is pointless (a node that cannot start again after
+// a kill is what this bench exists to find).
+var errNodeExited = errors.New("node exited")
+
+// waitSettled polls settled until it succeeds, a node has exited, or within
+// passes.
 func (c *localCluster) waitSettled(ctx context.Context, within time.Duration) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for {
 		leader, err := c.settled(ctx)
-		if err == nil {
-			return leader, nil
+		if err == nil || errors.Is(err, errNodeExited) {
+			return leader, err
 		}
 		select {
 		case <-ctx.Done():
