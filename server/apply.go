@@ -23,6 +23,7 @@ func (s *Server) applied(ev lease.Event) {
 	case lease.Acquired:
 		s.expirer.add(l, s.expirer.now())
 		s.grants.record(ev, grantTime(replay))
+		s.waiters.granted(l)
 		prev, tookOver := s.expired.take(l.Key)
 		if replay {
 			break
@@ -89,7 +90,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 			plain = append(plain, e)
 			continue
 		}
-		e.NextID, e.Owner, e.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+		e.NextID, e.Owner, e.TTL = w.nextID, w.want.Owner, w.want.TTL
 		c := lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{e}}
 		handovers = append(handovers, handover{l.Key, w, s.applyAsync(s.base, c)})
 	}
@@ -126,7 +127,7 @@ func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Resu
 	if w == nil {
 		return s.apply(ctx, c)
 	}
-	c.NextID, c.Owner, c.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+	c.NextID, c.Owner, c.TTL = w.nextID, w.want.Owner, w.want.TTL
 	wait := func() (lease.Result, error) { return lease.Result{}, errNotReady }
 	if s.ready.Load() {
 		wait = s.applyAsync(ctx, c)
