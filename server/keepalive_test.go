@@ -93,7 +93,7 @@ func TestKeepAlivePipelinedInOrder(t *testing.T) {
 // cpu-ns/op is the process's CPU time per renewal, clients included.
 func BenchmarkKeepAlive(b *testing.B) {
 	for _, bc := range []struct {
-		name             string
+		name              string
 		streams, inFlight int
 	}{{"serial-16", 16, 1}, {"pipelined-64", 1, 64}} {
 		b.Run(bc.name, func(b *testing.B) {
