@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ func (s *Server) applied(ev lease.Event) {
 	case lease.Acquired:
 		s.expirer.add(l, s.expirer.now())
 		s.grants.record(ev, grantTime(replay))
+		s.waiters.granted(l)
 		prev, tookOver := s.expired.take(l.Key)
 		if replay {
 			break
@@ -30,10 +32,9 @@ func (s *Server) applied(ev lease.Event) {
 		s.counts.acquired.Add(1)
 		if tookOver {
 			s.counts.takeovers.Add(1)
-			s.log.Info("lease taken over", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token,
-				"previous_owner", prev.Owner, "previous_token", prev.Token)
+			s.logTransition("lease taken over", l, slog.String("previous_owner", prev.Owner), slog.Uint64("previous_token", prev.Token))
 		} else {
-			s.log.Info("lease acquired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "ttl", l.TTL)
+			s.logTransition("lease acquired", l, slog.Duration("ttl", l.TTL))
 		}
 	case lease.Released:
 		s.expirer.remove(l.Key, l.ID)
@@ -42,9 +43,9 @@ func (s *Server) applied(ev lease.Event) {
 		if !replay {
 			s.counts.released.Add(1)
 			if ev.By != "" {
-				s.log.Info("lease revoked", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token, "by", ev.By)
+				s.logTransition("lease revoked", l, slog.String("by", ev.By))
 			} else {
-				s.log.Info("lease released", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+				s.logTransition("lease released", l)
 			}
 		}
 	case lease.Expired:
@@ -53,10 +54,25 @@ func (s *Server) applied(ev lease.Event) {
 		s.waiters.freed(l.Key)
 		if !replay {
 			s.counts.expired.Add(1)
-			s.log.Info("lease expired", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+			s.logTransition("lease expired", l)
 		}
 	}
 	s.hub.publish(ev)
+}
+
+// logTransition logs a transition of l at info level: the fields every
+// transition record has, then extra. Typed attributes spare the apply path
+// (the FSM goroutine, which answers nobody until it is done) an allocation
+// per field.
+func (s *Server) logTransition(msg string, l lease.Lease, extra ...slog.Attr) {
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	var attrs [6]slog.Attr
+	b := append(attrs[:0], slog.String("scope", l.Key), slog.String("owner", l.Owner),
+		slog.String("lease_id", idFingerprint(l.ID)), slog.Uint64("token", l.Token))
+	s.log.LogAttrs(ctx, slog.LevelInfo, msg, append(b, extra...)...)
 }
 
 func (s *Server) restored(st *lease.State) {
@@ -89,7 +105,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 			plain = append(plain, e)
 			continue
 		}
-		e.NextID, e.Owner, e.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+		e.NextID, e.Owner, e.TTL = w.nextID, w.want.Owner, w.want.TTL
 		c := lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{e}}
 		handovers = append(handovers, handover{l.Key, w, s.applyAsync(s.base, c)})
 	}
@@ -126,7 +142,7 @@ func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Resu
 	if w == nil {
 		return s.apply(ctx, c)
 	}
-	c.NextID, c.Owner, c.TTL = newLeaseID(), w.want.Owner, w.want.TTL
+	c.NextID, c.Owner, c.TTL = w.nextID, w.want.Owner, w.want.TTL
 	wait := func() (lease.Result, error) { return lease.Result{}, errNotReady }
 	if s.ready.Load() {
 		wait = s.applyAsync(ctx, c)

@@ -22,7 +22,7 @@ import (
 
 // serveAPI starts a node with cfg and serves its API on a loopback port;
 // it returns the node and the API's base URL.
-func serveAPI(t *testing.T, cfg Config) (*Server, string) {
+func serveAPI(t testing.TB, cfg Config) (*Server, string) {
 	t.Helper()
 	s := newTestServer(t, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

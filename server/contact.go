@@ -106,3 +106,26 @@ func (s *Server) verifyLeader() error {
 	}
 	return errNoQuorumContact
 }
+
+// soleLeader reports whether this node leads and is the only voter of the
+// latest configuration (committed or not, as raft counts its quorum). A
+// configuration that adds a voter makes it false from the moment it is
+// appended, before the new voter can take part in any election.
+func (s *Server) soleLeader() bool {
+	if s.raft.State() != raft.Leader {
+		return false
+	}
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	voters := 0
+	self := false
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+			self = self || srv.ID == raft.ServerID(s.cfg.NodeID)
+		}
+	}
+	return voters == 1 && self
+}

@@ -20,6 +20,9 @@
 //     contact that began after the renewal arrived, that it still leads
 //     (leadercheck.go, contact.go); the new deadline counts from before that
 //     contact, so it never outlives what the confirmed leadership covers.
+//     Renewals that arrived before one contact began may share it (the
+//     KeepAlive stream batches those it read ahead); a sole voter's own
+//     state, read after the renewal arrived, is its quorum.
 //   - An expiry carries the term of the leadership that decided it, and the
 //     state machine applies it only in an entry of that term: a deposed
 //     leader's late decision ends nothing.

@@ -12,6 +12,12 @@ import (
 // batch of renewals.
 type leaderCheck struct {
 	verify func() error // one round: raft's VerifyLeader
+	// sole, if set, reports whether this node is the only voter and leads:
+	// its own state is then the quorum contact, read after the caller
+	// arrived, and confirm answers at once without a round (raft's
+	// VerifyLeader answers a single voter the same way, after a trip
+	// through its main loop).
+	sole func() bool
 
 	mu      sync.Mutex
 	next    *checkRound // the round waiting to start, joined by new callers
@@ -27,6 +33,9 @@ type checkRound struct {
 // leadership, or ctx's error if ctx ends first (nothing confirmed; the round
 // goes on for the others).
 func (c *leaderCheck) confirm(ctx context.Context) error {
+	if c.sole != nil && c.sole() {
+		return nil
+	}
 	c.mu.Lock()
 	if c.next == nil {
 		c.next = &checkRound{done: make(chan struct{})}

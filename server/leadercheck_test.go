@@ -82,3 +82,20 @@ func TestLeaderCheckHonoursContext(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// A sole leader is confirmed without a round; otherwise confirm runs one.
+func TestLeaderCheckSoleVoter(t *testing.T) {
+	var rounds atomic.Int64
+	sole := true
+	c := &leaderCheck{
+		verify: func() error { rounds.Add(1); return nil },
+		sole:   func() bool { return sole },
+	}
+	if err := c.confirm(context.Background()); err != nil || rounds.Load() != 0 {
+		t.Fatalf("sole voter: confirm = %v after %d rounds, want nil after none", err, rounds.Load())
+	}
+	sole = false
+	if err := c.confirm(context.Background()); err != nil || rounds.Load() != 1 {
+		t.Fatalf("one of several voters: confirm = %v after %d rounds, want nil after one", err, rounds.Load())
+	}
+}

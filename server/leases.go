@@ -161,30 +161,70 @@ func (s *Server) refreshHeld(key string, err error) error {
 // Renew extends lease id of key by its TTL. It is not written to the log:
 // the leader confirms it still leads, then moves the deadline.
 func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error) {
-	if err := validateKey(key); err != nil {
-		return lease.Lease{}, err
-	}
-	if err := validateID(id); err != nil {
-		return lease.Lease{}, err
-	}
+	b := [1]renewal{{key: key, id: id}}
+	s.renewBatch(ctx, b[:])
+	return b[0].lease, b[0].err
+}
+
+// renewal is one renewal of a batch: what to renew, then the outcome.
+type renewal struct {
+	key, id string
+	lease   lease.Lease
+	err     error // set before renewBatch: not renewed, this is the outcome
+}
+
+// renewBatch makes the renewals of b that have no error yet, behind one
+// leadership confirmation. Every renewal of b has arrived when it is
+// called, so the confirmation, which starts after the call, covers each
+// of them as if it had been confirmed alone.
+func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 	mutant := failpoint.Enabled(failpoint.DeposedLeaderRenews) && s.everLed.Load()
-	if !s.ready.Load() && !mutant {
-		return lease.Lease{}, errNotReady
+	pending := 0
+	for i := range b {
+		r := &b[i]
+		if r.err == nil {
+			r.err = validateKey(r.key)
+		}
+		if r.err == nil {
+			r.err = validateID(r.id)
+		}
+		if r.err == nil && !s.ready.Load() && !mutant {
+			r.err = errNotReady
+		}
+		if r.err == nil {
+			pending++
+		}
+	}
+	if pending == 0 {
+		return
 	}
 	start := s.expirer.now()
 	if err := s.leader.confirm(ctx); err != nil && !mutant {
-		return lease.Lease{}, err
+		for i := range b {
+			if b[i].err == nil {
+				b[i].err = err
+			}
+		}
+		return
 	}
-	// The deadline counts from before the leadership check: a renewal never
-	// outlives what the confirmed leadership covers.
-	l, err := s.expirer.renew(key, id, start)
-	if err != nil {
-		return lease.Lease{}, describeNotHeld(err, key, id)
+	debug := s.log.Enabled(ctx, slog.LevelDebug)
+	for i := range b {
+		r := &b[i]
+		if r.err != nil {
+			continue
+		}
+		// The deadline counts from before the leadership check: a renewal
+		// never outlives what the confirmed leadership covers.
+		l, err := s.expirer.renew(r.key, r.id, start)
+		if err != nil {
+			r.err = describeNotHeld(err, r.key, r.id)
+			continue
+		}
+		r.lease = l
+		if debug {
+			s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
+		}
 	}
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
-	}
-	return l, nil
 }
 
 // Release ends lease id of key.

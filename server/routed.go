@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -228,48 +227,6 @@ func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.
 // Watch is served by every node from its own applied transitions.
 func (r *routedService) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
 	return r.local.Watch(ctx, req, stream)
-}
-
-// KeepAlive renews leases from a stream of requests, answering each in
-// order. A failed renewal is reported in its answer; the stream goes on.
-func (r *routedService) KeepAlive(ctx context.Context, stream *connect.BidiStream[fencedv1.KeepAliveRequest, fencedv1.KeepAliveResponse]) error {
-	for {
-		req, err := stream.Receive()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(r.keepAlive(ctx, req)); err != nil {
-			return err
-		}
-	}
-}
-
-// keepAlive renews the lease of one KeepAlive request where it can be
-// renewed: here while this node leads, at the leader otherwise, deciding
-// again for every request.
-func (r *routedService) keepAlive(ctx context.Context, req *fencedv1.KeepAliveRequest) *fencedv1.KeepAliveResponse {
-	if r.s.ready.Load() {
-		// The leader's hot path: no request or response to build.
-		l, err := r.local.renew(ctx, req.GetKey(), req.GetLeaseId())
-		if err == nil || !r.s.again(err, http.Header{}) {
-			return r.local.keepAliveAnswer(l, err)
-		}
-	}
-	resp, err := r.Renew(ctx, connect.NewRequest(&fencedv1.RenewRequest{Key: req.GetKey(), LeaseId: req.GetLeaseId()}))
-	out := &fencedv1.KeepAliveResponse{}
-	if err != nil {
-		var ce *connect.Error
-		if !errors.As(err, &ce) {
-			ce = connect.NewError(connect.CodeUnavailable, err)
-		}
-		out.ErrorCode, out.ErrorMessage = ce.Code().String(), ce.Message()
-	} else {
-		out.Lease, out.TokenSignature = resp.Msg.GetLease(), resp.Msg.TokenSignature
-	}
-	return out
 }
 
 // routedAdmin serves the AdminService on any node like routedService the

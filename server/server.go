@@ -210,7 +210,7 @@ func (s *Server) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	s.notify = notify
-	s.leader = &leaderCheck{verify: s.verifyLeader}
+	s.leader = &leaderCheck{verify: s.verifyLeader, sole: s.soleLeader}
 	s.servePeerAPI()
 	if existing {
 		s.noteExistingState()

@@ -85,13 +85,20 @@ func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.Renew
 
 // renew authorizes and makes one renewal, and counts it.
 func (v *service) renew(ctx context.Context, key, id string) (lease.Lease, error) {
-	err := v.s.authorizeRenew(ctx, key, id)
-	var l lease.Lease
-	if err == nil {
-		l, err = v.s.Renew(ctx, key, id)
+	b := [1]renewal{{key: key, id: id}}
+	v.renewBatch(ctx, b[:])
+	return b[0].lease, b[0].err
+}
+
+// renewBatch authorizes and makes the renewals of b, and counts them.
+func (v *service) renewBatch(ctx context.Context, b []renewal) {
+	for i := range b {
+		b[i].err = v.s.authorizeRenew(ctx, b[i].key, b[i].id)
 	}
-	v.s.metrics.countRenewal(err)
-	return l, err
+	v.s.renewBatch(ctx, b)
+	for i := range b {
+		v.s.metrics.countRenewal(b[i].err)
+	}
 }
 
 // keepAliveAnswer is KeepAlive's answer to a renewal that returned l, err:

@@ -36,6 +36,7 @@ type waiter struct {
 
 	// Guarded by waitQueues.mu.
 	claimed bool         // a handover to this waiter is being applied
+	nextID  string       // the lease ID the claiming handover grants
 	grant   *lease.Lease // the lease a handover gave this waiter
 }
 
@@ -80,7 +81,8 @@ func (q *waitQueues) enqueueLimited(key string, want *lease.Command, holder, of 
 }
 
 // claim marks the head of key's queue as the receiver of a handover and
-// returns it, or nil if there is no head that can take one now. Every claim
+// returns it, or nil if there is no head that can take one now. The
+// handover grants the waiter's want under the lease ID nextID. Every claim
 // must be followed by exactly one settle.
 func (q *waitQueues) claim(key string) *waiter {
 	q.mu.Lock()
@@ -90,20 +92,43 @@ func (q *waitQueues) claim(key string) *waiter {
 		return nil
 	}
 	ws[0].claimed = true
+	ws[0].nextID = newLeaseID()
 	return ws[0]
 }
 
 // settle ends a claim of key's head: with ok the waiter is handed l and
 // leaves the line (the next waiter gets its turn), otherwise it gets its
-// turn back. Either way the waiter is signalled; settle never blocks.
+// turn back. Either way the waiter is signalled; settle never blocks. A
+// waiter already handed its lease stays as it is.
 func (q *waitQueues) settle(key string, wt *waiter, l lease.Lease, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if wt.grant != nil {
+		return
+	}
 	wt.claimed = false
 	if ok {
 		wt.grant = &l
 		q.remove(key, wt)
 	}
+	wt.signal()
+}
+
+// granted hands l to the waiter whose claim it settles, if any, as soon as
+// the grant is applied: the waiter answers without waiting for whoever
+// wrote the handover to learn its outcome (that one's settle then changes
+// nothing). A claimed waiter stays the head of its line until settled.
+func (q *waitQueues) granted(l lease.Lease) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.queues[l.Key]
+	if len(ws) == 0 || !ws[0].claimed || ws[0].nextID != l.ID {
+		return
+	}
+	wt := ws[0]
+	wt.claimed = false
+	wt.grant = &l
+	q.remove(l.Key, wt)
 	wt.signal()
 }
 
@@ -169,11 +194,12 @@ func (q *waitQueues) remove(key string, wt *waiter) {
 	}
 }
 
-// freed tells the head waiter of key that the key may be free.
+// freed tells the head waiter of key that the key may be free, unless a
+// handover to it is in flight: settling that signals it.
 func (q *waitQueues) freed(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if ws := q.queues[key]; len(ws) > 0 {
+	if ws := q.queues[key]; len(ws) > 0 && !ws[0].claimed {
 		ws[0].signal()
 	}
 }

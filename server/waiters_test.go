@@ -128,6 +128,28 @@ func TestWaitQueueHandover(t *testing.T) {
 			t.Fatalf("len %d after the granted waiter left again", q.len())
 		}
 	})
+	t.Run("the applied grant settles the claim before its writer does", func(t *testing.T) {
+		q := newWaitQueues()
+		w := q.enqueue("k", want)
+		q.claim("k")
+		q.freed("k") // the release in the handover's entry
+		if signalled(w) {
+			t.Fatal("a claimed waiter was woken by the release before its grant")
+		}
+		q.granted(lease.Lease{Key: "k", ID: "other", Token: 8}) // not this claim's
+		if _, granted, _ := q.turn("k", w); granted || signalled(w) {
+			t.Fatal("a grant under another lease ID settled the claim")
+		}
+		q.granted(lease.Lease{Key: "k", ID: w.nextID, Token: 9})
+		if l, granted, _ := q.turn("k", w); !granted || l.Token != 9 || !signalled(w) || q.len() != 0 {
+			t.Fatalf("turn after the applied grant = %+v, %v, len %d", l, granted, q.len())
+		}
+		// The writer's settle, whatever it learned, changes nothing.
+		q.settle("k", w, lease.Lease{}, false)
+		if l, granted, _ := q.turn("k", w); !granted || l.Token != 9 || signalled(w) {
+			t.Fatalf("turn after the writer's settle = %+v, %v", l, granted)
+		}
+	})
 	t.Run("a claimed waiter cannot abandon; it gets the outcome", func(t *testing.T) {
 		q := newWaitQueues()
 		w := q.enqueue("k", want)

@@ -1,0 +1,165 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+)
+
+// acquireKeys acquires n keys "ka/<i>" and returns their lease IDs.
+func acquireKeys(t testing.TB, c caller, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		r, err := c.lease.Acquire(context.Background(), connect.NewRequest(&fencedv1.AcquireRequest{Key: fmt.Sprintf("ka/%d", i), Owner: "A", TtlMs: 60_000}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = r.Msg.GetLease().GetLeaseId()
+	}
+	return ids
+}
+
+// Renewals sent without waiting for answers are answered one for one, in
+// the order sent, a bad one with its own error in its place; and they are
+// confirmed in batches: a stream of 100 renewals sent while the first
+// waits for its confirmation does not take 100 confirmation rounds.
+func TestKeepAlivePipelinedInOrder(t *testing.T) {
+	s, base := serveAPI(t, Config{})
+	c := newH2CCaller(base, "")
+	ids := acquireKeys(t, c, 10)
+
+	var rounds atomic.Int64
+	gate := make(chan struct{})
+	s.leader = &leaderCheck{verify: func() error {
+		if rounds.Add(1) == 1 {
+			<-gate // the first renewal waits until all are sent
+		}
+		return s.verifyLeader()
+	}}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ka := c.lease.KeepAlive(ctx)
+	defer ka.CloseResponse()
+	const n = 100
+	for i := range n {
+		req := &fencedv1.KeepAliveRequest{Key: fmt.Sprintf("ka/%d", i%10), LeaseId: ids[i%10]}
+		if i%7 == 3 {
+			req.LeaseId = "00" // not the current lease
+		}
+		if err := ka.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(gate)
+	for i := range n {
+		resp, err := ka.Receive()
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		key := fmt.Sprintf("ka/%d", i%10)
+		if i%7 == 3 {
+			if resp.GetErrorCode() != "not_found" || resp.GetLease() != nil {
+				t.Fatalf("answer %d to a stale renewal of %s: %v, want not_found", i, key, resp)
+			}
+			continue
+		}
+		if resp.GetErrorCode() != "" || resp.GetLease().GetKey() != key || resp.GetLease().GetLeaseId() != ids[i%10] {
+			t.Fatalf("answer %d: %v, want the renewed lease of %s", i, resp, key)
+		}
+	}
+	if err := ka.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ka.Receive(); err == nil {
+		t.Fatal("an answer after the last request")
+	}
+	if r := rounds.Load(); r > n/2 {
+		t.Fatalf("%d confirmation rounds for %d renewals sent at once; want them batched", r, n)
+	}
+}
+
+// BenchmarkKeepAlive renews over KeepAlive streams on a single node, as the
+// bench harness's renew-stream workload does: 16 streams with one renewal
+// in flight each (serial), or one stream with 64 in flight (pipelined).
+// cpu-ns/op is the process's CPU time per renewal, clients included.
+func BenchmarkKeepAlive(b *testing.B) {
+	for _, bc := range []struct {
+		name              string
+		streams, inFlight int
+	}{{"serial-16", 16, 1}, {"pipelined-64", 1, 64}} {
+		b.Run(bc.name, func(b *testing.B) {
+			_, base := serveAPI(b, Config{})
+			c := newH2CCaller(base, "")
+			ids := acquireKeys(b, c, bc.streams)
+			var next atomic.Int64
+			b.ReportAllocs()
+			cpu := processCPU()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for s := range bc.streams {
+				wg.Go(func() { keepAliveLoop(b, c, s, ids[s], bc.inFlight, &next) })
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// keepAliveLoop renews lease id of key ka/<s> over one stream, with up to
+// inFlight renewals unanswered, until next reaches b.N.
+func keepAliveLoop(b *testing.B, c caller, s int, id string, inFlight int, next *atomic.Int64) {
+	ka := c.lease.KeepAlive(context.Background())
+	defer ka.CloseResponse()
+	req := &fencedv1.KeepAliveRequest{Key: fmt.Sprintf("ka/%d", s), LeaseId: id}
+	defer ka.CloseRequest()
+	if inFlight == 1 {
+		for next.Add(1) <= int64(b.N) {
+			if err := ka.Send(req); err != nil {
+				b.Error(err)
+				return
+			}
+			if resp, err := ka.Receive(); err != nil || resp.GetErrorCode() != "" {
+				b.Errorf("renewal: %v %v", err, resp.GetErrorMessage())
+				return
+			}
+		}
+		return
+	}
+	credits := make(chan struct{}, inFlight)
+	sent := make(chan bool, inFlight)
+	go func() {
+		defer close(sent)
+		for next.Add(1) <= int64(b.N) {
+			credits <- struct{}{}
+			if err := ka.Send(req); err != nil {
+				b.Error(err)
+				return
+			}
+			sent <- true
+		}
+	}()
+	for range sent {
+		resp, err := ka.Receive()
+		if err != nil || resp.GetErrorCode() != "" {
+			b.Errorf("renewal: %v %v", err, resp.GetErrorMessage())
+			return
+		}
+		<-credits
+	}
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
