@@ -61,8 +61,8 @@ func (h *expiryHarness) expect(want ...string) {
 	}
 }
 
-func testLease(key, id string, ttl time.Duration) lease.Lease {
-	return lease.Lease{Key: key, ID: id, Owner: "o", Token: 7, TTL: ttl}
+func testLease(key, id string, ttl time.Duration) *lease.Lease {
+	return &lease.Lease{Key: key, ID: id, Owner: "o", Token: 7, TTL: ttl}
 }
 
 func TestExpirer(t *testing.T) {
@@ -95,7 +95,7 @@ func TestExpirer(t *testing.T) {
 			h.e.add(l, time.Now())
 			h.sleepUntil(6 * time.Second)
 			got, err := h.e.renew("k", "id1", time.Now())
-			if err != nil || got != l {
+			if err != nil || got != *l {
 				h.t.Fatalf("renew = %+v, %v, want %+v", got, err, l)
 			}
 			h.sleepUntil(16*time.Second - time.Nanosecond)
@@ -163,7 +163,7 @@ func TestExpirer(t *testing.T) {
 			h.e.add(testLease("gone", "3", 6*time.Second), time.Now())
 			h.sleepUntil(5 * time.Second)
 			// A new leader does not know when leases were last renewed.
-			h.e.reset([]lease.Lease{a, b}, time.Now())
+			h.e.reset([]*lease.Lease{a, b}, time.Now())
 			if got := h.e.remaining("a", time.Now()); got != 10*time.Second {
 				h.t.Fatalf("remaining after reset = %v, want the full 10s", got)
 			}
@@ -251,7 +251,7 @@ func TestExpirerBatchesAndBounds(t *testing.T) {
 		go func() { defer close(exited); e.run(done) }()
 		defer func() { close(done); <-exited }()
 
-		var all []lease.Lease
+		var all []*lease.Lease
 		for i := range 10 {
 			l := testLease(fmt.Sprintf("k%d", i), fmt.Sprintf("id%d", i), 5*time.Second)
 			all = append(all, l)

@@ -22,7 +22,7 @@ func BenchmarkLiveLeaseMemory(b *testing.B) {
 	g := newGrantMemory(grantsPerKey, maxGrantKeys)
 	f.onEvent = func(ev lease.Event) {
 		if ev.Type == lease.Acquired {
-			e.add(ev.Lease, time.Now())
+			e.add(ev.Shared(), time.Now())
 			g.record(ev, time.Time{})
 		}
 	}
