@@ -332,3 +332,27 @@ func TestExpirerBatchesAndBounds(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkExpirerCycle tracks, renews and forgets a lease beside 100,000
+// tracked ones: what the leader's deadlines add to an acquire, a renewal
+// and a release.
+func BenchmarkExpirerCycle(b *testing.B) {
+	e := newExpirer(func(uint64, []lease.Lease) {})
+	now := time.Now()
+	for i := range 100_000 {
+		e.add(testLease(fmt.Sprintf("live/%08d", i), fmt.Sprint(i), time.Hour), now)
+	}
+	ls := make([]*lease.Lease, 1024)
+	for i := range ls {
+		ls[i] = testLease(fmt.Sprintf("bench/%d", i), fmt.Sprint(i), time.Minute)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		l := ls[i%len(ls)]
+		e.add(l, now)
+		if _, err := e.renew(l.Key, l.ID, now); err != nil {
+			b.Fatal(err)
+		}
+		e.remove(l.Key, l.ID)
+	}
+}
