@@ -100,7 +100,7 @@ func Restore(r io.Reader, maxIdle int) (*State, error) {
 	s.applied = d.uvarint()
 	n := d.uvarint()
 	// The builder changes the index in place: no path copies per lease.
-	index := immutable.NewSortedMapBuilder[string, *Lease](nil)
+	index := immutable.NewSortedMapBuilder[string, *Lease](keyOrder{})
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		l := &Lease{Key: d.string(), ID: d.string(), Owner: d.string(), Token: d.uvarint()}
 		l.TTL = d.millis()

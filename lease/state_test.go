@@ -416,13 +416,15 @@ func BenchmarkApplyAcquireRelease(b *testing.B) {
 // BenchmarkCurrent is the check a release makes, beside 100,000 leases.
 func BenchmarkCurrent(b *testing.B) {
 	s := lease.New(0)
-	for i := range 100_000 {
-		s.Apply(uint64(i+1), 0, lease.Command{Op: lease.OpAcquire, Key: fmt.Sprintf("live/%08d", i), ID: fmt.Sprint(i), Owner: "o", TTL: time.Hour})
+	keys, ids := make([]string, 100_000), make([]string, 100_000)
+	for i := range keys {
+		keys[i], ids[i] = fmt.Sprintf("live/%08d", i), fmt.Sprint(i)
+		s.Apply(uint64(i+1), 0, lease.Command{Op: lease.OpAcquire, Key: keys[i], ID: ids[i], Owner: "o", TTL: time.Hour})
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		n := i * 7919 % 100_000
-		if _, err := s.Current(fmt.Sprintf("live/%08d", n), fmt.Sprint(n)); err != nil {
+		n := i * 7919 % len(keys)
+		if _, err := s.Current(keys[n], ids[n]); err != nil {
 			b.Fatal(err)
 		}
 	}
