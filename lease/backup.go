@@ -57,13 +57,14 @@ func (s *State) Rebase(at uint64) error {
 	if at <= s.applied {
 		return fmt.Errorf("%w: %d is not above %d", ErrRebase, at, s.applied)
 	}
-	ended := make([]idleKey, 0, len(s.leases))
-	for _, l := range s.leases {
+	ended := make([]idleKey, 0, s.Len())
+	s.EachShared(func(l *Lease) bool {
 		ended = append(ended, idleKey{l.Key, l.Token})
-	}
+		return true
+	})
 	sortIdle(ended)
 	for _, e := range ended {
-		s.drop(s.leases[e.key])
+		s.drop(s.lookup(e.key))
 		s.remember(e.key, e.token)
 	}
 	s.applied = at

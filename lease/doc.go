@@ -27,10 +27,14 @@
 //   - An expiry batch (OpExpireBatch) takes effect only in an entry of the
 //     leadership term that decided it (Command.Term), so a deposed leader's
 //     late decision, written after it leads again, ends nothing.
-//   - Leases are kept in a persistent ordered index besides the map: View
-//     takes a frozen view in O(1), which stays valid and unchanged while the
-//     state moves on, and List costs O(log n + answer). Snapshots write
-//     leases in key order, so equal states write equal bytes.
+//   - Leases are kept in one persistent ordered index: a lookup costs
+//     O(log n), View takes a frozen view in O(1), which stays valid and
+//     unchanged while the state moves on, and List costs O(log n + answer).
+//     Snapshots write leases in key order, so equal states write equal
+//     bytes.
+//   - A stored lease is never modified; Event.Shared and State.EachShared
+//     hand out the state's own copy, for holders of every current lease
+//     that should not keep a copy of each.
 //
 // Non-guarantees:
 //   - Tokens are not dense: consecutive grants of a key may differ by more

@@ -100,15 +100,14 @@ func Restore(r io.Reader, maxIdle int) (*State, error) {
 	s.applied = d.uvarint()
 	n := d.uvarint()
 	// The builder changes the index in place: no path copies per lease.
-	index := immutable.NewSortedMapBuilder[string, *Lease](nil)
+	index := immutable.NewSortedMapBuilder[string, *Lease](keyOrder{})
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		l := &Lease{Key: d.string(), ID: d.string(), Owner: d.string(), Token: d.uvarint()}
 		l.TTL = d.millis()
-		if _, dup := s.leases[l.Key]; dup {
+		if _, dup := index.Get(l.Key); dup {
 			return nil, fmt.Errorf("%w: key %q appears twice", ErrBadSnapshot, l.Key)
 		}
-		s.leases[l.Key] = l
-		s.owners[l.Owner]++
+		s.own(l)
 		index.Set(l.Key, l)
 	}
 	s.index = index.Map()

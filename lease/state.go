@@ -36,7 +36,16 @@ type Event struct {
 	// By is the principal that revoked the lease (OpRevoke); empty when its
 	// holder released it or it expired. A revocation is a Released event.
 	By string
+
+	shared *Lease // the state's own copy of an Acquired lease
 }
+
+// Shared returns, for an Acquired event, the state's own copy of the lease
+// it granted, and nil for other events. It is read-only and shared with
+// the state, its views and snapshots: keeping it instead of a copy of
+// Lease costs one pointer, which matters for whatever holds every current
+// lease (the leader's deadlines).
+func (e Event) Shared() *Lease { return e.shared }
 
 // Result is the outcome of applying one command.
 type Result struct {
@@ -61,20 +70,28 @@ const DefaultMaxIdleKeys = 100_000
 // State is the lease state machine. It is not safe for concurrent use: the
 // caller serializes Apply and guards reads against it.
 type State struct {
-	leases map[string]*Lease // never modified once stored: snapshots share them
-	// index holds the same leases ordered by key. It is persistent: every
-	// change makes a new version and leaves older versions intact, so a
-	// View taken under the caller's lock stays valid, unchanged, after the
-	// lock is released, and List costs O(log n + answer) instead of a copy
-	// and sort of every lease.
+	// index holds the current leases ordered by key; it is the only map of
+	// them, so that a lease costs one entry. It is persistent: every change
+	// makes a new version and leaves older versions intact, so a View
+	// taken under the caller's lock stays valid, unchanged, after the lock
+	// is released, and List costs O(log n + answer) instead of a copy and
+	// sort of every lease. The leases it holds are never modified once
+	// stored: views, snapshots and Event.Shared share them.
 	index *immutable.SortedMap[string, *Lease]
-	// owners counts current leases per owner, for quotas.
-	owners  map[string]int
+	// owners counts current leases per owner, for quotas, and holds the
+	// one copy of each owner's name that its leases share.
+	owners  map[string]owned
 	idle    map[string]uint64 // last token of recently freed keys
 	queue   []idleKey         // idle keys in the order they were freed
 	head    int               // queue[:head] are evicted
 	maxIdle int
 	applied uint64
+}
+
+// owned is an owner's entry in State.owners.
+type owned struct {
+	name  string // shared by the owner's leases
+	count int
 }
 
 type idleKey struct {
@@ -89,26 +106,50 @@ func New(maxIdle int) *State {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdleKeys
 	}
-	return &State{leases: make(map[string]*Lease), index: immutable.NewSortedMap[string, *Lease](nil),
-		owners: make(map[string]int), idle: make(map[string]uint64), maxIdle: maxIdle}
+	return &State{index: immutable.NewSortedMap[string, *Lease](keyOrder{}),
+		owners: make(map[string]owned), idle: make(map[string]uint64), maxIdle: maxIdle}
+}
+
+// keyOrder orders the index by key with one comparison of the two keys
+// where the library's default makes two: a lookup compares keys at every
+// level of the index.
+type keyOrder struct{}
+
+func (keyOrder) Compare(a, b string) int { return strings.Compare(a, b) }
+
+// lookup returns the current lease of key, nil if there is none.
+func (s *State) lookup(key string) *Lease {
+	l, _ := s.index.Get(key)
+	return l
 }
 
 // put makes l the current lease of its key.
 func (s *State) put(l *Lease) {
-	s.leases[l.Key] = l
+	s.own(l)
 	s.index = s.index.Set(l.Key, l)
-	s.owners[l.Owner]++
 	delete(s.idle, l.Key)
+}
+
+// own counts l against its owner and makes l.Owner the owner's shared
+// copy of the name: a million leases of a few owners keep a few names.
+func (s *State) own(l *Lease) {
+	o, ok := s.owners[l.Owner]
+	if !ok {
+		o.name = l.Owner
+	}
+	l.Owner = o.name
+	o.count++
+	s.owners[o.name] = o
 }
 
 // drop removes the current lease l.
 func (s *State) drop(l *Lease) {
-	delete(s.leases, l.Key)
 	s.index = s.index.Delete(l.Key)
-	if s.owners[l.Owner] <= 1 {
+	if o := s.owners[l.Owner]; o.count <= 1 {
 		delete(s.owners, l.Owner)
 	} else {
-		s.owners[l.Owner]--
+		o.count--
+		s.owners[l.Owner] = o
 	}
 }
 
@@ -129,12 +170,12 @@ func (s *State) Apply(index, term uint64, c Command) Result {
 	s.applied = index
 	switch c.Op {
 	case OpAcquire:
-		if l, ok := s.leases[c.Key]; ok {
+		if l := s.lookup(c.Key); l != nil {
 			return Result{Err: &HeldError{Key: l.Key, Owner: l.Owner, Token: l.Token}}
 		}
 		l := &Lease{Key: c.Key, ID: c.ID, Owner: c.Owner, Token: index, TTL: c.TTL}
 		s.put(l)
-		return Result{Event: Event{Type: Acquired, Lease: *l, Revision: index}}
+		return Result{Event: Event{Type: Acquired, Lease: *l, Revision: index, shared: l}}
 	case OpRelease:
 		return s.end(index, Released, Expiry{Key: c.Key, ID: c.ID, NextID: c.NextID, Owner: c.Owner, TTL: c.TTL})
 	case OpExpire:
@@ -164,8 +205,8 @@ func (s *State) Apply(index, term uint64, c Command) Result {
 // end ends lease e.ID of e.Key, if current, with an event of type t, and
 // hands the key over to e.NextID if set.
 func (s *State) end(index uint64, t EventType, e Expiry) Result {
-	l, ok := s.leases[e.Key]
-	if !ok || l.ID != e.ID {
+	l := s.lookup(e.Key)
+	if l == nil || l.ID != e.ID {
 		return Result{Err: ErrNotHeld}
 	}
 	s.drop(l)
@@ -177,7 +218,7 @@ func (s *State) end(index uint64, t EventType, e Expiry) Result {
 			next.Token = l.Token
 		}
 		s.put(next)
-		res.Next = Event{Type: Acquired, Lease: *next, Revision: index}
+		res.Next = Event{Type: Acquired, Lease: *next, Revision: index, shared: next}
 	}
 	return res
 }
@@ -203,8 +244,8 @@ func (s *State) remember(key string, token uint64) {
 
 // Get returns the current lease of key.
 func (s *State) Get(key string) (Lease, bool) {
-	l, ok := s.leases[key]
-	if !ok {
+	l := s.lookup(key)
+	if l == nil {
 		return Lease{}, false
 	}
 	return *l, true
@@ -213,20 +254,20 @@ func (s *State) Get(key string) (Lease, bool) {
 // LastToken returns the last token issued for key, or 0 if key is unknown or
 // was forgotten.
 func (s *State) LastToken(key string) uint64 {
-	if l, ok := s.leases[key]; ok {
+	if l := s.lookup(key); l != nil {
 		return l.Token
 	}
 	return s.idle[key]
 }
 
 // Len returns the number of current leases.
-func (s *State) Len() int { return len(s.leases) }
+func (s *State) Len() int { return s.index.Len() }
 
 // Applied returns the log index of the last applied command.
 func (s *State) Applied() uint64 { return s.applied }
 
 // OwnerLen returns the number of current leases of owner.
-func (s *State) OwnerLen(owner string) int { return s.owners[owner] }
+func (s *State) OwnerLen(owner string) int { return s.owners[owner].count }
 
 // List returns up to limit current leases whose keys start with prefix,
 // sorted by key (all of them when limit <= 0). It costs O(log n + answer).
@@ -285,11 +326,18 @@ func (v View) Scan(prefix string, fn func(Lease) bool) {
 	}
 }
 
-// Each calls fn for every current lease, in no particular order, until fn
-// returns false.
-func (s *State) Each(fn func(Lease) bool) {
-	for _, l := range s.leases {
-		if !fn(*l) {
+// Each calls fn for every current lease, in key order, until fn returns
+// false.
+func (s *State) Each(fn func(Lease) bool) { s.View().Scan("", fn) }
+
+// EachShared calls fn with the state's own copy of every current lease, in
+// key order, until fn returns false. The leases are shared (see
+// Event.Shared): fn and whoever it gives them to must not modify them.
+func (s *State) EachShared(fn func(*Lease) bool) {
+	it := s.index.Iterator()
+	for !it.Done() {
+		_, l, _ := it.Next()
+		if !fn(l) {
 			return
 		}
 	}
@@ -298,8 +346,8 @@ func (s *State) Each(fn func(Lease) bool) {
 // Current returns the lease of key if id is its current lease, and
 // ErrNotHeld otherwise. Renewal uses it: a renewed lease keeps its token.
 func (s *State) Current(key, id string) (Lease, error) {
-	l, ok := s.leases[key]
-	if !ok || l.ID != id {
+	l := s.lookup(key)
+	if l == nil || l.ID != id {
 		return Lease{}, ErrNotHeld
 	}
 	return *l, nil

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/fencedio/fenced/lease"
 	"pgregory.net/rapid"
@@ -384,20 +385,48 @@ func TestRestoreRejectsGarbage(t *testing.T) {
 	}
 }
 
+// BenchmarkApplyAcquireRelease cycles keys through acquire and release,
+// in an empty state and beside 100,000 live leases, where a lookup walks a
+// deeper index.
 func BenchmarkApplyAcquireRelease(b *testing.B) {
-	s := lease.New(0)
-	keys := make([]string, 1024)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("bench/%d", i)
+	for _, live := range []int{0, 100_000} {
+		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+			s := lease.New(0)
+			var index uint64
+			for i := range live {
+				index++
+				s.Apply(index, 0, lease.Command{Op: lease.OpAcquire, Key: fmt.Sprintf("live/%08d", i), ID: "id", Owner: "o", TTL: time.Hour})
+			}
+			keys := make([]string, 1024)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("bench/%d", i)
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				k := keys[i%len(keys)]
+				index++
+				s.Apply(index, 0, lease.Command{Op: lease.OpAcquire, Key: k, ID: "id", Owner: "o", TTL: time.Second})
+				index++
+				s.Apply(index, 0, lease.Command{Op: lease.OpRelease, Key: k, ID: "id"})
+			}
+		})
 	}
-	var index uint64
+}
+
+// BenchmarkCurrent is the check a release makes, beside 100,000 leases.
+func BenchmarkCurrent(b *testing.B) {
+	s := lease.New(0)
+	keys, ids := make([]string, 100_000), make([]string, 100_000)
+	for i := range keys {
+		keys[i], ids[i] = fmt.Sprintf("live/%08d", i), fmt.Sprint(i)
+		s.Apply(uint64(i+1), 0, lease.Command{Op: lease.OpAcquire, Key: keys[i], ID: ids[i], Owner: "o", TTL: time.Hour})
+	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		k := keys[i%len(keys)]
-		index++
-		s.Apply(index, 0, lease.Command{Op: lease.OpAcquire, Key: k, ID: "id", TTL: time.Second})
-		index++
-		s.Apply(index, 0, lease.Command{Op: lease.OpRelease, Key: k, ID: "id"})
+		n := i * 7919 % len(keys)
+		if _, err := s.Current(keys[n], ids[n]); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -460,4 +489,57 @@ func modelList(holder map[string]lease.Lease, prefix string) []lease.Lease {
 	}
 	slices.SortFunc(out, func(a, b lease.Lease) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// Event.Shared is the state's own copy of a granted lease: equal to the
+// event's lease, listed by EachShared, and never changed by later entries,
+// so that the leader's deadlines may keep it instead of a copy.
+func TestSharedLease(t *testing.T) {
+	s := lease.New(0)
+	res := s.Apply(1, 0, lease.Command{Op: lease.OpAcquire, Key: "k", ID: "a", Owner: "A", TTL: time.Second})
+	shared := res.Event.Shared()
+	if shared == nil || *shared != res.Event.Lease {
+		t.Fatalf("Shared() = %v, want the granted lease %+v", shared, res.Event.Lease)
+	}
+	var listed []*lease.Lease
+	s.EachShared(func(l *lease.Lease) bool { listed = append(listed, l); return true })
+	if len(listed) != 1 || listed[0] != shared {
+		t.Fatalf("EachShared listed %v, want only %p", listed, shared)
+	}
+	granted := *shared
+	rel := s.Apply(2, 0, lease.Command{Op: lease.OpRelease, Key: "k", ID: "a", NextID: "b", Owner: "B", TTL: time.Minute})
+	if rel.Event.Shared() != nil {
+		t.Errorf("a Released event has Shared() = %v, want nil", rel.Event.Shared())
+	}
+	if next := rel.Next.Shared(); next == nil || *next != rel.Next.Lease {
+		t.Errorf("handover Shared() = %v, want %+v", next, rel.Next.Lease)
+	}
+	s.Apply(3, 0, lease.Command{Op: lease.OpExpire, Key: "k", ID: "b"})
+	s.Apply(4, 0, lease.Command{Op: lease.OpAcquire, Key: "k", ID: "c", Owner: "A", TTL: time.Hour})
+	if *shared != granted {
+		t.Fatalf("the shared lease changed to %+v, want %+v", *shared, granted)
+	}
+}
+
+// Leases of one owner share one copy of the owner's name, however many
+// copies the commands carried; quotas still count per owner.
+func TestOwnerNameShared(t *testing.T) {
+	s := lease.New(0)
+	owner := func() string { return strings.Clone("owner-with-a-long-name") }
+	for i := range 3 {
+		s.Apply(uint64(i+1), 0, lease.Command{Op: lease.OpAcquire, Key: fmt.Sprint("k", i), ID: "id", Owner: owner(), TTL: time.Second})
+	}
+	ls := s.List("", 0)
+	for _, l := range ls[1:] {
+		if unsafe.StringData(l.Owner) != unsafe.StringData(ls[0].Owner) {
+			t.Fatalf("lease %q keeps its own copy of owner %q", l.Key, l.Owner)
+		}
+	}
+	if n := s.OwnerLen(owner()); n != 3 {
+		t.Fatalf("OwnerLen = %d, want 3", n)
+	}
+	s.Apply(4, 0, lease.Command{Op: lease.OpRelease, Key: "k0", ID: "id"})
+	if n := s.OwnerLen(owner()); n != 2 {
+		t.Fatalf("OwnerLen after a release = %d, want 2", n)
+	}
 }

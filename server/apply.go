@@ -22,7 +22,7 @@ func (s *Server) applied(ev lease.Event) {
 	replay := ev.Revision <= s.replayedTo
 	switch ev.Type {
 	case lease.Acquired:
-		s.expirer.add(l, s.expirer.now())
+		s.expirer.add(ev.Shared(), s.expirer.now())
 		s.grants.record(ev, grantTime(replay))
 		s.waiters.granted(l)
 		prev, tookOver := s.expired.take(l.Key)
@@ -76,8 +76,8 @@ func (s *Server) logTransition(msg string, l lease.Lease, extra ...slog.Attr) {
 }
 
 func (s *Server) restored(st *lease.State) {
-	leases := make([]lease.Lease, 0, st.Len())
-	st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
+	leases := make([]*lease.Lease, 0, st.Len())
+	st.EachShared(func(l *lease.Lease) bool { leases = append(leases, l); return true })
 	s.expirer.reset(leases, s.expirer.now())
 	s.hub.restored(st.Applied())
 	s.waiters.freedAll()

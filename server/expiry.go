@@ -56,10 +56,11 @@ const (
 	defaultExpiryInflight = 4
 )
 
-// tracked is kept per lease, so it is kept small: a million leases cost
-// 80 bytes each here.
+// tracked is kept per lease, so it is kept small: 24 bytes. The lease
+// itself is the state machine's own copy (lease.Event.Shared), read-only
+// and shared, not a copy of its own.
 type tracked struct {
-	lease    lease.Lease
+	lease    *lease.Lease
 	deadline monoTime
 	index    int // position in heap
 }
@@ -95,8 +96,9 @@ func (e *expirer) wake() {
 	}
 }
 
-// add tracks a newly granted lease with a full TTL from now.
-func (e *expirer) add(l lease.Lease, now time.Time) {
+// add tracks a newly granted lease with a full TTL from now. l is shared
+// with the state machine (lease.Event.Shared) and never modified.
+func (e *expirer) add(l *lease.Lease, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if old, ok := e.byKey[l.Key]; ok {
@@ -134,14 +136,14 @@ func (e *expirer) renew(key, id string, now time.Time) (lease.Lease, error) {
 		return lease.Lease{}, lease.ErrNotHeld
 	}
 	if failpoint.Enabled(failpoint.RenewNoExtend) {
-		return t.lease, nil
+		return *t.lease, nil
 	}
 	t.deadline = mono(now).add(t.lease.TTL)
 	if failpoint.Enabled(failpoint.ExpireHalfTTL) {
 		t.deadline = mono(now).add(t.lease.TTL / 2)
 	}
 	heap.Fix(&e.heap, t.index)
-	return t.lease, nil
+	return *t.lease, nil
 }
 
 // remaining returns how long the lease of key has left, 0 if untracked.
@@ -172,8 +174,9 @@ func (e *expirer) remainingOf(leases []lease.Lease, now time.Time) []time.Durati
 	return out
 }
 
-// reset replaces the tracked set with leases, each with a full TTL from now.
-func (e *expirer) reset(leases []lease.Lease, now time.Time) {
+// reset replaces the tracked set with leases, each with a full TTL from
+// now. The leases are shared, as those given to add.
+func (e *expirer) reset(leases []*lease.Lease, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.byKey = make(map[string]*tracked, len(leases))
@@ -221,7 +224,7 @@ func (e *expirer) run(done <-chan struct{}) {
 				for len(due) < e.maxBatch && len(e.heap) > 0 && e.heap[0].deadline <= now {
 					t := heap.Pop(&e.heap).(*tracked)
 					delete(e.byKey, t.lease.Key)
-					due = append(due, t.lease)
+					due = append(due, *t.lease)
 				}
 				e.inflight++
 				e.submitting.Add(1)

@@ -306,8 +306,8 @@ func (s *Server) becomeLeader(ctx context.Context) {
 	}
 	n := 0
 	s.fsm.read(func(st *lease.State) {
-		leases := make([]lease.Lease, 0, st.Len())
-		st.Each(func(l lease.Lease) bool { leases = append(leases, l); return true })
+		leases := make([]*lease.Lease, 0, st.Len())
+		st.EachShared(func(l *lease.Lease) bool { leases = append(leases, l); return true })
 		s.expirer.reset(leases, s.expirer.now())
 		n = len(leases)
 	})

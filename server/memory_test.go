@@ -1,0 +1,63 @@
+package server
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/fencedio/fenced/lease"
+	"github.com/hashicorp/raft"
+)
+
+// BenchmarkLiveLeaseMemory measures the heap a node keeps per live lease:
+// the state machine and the leader's deadlines, fed through the FSM the way
+// raft feeds a node, with the keys, owners and lease IDs of the bench/
+// memory workload (an owner per 50,000 leases). It reports live heap bytes
+// per lease after a collection; -benchtime=1000000x gives the million of
+// issue #13, and -memprofile shows where the bytes are.
+func BenchmarkLiveLeaseMemory(b *testing.B) {
+	f := newFSM(0)
+	e := newExpirer(func(uint64, []lease.Lease) {})
+	g := newGrantMemory(grantsPerKey, maxGrantKeys)
+	f.onEvent = func(ev lease.Event) {
+		if ev.Type == lease.Acquired {
+			e.add(ev.Shared(), time.Now())
+			g.record(ev, time.Time{})
+		}
+	}
+	before := liveHeap()
+	const batch = 512
+	logs := make([]*raft.Log, 0, batch)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := lease.Command{Op: lease.OpAcquire, Key: fmt.Sprintf("fencedbench/memory/%08d", i), ID: newLeaseID(),
+			Owner: fmt.Sprintf("fencedbench/%d", i/50_000), TTL: time.Hour}
+		data, err := c.MarshalBinary()
+		if err != nil {
+			b.Fatal(err)
+		}
+		logs = append(logs, &raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: data})
+		if len(logs) == batch || i == b.N-1 {
+			f.ApplyBatch(logs)
+			logs = logs[:0]
+		}
+	}
+	b.StopTimer()
+	if f.state.Len() != b.N {
+		b.Fatalf("%d leases, want %d", f.state.Len(), b.N)
+	}
+	b.ReportMetric(float64(liveHeap()-before)/float64(b.N), "heapB/lease")
+	liveLeases = []any{f, e, g} // still live when -memprofile is written
+}
+
+// liveLeases keeps the last BenchmarkLiveLeaseMemory's structures reachable
+// until the test binary writes its heap profile.
+var liveLeases []any
+
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
