@@ -82,10 +82,13 @@ func (t *contactTransport) quorumSince(self raft.ServerID, voters []raft.ServerI
 // verifyLeader is one leadership check for leaderCheck: raft's
 // VerifyLeader, then a quorum contact begun after the check began. Each
 // VerifyLeader makes raft send heartbeats at once, so the second round
-// normally finds the answers to the first round's heartbeats.
+// normally finds the answers to the first round's heartbeats. Under load
+// the answers can be recorded after raft has counted them, so it tries
+// again, at least three times and for up to half the heartbeat timeout,
+// before it refuses (the caller's client then retries).
 func (s *Server) verifyLeader() error {
 	start := time.Now()
-	for range 3 {
+	for round := 0; round < 3 || time.Since(start) < s.cfg.HeartbeatTimeout/2; round++ {
 		term := s.raft.CurrentTerm()
 		if err := s.raft.VerifyLeader().Error(); err != nil {
 			return err
