@@ -69,7 +69,13 @@ func memberCmd(g *globals) *cobra.Command {
 			return g.printMembers(cmd, resp.Msg.GetMembers(), 0)
 		},
 	}
-	transfer := &cobra.Command{
+	cmd.AddCommand(list, add, remove, memberTransferCmd(g))
+	return cmd
+}
+
+// memberTransferCmd hands leadership to a member through ClusterService.
+func memberTransferCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "transfer-leader [ID]",
 		Short: "Hand leadership to a member (to any up-to-date voter without ID)",
 		Args:  cobra.MaximumNArgs(1),
@@ -93,8 +99,6 @@ func memberCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(list, add, remove, transfer)
-	return cmd
 }
 
 // cluster runs call against the named nodes in turn until one answers
