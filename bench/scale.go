@@ -3,8 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,6 +28,12 @@ type ScaleConfig struct {
 	Listers    int           // clients looping List(prefix "", limit 100); default 16
 	Dashboards int           // /v1/events subscribers; default 50
 	Watchers   int           // Watch streams on prefix ""; default 2,000
+	// Phases names the phases to run among "quiet", "readers" and
+	// "watchers"; empty runs all three.
+	Phases []string
+	// ProfileDir, when set, receives a CPU profile of fenced (run with
+	// --pprof) and one of the harness for each phase.
+	ProfileDir string
 }
 
 // ScalePhase is the churn measured in one phase.
@@ -36,6 +46,10 @@ type ScalePhase struct {
 	Unhealthy  int           `json:"unhealthySamples"` // /healthz answers other than 200, sampled every 500ms
 	Load       string        `json:"load"`             // what the readers achieved
 	PeakRSS    int64         `json:"peakRss"`
+	// FencedCPU and HarnessCPU are the cores each process kept busy during
+	// the phase (CPU time over wall time): the two share the machine.
+	FencedCPU  float64 `json:"fencedCpu"`
+	HarnessCPU float64 `json:"harnessCpu"`
 }
 
 func (c *ScaleConfig) defaults() {
@@ -59,7 +73,11 @@ func (c *ScaleConfig) defaults() {
 // reading, and with Watchers streaming every transition.
 func RunScale(ctx context.Context, cfg ScaleConfig, logf func(string, ...any)) ([]ScalePhase, error) {
 	cfg.defaults()
-	srv, err := startFenced(ctx, cfg.FencedBin, cfg.Dir, 4_000_000)
+	var extra []string
+	if cfg.ProfileDir != "" {
+		extra = append(extra, "--pprof")
+	}
+	srv, err := startFenced(ctx, cfg.FencedBin, cfg.Dir, 4_000_000, extra...)
 	if err != nil {
 		return nil, err
 	}
@@ -74,31 +92,85 @@ func RunScale(ctx context.Context, cfg ScaleConfig, logf func(string, ...any)) (
 		if load != nil {
 			report = load(lctx)
 		}
+		stopProfiles := profilePhase(ctx, cfg, srv, len(phases))
+		cpu0, self0, t0 := procCPUOrZero(srv.pid()), selfCPU(), time.Now()
 		p, err := churn(ctx, srv, cfg.Clients, cfg.Duration)
+		wall := time.Since(t0).Seconds()
+		p.FencedCPU = (procCPUOrZero(srv.pid()) - cpu0).Seconds() / wall
+		p.HarnessCPU = (selfCPU() - self0).Seconds() / wall
+		stopProfiles()
 		p.Name, p.Load = name, report()
 		cancel()
 		if _, peak, rerr := srv.rss(); rerr == nil {
 			p.PeakRSS = peak
 		}
-		logf("scale: %s: %.0f ops/s, acquire p50 %v p99 %v, %d errors, %d unhealthy; %s", name, p.OpsPerSec, p.AcquireP50, p.AcquireP99, p.Errors, p.Unhealthy, p.Load)
+		logf("scale: %s: %.0f ops/s, acquire p50 %v p99 %v, %d errors, %d unhealthy, cores busy: fenced %.2f harness %.2f; %s",
+			name, p.OpsPerSec, p.AcquireP50, p.AcquireP99, p.Errors, p.Unhealthy, p.FencedCPU, p.HarnessCPU, p.Load)
 		phases = append(phases, p)
 		time.Sleep(time.Second) // let the load's streams close
 		return err
 	}
-	if err := measure("quiet", nil); err != nil {
-		return phases, err
+	run := func(phase string) bool { return len(cfg.Phases) == 0 || slices.Contains(cfg.Phases, phase) }
+	if run("quiet") {
+		if err := measure("quiet", nil); err != nil {
+			return phases, err
+		}
 	}
-	if err := measure(fmt.Sprintf("%d listers + %d dashboards", cfg.Listers, cfg.Dashboards), func(ctx context.Context) func() string {
-		return readers(ctx, srv.endpoint, cfg.Listers, cfg.Dashboards)
-	}); err != nil {
-		return phases, err
+	if run("readers") {
+		if err := measure(fmt.Sprintf("%d listers + %d dashboards", cfg.Listers, cfg.Dashboards), func(ctx context.Context) func() string {
+			return readers(ctx, srv.endpoint, cfg.Listers, cfg.Dashboards)
+		}); err != nil {
+			return phases, err
+		}
 	}
-	if err := measure(fmt.Sprintf("%d watchers", cfg.Watchers), func(ctx context.Context) func() string {
-		return watchers(ctx, srv.endpoint, cfg.Watchers)
-	}); err != nil {
-		return phases, err
+	if run("watchers") {
+		if err := measure(fmt.Sprintf("%d watchers", cfg.Watchers), func(ctx context.Context) func() string {
+			return watchers(ctx, srv.endpoint, cfg.Watchers)
+		}); err != nil {
+			return phases, err
+		}
 	}
 	return phases, nil
+}
+
+func procCPUOrZero(pid int) time.Duration {
+	d, _ := procCPU(pid)
+	return d
+}
+
+// profilePhase starts CPU profiles of fenced and of the harness for phase
+// i when cfg.ProfileDir is set; the returned func stops and writes them.
+func profilePhase(ctx context.Context, cfg ScaleConfig, srv *server, i int) func() {
+	if cfg.ProfileDir == "" {
+		return func() {}
+	}
+	base := filepath.Join(cfg.ProfileDir, fmt.Sprintf("phase%d-", i+1))
+	self, err := os.Create(base + "harness.pprof")
+	if err == nil && pprof.StartCPUProfile(self) != nil {
+		self.Close()
+		self = nil
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		secs := max(1, int(cfg.Duration.Seconds())-1)
+		req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.endpoint, secs), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		if f, err := os.Create(base + "fenced.pprof"); err == nil {
+			io.Copy(f, resp.Body)
+			f.Close()
+		}
+	})
+	return func() {
+		if self != nil {
+			pprof.StopCPUProfile()
+			self.Close()
+		}
+		wg.Wait()
+	}
 }
 
 // fillLeases creates n leases with a 1h TTL that the harness does not renew,
