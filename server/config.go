@@ -86,7 +86,9 @@ type Config struct {
 	// are refused with 429. Defaults 1,000 and 100.
 	MaxEventSubscribers, MaxEventSubscribersPerClient int
 	// StreamWriteTimeout bounds every send on a stream (Watch, /v1/events):
-	// a subscriber that stops reading for this long is cut off. Default 10s.
+	// a subscriber that stops reading for this long is cut off. A Watch
+	// send may be cut after 3/4 of it already (the deadline is moved only
+	// when less than that is left). Default 10s.
 	StreamWriteTimeout time.Duration
 
 	// ApplyStallTimeout is how long log writes may be pending without any

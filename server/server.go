@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,10 @@ type Server struct {
 	watchers, subscribers *streamLimiter
 	// snapshotSlots bounds the dashboard snapshots built at once.
 	snapshotSlots chan struct{}
+	// readSlots bounds the Gets and Lists answered at once, to half the
+	// cores (at least one): more readers wait for a slot, parked, instead
+	// of taking every core and the scheduler's queue from the write path.
+	readSlots chan struct{}
 	// beforeLeaderReset, if set, runs in becomeLeader just before the
 	// deadlines are reset: tests use it to apply entries in that window.
 	beforeLeaderReset func()
@@ -113,6 +118,7 @@ func New(cfg Config) (*Server, error) {
 		raftDown: make(chan struct{}),
 
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
+		readSlots:     make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)),
 		watchers:      newStreamLimiter("watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
 		subscribers:   newStreamLimiter("event subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
 

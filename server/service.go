@@ -20,9 +20,11 @@ type service struct{ s *Server }
 func (s *Server) handlerOptions() []connect.HandlerOption {
 	return append(s.codecs(),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
-		// Lease messages are a few hundred bytes; compressing them costs
-		// more CPU than it saves on the wire.
-		connect.WithCompressMinBytes(4<<10),
+		// Lease messages are a few hundred bytes, and a List page of 100
+		// leases about 10 KiB: compressing them costs more CPU (a quarter
+		// of the server's, with clients looping List) than it saves on the
+		// wire. Only large Lists are compressed.
+		connect.WithCompressMinBytes(64<<10),
 		connect.WithInterceptors(s.observeRequests(), s.authInterceptor()),
 	)
 }
@@ -134,6 +136,12 @@ func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
 	if !stale && !s.ready.Load() {
 		return nil, connectError(errNotReady)
 	}
+	select {
+	case s.readSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, connectError(ctx.Err())
+	}
+	defer func() { <-s.readSlots }()
 	return answer(req)
 }
 
@@ -220,8 +228,10 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	// stops reading is cut off instead of holding its goroutine forever.
 	// A batch of queued events is flushed once, after its last event.
 	ctl := streamControlFrom(ctx)
+	sent := false // connect has sent the headers
 	send := func(m *fencedv1.WatchResponse, more bool) error {
 		ctl.beforeSend(v.s.cfg.StreamWriteTimeout, more)
+		sent = true
 		return stream.Send(m)
 	}
 	resync := func() error {
@@ -230,14 +240,16 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	// A node behind the one the watcher left may apply events at or below
 	// afterRevision only after the subscription: they were delivered already.
 	after := req.Msg.GetAfterRevision()
+	batch := v.s.watchBatcher(ctl, envelopeSlot(req.Header().Get("Content-Type")))
 	sendAll := func(evs []*hubEvent) error {
 		evs = slices.DeleteFunc(evs, func(ev *hubEvent) bool { return !ev.rejection && ev.Revision <= after })
-		for i, ev := range evs {
-			if err := send(watchMessage(ev, after), i < len(evs)-1); err != nil {
+		if !sent && len(evs) > 0 {
+			if err := send(watchMessage(evs[0], after), len(evs) > 1); err != nil {
 				return err
 			}
+			evs = evs[1:]
 		}
-		return nil
+		return batch(evs, func(ev *hubEvent, more bool) error { return send(watchMessage(ev, after), more) })
 	}
 	if req.Msg.GetRejections() {
 		defer v.s.relay.join()()

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
 	"github.com/fencedio/fenced/lease"
@@ -126,24 +127,53 @@ func (h *hub) enqueue(it hubItem) {
 	}
 }
 
-// run dispatches published events until done is closed.
+// run dispatches published events until done is closed. Under load it
+// dispatches at most once per roundInterval(watchers): the events
+// published meanwhile go out together, so each watcher wakes, sends and
+// flushes once per round for many events instead of once per event. The
+// first event after a quiet spell goes out at once.
 func (h *hub) run(done <-chan struct{}) {
 	var batch []hubItem
+	var last time.Time
+	watchers := 0
 	for {
 		select {
 		case <-done:
 			return
 		case <-h.inReady:
 		}
+		if wait := time.Until(last.Add(roundInterval(watchers))); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		last = time.Now()
 		h.inMu.Lock()
 		batch, h.in = h.in, batch[:0]
 		h.inMu.Unlock()
-		h.dispatch(batch)
+		watchers = h.dispatch(batch)
 		clear(batch)
 	}
 }
 
-func (h *hub) dispatch(batch []hubItem) {
+// roundInterval is the least time between two dispatch rounds with n
+// watchers: 25µs per watcher, at most 100ms (50ms for 2,000 watchers). A
+// round costs each watcher it wakes a frame, a flush and a system call
+// (about 3µs of the server's CPU on a loopback connection, and as much for
+// the client), whether it carries one event or a hundred: so per-frame
+// work stays well under a core however many watchers there are, and the
+// rest of a round's cost is per event.
+func roundInterval(n int) time.Duration {
+	return min(time.Duration(n)*25*time.Microsecond, 100*time.Millisecond)
+}
+
+// dispatch moves batch into the history and the watchers' queues, and
+// returns the number of subscriptions.
+func (h *hub) dispatch(batch []hubItem) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, it := range batch {
@@ -188,6 +218,7 @@ func (h *hub) dispatch(batch []hubItem) {
 			}
 		}
 	}
+	return len(h.subs)
 }
 
 // offer queues ev for s, or cuts s off (lost) when its queue is full.
