@@ -161,14 +161,15 @@ func (h *hub) run(done <-chan struct{}) {
 }
 
 // roundInterval is the least time between two dispatch rounds with n
-// watchers: 25µs per watcher, at most 100ms (50ms for 2,000 watchers). A
+// watchers: 25µs per watcher, at most 50ms (reached at 2,000 watchers). A
 // round costs each watcher it wakes a frame, a flush and a system call
 // (about 3µs of the server's CPU on a loopback connection, and as much for
 // the client), whether it carries one event or a hundred: so per-frame
 // work stays well under a core however many watchers there are, and the
-// rest of a round's cost is per event.
+// rest of a round's cost is per event. 50ms of events stays well under a
+// watcher's queue (WatchBuffer) at the write rates a node sustains.
 func roundInterval(n int) time.Duration {
-	return min(time.Duration(n)*25*time.Microsecond, 100*time.Millisecond)
+	return min(time.Duration(n)*25*time.Microsecond, 50*time.Millisecond)
 }
 
 // dispatch moves batch into the history and the watchers' queues, and
