@@ -172,6 +172,13 @@ func (s *Server) eventsSnapshot(ctx context.Context, prefix string) (sub *subscr
 		return nil, nil, 0, false
 	}
 	defer func() { <-s.snapshotSlots }()
+	// And it is a read like a List: it waits for a read slot too.
+	select {
+	case s.readSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, 0, false
+	}
+	defer func() { <-s.readSlots }()
 	// Subscribed before the view is taken: every event after the view's
 	// revision reaches sub, and those at or before it are skipped by the
 	// caller.
