@@ -152,6 +152,11 @@ func (s *Server) watchBatcher(ctl *streamControl, slot int) func(evs []*hubEvent
 			}
 			return nil
 		}
+		if buf == nil && len(evs) > 64 {
+			if p, _ := burstBufs.Get().(*[]byte); p != nil {
+				buf = *p
+			}
+		}
 		buf = buf[:0]
 		for i, ev := range evs {
 			if ev.rejection {
@@ -171,11 +176,20 @@ func (s *Server) watchBatcher(ctl *streamControl, slot int) func(evs []*hubEvent
 		}
 		err := s.flushBatch(ctl, &buf)
 		if cap(buf) > 64<<10 {
-			buf = nil // a burst's buffer is not kept for the stream's life
+			// A burst's buffer is not kept for the stream's life, but
+			// shared with the next stream that has a burst to send: under
+			// overload thousands of watchers each send their queue in
+			// turn, and garbage of that size makes the GC scan the leases
+			// over and over.
+			burstBufs.Put(&buf)
+			buf = nil
 		}
 		return err
 	}
 }
+
+// burstBufs holds buffers of more than 64 KiB for watchBatcher.
+var burstBufs sync.Pool
 
 // flushBatch writes and flushes the envelopes in *buf, if any, and empties it.
 func (s *Server) flushBatch(ctl *streamControl, buf *[]byte) error {

@@ -83,6 +83,7 @@ type subscription struct {
 
 	mu    sync.Mutex
 	queue []*hubEvent   // grows on demand, at most hub.buffer
+	spare []*hubEvent   // an empty array for the next queue (recycle)
 	ready chan struct{} // cap 1: signalled when queue becomes non-empty
 	// lost is closed when the subscriber fell behind and was dropped.
 	lost chan struct{}
@@ -98,8 +99,20 @@ func (s *subscription) take() []*hubEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queue
-	s.queue = nil
+	s.queue, s.spare = s.spare, nil
 	return q
+}
+
+// recycle gives back q, taken and sent, as the array of a later queue:
+// thousands of watchers refilling their queues every round otherwise make
+// garbage enough to keep the GC scanning the leases.
+func (s *subscription) recycle(q []*hubEvent) {
+	clear(q[:cap(q)])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.spare == nil && cap(q) > 0 {
+		s.spare = q[:0]
+	}
 }
 
 func newHub(history, buffer int) *hub {
@@ -173,65 +186,107 @@ func roundInterval(n int) time.Duration {
 }
 
 // dispatch moves batch into the history and the watchers' queues, and
-// returns the number of subscriptions.
+// returns the number of subscriptions. The transitions of a batch reach
+// each watcher together: one lock and one wake-up per watcher per round,
+// not per event, so a round's cost in watchers stays small however many
+// events it carries.
 func (h *hub) dispatch(batch []hubItem) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var evs []*hubEvent // kept, not yet offered to the watchers
 	for _, it := range batch {
-		if it.ev == nil {
-			for i := 0; i < h.size; i++ {
-				h.forget(h.history[(h.start+i)%len(h.history)])
-				h.history[(h.start+i)%len(h.history)] = nil
-			}
-			h.start, h.size = 0, 0
-			h.floor = max(h.floor, it.restored)
-			h.last = max(h.last, it.restored)
-			for s := range h.subs {
-				delete(h.subs, s)
-				close(s.lost)
-			}
-			continue
-		}
-		ev := it.ev
-		if ev.rejection {
-			h.deliverRejection(ev)
-			continue
-		}
-		ev.watch = &fencedv1.WatchResponse{Event: eventToProto(ev.Event)}
-		h.last = ev.Revision
-		if len(h.history) > 0 {
-			if h.size == len(h.history) {
-				h.floor = h.history[h.start].Revision
-				h.forget(h.history[h.start])
-				h.history[h.start] = nil
-				h.start = (h.start + 1) % len(h.history)
-				h.size--
-			}
-			h.history[(h.start+h.size)%len(h.history)] = ev
-			h.size++
-			h.keptMu.Lock()
-			h.kept[ev.watch] = ev
-			h.keptMu.Unlock()
-		}
-		for s := range h.subs {
-			if !s.relay && strings.HasPrefix(ev.Lease.Key, s.prefix) {
-				h.offer(s, ev)
-			}
+		switch {
+		case it.ev == nil:
+			h.fanOut(evs)
+			evs = evs[:0]
+			h.restore(it.restored)
+		case it.ev.rejection:
+			h.fanOut(evs)
+			evs = evs[:0]
+			h.deliverRejection(it.ev)
+		default:
+			h.keep(it.ev)
+			evs = append(evs, it.ev)
 		}
 	}
+	h.fanOut(evs)
 	return len(h.subs)
 }
 
-// offer queues ev for s, or cuts s off (lost) when its queue is full.
-// Called by the dispatcher with h.mu held.
-func (h *hub) offer(s *subscription, ev *hubEvent) {
-	s.mu.Lock()
-	full := len(s.queue) >= h.buffer
-	if !full {
-		s.queue = append(s.queue, ev)
+// restore forgets the history up to a snapshot restored at revision and
+// drops every watcher. Called by the dispatcher with h.mu held.
+func (h *hub) restore(revision uint64) {
+	for i := 0; i < h.size; i++ {
+		h.forget(h.history[(h.start+i)%len(h.history)])
+		h.history[(h.start+i)%len(h.history)] = nil
 	}
+	h.start, h.size = 0, 0
+	h.floor = max(h.floor, revision)
+	h.last = max(h.last, revision)
+	for s := range h.subs {
+		delete(h.subs, s)
+		close(s.lost)
+	}
+}
+
+// keep builds ev's Watch message and adds ev to the history, evicting the
+// oldest event when it is full. Called by the dispatcher with h.mu held.
+func (h *hub) keep(ev *hubEvent) {
+	ev.watch = &fencedv1.WatchResponse{Event: eventToProto(ev.Event)}
+	h.last = ev.Revision
+	if len(h.history) == 0 {
+		return
+	}
+	if h.size == len(h.history) {
+		h.floor = h.history[h.start].Revision
+		h.forget(h.history[h.start])
+		h.history[h.start] = nil
+		h.start = (h.start + 1) % len(h.history)
+		h.size--
+	}
+	h.history[(h.start+h.size)%len(h.history)] = ev
+	h.size++
+	h.keptMu.Lock()
+	h.kept[ev.watch] = ev
+	h.keptMu.Unlock()
+}
+
+// fanOut offers evs, transitions in revision order, to every watcher of a
+// prefix they match, each watcher's share at once. Called by the
+// dispatcher with h.mu held.
+func (h *hub) fanOut(evs []*hubEvent) {
+	if len(evs) == 0 {
+		return
+	}
+	byPrefix := map[string][]*hubEvent{"": evs} // the events under each prefix
+	for s := range h.subs {
+		if s.relay {
+			continue
+		}
+		mine, ok := byPrefix[s.prefix]
+		if !ok {
+			for _, ev := range evs {
+				if strings.HasPrefix(ev.Lease.Key, s.prefix) {
+					mine = append(mine, ev)
+				}
+			}
+			byPrefix[s.prefix] = mine
+		}
+		if len(mine) > 0 {
+			h.offer(s, mine)
+		}
+	}
+}
+
+// offer queues evs for s, or as many as fit and then cuts s off (lost)
+// when its queue would hold more than buffer events. Called by the
+// dispatcher with h.mu held.
+func (h *hub) offer(s *subscription, evs []*hubEvent) {
+	s.mu.Lock()
+	n := min(len(evs), max(h.buffer-len(s.queue), 0))
+	s.queue = append(s.queue, evs[:n]...)
 	s.mu.Unlock()
-	if full {
+	if n < len(evs) {
 		delete(h.subs, s)
 		close(s.lost)
 		return
@@ -295,4 +350,11 @@ func (h *hub) unsubscribe(s *subscription) {
 // configuration), so "after 1" is every event there is.
 func readRevision(st *lease.State) uint64 {
 	return max(st.Applied(), 1)
+}
+
+// watching returns the number of subscriptions, for tests.
+func (h *hub) watching() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
 }
