@@ -39,6 +39,9 @@ type ScaleConfig struct {
 	// ProfileDir, when set, receives a CPU profile of fenced (run with
 	// --pprof) and one of the harness for each phase.
 	ProfileDir string
+	// FencedArgs are added to fenced's command line, e.g. to compare
+	// settings of one build.
+	FencedArgs []string
 }
 
 // ScalePhase is the churn measured in one phase.
@@ -78,7 +81,7 @@ func (c *ScaleConfig) defaults() {
 // reading, and with Watchers streaming every transition.
 func RunScale(ctx context.Context, cfg ScaleConfig, logf func(string, ...any)) ([]ScalePhase, error) {
 	cfg.defaults()
-	var extra []string
+	extra := slices.Clone(cfg.FencedArgs)
 	if cfg.ProfileDir != "" {
 		extra = append(extra, "--pprof")
 	}
@@ -369,6 +372,11 @@ func watchers(ctx context.Context, endpoint string, n int) func() string {
 // the phase shares with fenced: it reads envelopes into one buffer and
 // decodes each into one reused message. It still decodes every event,
 // counts it (RESYNC apart), and fails on a revision that goes back.
+//
+// A RESYNC (the server shed this watcher, under overload or because it
+// read too slowly) is counted and the stream read on: the server goes on
+// with the events after it, as a new Watch from then would, and this
+// watcher keeps no state to re-read.
 func watchStream(ctx context.Context, hc *http.Client, endpoint string, events, resyncs *atomic.Int64) error {
 	body, _ := proto.Marshal(&fencedv1.WatchRequest{})
 	env := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))

@@ -31,11 +31,13 @@ func main() {
 	flag.IntVar(&cfg.Watchers, "watchers", 2_000, "Watch streams")
 	phaseList := flag.String("phases", "", "comma-separated phases to run among quiet, readers, watchers (default: all)")
 	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of fenced (run with --pprof) and of the harness per phase here")
+	fencedArgs := flag.String("fenced-args", "", "space-separated flags added to fenced's command line")
 	jsonOut := flag.Bool("json", false, "write the phases as JSON to stdout")
 	flag.Parse()
 	if *phaseList != "" {
 		cfg.Phases = strings.Split(*phaseList, ",")
 	}
+	cfg.FencedArgs = strings.Fields(*fencedArgs)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dir, err := os.MkdirTemp("", "scalebench-")
