@@ -219,7 +219,7 @@ type server struct {
 	endpoint string // fenced: base URL; etcd: host:port
 }
 
-func startFenced(ctx context.Context, bin, dir string, maxLeases int) (*server, error) {
+func startFenced(ctx context.Context, bin, dir string, maxLeases int, extra ...string) (*server, error) {
 	listen, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
@@ -232,10 +232,10 @@ func startFenced(ctx context.Context, bin, dir string, maxLeases int) (*server, 
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
-	p, err := startProc("fenced", bin, []string{
+	p, err := startProc("fenced", bin, append([]string{
 		"--data-dir", data, "--listen", listen, "--raft-listen", raftListen,
 		"--log-level", "warn", "--max-leases", strconv.Itoa(maxLeases),
-	}, filepath.Join(dir, "fenced.log"), false)
+	}, extra...), filepath.Join(dir, "fenced.log"), false)
 	if err != nil {
 		return nil, err
 	}

@@ -1,16 +1,25 @@
 package bench
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fencedio/fenced/client"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // ScaleConfig configures RunScale: fenced at scale, with readers and
@@ -24,6 +33,15 @@ type ScaleConfig struct {
 	Listers    int           // clients looping List(prefix "", limit 100); default 16
 	Dashboards int           // /v1/events subscribers; default 50
 	Watchers   int           // Watch streams on prefix ""; default 2,000
+	// Phases names the phases to run among "quiet", "readers" and
+	// "watchers"; empty runs all three.
+	Phases []string
+	// ProfileDir, when set, receives a CPU profile of fenced (run with
+	// --pprof) and one of the harness for each phase.
+	ProfileDir string
+	// FencedArgs are added to fenced's command line, e.g. to compare
+	// settings of one build.
+	FencedArgs []string
 }
 
 // ScalePhase is the churn measured in one phase.
@@ -36,6 +54,10 @@ type ScalePhase struct {
 	Unhealthy  int           `json:"unhealthySamples"` // /healthz answers other than 200, sampled every 500ms
 	Load       string        `json:"load"`             // what the readers achieved
 	PeakRSS    int64         `json:"peakRss"`
+	// FencedCPU and HarnessCPU are the cores each process kept busy during
+	// the phase (CPU time over wall time): the two share the machine.
+	FencedCPU  float64 `json:"fencedCpu"`
+	HarnessCPU float64 `json:"harnessCpu"`
 }
 
 func (c *ScaleConfig) defaults() {
@@ -59,7 +81,11 @@ func (c *ScaleConfig) defaults() {
 // reading, and with Watchers streaming every transition.
 func RunScale(ctx context.Context, cfg ScaleConfig, logf func(string, ...any)) ([]ScalePhase, error) {
 	cfg.defaults()
-	srv, err := startFenced(ctx, cfg.FencedBin, cfg.Dir, 4_000_000)
+	extra := slices.Clone(cfg.FencedArgs)
+	if cfg.ProfileDir != "" {
+		extra = append(extra, "--pprof")
+	}
+	srv, err := startFenced(ctx, cfg.FencedBin, cfg.Dir, 4_000_000, extra...)
 	if err != nil {
 		return nil, err
 	}
@@ -74,31 +100,85 @@ func RunScale(ctx context.Context, cfg ScaleConfig, logf func(string, ...any)) (
 		if load != nil {
 			report = load(lctx)
 		}
+		stopProfiles := profilePhase(ctx, cfg, srv, len(phases))
+		cpu0, self0, t0 := procCPUOrZero(srv.pid()), selfCPU(), time.Now()
 		p, err := churn(ctx, srv, cfg.Clients, cfg.Duration)
+		wall := time.Since(t0).Seconds()
+		p.FencedCPU = (procCPUOrZero(srv.pid()) - cpu0).Seconds() / wall
+		p.HarnessCPU = (selfCPU() - self0).Seconds() / wall
+		stopProfiles()
 		p.Name, p.Load = name, report()
 		cancel()
 		if _, peak, rerr := srv.rss(); rerr == nil {
 			p.PeakRSS = peak
 		}
-		logf("scale: %s: %.0f ops/s, acquire p50 %v p99 %v, %d errors, %d unhealthy; %s", name, p.OpsPerSec, p.AcquireP50, p.AcquireP99, p.Errors, p.Unhealthy, p.Load)
+		logf("scale: %s: %.0f ops/s, acquire p50 %v p99 %v, %d errors, %d unhealthy, cores busy: fenced %.2f harness %.2f; %s",
+			name, p.OpsPerSec, p.AcquireP50, p.AcquireP99, p.Errors, p.Unhealthy, p.FencedCPU, p.HarnessCPU, p.Load)
 		phases = append(phases, p)
 		time.Sleep(time.Second) // let the load's streams close
 		return err
 	}
-	if err := measure("quiet", nil); err != nil {
-		return phases, err
+	run := func(phase string) bool { return len(cfg.Phases) == 0 || slices.Contains(cfg.Phases, phase) }
+	if run("quiet") {
+		if err := measure("quiet", nil); err != nil {
+			return phases, err
+		}
 	}
-	if err := measure(fmt.Sprintf("%d listers + %d dashboards", cfg.Listers, cfg.Dashboards), func(ctx context.Context) func() string {
-		return readers(ctx, srv.endpoint, cfg.Listers, cfg.Dashboards)
-	}); err != nil {
-		return phases, err
+	if run("readers") {
+		if err := measure(fmt.Sprintf("%d listers + %d dashboards", cfg.Listers, cfg.Dashboards), func(ctx context.Context) func() string {
+			return readers(ctx, srv.endpoint, cfg.Listers, cfg.Dashboards)
+		}); err != nil {
+			return phases, err
+		}
 	}
-	if err := measure(fmt.Sprintf("%d watchers", cfg.Watchers), func(ctx context.Context) func() string {
-		return watchers(ctx, srv.endpoint, cfg.Watchers)
-	}); err != nil {
-		return phases, err
+	if run("watchers") {
+		if err := measure(fmt.Sprintf("%d watchers", cfg.Watchers), func(ctx context.Context) func() string {
+			return watchers(ctx, srv.endpoint, cfg.Watchers)
+		}); err != nil {
+			return phases, err
+		}
 	}
 	return phases, nil
+}
+
+func procCPUOrZero(pid int) time.Duration {
+	d, _ := procCPU(pid)
+	return d
+}
+
+// profilePhase starts CPU profiles of fenced and of the harness for phase
+// i when cfg.ProfileDir is set; the returned func stops and writes them.
+func profilePhase(ctx context.Context, cfg ScaleConfig, srv *server, i int) func() {
+	if cfg.ProfileDir == "" {
+		return func() {}
+	}
+	base := filepath.Join(cfg.ProfileDir, fmt.Sprintf("phase%d-", i+1))
+	self, err := os.Create(base + "harness.pprof")
+	if err == nil && pprof.StartCPUProfile(self) != nil {
+		self.Close()
+		self = nil
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		secs := max(1, int(cfg.Duration.Seconds())-1)
+		req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.endpoint, secs), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		if f, err := os.Create(base + "fenced.pprof"); err == nil {
+			io.Copy(f, resp.Body)
+			f.Close()
+		}
+	})
+	return func() {
+		if self != nil {
+			pprof.StopCPUProfile()
+			self.Close()
+		}
+		wg.Wait()
+	}
 }
 
 // fillLeases creates n leases with a 1h TTL that the harness does not renew,
@@ -263,16 +343,17 @@ func readers(ctx context.Context, endpoint string, listers, dashboards int) func
 }
 
 // watchers opens n Watch streams on prefix "", spread over four loopback
-// addresses (a server may limit watchers per client address).
+// addresses (a server may limit watchers per client address). Each stream
+// is read by watchStream, which decodes every event.
 func watchers(ctx context.Context, endpoint string, n int) func() string {
-	var events, failed, open atomic.Int64
+	var events, resyncs, failed, open atomic.Int64
 	const perClient = 100
 	for i := 0; i < n; i += perClient {
-		c, _ := client.New(client.Config{Endpoint: endpoint, HTTPClient: fromLoopback(i/perClient%4+1, true)})
+		hc := fromLoopback(i/perClient%4+1, true)
 		for range min(perClient, n-i) {
 			go func() {
 				open.Add(1)
-				err := c.Watch(ctx, "", 0, func(client.Event) error { events.Add(1); return nil })
+				err := watchStream(ctx, hc, endpoint, &events, &resyncs)
 				if err != nil && ctx.Err() == nil {
 					failed.Add(1)
 				}
@@ -281,8 +362,65 @@ func watchers(ctx context.Context, endpoint string, n int) func() string {
 	}
 	start := time.Now()
 	return func() string {
-		return fmt.Sprintf("%d watchers, %.0f events/s delivered, %d streams failed",
-			open.Load(), float64(events.Load())/time.Since(start).Seconds(), failed.Load())
+		return fmt.Sprintf("%d watchers, %.0f events/s delivered, %d resyncs, %d streams failed",
+			open.Load(), float64(events.Load())/time.Since(start).Seconds(), resyncs.Load(), failed.Load())
+	}
+}
+
+// watchStream is a Watch client of prefix "" over Connect with binary
+// protobuf, as client.Watch is, but lighter on the harness's CPU, which
+// the phase shares with fenced: it reads envelopes into one buffer and
+// decodes each into one reused message. It still decodes every event,
+// counts it (RESYNC apart), and fails on a revision that goes back.
+//
+// A RESYNC (the server shed this watcher, under overload or because it
+// read too slowly) is counted and the stream read on: the server goes on
+// with the events after it, as a new Watch from then would, and this
+// watcher keeps no state to re-read.
+func watchStream(ctx context.Context, hc *http.Client, endpoint string, events, resyncs *atomic.Int64) error {
+	body, _ := proto.Marshal(&fencedv1.WatchRequest{})
+	env := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
+	req, _ := http.NewRequestWithContext(ctx, "POST", endpoint+"/fenced.v1.LeaseService/Watch", bytes.NewReader(append(env, body...)))
+	req.Header.Set("Content-Type", "application/connect+proto")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("watch: %s", resp.Status)
+	}
+	r := bufio.NewReaderSize(resp.Body, 64<<10)
+	var (
+		head [5]byte
+		buf  []byte
+		msg  fencedv1.WatchResponse
+		last uint64
+	)
+	for {
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return err
+		}
+		buf = slices.Grow(buf[:0], int(binary.BigEndian.Uint32(head[1:])))[:binary.BigEndian.Uint32(head[1:])]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return err
+		}
+		if head[0]&2 != 0 {
+			return fmt.Errorf("watch ended: %s", buf)
+		}
+		if err := proto.Unmarshal(buf, &msg); err != nil {
+			return err
+		}
+		ev := msg.GetEvent()
+		if ev.GetType() == fencedv1.Event_RESYNC {
+			resyncs.Add(1)
+			continue
+		}
+		if ev.GetRevision() < last {
+			return fmt.Errorf("watch: revision %d after %d", ev.GetRevision(), last)
+		}
+		last = ev.GetRevision()
+		events.Add(1)
 	}
 }
 

@@ -86,8 +86,26 @@ type Config struct {
 	// are refused with 429. Defaults 1,000 and 100.
 	MaxEventSubscribers, MaxEventSubscribersPerClient int
 	// StreamWriteTimeout bounds every send on a stream (Watch, /v1/events):
-	// a subscriber that stops reading for this long is cut off. Default 10s.
+	// a subscriber that stops reading for this long is cut off. A Watch
+	// send may be cut after 3/4 of it already (the deadline is moved only
+	// when less than that is left). Default 10s.
 	StreamWriteTimeout time.Duration
+	// ReadShare is the share of time each read slot (Gets, Lists,
+	// dashboard snapshots; GOMAXPROCS/2 slots, at least one) may spend
+	// reading while log writes are waiting: a slot whose read took d rests
+	// d*(1-ReadShare)/ReadShare before its next read, so that readers slow
+	// down rather than acquisitions. 1 turns the rest off. Default 0.25.
+	ReadShare float64
+	// FanoutShare is the same for fan-out: sending events to watchers and
+	// dashboards, which take GOMAXPROCS/2 slots (at least one) in turn.
+	// Under overload, the watchers the server cannot serve within it fall
+	// behind, and those more than WatchBuffer events behind get RESYNC:
+	// acquisitions keep their pace, the watchers furthest behind are shed.
+	// 1 turns the rest off. Default 0.1: every event delivered costs its
+	// subscriber CPU as well, often on the same machines as the service's
+	// clients, and 0.25 still left 2,000 watchers of every transition
+	// holding acquisitions to a third of their quiet rate (bench/README.md).
+	FanoutShare float64
 
 	// ApplyStallTimeout is how long log writes may be pending without any
 	// being applied before /healthz answers 503 "apply path stalled".
@@ -195,6 +213,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxEventSubscribers, 1_000)
 	setDefault(&c.MaxEventSubscribersPerClient, 100)
 	setDefault(&c.StreamWriteTimeout, 10*time.Second)
+	setDefault(&c.ReadShare, 0.25)
+	setDefault(&c.FanoutShare, 0.1)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
 	setDefault(&c.ApplyStallTimeout, 10*time.Second)
 	limits := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
@@ -259,6 +279,11 @@ func (c Config) Validate() error {
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))
+		}
+	}
+	for name, v := range map[string]float64{"ReadShare": c.ReadShare, "FanoutShare": c.FanoutShare} {
+		if v <= 0 || v > 1 {
+			errs = append(errs, fmt.Errorf("config: %s %v is not in (0, 1]", name, v))
 		}
 	}
 	addrs := map[string]string{"Listen": c.Listen, "RaftListen": c.RaftListen}

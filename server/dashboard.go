@@ -94,7 +94,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	sub, snapJSON, revision, ok := s.eventsSnapshot(r.Context(), prefix)
+	sub, snapJSON, replay, revision, ok := s.eventsSnapshot(r.Context(), prefix)
 	if !ok {
 		return
 	}
@@ -103,10 +103,20 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	write := s.sseWriter(w, flusher)
 	// Reconnect a second after a lost connection (browsers default to 3s).
-	if !write([]byte("retry: 1000\n\n"), sseFrame("snapshot", snapJSON)) {
+	frames := [][]byte{[]byte("retry: 1000\n\n"), sseFrame("snapshot", snapJSON)}
+	for _, ev := range replay { // the transitions since a shared snapshot
+		frames = append(frames, ev.sseBytes(s.sseLeaseEvent))
+	}
+	slot, err := s.fanout.acquire(r.Context()) // sending it is fan-out too
+	if err != nil {
 		return
 	}
-	snapJSON = nil
+	ok = write(frames...)
+	slot()
+	if !ok {
+		return
+	}
+	snapJSON, replay, frames = nil, nil, nil
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
 	for {
@@ -121,50 +131,53 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			write(sseFrame("resync", []byte("{}")))
 			return
 		case <-sub.ready:
-			evs := sub.take()
-			frames := make([][]byte, 0, len(evs))
-			for _, ev := range evs {
-				if ev.Revision > revision { // else already in the snapshot
-					frames = append(frames, ev.sseBytes(s.sseLeaseEvent))
-				}
-			}
-			if len(frames) > 0 && !write(frames...) {
+			if !s.sendTransitions(r.Context(), sub, revision, write) || !pause(r.Context(), eventsInterval) {
 				return
 			}
 		}
 	}
 }
 
-// eventsSnapshot subscribes to the transitions under prefix and returns the
-// subscription with the JSON of the current leases under it (at most
-// ListLimit) as of revision: every event after revision reaches sub. ok is
-// false when ctx ended first.
-func (s *Server) eventsSnapshot(ctx context.Context, prefix string) (sub *subscription, snapJSON []byte, revision uint64, ok bool) {
-	// Building a snapshot costs O(ListLimit) memory and CPU; at most
-	// snapshotSlots are built at once, so a crowd of dashboards connecting
-	// together queues here instead of multiplying the peak.
+// sendTransitions writes the transitions queued for sub after revision
+// (those at or before it are in the snapshot), once a fan-out slot is free
+// (shareGate): under overload a dashboard falls behind, and is sent a
+// resync past WatchBuffer transitions, rather than the write path slowing
+// down. It reports success.
+func (s *Server) sendTransitions(ctx context.Context, sub *subscription, revision uint64, write func(...[]byte) bool) bool {
+	release, err := s.fanout.acquire(ctx)
+	if err != nil {
+		return false
+	}
+	defer release()
+	evs := sub.take()
+	defer sub.recycle(evs)
+	frames := make([][]byte, 0, len(evs))
+	for _, ev := range evs {
+		if ev.Revision > revision {
+			frames = append(frames, ev.sseBytes(s.sseLeaseEvent))
+		}
+	}
+	return len(frames) == 0 || write(frames...)
+}
+
+// eventsInterval is the least time between two writes to a dashboard
+// stream: the transitions meanwhile go out together. A page needs no more
+// than 20 updates a second, and 50 dashboards no longer cost a write and a
+// system call each per transition. It stays far below what fills a
+// subscriber's queue (WatchBuffer events) at any write rate the server
+// sustains.
+const eventsInterval = 50 * time.Millisecond
+
+// pause waits for d, or reports false when ctx ends first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
-	case s.snapshotSlots <- struct{}{}:
 	case <-ctx.Done():
-		return nil, nil, 0, false
+		return false
+	case <-t.C:
+		return true
 	}
-	defer func() { <-s.snapshotSlots }()
-	// Subscribed before the view is taken: every event after the view's
-	// revision reaches sub, and those at or before it are skipped by the
-	// caller.
-	sub, _, _ = s.hub.subscribe(prefix, 0)
-	view := s.fsm.view()
-	leases := view.List(prefix, s.cfg.ListLimit)
-	remaining := s.expirer.remainingOf(leases, s.expirer.now())
-	snap := struct {
-		Revision uint64      `json:"revision"`
-		Leases   []leaseJSON `json:"leases"`
-	}{Revision: view.Applied(), Leases: make([]leaseJSON, len(leases))}
-	for i, l := range leases {
-		snap.Leases[i] = dashboardLease(wireLease(l, remaining[i], publicView))
-	}
-	snapJSON, _ = json.Marshal(snap)
-	return sub, snapJSON, snap.Revision, true
 }
 
 // sseWriter returns a function that writes and flushes frames to w, each

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,19 @@ type Server struct {
 	watchers, subscribers *streamLimiter
 	// snapshotSlots bounds the dashboard snapshots built at once.
 	snapshotSlots chan struct{}
+	// reads bounds the Gets, Lists and dashboard snapshots answered at
+	// once, to half the cores (at least one): more readers wait for a
+	// slot, parked, instead of taking every core and the scheduler's queue
+	// from the write path; while writes wait, each slot also keeps to
+	// ReadShare of the time (sharegate.go).
+	reads *shareGate
+	// fanout bounds the sends to watchers and dashboards in the same way,
+	// to FanoutShare of the time of its slots while writes wait: the
+	// watchers it cannot serve fall behind and are shed with RESYNC.
+	fanout *shareGate
+	// snapshots shares dashboard snapshots between the dashboards that
+	// connect together (snapshotshare.go).
+	snapshots snapshotShare
 	// beforeLeaderReset, if set, runs in becomeLeader just before the
 	// deadlines are reset: tests use it to apply entries in that window.
 	beforeLeaderReset func()
@@ -118,6 +132,9 @@ func New(cfg Config) (*Server, error) {
 
 		closeEnd: make(chan struct{}),
 	}
+	writing := func() bool { return s.applyPending.Load() > 0 }
+	s.reads = newShareGate(max(1, runtime.GOMAXPROCS(0)/2), cfg.ReadShare, 0, writing)
+	s.fanout = newShareGate(max(1, runtime.GOMAXPROCS(0)/2), cfg.FanoutShare, fanoutHold, writing)
 	s.base, s.endBase = context.WithCancelCause(context.Background())
 	s.expirer = newExpirer(s.expireLeases)
 	s.forward = newForwarder(s)

@@ -20,9 +20,11 @@ type service struct{ s *Server }
 func (s *Server) handlerOptions() []connect.HandlerOption {
 	return append(s.codecs(),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
-		// Lease messages are a few hundred bytes; compressing them costs
-		// more CPU than it saves on the wire.
-		connect.WithCompressMinBytes(4<<10),
+		// Lease messages are a few hundred bytes, and a List page of 100
+		// leases about 10 KiB: compressing them costs more CPU (a quarter
+		// of the server's, with clients looping List) than it saves on the
+		// wire. Only large Lists are compressed.
+		connect.WithCompressMinBytes(64<<10),
 		connect.WithInterceptors(s.observeRequests(), s.authInterceptor()),
 	)
 }
@@ -141,6 +143,11 @@ func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
 	if !stale && !s.ready.Load() {
 		return nil, connectError(errNotReady)
 	}
+	release, err := s.reads.acquire(ctx)
+	if err != nil {
+		return nil, connectError(err)
+	}
+	defer release()
 	return answer(req)
 }
 
@@ -223,29 +230,8 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		return connectError(err)
 	}
 	defer release()
-	// Every send must finish within StreamWriteTimeout: a watcher that
-	// stops reading is cut off instead of holding its goroutine forever.
-	// A batch of queued events is flushed once, after its last event.
-	ctl := streamControlFrom(ctx)
-	send := func(m *fencedv1.WatchResponse, more bool) error {
-		ctl.beforeSend(v.s.cfg.StreamWriteTimeout, more)
-		return stream.Send(m)
-	}
-	resync := func() error {
-		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: v.s.fsm.view().Applied()}}, false)
-	}
-	// A node behind the one the watcher left may apply events at or below
-	// afterRevision only after the subscription: they were delivered already.
 	after := req.Msg.GetAfterRevision()
-	sendAll := func(evs []*hubEvent) error {
-		evs = slices.DeleteFunc(evs, func(ev *hubEvent) bool { return !ev.rejection && ev.Revision <= after })
-		for i, ev := range evs {
-			if err := send(watchMessage(ev, after), i < len(evs)-1); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	sendAll, resync := v.watchSenders(ctx, req, stream, after)
 	if req.Msg.GetRejections() {
 		defer v.s.relay.join()()
 	}
@@ -257,21 +243,23 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			return err
 		}
 	}
-	if err := sendAll(replay); err != nil {
-		return err
+	if len(replay) > 0 {
+		if err := sendAll(nil, replay); err != nil {
+			return err
+		}
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-sub.ready:
-			if err := sendAll(sub.take()); err != nil {
+			if err := sendAll(sub, nil); err != nil {
 				return err
 			}
 		case <-sub.lost:
 			// Fell behind: deliver what was queued, then say so and start
 			// again from now.
-			if err := sendAll(sub.take()); err != nil {
+			if err := sendAll(sub, nil); err != nil {
 				return err
 			}
 			sub, _, _ = v.s.hub.subscribe(prefix, 0)
@@ -281,6 +269,55 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			}
 		}
 	}
+}
+
+// watchSenders returns a Watch stream's senders: sendAll sends the events
+// queued for sub (taken once a fan-out slot is free), or replay when sub
+// is nil, and resync a RESYNC event.
+func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse],
+	after uint64,
+) (sendAll func(sub *subscription, replay []*hubEvent) error, resync func() error) {
+	// Every send must finish within StreamWriteTimeout: a watcher that
+	// stops reading is cut off instead of holding its goroutine forever.
+	// A batch of queued events is flushed once, after its last event.
+	ctl := streamControlFrom(ctx)
+	sent := false // connect has sent the headers
+	send := func(m *fencedv1.WatchResponse, more bool) error {
+		ctl.beforeSend(v.s.cfg.StreamWriteTimeout, more)
+		sent = true
+		return stream.Send(m)
+	}
+	resync = func() error {
+		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: v.s.fsm.view().Applied()}}, false)
+	}
+	batch := v.s.watchBatcher(ctl, envelopeSlot(req.Header().Get("Content-Type")))
+	// The events are taken once a fan-out slot is ours (shareGate): under
+	// overload this watcher falls behind, and is shed with RESYNC past
+	// WatchBuffer events, rather than the write path slowing down.
+	sendAll = func(sub *subscription, replay []*hubEvent) error {
+		release, err := v.s.fanout.acquire(ctx)
+		if err != nil {
+			return nil // the stream is over: the loop below sees it
+		}
+		defer release()
+		// A node behind the one the watcher left may apply events at or
+		// below afterRevision only after the subscription: they were
+		// delivered already.
+		taken := replay
+		if sub != nil {
+			taken = sub.take()
+			defer sub.recycle(taken)
+		}
+		evs := slices.DeleteFunc(taken, func(ev *hubEvent) bool { return !ev.rejection && ev.Revision <= after })
+		if !sent && len(evs) > 0 {
+			if err := send(watchMessage(evs[0], after), len(evs) > 1); err != nil {
+				return err
+			}
+			evs = evs[1:]
+		}
+		return batch(evs, func(ev *hubEvent, more bool) error { return send(watchMessage(ev, after), more) })
+	}
+	return sendAll, resync
 }
 
 // adminService serves the AdminService (Revoke) from this node; routedAdmin

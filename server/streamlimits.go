@@ -70,6 +70,8 @@ type streamControlKey struct{}
 type streamControl struct {
 	rc *http.ResponseController
 	w  *batchingWriter
+	// deadline is the write deadline last set; zero when none is.
+	deadline time.Time
 }
 
 // batchingWriter skips Flush while hold is set. connect flushes after every
@@ -110,14 +112,40 @@ func streamControlFrom(ctx context.Context) *streamControl {
 	return ctl
 }
 
-// beforeSend sets the write deadline to timeout from now (none when timeout
-// is 0) and holds the flush after the send when more follows.
+// beforeSend makes sure the write deadline leaves at least 3/4 of timeout
+// for the send (none when timeout is 0), and holds the flush after it when
+// more follows.
 func (c *streamControl) beforeSend(timeout time.Duration, more bool) {
 	if c == nil {
 		return
 	}
-	if timeout > 0 {
-		c.rc.SetWriteDeadline(time.Now().Add(timeout))
-	}
+	c.armDeadline(timeout)
 	c.w.hold = more
+}
+
+// armDeadline moves the write deadline to timeout from now when less than
+// 3/4 of timeout is left. Moving it only then matters: over HTTP/2 every
+// move is a round trip to the connection's goroutine and a timer reset,
+// which cost more than the send of an event itself when thousands of
+// watchers each receive every event.
+func (c *streamControl) armDeadline(timeout time.Duration) {
+	if timeout <= 0 {
+		return
+	}
+	if now := time.Now(); c.deadline.Sub(now) < timeout-timeout/4 {
+		c.deadline = now.Add(timeout)
+		c.rc.SetWriteDeadline(c.deadline)
+	}
+}
+
+// writeFlush writes p, whole stream envelopes, below connect, then flushes.
+// Only for a stream whose headers connect has sent (after its first
+// message): connect keeps no state between messages of a server stream
+// that these writes would bypass.
+func (c *streamControl) writeFlush(timeout time.Duration, p []byte) error {
+	c.armDeadline(timeout)
+	if _, err := c.w.ResponseWriter.Write(p); err != nil {
+		return err
+	}
+	return c.rc.Flush()
 }

@@ -45,7 +45,7 @@ func (h *hub) deliverRejection(ev *hubEvent) {
 	ev.watch.Event.Revision = max(h.last, 1)
 	for s := range h.subs {
 		if s.rejections.Load() && !(ev.relayed && s.relay) && strings.HasPrefix(ev.Lease.Key, s.prefix) {
-			h.offer(s, ev)
+			h.offer(s, []*hubEvent{ev})
 		}
 	}
 }

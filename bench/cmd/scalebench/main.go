@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,8 +29,15 @@ func main() {
 	flag.IntVar(&cfg.Listers, "listers", 16, "clients looping List")
 	flag.IntVar(&cfg.Dashboards, "dashboards", 50, "/v1/events subscribers")
 	flag.IntVar(&cfg.Watchers, "watchers", 2_000, "Watch streams")
+	phaseList := flag.String("phases", "", "comma-separated phases to run among quiet, readers, watchers (default: all)")
+	flag.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of fenced (run with --pprof) and of the harness per phase here")
+	fencedArgs := flag.String("fenced-args", "", "space-separated flags added to fenced's command line")
 	jsonOut := flag.Bool("json", false, "write the phases as JSON to stdout")
 	flag.Parse()
+	if *phaseList != "" {
+		cfg.Phases = strings.Split(*phaseList, ",")
+	}
+	cfg.FencedArgs = strings.Fields(*fencedArgs)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dir, err := os.MkdirTemp("", "scalebench-")
@@ -51,12 +59,13 @@ func main() {
 	if *jsonOut {
 		json.NewEncoder(os.Stdout).Encode(phases)
 	} else {
-		fmt.Println("| phase | ops/s | vs quiet | acquire p50 / p99 | errors | /healthz not 200 | peak RSS | readers |")
-		fmt.Println("|---|---:|---:|---:|---:|---:|---:|---|")
+		fmt.Println("| phase | ops/s | vs quiet | acquire p50 / p99 | errors | /healthz not 200 | peak RSS | cores: fenced / harness | readers |")
+		fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---|")
 		for _, p := range phases {
 			ratio := p.OpsPerSec / phases[0].OpsPerSec
-			fmt.Printf("| %s | %.0f | %.0f%% | %v / %v | %d | %d | %d MiB | %s |\n", p.Name, p.OpsPerSec, 100*ratio,
-				p.AcquireP50.Round(10*time.Microsecond), p.AcquireP99.Round(10*time.Microsecond), p.Errors, p.Unhealthy, p.PeakRSS>>20, p.Load)
+			fmt.Printf("| %s | %.0f | %.0f%% | %v / %v | %d | %d | %d MiB | %.2f / %.2f | %s |\n", p.Name, p.OpsPerSec, 100*ratio,
+				p.AcquireP50.Round(10*time.Microsecond), p.AcquireP99.Round(10*time.Microsecond), p.Errors, p.Unhealthy, p.PeakRSS>>20,
+				p.FencedCPU, p.HarnessCPU, p.Load)
 		}
 	}
 	if err != nil {

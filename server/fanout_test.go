@@ -1,0 +1,137 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/lease"
+)
+
+// The transitions of a round reach each watcher together and in order; a
+// watcher they would take past its buffer gets what fits and is cut off,
+// one of another prefix is untouched.
+func TestHubRoundFillsThenCuts(t *testing.T) {
+	h := newHub(16, 3)
+	all, _, _ := h.subscribe("", 0)
+	other, _, _ := h.subscribe("b/", 0)
+	var batch []hubItem
+	for i := range 5 {
+		batch = append(batch, hubItem{ev: &hubEvent{Event: lease.Event{Type: lease.Acquired, Revision: uint64(10 + i),
+			Lease: lease.Lease{Key: fmt.Sprintf("a/%d", i)}}}})
+	}
+	h.dispatch(batch)
+	q := all.take()
+	if len(q) != 3 || q[0].Revision != 10 || q[2].Revision != 12 {
+		t.Fatalf("watcher of \"\" queued %d events, want revisions 10-12", len(q))
+	}
+	select {
+	case <-all.lost:
+	default:
+		t.Fatal("watcher 2 events past its buffer not cut off")
+	}
+	select {
+	case <-other.lost:
+		t.Fatal("watcher of another prefix cut off")
+	default:
+	}
+	if q := other.take(); len(q) != 0 {
+		t.Fatalf("watcher of b/ got %d events of a/", len(q))
+	}
+}
+
+// A fan-out job keeps its slot to itself for at most hold: a send blocked
+// on a subscriber that does not read does not stall the others longer.
+func TestShareGateHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newShareGate(1, 0.5, 20*time.Millisecond, func() bool { return true })
+		start := time.Now()
+		stuck, err := g.acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := g.acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 20ms held, then rests as long again (share 0.5).
+		if got, want := time.Since(start), 40*time.Millisecond; got != want {
+			t.Errorf("next job began %v after a stuck one, want %v", got, want)
+		}
+		stuck() // late: the slot is no longer its own
+		if len(g.slots) != 0 {
+			t.Error("a late release gave back a slot held by another job")
+		}
+		next()
+		if len(g.slots) != 1 {
+			t.Error("slot not given back")
+		}
+	})
+}
+
+// A watcher the server cannot serve within its fan-out budget falls
+// behind; past WatchBuffer events it gets what was queued, then RESYNC.
+func TestWatcherShedWhenFanoutBudgetSpent(t *testing.T) {
+	s := newTestServer(t, Config{WatchBuffer: 4})
+	base := serveTest(t, s)
+	var taken []time.Time
+	for range cap(s.fanout.slots) { // no fan-out time left
+		taken = append(taken, <-s.fanout.slots)
+	}
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := fencedv1connect.NewLeaseServiceClient(&http.Client{Transport: tr}, base)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The call returns with the response headers, which come with the
+	// first event.
+	type opened struct {
+		stream *connect.ServerStreamForClient[fencedv1.WatchResponse]
+		err    error
+	}
+	open := make(chan opened, 1)
+	go func() {
+		stream, err := c.Watch(ctx, connect.NewRequest(&fencedv1.WatchRequest{Prefix: "shed/"}))
+		open <- opened{stream, err}
+	}()
+	for s.hub.watching() == 0 { // until the watcher subscribed
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 10 {
+		if _, err := s.Acquire(ctx, fmt.Sprintf("shed/%d", i), "o", time.Minute, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s.hub.watching() != 0 { // until it is cut off
+		time.Sleep(time.Millisecond)
+	}
+	for _, next := range taken {
+		s.fanout.slots <- next
+	}
+	o := <-open
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	stream := o.stream
+	defer stream.Close()
+	var last uint64
+	for i := range 4 {
+		if !stream.Receive() {
+			t.Fatalf("event %d: %v", i, stream.Err())
+		}
+		ev := stream.Msg().GetEvent()
+		if ev.GetType() != fencedv1.Event_ACQUIRED || ev.GetRevision() <= last {
+			t.Fatalf("event %d: %v, want an ACQUIRED after revision %d", i, ev, last)
+		}
+		last = ev.GetRevision()
+	}
+	if !stream.Receive() || stream.Msg().GetEvent().GetType() != fencedv1.Event_RESYNC {
+		t.Fatalf("after the queued events: %v %v, want RESYNC", stream.Msg().GetEvent(), stream.Err())
+	}
+}
