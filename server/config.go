@@ -94,7 +94,7 @@ type Config struct {
 	// dashboard snapshots; GOMAXPROCS/2 slots, at least one) may spend
 	// reading while log writes are waiting: a slot whose read took d rests
 	// d*(1-ReadShare)/ReadShare before its next read, so that readers slow
-	// down rather than acquisitions. 1 turns the rest off. Default 0.25.
+	// down rather than acquisitions. 1 turns the rest off. Default 0.1.
 	ReadShare float64
 	// FanoutShare is the same for fan-out: sending events to watchers and
 	// dashboards, which take GOMAXPROCS/2 slots (at least one) in turn.
@@ -213,7 +213,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxEventSubscribers, 1_000)
 	setDefault(&c.MaxEventSubscribersPerClient, 100)
 	setDefault(&c.StreamWriteTimeout, 10*time.Second)
-	setDefault(&c.ReadShare, 0.25)
+	setDefault(&c.ReadShare, 0.1)
 	setDefault(&c.FanoutShare, 0.1)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
 	setDefault(&c.ApplyStallTimeout, 10*time.Second)

@@ -18,7 +18,7 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 	f.IntVar(&cfg.MaxEventSubscribersPerClient, "max-event-subscribers-per-client", 100, "open dashboard streams allowed from one client IP")
 	f.DurationVar(&cfg.StreamWriteTimeout, "stream-write-timeout", 10*time.Second,
 		"cut off a Watch or dashboard subscriber that takes longer than this to accept one send")
-	f.Float64Var(&cfg.ReadShare, "read-share", 0.25,
+	f.Float64Var(&cfg.ReadShare, "read-share", 0.1,
 		"share of time each read slot may spend on Gets, Lists and dashboard snapshots while writes wait (1: no limit)")
 	f.Float64Var(&cfg.FanoutShare, "fanout-share", 0.1,
 		"share of time each fan-out slot may spend sending to watchers and dashboards while writes wait (1: no limit)")
