@@ -4,20 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
-	"time"
 )
 
-// snapshotReuse is how long a dashboard snapshot serves the dashboards
-// that connect after it: they get it, then the transitions after its
-// revision from the hub's history. A crowd of dashboards connecting
-// together (a restart, a deploy, a shared screen reopening) then costs one
-// snapshot of up to ListLimit leases, not one each. Its remainingMs values
-// are at most this old.
-const snapshotReuse = time.Second
-
-// snapshotShare holds the latest dashboard snapshot of each prefix, built
-// or being built: the dashboards that connect while one is built wait for
-// it instead of building their own.
+// snapshotShare holds the dashboard snapshot of each prefix being built:
+// the dashboards that connect while one is built wait for it instead of
+// building their own, then get the transitions after its revision from the
+// hub's history. A crowd of dashboards connecting together (a restart, a
+// deploy, a shared screen reopening) then costs about one snapshot of up to
+// ListLimit leases, not one each. A finished snapshot is not handed to
+// later dashboards: each sees the leases as of about when it connected, so
+// that a lease that ended while a page was not watching its key is absent
+// from the page's next snapshot, not replayed to it.
 type snapshotShare struct {
 	mu     sync.Mutex
 	builds map[string]*snapshotBuild
@@ -30,23 +27,22 @@ type snapshotBuild struct {
 	done     chan struct{}
 	json     []byte
 	revision uint64
-	at       time.Time
 	ok       bool
 }
 
-// claim returns the snapshot of prefix to use: a recent or in-flight one,
-// or a new one that the caller must build (mine).
-func (sh *snapshotShare) claim(prefix string, now time.Time) (b *snapshotBuild, mine bool) {
+// claim returns the snapshot of prefix to use: the one being built, or a
+// new one that the caller must build (mine).
+func (sh *snapshotShare) claim(prefix string) (b *snapshotBuild, mine bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.builds == nil {
 		sh.builds = make(map[string]*snapshotBuild)
 	}
-	if b := sh.builds[prefix]; b != nil && !b.stale(now) {
+	if b := sh.builds[prefix]; b != nil && !b.finished() {
 		return b, false
 	}
-	for p, old := range sh.builds { // forget stale snapshots of other prefixes
-		if old.stale(now) {
+	for p, old := range sh.builds { // forget finished snapshots
+		if old.finished() {
 			delete(sh.builds, p)
 		}
 	}
@@ -55,12 +51,12 @@ func (sh *snapshotShare) claim(prefix string, now time.Time) (b *snapshotBuild, 
 	return b, true
 }
 
-// stale reports whether b is finished and too old (or abandoned) to reuse.
-// Called with sh.mu held.
-func (b *snapshotBuild) stale(now time.Time) bool {
+// finished reports whether b is built (or abandoned). Called with sh.mu
+// held.
+func (b *snapshotBuild) finished() bool {
 	select {
 	case <-b.done:
-		return !b.ok || now.Sub(b.at) > snapshotReuse
+		return true
 	default:
 		return false
 	}
@@ -83,12 +79,12 @@ func (sh *snapshotShare) drop(prefix string, b *snapshotBuild) {
 // reaches sub, exactly once. ok is false when ctx ended first.
 //
 // The snapshot is shared: built by the first dashboard of a crowd, the
-// others wait for it, and dashboards connecting within snapshotReuse
-// after it take it with the transitions since from the hub's history. When
-// the history no longer reaches back to it, a new one is built.
+// others that connect while it is built wait for it and take it with the
+// transitions since from the hub's history. When the history no longer
+// reaches back to it, a new one is built.
 func (s *Server) eventsSnapshot(ctx context.Context, prefix string) (sub *subscription, snapJSON []byte, replay []*hubEvent, revision uint64, ok bool) {
 	for ctx.Err() == nil {
-		b, mine := s.snapshots.claim(prefix, time.Now())
+		b, mine := s.snapshots.claim(prefix)
 		if mine {
 			s.buildSnapshot(ctx, prefix, b)
 		}
@@ -141,5 +137,5 @@ func (s *Server) buildSnapshot(ctx context.Context, prefix string, b *snapshotBu
 		snap.Leases[i] = dashboardLease(wireLease(l, remaining[i], publicView))
 	}
 	b.json, _ = json.Marshal(snap)
-	b.revision, b.at, b.ok = snap.Revision, time.Now(), true
+	b.revision, b.ok = snap.Revision, true
 }
