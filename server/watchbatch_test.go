@@ -75,6 +75,9 @@ func TestWatchBatchesEveryProtocol(t *testing.T) {
 				if ev.GetType() != fencedv1.Event_ACQUIRED || ev.GetRevision() <= last || seen[ev.GetLease().GetKey()] {
 					t.Fatalf("event %v after revision %d, want a new ACQUIRED after it", ev, last)
 				}
+				if ev.GetLease().LeaseId != nil {
+					t.Fatalf("event %v carries the lease ID, which only its holder may see", ev)
+				}
 				last = ev.GetRevision()
 				seen[ev.GetLease().GetKey()] = true
 			}
