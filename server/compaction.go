@@ -1,6 +1,11 @@
 package server
 
-import "github.com/hashicorp/raft"
+import (
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
 
 // compactedLogStore reads entries that log compaction removed as missing.
 //
@@ -28,8 +33,74 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 // empties the log when a follower installs a snapshot past its last entry;
 // otherwise the follower's next append, at the snapshot's index + 1, is
 // refused as out of order and the node stops.
-type monotonicLogStore struct{ raft.LogStore }
+//
+// Raft (v1.7.2, hashicorp/raft#697) empties it as well when the installed
+// snapshot is older than the log's last entry, yet keeps its last index
+// and commit index, then applies from the snapshot's index + 1: the
+// entries it needs are gone and the node panics with "log not found" on
+// every start. DeleteRange therefore keeps the log after a snapshot that
+// was just restored when the log holds the snapshot's last entry, as the
+// Raft paper says a follower must.
+type monotonicLogStore struct {
+	raft.LogStore
+	restored *restoredSnapshot
+}
 
 func (monotonicLogStore) IsMonotonic() bool { return true }
 
 var _ raft.MonotonicLogStore = monotonicLogStore{}
+
+func (s monotonicLogStore) DeleteRange(min, max uint64) error {
+	if keep, ok := s.restored.take(min, max); ok {
+		var at raft.Log
+		if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
+			max = keep.Index
+		}
+	}
+	return s.LogStore.DeleteRange(min, max)
+}
+
+// restoredSnapshot remembers the last snapshot raft restored the state
+// machine from, until the deletion of the log head that follows it.
+type restoredSnapshot struct {
+	mu    sync.Mutex
+	armed bool
+	meta  raft.SnapshotMeta
+}
+
+func (r *restoredSnapshot) set(meta *raft.SnapshotMeta) {
+	r.mu.Lock()
+	r.armed, r.meta = true, *meta
+	r.mu.Unlock()
+}
+
+// take returns the restored snapshot's meta when deleting [min, max] would
+// remove entries after its last index, and forgets it: a compaction up to a
+// snapshot (max at or before its index) leaves it armed.
+func (r *restoredSnapshot) take(min, max uint64) (raft.SnapshotMeta, bool) {
+	if r == nil {
+		return raft.SnapshotMeta{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.armed || max <= r.meta.Index || min > r.meta.Index {
+		return raft.SnapshotMeta{}, false
+	}
+	r.armed = false
+	return r.meta, true
+}
+
+// restoreTrackingSnapshots records each snapshot raft opens to restore the
+// state machine from, for monotonicLogStore.
+type restoreTrackingSnapshots struct {
+	raft.SnapshotStore
+	restored *restoredSnapshot
+}
+
+func (s restoreTrackingSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.SnapshotStore.Open(id)
+	if err == nil {
+		s.restored.set(meta)
+	}
+	return meta, rc, err
+}

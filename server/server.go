@@ -207,7 +207,8 @@ func (s *Server) startRaft() error {
 	}
 	store = failpoint.WrapLogStore(store)
 	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
-	store = monotonicLogStore{store}
+	restored := new(restoredSnapshot)
+	store = monotonicLogStore{LogStore: store, restored: restored}
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return err
@@ -222,7 +223,7 @@ func (s *Server) startRaft() error {
 	if s.replayedTo, err = logs.LastIndex(); err != nil {
 		return fmt.Errorf("read raft log: %w", err)
 	}
-	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.store, snaps, s.trans)
+	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.store, restoreTrackingSnapshots{snaps, restored}, s.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
