@@ -4,6 +4,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -44,6 +45,7 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 type monotonicLogStore struct {
 	raft.LogStore
 	restored *restoredSnapshot
+	log      hclog.Logger
 }
 
 func (monotonicLogStore) IsMonotonic() bool { return true }
@@ -52,16 +54,24 @@ var _ raft.MonotonicLogStore = monotonicLogStore{}
 
 func (s monotonicLogStore) DeleteRange(min, max uint64) error {
 	if keep, ok := s.restored.take(min, max); ok {
+		// Only raft's removeOldLogs gets here: compaction stops at a
+		// snapshot just created, and a conflicting suffix starts after
+		// the last entry committed, which a snapshot never passes.
 		var at raft.Log
 		if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
+			s.log.Info("keeping the log after a restored snapshot older than it",
+				"snapshot-index", keep.Index, "kept-from", keep.Index+1, "kept-to", max)
 			max = keep.Index
 		}
 	}
 	return s.LogStore.DeleteRange(min, max)
 }
 
-// restoredSnapshot remembers the last snapshot raft restored the state
-// machine from, until the deletion of the log head that follows it.
+// restoredSnapshot remembers the last snapshot raft opened, from when it is
+// opened until the next snapshot is created or a deletion of the log head
+// past it. A follower installing a snapshot creates it, opens it to restore
+// the state machine, then deletes the log; a node that takes its own
+// snapshot creates it, then compacts up to it, with nothing remembered.
 type restoredSnapshot struct {
 	mu    sync.Mutex
 	armed bool
@@ -70,13 +80,15 @@ type restoredSnapshot struct {
 
 func (r *restoredSnapshot) set(meta *raft.SnapshotMeta) {
 	r.mu.Lock()
-	r.armed, r.meta = true, *meta
+	r.armed, r.meta = meta != nil, raft.SnapshotMeta{}
+	if meta != nil {
+		r.meta = *meta
+	}
 	r.mu.Unlock()
 }
 
-// take returns the restored snapshot's meta when deleting [min, max] would
-// remove entries after its last index, and forgets it: a compaction up to a
-// snapshot (max at or before its index) leaves it armed.
+// take returns the remembered snapshot's meta when deleting [min, max]
+// would remove entries after its last index, and forgets it.
 func (r *restoredSnapshot) take(min, max uint64) (raft.SnapshotMeta, bool) {
 	if r == nil {
 		return raft.SnapshotMeta{}, false
@@ -90,11 +102,17 @@ func (r *restoredSnapshot) take(min, max uint64) (raft.SnapshotMeta, bool) {
 	return r.meta, true
 }
 
-// restoreTrackingSnapshots records each snapshot raft opens to restore the
-// state machine from, for monotonicLogStore.
+// restoreTrackingSnapshots tells monotonicLogStore which snapshot raft
+// opened last, and when it created one since.
 type restoreTrackingSnapshots struct {
 	raft.SnapshotStore
 	restored *restoredSnapshot
+}
+
+func (s restoreTrackingSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	s.restored.set(nil)
+	return s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 }
 
 func (s restoreTrackingSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {

@@ -208,7 +208,7 @@ func (s *Server) startRaft() error {
 	store = failpoint.WrapLogStore(store)
 	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
 	restored := new(restoredSnapshot)
-	store = monotonicLogStore{LogStore: store, restored: restored}
+	store = monotonicLogStore{LogStore: store, restored: restored, log: hlog}
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return err

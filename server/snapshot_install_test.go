@@ -81,7 +81,7 @@ func startFakeLeaderFollower(t *testing.T, dir string) *fakeLeaderFollower {
 		t.Fatal(err)
 	}
 	restored := new(restoredSnapshot)
-	logs := monotonicLogStore{LogStore: compactedLogStore{w}, restored: restored}
+	logs := monotonicLogStore{LogStore: compactedLogStore{w}, restored: restored, log: hclog.NewNullLogger()}
 
 	_, follower := raft.NewInmemTransport("follower")
 	_, leader := raft.NewInmemTransport("leader")
@@ -213,5 +213,50 @@ func (m *indexFSM) waitApplied(t *testing.T, index uint64) {
 		case <-timeout:
 			t.Fatalf("state machine at %d, want %d", last, index)
 		}
+	}
+}
+
+// TestRestoredSnapshotKeepsOnlyAfterARestore: a snapshot that a leader opens
+// to send, followed by its own snapshot and compaction, leaves compaction
+// alone; only a deletion past a snapshot opened since the last one created
+// is cut short.
+func TestRestoredSnapshotKeepsOnlyAfterARestore(t *testing.T) {
+	restored := new(restoredSnapshot)
+	snaps := restoreTrackingSnapshots{raft.NewInmemSnapshotStore(), restored}
+	create := func(index uint64) string {
+		sink, err := snaps.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return sink.ID()
+	}
+	open := func(id string) {
+		_, rc, err := snaps.Open(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+	}
+
+	sent := create(10)
+	open(sent) // a leader sends its snapshot at 10
+	create(30) // then takes one at 30 and compacts
+	if _, ok := restored.take(1, 25); ok {
+		t.Error("a compaction after the node's own snapshot was cut short")
+	}
+
+	installed := create(12) // a follower installs a snapshot at 12
+	open(installed)
+	if _, ok := restored.take(1, 12); ok {
+		t.Error("a deletion up to the snapshot was cut short")
+	}
+	if meta, ok := restored.take(1, 20); !ok || meta.Index != 12 {
+		t.Errorf("deleting past the restored snapshot at 12: kept %v (%d)", ok, meta.Index)
+	}
+	if _, ok := restored.take(1, 20); ok {
+		t.Error("the restored snapshot cut short a second deletion")
 	}
 }
