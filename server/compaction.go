@@ -59,7 +59,7 @@ func (s monotonicLogStore) DeleteRange(min, max uint64) error {
 		// the last entry committed, which a snapshot never passes.
 		var at raft.Log
 		if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
-			s.log.Info("keeping the log after a restored snapshot older than it",
+			s.log.Warn("keeping the log after a restored snapshot older than it (hashicorp/raft#697)",
 				"snapshot-index", keep.Index, "kept-from", keep.Index+1, "kept-to", max)
 			max = keep.Index
 		}
