@@ -16,10 +16,11 @@ import (
 
 // Systems the harness can run. fenced-bolt is fenced built from an older
 // revision whose raft log lives in raft-boltdb, for before/after tables;
-// it needs Config.FencedBoltBin.
+// it needs Config.FencedBoltBin. fenced-1p is fenced with GOMAXPROCS=1.
 var systemSpecs = []sysSpec{
 	{name: "fenced", nodes: 1, ref: "etcd"},
 	{name: "fenced-bolt", nodes: 1, ref: "etcd"},
+	{name: "fenced-1p", nodes: 1, ref: "etcd", env: []string{"GOMAXPROCS=1"}},
 	{name: "etcd", nodes: 1, etcd: true},
 	{name: "fenced-3", nodes: 3, ref: "etcd-3"},
 	{name: "fenced-3-leader", nodes: 3, ref: "etcd-3", leaderFirst: true},
@@ -38,6 +39,8 @@ type sysSpec struct {
 	// leaderFirst gives every client the leader as its first endpoint, so
 	// that no call is forwarded by a follower.
 	leaderFirst bool
+	// env is added to the environment of its processes (fenced, one node).
+	env []string
 }
 
 func specByName(name string) (sysSpec, bool) {
@@ -106,7 +109,7 @@ func deploy(ctx context.Context, spec sysSpec, bin, dir string, maxLeases int) (
 		d.nodes, err = startEtcdCluster(ctx, bin, dir, spec.nodes)
 	case spec.nodes == 1:
 		var s *server
-		s, err = startFenced(ctx, bin, dir, maxLeases)
+		s, err = startFenced(ctx, bin, dir, maxLeases, spec.env)
 		if s != nil {
 			d.nodes = []*server{s}
 		}
@@ -198,7 +201,7 @@ func startFencedCluster(ctx context.Context, bin, dir string, n, maxLeases int) 
 			"--node-id", id, "--initial-cluster", strings.Join(ic, ","),
 			"--data-dir", data, "--listen", api, "--raft-listen", raft,
 			"--log-level", "warn", "--max-leases", strconv.Itoa(maxLeases),
-		}, filepath.Join(dir, id+".log"), false)
+		}, nil, filepath.Join(dir, id+".log"), false)
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +236,7 @@ func startEtcdCluster(ctx context.Context, bin, dir string, n int) ([]*server, e
 			"--name", name, "--initial-cluster", strings.Join(ic, ","),
 			"--data-dir", filepath.Join(dir, name),
 			"--client-url", "http://" + client, "--peer-url", "http://" + peer,
-		}, filepath.Join(dir, name+".log"), true)
+		}, nil, filepath.Join(dir, name+".log"), true)
 		if err != nil {
 			return nil, err
 		}

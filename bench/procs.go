@@ -80,16 +80,20 @@ type proc struct {
 	waitErr error
 }
 
-// startProc starts bin with its output in logPath. The child gets SIGKILL
+// startProc starts bin with env added to this process's environment and its
+// output in logPath. The child gets SIGKILL
 // if the harness dies (Pdeathsig). Pdeathsig fires when the creating
 // *thread* exits, so the child is started from a goroutine locked to its
 // thread that stays alive, parked in Wait, for the child's whole life.
-func startProc(name, bin string, args []string, logPath string, withStdin bool) (*proc, error) {
+func startProc(name, bin string, args, env []string, logPath string, withStdin bool) (*proc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
@@ -219,7 +223,7 @@ type server struct {
 	endpoint string // fenced: base URL; etcd: host:port
 }
 
-func startFenced(ctx context.Context, bin, dir string, maxLeases int, extra ...string) (*server, error) {
+func startFenced(ctx context.Context, bin, dir string, maxLeases int, env []string, extra ...string) (*server, error) {
 	listen, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
@@ -235,7 +239,7 @@ func startFenced(ctx context.Context, bin, dir string, maxLeases int, extra ...s
 	p, err := startProc("fenced", bin, append([]string{
 		"--data-dir", data, "--listen", listen, "--raft-listen", raftListen,
 		"--log-level", "warn", "--max-leases", strconv.Itoa(maxLeases),
-	}, extra...), filepath.Join(dir, "fenced.log"), false)
+	}, extra...), env, filepath.Join(dir, "fenced.log"), false)
 	if err != nil {
 		return nil, err
 	}

@@ -334,7 +334,7 @@ func runMemory(ctx context.Context, n int, dir, system, fencedBin string, maxLea
 		return nil, err
 	}
 	logf("memory: starting a fresh %s", system)
-	srv, err := startFenced(ctx, fencedBin, dir, maxLeases)
+	srv, err := startFenced(ctx, fencedBin, dir, maxLeases, nil)
 	if err != nil {
 		return nil, err
 	}

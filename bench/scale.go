@@ -85,7 +85,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig, logf func(string, ...any)) (
 	if cfg.ProfileDir != "" {
 		extra = append(extra, "--pprof")
 	}
-	srv, err := startFenced(ctx, cfg.FencedBin, cfg.Dir, 4_000_000, extra...)
+	srv, err := startFenced(ctx, cfg.FencedBin, cfg.Dir, 4_000_000, nil, extra...)
 	if err != nil {
 		return nil, err
 	}
