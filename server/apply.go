@@ -76,11 +76,18 @@ func (s *Server) logTransition(msg string, l lease.Lease, extra ...slog.Attr) {
 }
 
 func (s *Server) restored(st *lease.State) {
+	s.resetDeadlines(st)
+	s.hub.restored(st.Applied())
+	s.waiters.freedAll()
+}
+
+// resetDeadlines gives every current lease of st a full TTL from now and
+// returns how many there are.
+func (s *Server) resetDeadlines(st *lease.State) int {
 	leases := make([]*lease.Lease, 0, st.Len())
 	st.EachShared(func(l *lease.Lease) bool { leases = append(leases, l); return true })
 	s.expirer.reset(leases, s.expirer.now())
-	s.hub.restored(st.Applied())
-	s.waiters.freedAll()
+	return len(leases)
 }
 
 // expireLeases writes the expiry of due, decided by the leader of term, to

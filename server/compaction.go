@@ -80,19 +80,19 @@ type restoredSnapshot struct {
 
 func (r *restoredSnapshot) set(meta *raft.SnapshotMeta) {
 	r.mu.Lock()
-	r.armed, r.meta = meta != nil, raft.SnapshotMeta{}
-	if meta != nil {
-		r.meta = *meta
-	}
+	r.armed, r.meta = true, *meta
+	r.mu.Unlock()
+}
+
+func (r *restoredSnapshot) forget() {
+	r.mu.Lock()
+	r.armed = false
 	r.mu.Unlock()
 }
 
 // take returns the remembered snapshot's meta when deleting [min, max]
 // would remove entries after its last index, and forgets it.
 func (r *restoredSnapshot) take(min, max uint64) (raft.SnapshotMeta, bool) {
-	if r == nil {
-		return raft.SnapshotMeta{}, false
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.armed || max <= r.meta.Index || min > r.meta.Index {
@@ -111,7 +111,7 @@ type restoreTrackingSnapshots struct {
 
 func (s restoreTrackingSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
 	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
-	s.restored.set(nil)
+	s.restored.forget()
 	return s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 }
 

@@ -135,3 +135,10 @@ func TestWatcherShedWhenFanoutBudgetSpent(t *testing.T) {
 		t.Fatalf("after the queued events: %v %v, want RESYNC", stream.Msg().GetEvent(), stream.Err())
 	}
 }
+
+// watching returns the number of subscriptions, for tests.
+func (h *hub) watching() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}

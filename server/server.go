@@ -323,12 +323,7 @@ func (s *Server) becomeLeader(ctx context.Context) {
 		return
 	}
 	n := 0
-	s.fsm.read(func(st *lease.State) {
-		leases := make([]*lease.Lease, 0, st.Len())
-		st.EachShared(func(l *lease.Lease) bool { leases = append(leases, l); return true })
-		s.expirer.reset(leases, s.expirer.now())
-		n = len(leases)
-	})
+	s.fsm.read(func(st *lease.State) { n = s.resetDeadlines(st) })
 	s.expirer.activate(term)
 	s.ready.Store(true)
 	s.everLed.Store(true)

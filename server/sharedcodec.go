@@ -142,16 +142,11 @@ func (s *Server) watchBatcher(ctl *streamControl, slot int) func(evs []*hubEvent
 	case slotJSON:
 		marshal = jsonCodec{"json"}.MarshalAppend
 	}
+	if ctl == nil || marshal == nil {
+		return sendEach
+	}
 	var buf []byte
 	return func(evs []*hubEvent, send func(*hubEvent, bool) error) error {
-		if ctl == nil || marshal == nil {
-			for i, ev := range evs {
-				if err := send(ev, i < len(evs)-1); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
 		if buf == nil && len(evs) > 64 {
 			if p, _ := burstBufs.Get().(*[]byte); p != nil {
 				buf = *p
@@ -186,6 +181,16 @@ func (s *Server) watchBatcher(ctl *streamControl, slot int) func(evs []*hubEvent
 		}
 		return err
 	}
+}
+
+// sendEach sends evs one by one through send, flushing after the last.
+func sendEach(evs []*hubEvent, send func(*hubEvent, bool) error) error {
+	for i, ev := range evs {
+		if err := send(ev, i < len(evs)-1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // burstBufs holds buffers of more than 64 KiB for watchBatcher.

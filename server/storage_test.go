@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	bolt "go.etcd.io/bbolt"
@@ -239,10 +240,9 @@ func tailSegment(t *testing.T, dir string) string {
 	return filepath.Join(dir, walDirName, segment.FileName(st.Segments[len(st.Segments)-1]))
 }
 
-// appendUnacknowledged writes one grant to the log as the leader would,
-// but with no one told: a crash during this write is what leaves a torn
-// tail. It returns the segment and the offset of the entry's frame.
-func appendUnacknowledged(t *testing.T, dir, key string) (string, int64) {
+// openLastEntry opens the WAL of the node in dir, whose caller closes it
+// and meta, and reads its last entry.
+func openLastEntry(t *testing.T, dir string) (*wal.WAL, *metadb.BoltMetaDB, raft.Log) {
 	t.Helper()
 	w, meta, err := openWAL(filepath.Join(dir, walDirName), hclog.NewNullLogger())
 	if err != nil {
@@ -252,10 +252,20 @@ func appendUnacknowledged(t *testing.T, dir, key string) (string, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var prev raft.Log
-	if err := w.GetLog(last, &prev); err != nil {
+	var l raft.Log
+	if err := w.GetLog(last, &l); err != nil {
 		t.Fatal(err)
 	}
+	return w, meta, l
+}
+
+// appendUnacknowledged writes one grant to the log as the leader would,
+// but with no one told: a crash during this write is what leaves a torn
+// tail. It returns the segment and the offset of the entry's frame.
+func appendUnacknowledged(t *testing.T, dir, key string) (string, int64) {
+	t.Helper()
+	w, meta, prev := openLastEntry(t, dir)
+	last := prev.Index
 	c := lease.Command{Op: lease.OpAcquire, Key: key, ID: newLeaseID(), Owner: "nobody-told", TTL: time.Hour}
 	data, _ := c.MarshalBinary()
 	if err := w.StoreLogs([]*raft.Log{{Index: last + 1, Term: prev.Term, Type: raft.LogCommand, Data: data}}); err != nil {
@@ -527,18 +537,8 @@ func TestTruncatedSuffixSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w, meta, err := openWAL(filepath.Join(dir, walDirName), hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, err := w.LastIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var prev raft.Log
-	if err := w.GetLog(last, &prev); err != nil {
-		t.Fatal(err)
-	}
+	w, meta, prev := openLastEntry(t, dir)
+	last := prev.Index
 	// What raft does on a follower: drop the conflicting suffix, then
 	// store the new leader's entry at the same index.
 	if err := w.DeleteRange(last, last); err != nil {

@@ -351,10 +351,3 @@ func (h *hub) unsubscribe(s *subscription) {
 func readRevision(st *lease.State) uint64 {
 	return max(st.Applied(), 1)
 }
-
-// watching returns the number of subscriptions, for tests.
-func (h *hub) watching() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.subs)
-}
