@@ -14,6 +14,16 @@ import (
 	"github.com/fencedio/fenced/lease"
 )
 
+// appliedBatch hands on the transitions of one applied batch in log order,
+// their records gathered into one write (Config.LogOutput).
+func (s *Server) appliedBatch(events []lease.Event) {
+	s.cfg.LogOutput.gather()
+	defer s.cfg.LogOutput.flush()
+	for _, ev := range events {
+		s.applied(ev)
+	}
+}
+
 // applied sees every transition, in log order, on every node. Transitions
 // replayed from the log on start update the state kept beside the FSM but
 // are not logged or counted again.

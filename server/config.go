@@ -173,6 +173,10 @@ type Config struct {
 
 	// Logger receives one record per lease transition. Default slog.Default().
 	Logger *slog.Logger
+	// LogOutput, when it is the writer under Logger's handler, lets the
+	// server write the records of one applied batch of commits together
+	// (see LogWriter). Optional: without it every record is its own write.
+	LogOutput *LogWriter
 	// RaftLog receives raft's own log at warning level and above.
 	// Default io.Discard.
 	RaftLog io.Writer

@@ -17,8 +17,9 @@ type fsm struct {
 	state   *lease.State
 	maxIdle int
 
-	// onEvent sees every transition in log order, after mu is released.
-	onEvent func(lease.Event)
+	// onEvents sees the transitions of every applied batch, in log
+	// order, after mu is released.
+	onEvents func([]lease.Event)
 	// onRestore sees the state after a snapshot replaced it, with mu held
 	// for reading.
 	onRestore func(*lease.State)
@@ -36,7 +37,7 @@ var (
 )
 
 func newFSM(maxIdle int) *fsm {
-	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, onEvent: func(lease.Event) {}, onRestore: func(*lease.State) {}, onProgress: func() {}}
+	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, onEvents: func([]lease.Event) {}, onRestore: func(*lease.State) {}, onProgress: func() {}}
 }
 
 // Apply applies one log entry and returns its lease.Result.
@@ -67,9 +68,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	}
 	f.mu.Unlock()
 	f.onProgress()
-	for _, ev := range events {
-		f.onEvent(ev)
-	}
+	f.onEvents(events)
 	return results
 }
 

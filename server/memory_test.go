@@ -20,10 +20,12 @@ func BenchmarkLiveLeaseMemory(b *testing.B) {
 	f := newFSM(0)
 	e := newExpirer(func(uint64, []lease.Lease) {})
 	g := newGrantMemory(grantsPerKey, maxGrantKeys)
-	f.onEvent = func(ev lease.Event) {
-		if ev.Type == lease.Acquired {
-			e.add(ev.Shared(), time.Now())
-			g.record(ev, time.Time{})
+	f.onEvents = func(events []lease.Event) {
+		for _, ev := range events {
+			if ev.Type == lease.Acquired {
+				e.add(ev.Shared(), time.Now())
+				g.record(ev, time.Time{})
+			}
 		}
 	}
 	before := liveHeap()

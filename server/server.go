@@ -145,7 +145,7 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	s.fsm.onEvent = s.applied
+	s.fsm.onEvents = s.appliedBatch
 	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
 	s.fsm.onRestore = s.restored
 	if err := s.initRejections(); err != nil {

@@ -130,7 +130,8 @@ there and ignores the list. Every node serves every call.`,
 					return usage(cmd, err)
 				}
 			}
-			log, err := logs.logger(os.Stderr)
+			cfg.LogOutput = server.NewLogWriter(os.Stderr)
+			log, err := logs.logger(cfg.LogOutput)
 			if err != nil {
 				return usage(cmd, err)
 			}
