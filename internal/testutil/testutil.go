@@ -5,7 +5,11 @@
 package testutil
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,23 +41,62 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 	}
 }
 
-// FreeAddr returns a loopback host:port that nothing listened on a moment
-// ago, for a process that must be told its address before it binds it.
-// Another process could take the port in between; the server's start then
-// fails loudly rather than the test measuring the wrong thing. Where the
-// caller can bind the listener itself, it should listen on 127.0.0.1:0
-// instead.
+// FreeAddr returns a loopback host:port that nothing listens on, for a
+// process that must be told its address before it binds it (and may bind it
+// again after a restart). Where the caller can bind the listener itself, it
+// should listen on 127.0.0.1:0 instead.
+//
+// The port is picked at random below the kernel's ephemeral range, where no
+// listener on port 0 and no outgoing connection anywhere on the machine is
+// given it, so it stays free until the process binds it: a port from the
+// ephemeral range was seen taken in that gap while the test suites ran.
+// Only another caller of FreeAddr in another process can still pick the
+// same port; one process never gets the same port twice.
 func FreeAddr() (string, error) { return FreeAddrOn("127.0.0.1") }
 
 // FreeAddrOn is FreeAddr on the local address ip (for instance another
 // loopback address than 127.0.0.1, to tell processes apart by address).
 func FreeAddrOn(ip string) (string, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return "", err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil || len(handedOut.ports) > (ephemeralLow-lowestPort)/2 {
+		handedOut.ports = make(map[int]bool)
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	var err error
+	for range 100 {
+		port := lowestPort + rand.IntN(ephemeralLow-lowestPort)
+		if handedOut.ports[port] {
+			continue
+		}
+		var ln net.Listener
+		ln, err = net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+		if err != nil {
+			continue // taken
+		}
+		ln.Close()
+		handedOut.ports[port] = true
+		return ln.Addr().String(), nil
+	}
+	return "", fmt.Errorf("no free port on %s below %d: %w", ip, ephemeralLow, err)
+}
+
+// lowestPort is the lowest port FreeAddr hands out, above the well-known
+// services' ports (PostgreSQL, MySQL, Redis, fenced's default 7420).
+const lowestPort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+var ephemeralLow = func() int {
+	low := 32768 // Linux's default; other systems start higher
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &low)
+	}
+	return max(low, lowestPort+1000)
+}()
+
+// handedOut holds the ports FreeAddr returned in this process.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
 }
 
 // MustFreeAddr is FreeAddr for tests: it fails t when no port can be had.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -59,4 +60,22 @@ func TestFreeAddrCanBeBound(t *testing.T) {
 		t.Fatalf("listen on %s: %v", addr, err)
 	}
 	ln.Close()
+}
+
+func TestFreeAddrBelowEphemeralRange(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 50 {
+		addr, err := FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		if p, _ := strconv.Atoi(port); p < lowestPort || p >= ephemeralLow {
+			t.Fatalf("port %d outside [%d, %d)", p, lowestPort, ephemeralLow)
+		}
+		if seen[addr] {
+			t.Fatalf("%s handed out twice", addr)
+		}
+		seen[addr] = true
+	}
 }
