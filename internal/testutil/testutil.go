@@ -51,7 +51,8 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() error) {
 // given it, so it stays free until the process binds it: a port from the
 // ephemeral range was seen taken in that gap while the test suites ran.
 // Only another caller of FreeAddr in another process can still pick the
-// same port; one process never gets the same port twice.
+// same port; one process gets a port again only after it has been handed
+// half of the ports below the range.
 func FreeAddr() (string, error) { return FreeAddrOn("127.0.0.1") }
 
 // FreeAddrOn is FreeAddr on the local address ip (for instance another
