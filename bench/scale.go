@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/client"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"google.golang.org/protobuf/proto"
 )
 

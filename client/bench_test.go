@@ -10,7 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/client"
-	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 )
 
 // benchClient returns a client of a fake server on loopback that answers

@@ -16,8 +16,8 @@ import (
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/internal/fencedtest"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
-	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 
 // ListRevision is List that also returns the revision the answer reflects:

@@ -22,8 +22,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/internal/fencedtest"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
-	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/server"
 	"google.golang.org/protobuf/encoding/protowire"

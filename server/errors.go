@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 
 // keepAliveAhead bounds the requests of one KeepAlive stream read ahead of

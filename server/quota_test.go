@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 
 func TestOwnerQuotas(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 
 // Rejections are recorded by the leader (rejections.go), but Watch is

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"

@@ -11,8 +11,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/fencedio/fenced/internal/fencedtest"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
-	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 )
 
 // revEvent is what the handoff test compares of an event.

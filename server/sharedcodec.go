@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/fence"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 
 func newSeed(t *testing.T) (string, ed25519.PrivateKey) {

@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencedio/fenced/fence"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 
 // Input limits of the wire contract.

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 )
 

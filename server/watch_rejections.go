@@ -4,7 +4,7 @@ import (
 	"math"
 	"strings"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 	"google.golang.org/protobuf/proto"
 )

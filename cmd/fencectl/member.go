@@ -7,8 +7,8 @@ import (
 	"text/tabwriter"
 
 	"connectrpc.com/connect"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
-	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/spf13/cobra"
 )
 

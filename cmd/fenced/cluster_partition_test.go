@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/internal/faultproxy"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 
 // proxiedCluster is a cluster whose every raft peer port sits behind a

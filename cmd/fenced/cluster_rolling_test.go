@@ -11,7 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/client"
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 
 // TestClusterRollingRestart restarts every node of a 3-node cluster in

@@ -1,4 +1,5 @@
-// Package testenv finds the external services that tests run against.
+// Package testenv finds the external services that tests run against and
+// says whether the long suites run (FENCED_LONG=1).
 //
 // Tests that need PostgreSQL, MariaDB/MySQL or Redis call the helpers here.
 // When a service is unreachable the test is skipped with a message, unless
@@ -71,4 +72,18 @@ func env(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// Long reports whether the long suites run: torture, mutants, multi-process
+// cluster scenarios, browser tests and the large restarts. They run when
+// FENCED_LONG=1 is set, as CI sets it; `go test ./...` without it stays
+// within a few minutes on a two-core machine.
+func Long() bool { return os.Getenv("FENCED_LONG") == "1" }
+
+// SkipUnlessLong skips a long test unless FENCED_LONG=1 is set.
+func SkipUnlessLong(t testing.TB) {
+	t.Helper()
+	if !Long() {
+		t.Skip("long test: set FENCED_LONG=1 to run it")
+	}
 }

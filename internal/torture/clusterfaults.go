@@ -12,8 +12,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	fencedv1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
-	"github.com/fencedio/fenced/internal/gen/fenced/v1/fencedv1connect"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 )
 
 // clusterFaults injects one cluster fault after another until ctx ends.

@@ -131,7 +131,7 @@ const file_fenced_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"revoked_by\x18\x02 \x01(\tR\trevokedBy2M\n" +
 	"\fAdminService\x12=\n" +
-	"\x06Revoke\x12\x18.fenced.v1.RevokeRequest\x1a\x19.fenced.v1.RevokeResponseB<Z:github.com/fencedio/fenced/internal/gen/fenced/v1;fencedv1b\x06proto3"
+	"\x06Revoke\x12\x18.fenced.v1.RevokeRequest\x1a\x19.fenced.v1.RevokeResponseB3Z1github.com/fencedio/fenced/api/fenced/v1;fencedv1b\x06proto3"
 
 var (
 	file_fenced_v1_admin_proto_rawDescOnce sync.Once

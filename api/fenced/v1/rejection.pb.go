@@ -517,7 +517,7 @@ const file_fenced_v1_rejection_proto_rawDesc = "" +
 	"lastUnixMs2\xcb\x01\n" +
 	"\x10RejectionService\x12[\n" +
 	"\x10ReportRejections\x12\".fenced.v1.ReportRejectionsRequest\x1a#.fenced.v1.ReportRejectionsResponse\x12Z\n" +
-	"\x0eListRejections\x12 .fenced.v1.ListRejectionsRequest\x1a!.fenced.v1.ListRejectionsResponse\"\x03\x90\x02\x01B<Z:github.com/fencedio/fenced/internal/gen/fenced/v1;fencedv1b\x06proto3"
+	"\x0eListRejections\x12 .fenced.v1.ListRejectionsRequest\x1a!.fenced.v1.ListRejectionsResponse\"\x03\x90\x02\x01B3Z1github.com/fencedio/fenced/api/fenced/v1;fencedv1b\x06proto3"
 
 var (
 	file_fenced_v1_rejection_proto_rawDescOnce sync.Once

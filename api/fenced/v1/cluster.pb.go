@@ -505,7 +505,7 @@ const file_fenced_v1_cluster_proto_rawDesc = "" +
 	"\vListMembers\x12\x1d.fenced.v1.ListMembersRequest\x1a\x1e.fenced.v1.ListMembersResponse\x12F\n" +
 	"\tAddMember\x12\x1b.fenced.v1.AddMemberRequest\x1a\x1c.fenced.v1.AddMemberResponse\x12O\n" +
 	"\fRemoveMember\x12\x1e.fenced.v1.RemoveMemberRequest\x1a\x1f.fenced.v1.RemoveMemberResponse\x12a\n" +
-	"\x12TransferLeadership\x12$.fenced.v1.TransferLeadershipRequest\x1a%.fenced.v1.TransferLeadershipResponseB<Z:github.com/fencedio/fenced/internal/gen/fenced/v1;fencedv1b\x06proto3"
+	"\x12TransferLeadership\x12$.fenced.v1.TransferLeadershipRequest\x1a%.fenced.v1.TransferLeadershipResponseB3Z1github.com/fencedio/fenced/api/fenced/v1;fencedv1b\x06proto3"
 
 var (
 	file_fenced_v1_cluster_proto_rawDescOnce sync.Once

@@ -8,7 +8,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	v1 "github.com/fencedio/fenced/internal/gen/fenced/v1"
+	v1 "github.com/fencedio/fenced/api/fenced/v1"
 	http "net/http"
 	strings "strings"
 )

@@ -1186,7 +1186,7 @@ const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\x03Get\x12\x15.fenced.v1.GetRequest\x1a\x16.fenced.v1.GetResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04List\x12\x16.fenced.v1.ListRequest\x1a\x17.fenced.v1.ListResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x05Watch\x12\x17.fenced.v1.WatchRequest\x1a\x18.fenced.v1.WatchResponse0\x01\x12J\n" +
-	"\tKeepAlive\x12\x1b.fenced.v1.KeepAliveRequest\x1a\x1c.fenced.v1.KeepAliveResponse(\x010\x01B<Z:github.com/fencedio/fenced/internal/gen/fenced/v1;fencedv1b\x06proto3"
+	"\tKeepAlive\x12\x1b.fenced.v1.KeepAliveRequest\x1a\x1c.fenced.v1.KeepAliveResponse(\x010\x01B3Z1github.com/fencedio/fenced/api/fenced/v1;fencedv1b\x06proto3"
 
 var (
 	file_fenced_v1_lease_proto_rawDescOnce sync.Once
