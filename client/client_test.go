@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/internal/fencedtest"
-	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
-	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"google.golang.org/protobuf/proto"
 )
 

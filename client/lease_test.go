@@ -7,9 +7,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/internal/fencedtest"
-	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 )
 
 // fakeClient returns a client of fake that runs inside a synctest bubble.

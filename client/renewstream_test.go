@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/fencedio/fenced/client"
-	"github.com/fencedio/fenced/internal/fencedtest"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/fencedtest"
 )
 
 // renewPaths runs f with leases renewing over the shared KeepAlive stream

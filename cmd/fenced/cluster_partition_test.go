@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/internal/faultproxy"
-	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 
 // proxiedCluster is a cluster whose every raft peer port sits behind a

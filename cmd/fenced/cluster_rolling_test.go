@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/fencedio/fenced/client"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/client"
 )
 
 // TestClusterRollingRestart restarts every node of a 3-node cluster in

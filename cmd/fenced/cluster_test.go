@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/fencedio/fenced/client"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/server"
 )
