@@ -39,9 +39,12 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 // snapshot is older than the log's last entry, yet keeps its last index
 // and commit index, then applies from the snapshot's index + 1: the
 // entries it needs are gone and the node panics with "log not found" on
-// every start. DeleteRange therefore keeps the log after a snapshot that
+// every start. DeleteRange therefore keeps the log from a snapshot that
 // was just restored when the log holds the snapshot's last entry, as the
-// Raft paper says a follower must.
+// Raft paper says a follower must. The snapshot's own entry stays too:
+// raft's leader follows an install with an append whose previous entry is
+// the snapshot's, and a follower without it refuses and is sent the
+// snapshot again.
 type monotonicLogStore struct {
 	raft.LogStore
 	restored *restoredSnapshot
@@ -59,9 +62,12 @@ func (s monotonicLogStore) DeleteRange(min, max uint64) error {
 		// the last entry committed, which a snapshot never passes.
 		var at raft.Log
 		if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
-			s.log.Warn("keeping the log after a restored snapshot older than it (hashicorp/raft#697)",
-				"snapshot-index", keep.Index, "kept-from", keep.Index+1, "kept-to", max)
-			max = keep.Index
+			s.log.Warn("keeping the log from a restored snapshot older than it (hashicorp/raft#697)",
+				"snapshot-index", keep.Index, "kept-from", keep.Index, "kept-to", max)
+			if keep.Index <= min {
+				return nil
+			}
+			max = keep.Index - 1
 		}
 	}
 	return s.LogStore.DeleteRange(min, max)

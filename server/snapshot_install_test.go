@@ -31,8 +31,10 @@ func TestFollowerKeepsLogPastOlderSnapshot(t *testing.T) {
 	f.appendEntries(t, 0, 1, 20, 20)
 	f.fsm.waitApplied(t, 20)
 
+	// As raft's leader does after an install: the next append follows
+	// the snapshot's own entry, which the follower must still match.
 	f.installSnapshot(t, 12)
-	f.appendEntries(t, 20, 21, 22, 22)
+	f.appendEntries(t, 12, 13, 22, 22)
 	f.fsm.waitApplied(t, 22)
 
 	if got, want := f.fsm.history(), "1-20 restore@12 13-22"; got != want {
@@ -40,8 +42,8 @@ func TestFollowerKeepsLogPastOlderSnapshot(t *testing.T) {
 	}
 	first, _ := f.logs.FirstIndex()
 	last, _ := f.logs.LastIndex()
-	if first != 13 || last != 22 {
-		t.Errorf("log holds %d..%d after the snapshot at 12, want 13..22", first, last)
+	if first != 12 || last != 22 {
+		t.Errorf("log holds %d..%d after the snapshot at 12, want 12..22", first, last)
 	}
 	f.close(t)
 
@@ -50,11 +52,37 @@ func TestFollowerKeepsLogPastOlderSnapshot(t *testing.T) {
 	defer f.close(t)
 	first, _ = f.logs.FirstIndex()
 	last, _ = f.logs.LastIndex()
-	if first != 13 || last != 22 {
-		t.Errorf("log holds %d..%d after a restart, want 13..22", first, last)
+	if first != 12 || last != 22 {
+		t.Errorf("log holds %d..%d after a restart, want 12..22", first, last)
 	}
 	f.appendEntries(t, 22, 23, 23, 23)
 	f.fsm.waitApplied(t, 23)
+}
+
+// TestFollowerKeepsLogPastTwoInstalls: a leader may send the same older
+// snapshot twice (its append after the first install was lost, or refused).
+// The second install must keep the log too: deleting it while raft still
+// believes its last index is the old one brings back "log not found".
+func TestFollowerKeepsLogPastTwoInstalls(t *testing.T) {
+	dir := t.TempDir()
+	f := startFakeLeaderFollower(t, dir)
+	defer f.close(t)
+
+	f.appendEntries(t, 0, 1, 20, 20)
+	f.fsm.waitApplied(t, 20)
+
+	f.installSnapshot(t, 12)
+	f.installSnapshot(t, 12)
+	first, _ := f.logs.FirstIndex()
+	last, _ := f.logs.LastIndex()
+	if first != 12 || last != 20 {
+		t.Fatalf("log holds %d..%d after two installs at 12, want 12..20", first, last)
+	}
+	f.appendEntries(t, 12, 13, 22, 22)
+	f.fsm.waitApplied(t, 22)
+	if got, want := f.fsm.history(), "1-20 restore@12 restore@12 13-22"; got != want {
+		t.Errorf("state machine saw %s, want %s", got, want)
+	}
 }
 
 // fakeLeaderFollower is one raft node on the node's own log store chain,
