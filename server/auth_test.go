@@ -310,7 +310,9 @@ func TestRevoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := held.Msg.GetLease()
-	sub, _, _ := s.hub.subscribe("a/", 0)
+	// Watch from the state after the Acquire, as a Watch does: the
+	// Acquire's own event may still be on its way to the watchers.
+	sub, _, _ := s.hub.subscribe("a/", s.fsm.revision())
 	defer s.hub.unsubscribe(sub)
 
 	type granted struct {

@@ -46,6 +46,49 @@ func TestHubRoundFillsThenCuts(t *testing.T) {
 	}
 }
 
+// A watcher that subscribes after revision r is never offered a transition
+// at or before r, even one applied before it subscribed and dispatched
+// after: a Watch from a state read does not see that state's own events.
+func TestHubSubscribeAfterSkipsUndispatched(t *testing.T) {
+	h := newHub(16, 8)
+	acquired := func(rev uint64) lease.Event {
+		return lease.Event{Type: lease.Acquired, Revision: rev, Lease: lease.Lease{Key: "a/1"}}
+	}
+	h.publish(acquired(5)) // applied, not yet dispatched
+	from, _, complete := h.subscribe("a/", 5)
+	all, _, _ := h.subscribe("a/", 0)
+	if !complete {
+		t.Fatal("subscribing after the last applied revision reported missing events")
+	}
+	h.dispatch(h.in)
+	select {
+	case <-from.ready:
+		t.Fatalf("watcher after 5 woken by revision 5 (queued %v)", revisions(from.take()))
+	default:
+	}
+	h.publish(acquired(6))
+	h.dispatch(h.in[1:])
+	select {
+	case <-from.ready:
+	default:
+		t.Fatal("watcher after 5 not woken by revision 6")
+	}
+	if q := from.take(); len(q) != 1 || q[0].Revision != 6 {
+		t.Fatalf("watcher after 5 queued %v, want revision 6 only", revisions(q))
+	}
+	if q := all.take(); len(q) != 2 || q[0].Revision != 5 {
+		t.Fatalf("watcher after 0 queued %v, want revisions 5 and 6", revisions(q))
+	}
+}
+
+func revisions(evs []*hubEvent) []uint64 {
+	var r []uint64
+	for _, ev := range evs {
+		r = append(r, ev.Revision)
+	}
+	return r
+}
+
 // A fan-out job keeps its slot to itself for at most hold: a send blocked
 // on a subscriber that does not read does not stall the others longer.
 func TestShareGateHold(t *testing.T) {

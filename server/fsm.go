@@ -121,6 +121,10 @@ func (f *fsm) view() lease.View {
 	return f.state.View()
 }
 
+// revision is the revision a read of the state now reflects
+// (readRevision): Watch from it neither misses nor repeats an event.
+func (f *fsm) revision() uint64 { return max(f.view().Applied(), 1) }
+
 type fsmSnapshot struct{ snap *lease.Snapshot }
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {

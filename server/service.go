@@ -230,8 +230,14 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		return connectError(err)
 	}
 	defer release()
+	// Without after_revision the stream starts at the state this node has
+	// applied now: a transition applied before the call but not yet
+	// dispatched to the watchers is not sent.
 	after := req.Msg.GetAfterRevision()
-	sendAll, resync := v.watchSenders(ctx, req, stream, after)
+	if after == 0 {
+		after = v.s.fsm.revision()
+	}
+	sendAll, resync := v.watchSenders(ctx, req, stream, &after)
 	if req.Msg.GetRejections() {
 		defer v.s.relay.join()()
 	}
@@ -239,6 +245,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	sub.rejections.Store(req.Msg.GetRejections())
 	defer func() { v.s.hub.unsubscribe(sub) }()
 	if !complete {
+		after = v.s.fsm.revision()
 		if err := resync(); err != nil {
 			return err
 		}
@@ -262,7 +269,10 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			if err := sendAll(sub, nil); err != nil {
 				return err
 			}
-			sub, _, _ = v.s.hub.subscribe(prefix, 0)
+			// The RESYNC's revision is the new start: the transitions
+			// up to it that are still undispatched are not sent after it.
+			after = v.s.fsm.revision()
+			sub, _, _ = v.s.hub.subscribe(prefix, after)
 			sub.rejections.Store(req.Msg.GetRejections())
 			if err := resync(); err != nil {
 				return err
@@ -275,7 +285,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 // queued for sub (taken once a fan-out slot is free), or replay when sub
 // is nil, and resync a RESYNC event.
 func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse],
-	after uint64,
+	after *uint64,
 ) (sendAll func(sub *subscription, replay []*hubEvent) error, resync func() error) {
 	// Every send must finish within StreamWriteTimeout: a watcher that
 	// stops reading is cut off instead of holding its goroutine forever.
@@ -288,7 +298,7 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 		return stream.Send(m)
 	}
 	resync = func() error {
-		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: v.s.fsm.view().Applied()}}, false)
+		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: *after}}, false)
 	}
 	batch := v.s.watchBatcher(ctl, envelopeSlot(req.Header().Get("Content-Type")))
 	// The events are taken once a fan-out slot is ours (shareGate): under
@@ -308,14 +318,14 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 			taken = sub.take()
 			defer sub.recycle(taken)
 		}
-		evs := slices.DeleteFunc(taken, func(ev *hubEvent) bool { return !ev.rejection && ev.Revision <= after })
+		evs := slices.DeleteFunc(taken, func(ev *hubEvent) bool { return !ev.rejection && ev.Revision <= *after })
 		if !sent && len(evs) > 0 {
-			if err := send(watchMessage(evs[0], after), len(evs) > 1); err != nil {
+			if err := send(watchMessage(evs[0], *after), len(evs) > 1); err != nil {
 				return err
 			}
 			evs = evs[1:]
 		}
-		return batch(evs, func(ev *hubEvent, more bool) error { return send(watchMessage(ev, after), more) })
+		return batch(evs, func(ev *hubEvent, more bool) error { return send(watchMessage(ev, *after), more) })
 	}
 	return sendAll, resync
 }

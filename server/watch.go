@@ -80,6 +80,10 @@ func (e *hubEvent) sseBytes(encode func(lease.Event) []byte) []byte {
 
 type subscription struct {
 	prefix string
+	// after: the transitions up to this revision are not queued. They were
+	// applied before the subscriber's starting point but dispatched after
+	// it subscribed.
+	after uint64
 
 	mu    sync.Mutex
 	queue []*hubEvent   // grows on demand, at most hub.buffer
@@ -282,6 +286,12 @@ func (h *hub) fanOut(evs []*hubEvent) {
 // when its queue would hold more than buffer events. Called by the
 // dispatcher with h.mu held.
 func (h *hub) offer(s *subscription, evs []*hubEvent) {
+	for len(evs) > 0 && !evs[0].rejection && evs[0].Revision <= s.after {
+		evs = evs[1:] // in revision order
+	}
+	if len(evs) == 0 {
+		return
+	}
 	s.mu.Lock()
 	n := min(len(evs), max(h.buffer-len(s.queue), 0))
 	s.queue = append(s.queue, evs[:n]...)
@@ -310,14 +320,17 @@ func (h *hub) encoded(w *fencedv1.WatchResponse) *hubEvent {
 	return h.kept[w]
 }
 
-// subscribe registers a watcher of prefix. When after > 0 it also returns
-// the kept events after that revision, and complete=false if some may be
-// missing. Resuming scans the kept history (at most WatchHistory events),
-// never the leases.
+// subscribe registers a watcher of the transitions under prefix after
+// revision after. When after > 0 it also returns the kept events after that
+// revision, and complete=false if some may be missing. Resuming scans the
+// kept history (at most WatchHistory events), never the leases. With after
+// 0 the watcher is offered every transition dispatched from now on,
+// including those applied before the call but not yet dispatched: to start
+// at a state read, pass its revision (readRevision).
 func (h *hub) subscribe(prefix string, after uint64) (s *subscription, replay []*hubEvent, complete bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s = &subscription{prefix: prefix, ready: make(chan struct{}, 1), lost: make(chan struct{})}
+	s = &subscription{prefix: prefix, after: after, ready: make(chan struct{}, 1), lost: make(chan struct{})}
 	h.subs[s] = struct{}{}
 	if after == 0 {
 		return s, nil, true
