@@ -125,12 +125,20 @@ func (e *expirer) remove(key, id string) {
 	}
 }
 
-// renew extends lease id of key by its full TTL from now. A lease whose
-// deadline passed cannot be renewed, whether its expiry is being written or
-// still waits for a free submission slot.
-func (e *expirer) renew(key, id string, now time.Time) (lease.Lease, error) {
+// renew extends lease id of key to a full TTL from now, the moment the
+// renewal was accepted in term, the leadership term that confirmed it. A
+// deadline only moves forward: a renewal that lands after a later one
+// changes nothing. A renewal of another term than the deadlines' is
+// refused (errNotReady): the deadlines were reset since, and the node may
+// have missed the lease's end in between. A lease whose deadline passed
+// cannot be renewed, whether its expiry is being written or still waits
+// for a free submission slot.
+func (e *expirer) renew(key, id string, now time.Time, term uint64) (lease.Lease, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if term != e.term && !failpoint.Enabled(failpoint.DeposedLeaderRenews) {
+		return lease.Lease{}, errNotReady
+	}
 	t, ok := e.byKey[key]
 	if !ok || t.lease.ID != id || t.deadline <= mono(now) {
 		return lease.Lease{}, lease.ErrNotHeld
@@ -138,11 +146,14 @@ func (e *expirer) renew(key, id string, now time.Time) (lease.Lease, error) {
 	if failpoint.Enabled(failpoint.RenewNoExtend) {
 		return *t.lease, nil
 	}
-	t.deadline = mono(now).add(t.lease.TTL)
+	ttl := t.lease.TTL
 	if failpoint.Enabled(failpoint.ExpireHalfTTL) {
-		t.deadline = mono(now).add(t.lease.TTL / 2)
+		ttl /= 2
 	}
-	heap.Fix(&e.heap, t.index)
+	if d := mono(now).add(ttl); d > t.deadline {
+		t.deadline = d
+		heap.Fix(&e.heap, t.index)
+	}
 	return *t.lease, nil
 }
 

@@ -84,7 +84,7 @@ func TestExpirer(t *testing.T) {
 				h.t.Fatalf("remaining after expiry = %v", got)
 			}
 			// Once expired, the lease cannot be renewed back to life.
-			if _, err := h.e.renew("k", "id1", time.Now()); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := h.e.renew("k", "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 				h.t.Fatalf("renew after expiry: %v, want ErrNotHeld", err)
 			}
 			h.sleepUntil(time.Hour)
@@ -94,7 +94,7 @@ func TestExpirer(t *testing.T) {
 			l := testLease("k", "id1", 10*time.Second)
 			h.e.add(l, time.Now())
 			h.sleepUntil(6 * time.Second)
-			got, err := h.e.renew("k", "id1", time.Now())
+			got, err := h.e.renew("k", "id1", time.Now(), 1)
 			if err != nil || got != *l {
 				h.t.Fatalf("renew = %+v, %v, want %+v", got, err, l)
 			}
@@ -107,7 +107,7 @@ func TestExpirer(t *testing.T) {
 			h.e.add(testLease("k", "id1", 10*time.Second), time.Now())
 			h.sleepUntil(6 * time.Second)
 			for _, tc := range []struct{ key, id string }{{"k", "id2"}, {"other", "id1"}, {"k", ""}} {
-				if _, err := h.e.renew(tc.key, tc.id, time.Now()); !errors.Is(err, lease.ErrNotHeld) {
+				if _, err := h.e.renew(tc.key, tc.id, time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 					h.t.Fatalf("renew(%q, %q): %v, want ErrNotHeld", tc.key, tc.id, err)
 				}
 			}
@@ -124,7 +124,7 @@ func TestExpirer(t *testing.T) {
 			h.expect("b/id2")
 			h.sleepUntil(time.Hour)
 			h.expect()
-			if _, err := h.e.renew("a", "id1", time.Now()); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := h.e.renew("a", "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 				h.t.Fatalf("renew of a removed lease: %v, want ErrNotHeld", err)
 			}
 		}},
@@ -149,7 +149,7 @@ func TestExpirer(t *testing.T) {
 			h.e.add(testLease("k", "old", 2*time.Second), time.Now())
 			h.sleepUntil(time.Second)
 			h.e.add(testLease("k", "new", 10*time.Second), time.Now())
-			if _, err := h.e.renew("k", "old", time.Now()); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := h.e.renew("k", "old", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 				h.t.Fatalf("renew of the replaced lease: %v", err)
 			}
 			h.sleepUntil(10 * time.Second)
@@ -178,11 +178,46 @@ func TestExpirer(t *testing.T) {
 			h.sleepUntil(time.Hour)
 			h.expect()
 		}},
+		{"a late renewal never moves the deadline back", func(h *expiryHarness) {
+			h.e.add(testLease("k", "id", 10*time.Second), time.Now())
+			// A renewal starts at 1s, then stalls (its goroutine starved, a
+			// stream renewal stuck) while another starts at 5s and lands.
+			early := time.Now().Add(time.Second)
+			h.sleepUntil(5 * time.Second)
+			if _, err := h.e.renew("k", "id", time.Now(), 1); err != nil {
+				h.t.Fatal(err)
+			}
+			if _, err := h.e.renew("k", "id", early, 1); err != nil {
+				h.t.Fatal(err)
+			}
+			if got := h.e.remaining("k", time.Now()); got != 10*time.Second {
+				h.t.Fatalf("remaining after the late renewal = %v, want the later one's 10s", got)
+			}
+			h.sleepUntil(15*time.Second - time.Nanosecond)
+			h.expect()
+			h.sleepUntil(15 * time.Second)
+			h.expect("k/id")
+		}},
+		{"a renewal accepted in an earlier term changes nothing", func(h *expiryHarness) {
+			h.e.add(testLease("k", "id", 10*time.Second), time.Now())
+			h.sleepUntil(2 * time.Second)
+			h.e.deactivate()
+			h.e.reset([]*lease.Lease{testLease("k", "id", 10*time.Second)}, time.Now())
+			h.e.activate(3)
+			h.sleepUntil(4 * time.Second)
+			if _, err := h.e.renew("k", "id", time.Now(), 1); !errors.Is(err, errNotReady) {
+				h.t.Fatalf("renewal of term 1 in term 3: %v, want errNotReady", err)
+			}
+			h.sleepUntil(12*time.Second - time.Nanosecond)
+			h.expect()
+			h.sleepUntil(12 * time.Second)
+			h.expect("k/id")
+		}},
 		{"renewals still move deadlines while inactive", func(h *expiryHarness) {
 			h.e.add(testLease("k", "id", 10*time.Second), time.Now())
 			h.e.deactivate()
 			h.sleepUntil(8 * time.Second)
-			if _, err := h.e.renew("k", "id", time.Now()); err != nil {
+			if _, err := h.e.renew("k", "id", time.Now(), 1); err != nil {
 				h.t.Fatal(err)
 			}
 			h.e.activate(1)
@@ -293,7 +328,7 @@ func TestExpirerBatchesAndBounds(t *testing.T) {
 			if seen[l.Key] {
 				continue
 			}
-			if _, err := e.renew(l.Key, l.ID, time.Now()); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := e.renew(l.Key, l.ID, time.Now(), 7); !errors.Is(err, lease.ErrNotHeld) {
 				t.Fatalf("renew of %s, due and waiting for a slot: %v, want ErrNotHeld", l.Key, err)
 			}
 		}
@@ -350,7 +385,7 @@ func BenchmarkExpirerCycle(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		l := ls[i%len(ls)]
 		e.add(l, now)
-		if _, err := e.renew(l.Key, l.ID, now); err != nil {
+		if _, err := e.renew(l.Key, l.ID, now, 1); err != nil {
 			b.Fatal(err)
 		}
 		e.remove(l.Key, l.ID)

@@ -198,6 +198,7 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 	if pending == 0 {
 		return
 	}
+	term := s.raft.CurrentTerm()
 	start := s.expirer.now()
 	if err := s.leader.confirm(ctx); err != nil && !mutant {
 		for i := range b {
@@ -214,8 +215,9 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 			continue
 		}
 		// The deadline counts from before the leadership check: a renewal
-		// never outlives what the confirmed leadership covers.
-		l, err := s.expirer.renew(r.key, r.id, start)
+		// never outlives what the confirmed leadership covers. It counts
+		// only in the term read before the check.
+		l, err := s.expirer.renew(r.key, r.id, start, term)
 		if err != nil {
 			r.err = describeNotHeld(err, r.key, r.id)
 			continue
