@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -348,8 +349,9 @@ func (s *Server) WaitReady(ctx context.Context) error {
 	return nil
 }
 
-// Close stops serving, lets in-flight requests finish for up to 5 seconds,
-// and shuts raft down. Every acknowledged grant is already on disk. If a
+// Close stops serving, hands the leadership to another voter if this node
+// leads a cluster, lets in-flight requests finish for up to 5 seconds, and
+// shuts raft down. Every acknowledged grant is already on disk. If a
 // write of the raft log failed, the node has closed itself and Close returns
 // that error (ErrLogWrite).
 func (s *Server) Close() error {
@@ -366,6 +368,7 @@ func (s *Server) Close() error {
 	s.ready.Store(false)
 	close(s.done)
 	s.endBase(errClosed)
+	s.handOverLeadership()
 	var errs []error
 	if srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -375,6 +378,28 @@ func (s *Server) Close() error {
 	errs = append(errs, s.closeRaft())
 	s.wg.Wait()
 	return errors.Join(append(errs, s.failed())...)
+}
+
+// handOverLeadership transfers the leadership of a cluster this node leads
+// to another voter before the node drains its requests: otherwise the
+// cluster grants nothing until the drain ends and a follower's election
+// timeout runs out. It waits at most an election timeout (raft's bound); a
+// transfer that fails leaves the election to the followers, as a crash does.
+func (s *Server) handOverLeadership() {
+	if s.raft == nil || s.raft.State() != raft.Leader {
+		return
+	}
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(m raft.Server) bool {
+		return m.Suffrage == raft.Voter && string(m.ID) != s.cfg.NodeID
+	}) {
+		return // nobody to hand it to
+	}
+	if err := s.raft.LeadershipTransfer().Error(); err != nil {
+		s.log.Warn("leadership not transferred on shutdown", "err", err)
+		return
+	}
+	s.log.Info("leadership transferred on shutdown")
 }
 
 func (s *Server) closeRaft() error {
