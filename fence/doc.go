@@ -12,7 +12,8 @@
 //     with a token greater than t has been accepted for S.
 //   - The highest token is recorded only when the mutation succeeds, and it is
 //     exactly as durable as the guard's store: memory for NewMemory, the file
-//     for the durable guard (see OpenBolt).
+//     for the durable guard (package fence/fencebolt), the database for
+//     fencesql and fenceredis.
 //   - Scopes are independent: a token for one scope never fences another.
 //   - Rejections return a *StaleTokenError that matches ErrStaleToken.
 //   - Every guard, the fencing header parsers and the lease service apply
@@ -49,8 +50,8 @@
 //
 // Lease is the holder's side of a lease (key, token, Lost); *client.Lease
 // satisfies it. Every guard has a lease-taking form beside its token-taking
-// one (DoLease here and Memory.DoLease, Bolt.DoLease, Bolt.DoTxLease;
-// fencesql.Guard.DoLease; fenceredis.Guard.WithLease; the fencehttp and
+// one (DoLease here and Memory.DoLease; fencebolt.Guard.DoLease and
+// DoTxLease; fencesql.Guard.DoLease; fenceredis.Guard.WithLease; the fencehttp and
 // fenceconnect client halves take a Lease too). It uses the lease's key as
 // the scope and its token, and when the token is stale it calls the lease's
 // Lost before returning the rejection, so the holder's context is cancelled
@@ -66,9 +67,10 @@
 // fence/fencereport is an Observer that reports rejections to fenced, which
 // shows them with both epochs' owners.
 //
-// The durable guard's Bolt.Do applies the mutation before it records the
-// token, so a crash in between leaves the mutation applied and the token
-// unrecorded; Bolt.DoTx, for data kept in the same file, commits both in one
+// The durable guard is fence/fencebolt, a package of its own so that this
+// one does not link bbolt: its Do applies the mutation before it records
+// the token, so a crash in between leaves the mutation applied and the token
+// unrecorded; its DoTx, for data kept in the same file, commits both in one
 // transaction. NewSlogObserver turns decisions into logs;
 // fence/fenceprom.NewObserver turns them into Prometheus metrics (a package
 // of its own, so that this one does not link the Prometheus client).

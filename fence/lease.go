@@ -3,8 +3,6 @@ package fence
 import (
 	"context"
 	"errors"
-
-	"go.etcd.io/bbolt"
 )
 
 // Lease is the holder's side of a lease, as the guards' lease-taking calls
@@ -50,16 +48,4 @@ func DoLease(ctx context.Context, g Guard, l Lease, apply func(ctx context.Conte
 // token, and a stale rejection calls l.Lost (see the package-level DoLease).
 func (m *Memory) DoLease(ctx context.Context, l Lease, apply func(ctx context.Context) error) error {
 	return DoLease(ctx, m, l, apply)
-}
-
-// DoLease is Do for a lease: the lease's key is the scope, its token the
-// token, and a stale rejection calls l.Lost (see the package-level DoLease).
-func (b *Bolt) DoLease(ctx context.Context, l Lease, apply func(ctx context.Context) error) error {
-	return DoLease(ctx, b, l, apply)
-}
-
-// DoTxLease is DoTx for a lease: the lease's key is the scope, its token the
-// token, and a stale rejection calls l.Lost (see ReportStale).
-func (b *Bolt) DoTxLease(ctx context.Context, l Lease, apply func(tx *bbolt.Tx) error) error {
-	return ReportStale(l, b.DoTx(LeaseContext(ctx, l), l.Key(), l.Token(), apply))
 }

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencebolt"
 )
 
 // testLease is a fence.Lease that remembers what it was told.
@@ -38,7 +39,7 @@ func (l *testLease) losses() []error {
 // lease's key and token are used, a stale rejection (the guard's, or one
 // returned by apply) reaches Lost, and nothing else does.
 func TestDoLease(t *testing.T) {
-	bolt, err := fence.OpenBolt(filepath.Join(t.TempDir(), "g.db"))
+	bolt, err := fencebolt.Open(filepath.Join(t.TempDir(), "g.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

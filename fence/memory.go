@@ -5,11 +5,12 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+
+	"github.com/fencedio/fenced/fence/internal/scopelock"
 )
 
-// Option configures any guard of this package: NewMemory and OpenBolt
-// take it. Settings that only one guard has are of their own type (see
-// BoltOption), so a constructor cannot be given one it would ignore.
+// Option configures NewMemory. (The durable guard, fencebolt.Open, takes
+// options of its own.)
 type Option func(*options)
 
 type options struct {
@@ -59,7 +60,7 @@ type memShard struct {
 }
 
 type memScope struct {
-	sem     scopeSem
+	sem     scopelock.Sem
 	highest atomic.Uint64 // written only while sem is held; read freely by Highest
 }
 
@@ -97,10 +98,10 @@ func (m *Memory) Do(ctx context.Context, scope string, token uint64, apply func(
 // for the caller. The lock is released before the caller reports, which
 // keeps slow observers from holding up the scope.
 func (s *memScope) do(ctx context.Context, scope string, token uint64, apply func(context.Context) error) (Decision, bool, error) {
-	if err := s.sem.lock(ctx); err != nil {
+	if err := s.sem.Lock(ctx); err != nil {
 		return Decision{}, false, err
 	}
-	defer s.sem.unlock()
+	defer s.sem.Unlock()
 	highest := s.highest.Load()
 	if err := Check(scope, token, highest); err != nil {
 		return Decision{Scope: scope, Presented: token, Highest: highest}, true, err
@@ -145,99 +146,8 @@ func (m *Memory) scope(name string) *memScope {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if s = sh.scopes[name]; s == nil {
-		s = &memScope{sem: newScopeSem()}
+		s = &memScope{sem: scopelock.NewSem()}
 		sh.scopes[name] = s
 	}
 	return s
-}
-
-// scopeSem is a mutex whose waiters can give up when their ctx ends: a
-// mutation stuck behind a slow apply of the same scope should not outlive
-// its caller.
-type scopeSem chan struct{}
-
-func newScopeSem() scopeSem { return make(scopeSem, 1) }
-
-func (s scopeSem) lock(ctx context.Context) error {
-	select {
-	case s <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case s <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s scopeSem) unlock() { <-s }
-
-// scopeLocks hands out one lock per scope for guards that keep the highest
-// tokens elsewhere. An entry lives only while someone holds or waits for it,
-// so the table stays as small as the number of scopes in flight.
-type scopeLocks struct {
-	seed   maphash.Seed
-	shards [shardCount]lockShard
-}
-
-type lockShard struct {
-	mu sync.Mutex
-	m  map[string]*scopeLock
-}
-
-type scopeLock struct {
-	sem  scopeSem
-	refs int // guarded by the shard's mu
-}
-
-func newScopeLocks() *scopeLocks {
-	l := &scopeLocks{seed: maphash.MakeSeed()}
-	for i := range l.shards {
-		l.shards[i].m = make(map[string]*scopeLock)
-	}
-	return l
-}
-
-// lock acquires the lock of scope, or returns ctx.Err() if ctx ends first.
-// A nil error must be paired with unlock.
-func (l *scopeLocks) lock(ctx context.Context, scope string) error {
-	sh := &l.shards[maphash.String(l.seed, scope)&(shardCount-1)]
-	sh.mu.Lock()
-	e := sh.m[scope]
-	if e == nil {
-		e = &scopeLock{sem: newScopeSem()}
-		sh.m[scope] = e
-	}
-	e.refs++
-	sh.mu.Unlock()
-	if err := e.sem.lock(ctx); err != nil {
-		l.release(sh, scope, e)
-		return err
-	}
-	return nil
-}
-
-func (l *scopeLocks) unlock(scope string) {
-	sh := &l.shards[maphash.String(l.seed, scope)&(shardCount-1)]
-	sh.mu.Lock()
-	e := sh.m[scope]
-	e.sem.unlock() // never blocks: the semaphore is held
-	l.drop(sh, scope, e)
-	sh.mu.Unlock()
-}
-
-func (l *scopeLocks) release(sh *lockShard, scope string, e *scopeLock) {
-	sh.mu.Lock()
-	l.drop(sh, scope, e)
-	sh.mu.Unlock()
-}
-
-// drop forgets one user of e; the caller holds sh.mu.
-func (l *scopeLocks) drop(sh *lockShard, scope string, e *scopeLock) {
-	e.refs--
-	if e.refs == 0 {
-		delete(sh.m, scope)
-	}
 }

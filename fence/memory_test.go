@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencebolt"
 )
 
 // The tests in this file hold for every Guard in the package; each runs
@@ -19,7 +20,7 @@ import (
 
 type guardCase struct {
 	name string
-	open func(t testing.TB, opts ...fence.Option) fence.Guard
+	open func(t testing.TB, obs fence.Observer) fence.Guard
 	// ops scales the concurrency test: Bolt pays an fsync per raised token.
 	ops int
 }
@@ -27,27 +28,23 @@ type guardCase struct {
 var guardCases = []guardCase{
 	{
 		name: "memory",
-		open: func(t testing.TB, opts ...fence.Option) fence.Guard { return fence.NewMemory(opts...) },
+		open: func(t testing.TB, obs fence.Observer) fence.Guard { return fence.NewMemory(fence.WithObserver(obs)) },
 		ops:  2000,
 	},
 	{
 		name: "bolt",
-		open: func(t testing.TB, opts ...fence.Option) fence.Guard {
-			bopts := make([]fence.BoltOption, len(opts))
-			for i, o := range opts {
-				bopts[i] = o
-			}
-			return openBolt(t, filepath.Join(t.TempDir(), "fence.db"), bopts...)
+		open: func(t testing.TB, obs fence.Observer) fence.Guard {
+			return openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.WithObserver(obs))
 		},
 		ops: 120,
 	},
 }
 
-func openBolt(t testing.TB, path string, opts ...fence.BoltOption) *fence.Bolt {
+func openBolt(t testing.TB, path string, opts ...fencebolt.Option) *fencebolt.Guard {
 	t.Helper()
-	g, err := fence.OpenBolt(path, opts...)
+	g, err := fencebolt.Open(path, opts...)
 	if err != nil {
-		t.Fatalf("OpenBolt: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := g.Close(); err != nil {
@@ -56,6 +53,8 @@ func openBolt(t testing.TB, path string, opts ...fence.BoltOption) *fence.Bolt {
 	})
 	return g
 }
+
+var nop = func(context.Context) error { return nil }
 
 // recorder is an Observer that keeps every decision.
 type recorder struct {
@@ -95,7 +94,7 @@ func TestGuardInvalidInput(t *testing.T) {
 	forEachGuard(t, func(t *testing.T, gc guardCase) {
 		ctx := context.Background()
 		var rec recorder
-		g := gc.open(t, fence.WithObserver(&rec))
+		g := gc.open(t, &rec)
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				called := false
@@ -142,7 +141,7 @@ func TestGuardSequence(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				ctx := context.Background()
 				var rec recorder
-				g := gc.open(t, fence.WithObserver(&rec))
+				g := gc.open(t, &rec)
 				const scope = "orders/7"
 				var highest uint64
 				var want []fence.Decision
@@ -183,7 +182,7 @@ func TestGuardApplyErrorKeepsHighest(t *testing.T) {
 	forEachGuard(t, func(t *testing.T, gc guardCase) {
 		ctx := context.Background()
 		var rec recorder
-		g := gc.open(t, fence.WithObserver(&rec))
+		g := gc.open(t, &rec)
 		const scope = "jobs/1"
 		if err := g.Do(ctx, scope, 5, func(context.Context) error { return nil }); err != nil {
 			t.Fatal(err)
@@ -210,7 +209,7 @@ func TestGuardApplyErrorKeepsHighest(t *testing.T) {
 func TestGuardScopesIndependent(t *testing.T) {
 	forEachGuard(t, func(t *testing.T, gc guardCase) {
 		ctx := context.Background()
-		g := gc.open(t)
+		g := gc.open(t, nil)
 		nop := func(context.Context) error { return nil }
 		if err := g.Do(ctx, "a", 100, nop); err != nil {
 			t.Fatal(err)
@@ -228,7 +227,7 @@ func TestGuardScopesIndependent(t *testing.T) {
 
 func TestGuardContext(t *testing.T) {
 	forEachGuard(t, func(t *testing.T, gc guardCase) {
-		g := gc.open(t)
+		g := gc.open(t, nil)
 		nop := func(context.Context) error { return nil }
 
 		cancelled, cancel := context.WithCancel(context.Background())
@@ -287,7 +286,7 @@ func TestGuardObserverOutsideLock(t *testing.T) {
 			defer cancel()
 			inner = g.Do(ctx, d.Scope, d.Presented, func(context.Context) error { return nil })
 		})
-		g = gc.open(t, fence.WithObserver(obs))
+		g = gc.open(t, obs)
 		if err := g.Do(context.Background(), "a", 1, func(context.Context) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
@@ -314,7 +313,7 @@ func TestGuardConcurrent(t *testing.T) {
 				rejected.Add(1)
 			}
 		})
-		g := gc.open(t, fence.WithObserver(obs))
+		g := gc.open(t, obs)
 
 		type scopeState struct {
 			issued   atomic.Uint64 // the "lease service": next token per scope

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencebolt"
 )
 
 // ownedLease is a fence.Lease that knows its owner.
@@ -46,7 +47,7 @@ func TestLeaseOwnerReachesObserver(t *testing.T) {
 			rec := &decisions{}
 			var g fence.Guard = fence.NewMemory(fence.WithObserver(rec))
 			if name == "bolt" {
-				b, err := fence.OpenBolt(filepath.Join(t.TempDir(), "g.db"), fence.WithObserver(rec))
+				b, err := fencebolt.Open(filepath.Join(t.TempDir(), "g.db"), fencebolt.WithObserver(rec))
 				if err != nil {
 					t.Fatal(err)
 				}

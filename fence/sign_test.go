@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencebolt"
 	"github.com/fencedio/fenced/internal/signtest"
 )
 
@@ -15,7 +16,7 @@ func TestSignedMemoryGuard(t *testing.T) {
 }
 
 func TestSignedBoltGuard(t *testing.T) {
-	b, err := fence.OpenBolt(filepath.Join(t.TempDir(), "fence.db"))
+	b, err := fencebolt.Open(filepath.Join(t.TempDir(), "fence.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

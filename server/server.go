@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -206,7 +206,7 @@ func (s *Server) startRaft() error {
 	if s.cfg.wrapLogStore != nil {
 		store = s.cfg.wrapLogStore(store)
 	}
-	store = failpoint.WrapLogStore(store)
+	store = failstore.WrapLogStore(store)
 	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
 	restored := new(restoredSnapshot)
 	store = monotonicLogStore{LogStore: store, restored: restored, log: hlog}

@@ -21,7 +21,7 @@ import (
 	"github.com/hashicorp/raft-wal/segment"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/internal/failpoint/failstore"
 )
 
 // The data directory:
@@ -114,7 +114,7 @@ func openDiskStore(dir string, hlog hclog.Logger) (_ *diskStore, err error) {
 	if err := os.MkdirAll(walDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	if lost, err := failpoint.RestoreDurable(filepath.Join(walDir, metadb.FileName)); err != nil {
+	if lost, err := failstore.RestoreDurable(filepath.Join(walDir, metadb.FileName)); err != nil {
 		return nil, fmt.Errorf("simulated power loss: %w", err)
 	} else if lost {
 		hlog.Warn("simulated power loss: the raft log metadata is back at its last commit")
@@ -175,8 +175,8 @@ func (d *diskStore) markClosed() error {
 func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, *metadb.BoltMetaDB, error) {
 	meta := new(metadb.BoltMetaDB)
 	w, err := wal.Open(dir, wal.WithLogger(hlog.Named("wal")), wal.WithSegmentSize(walSegmentSize),
-		wal.WithMetaStore(failpoint.WrapMetaStore(meta, filepath.Join(dir, metadb.FileName))),
-		wal.WithSegmentFiler(segment.NewFiler(dir, failpoint.WrapVFS(walfs.New()))))
+		wal.WithMetaStore(failstore.WrapMetaStore(meta, filepath.Join(dir, metadb.FileName))),
+		wal.WithSegmentFiler(segment.NewFiler(dir, failstore.WrapVFS(walfs.New()))))
 	if err != nil {
 		return nil, nil, errors.Join(err, meta.Close())
 	}

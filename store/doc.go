@@ -4,9 +4,9 @@
 // torture tests.
 //
 // Objects, the highest accepted token per scope, and an append-only audit of
-// every accepted write live in one bbolt file, opened as a fence.Bolt guard:
+// every accepted write live in one bbolt file, opened as a fencebolt guard:
 // the store is built the way a service of its own should use package fence.
-// Each write goes through Bolt.DoTx, one read-write transaction that checks
+// Each write goes through fencebolt.Guard.DoTx, one read-write transaction that checks
 // the highest token, writes the object and appends the audit record (the
 // store's part), and raises the highest token; the transaction is fsynced
 // before the writer gets its answer. Scopes and object names follow the rule

@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencebolt"
 	"github.com/fencedio/fenced/fence/fenceprom"
 )
 
@@ -34,7 +35,7 @@ const openTimeout = 5 * time.Second
 // schemaVersion is stored in the meta bucket; Open refuses other versions
 // rather than misreading them. Version 1 kept the highest tokens in the
 // store's own bucket (bucketHighestV1); version 2 leaves them to the
-// fence.Bolt guard, in fence.BoltBucket. Open moves a version 1 file to
+// fencebolt guard, in fencebolt.Bucket. Open moves a version 1 file to
 // version 2; stores older than that refuse a version 2 file.
 const schemaVersion = 2
 
@@ -111,8 +112,8 @@ type Object struct {
 // Store is a durable fenced object store. It is safe for concurrent use.
 type Store struct {
 	cfg     Config
-	guard   *fence.Bolt // owns db and the highest token of every scope
-	db      *bbolt.DB   // guard.DB(): objects and audit; writes go through guard.DoTx
+	guard   *fencebolt.Guard // owns db and the highest token of every scope
+	db      *bbolt.DB        // guard.DB(): objects and audit; writes go through guard.DoTx
 	log     *slog.Logger
 	metrics *metrics
 	recent  *rejectionLog
@@ -131,7 +132,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store: create data dir: %w", err)
 	}
 	path := filepath.Join(cfg.DataDir, FileName)
-	guard, err := fence.OpenBolt(path, fence.WithBoltOptions(&bbolt.Options{Timeout: openTimeout}))
+	guard, err := fencebolt.Open(path, fencebolt.WithBoltOptions(&bbolt.Options{Timeout: openTimeout}))
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("store: open %s: locked by another process: %w", path, err)
@@ -196,13 +197,13 @@ func migrateV1(tx *bbolt.Tx) error {
 	if old == nil {
 		return nil
 	}
-	dst := tx.Bucket([]byte(fence.BoltBucket))
+	dst := tx.Bucket([]byte(fencebolt.Bucket))
 	if dst == nil {
-		return fmt.Errorf("bucket %s is missing", fence.BoltBucket)
+		return fmt.Errorf("bucket %s is missing", fencebolt.Bucket)
 	}
 	if err := old.ForEach(func(k, v []byte) error {
 		if cur := dst.Get(k); cur != nil {
-			return fmt.Errorf("scope %q has a token in both %s and %s", k, bucketHighestV1, fence.BoltBucket)
+			return fmt.Errorf("scope %q has a token in both %s and %s", k, bucketHighestV1, fencebolt.Bucket)
 		}
 		return dst.Put(k, v)
 	}); err != nil {

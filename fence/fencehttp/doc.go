@@ -44,7 +44,7 @@
 //     rolls both back;
 //   - data in the process's memory: fence.NewMemory;
 //   - data elsewhere (files, another service): a durable guard that keeps
-//     only the tokens, fence.OpenBolt or fencesql.Guard.External; the check
+//     only the tokens, fencebolt.Open or fencesql.Guard.External; the check
 //     serializes the handlers of a scope, but the handler's effect and the
 //     token are not committed together (see their docs).
 //

@@ -118,3 +118,37 @@ func exemplarOwner(owner string) string {
 	}
 	return string([]rune(owner)[:room])
 }
+
+// Reporter is what RegisterReporter reads; *fencereport.Reporter satisfies
+// it.
+type Reporter interface {
+	Resource() string
+	Sent() uint64
+	Dropped() uint64
+	Pending() int
+}
+
+// RegisterReporter exports r as fenced_reporter_sent_total,
+// fenced_reporter_dropped_total and fenced_reporter_queue_entries, each
+// labelled with the resource r reports under. A nil reg means
+// prometheus.DefaultRegisterer.
+func RegisterReporter(reg prometheus.Registerer, r Reporter) error {
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	labels := prometheus.Labels{"resource": r.Resource()}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fenced_reporter_sent_total", ConstLabels: labels,
+			Help: "Stale rejections fenced accepted from this reporter."}, func() float64 { return float64(r.Sent()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fenced_reporter_dropped_total", ConstLabels: labels,
+			Help: "Stale rejections this reporter did not deliver: queue full, or fenced did not accept the batch."},
+			func() float64 { return float64(r.Dropped()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fenced_reporter_queue_entries", ConstLabels: labels,
+			Help: "Entries waiting to be sent."}, func() float64 { return float64(r.Pending()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("fenceprom: register reporter metrics: %w", err)
+		}
+	}
+	return nil
+}

@@ -26,10 +26,13 @@
 //   - Reports are best effort. A full queue drops new rejections, and a
 //     batch that fenced does not accept (down, slow beyond SendTimeout,
 //     refusing) is dropped, not retried; Dropped counts them (the
-//     fenced_reporter_dropped_total metric with a Registerer). Nothing is
+//     fenced_reporter_dropped_total metric, with fenceprom.RegisterReporter). Nothing is
 //     lost at the resource: the rejection itself happened and was returned
 //     to the writer whatever becomes of its report.
 //   - Reports arrive up to FlushInterval late, longer after failures (the
 //     reporter backs off up to a minute while fenced does not answer).
 //   - Accepted writes are not reported.
+//
+// The package does not link the Prometheus client: fence/fenceprom's
+// RegisterReporter exports Sent, Dropped and Pending as metrics.
 package fencereport

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/fence"
 )
@@ -41,10 +39,6 @@ type Config struct {
 	FlushInterval time.Duration
 	// SendTimeout bounds each call to Sender. Default 5s.
 	SendTimeout time.Duration
-	// Registerer, if set, receives fenced_reporter_sent_total,
-	// fenced_reporter_dropped_total and fenced_reporter_queue_entries,
-	// each labelled with the resource.
-	Registerer prometheus.Registerer
 }
 
 const (
@@ -118,11 +112,6 @@ func New(cfg Config) (*Reporter, error) {
 	}
 	r := &Reporter{cfg: cfg, pending: make(map[entryKey]uint32),
 		full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	if cfg.Registerer != nil {
-		if err := r.register(cfg.Registerer); err != nil {
-			return nil, err
-		}
-	}
 	go r.run()
 	return r, nil
 }
@@ -150,6 +139,9 @@ func (r *Reporter) Observe(_ context.Context, d fence.Decision) {
 		}
 	}
 }
+
+// Resource returns the name the reporter reports under (Config.Resource).
+func (r *Reporter) Resource() string { return r.cfg.Resource }
 
 // Sent returns how many rejections fenced has accepted from r.
 func (r *Reporter) Sent() uint64 { return r.sent.Load() }
@@ -250,22 +242,4 @@ func (r *Reporter) send(ctx context.Context) (failed bool) {
 	}
 	flush()
 	return failed
-}
-
-func (r *Reporter) register(reg prometheus.Registerer) error {
-	labels := prometheus.Labels{"resource": r.cfg.Resource}
-	for _, c := range []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fenced_reporter_sent_total", ConstLabels: labels,
-			Help: "Stale rejections fenced accepted from this reporter."}, func() float64 { return float64(r.Sent()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fenced_reporter_dropped_total", ConstLabels: labels,
-			Help: "Stale rejections this reporter did not deliver: queue full, or fenced did not accept the batch."},
-			func() float64 { return float64(r.Dropped()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "fenced_reporter_queue_entries", ConstLabels: labels,
-			Help: "Entries waiting to be sent."}, func() float64 { return float64(r.Pending()) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("fencereport: register metrics: %w", err)
-		}
-	}
-	return nil
 }

@@ -5,8 +5,12 @@
 //
 // The checks are compiled in only under the build tag fenced_failpoints
 // (in the spirit of etcd's gofail). Without the tag Enabled is a constant
-// false, every guarded branch is dead code the compiler removes, and
-// WrapLogStore returns its argument: a release binary carries none of it.
+// false, every guarded branch is dead code the compiler removes, and the
+// storage wrappers of package failstore return their argument: a release
+// binary carries none of it.
+//
+// This package depends on the standard library only, so that the lease
+// state machine, which asks Enabled, stays light for every importer.
 //
 // With the tag, the mutants of a process are named, comma-separated, in
 // the environment variable FENCED_FAILPOINTS, read once at start:
@@ -49,7 +53,7 @@ const (
 	ReleaseAnyID Name = "release-any-id"
 	// LogAckBeforeWrite makes the raft log store acknowledge StoreLogs
 	// before the write is done: it is written later, in the background, so
-	// a kill right after an acknowledgement loses it (WrapLogStore).
+	// a kill right after an acknowledgement loses it (failstore.WrapLogStore).
 	LogAckBeforeWrite Name = "log-ack-before-write"
 	// RestoreDropsLeases makes a snapshot restore forget the current
 	// leases (their keys become free; lease.Restore).
@@ -63,7 +67,7 @@ const (
 	// catch it.
 	DeposedLeaderRenews Name = "deposed-leader-renews"
 	// LogSkipFsync never fsyncs the raft log's segment files: their Sync
-	// returns at once (WrapVFS). A kill -9 cannot show it, since the page
+	// returns at once (failstore.WrapVFS). A kill -9 cannot show it, since the page
 	// cache outlives the process; a simulated power loss
 	// (LoseUnsyncedEnvVar) loses the acknowledged entries.
 	LogSkipFsync Name = "log-skip-fsync"
@@ -75,7 +79,7 @@ var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, Rele
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote
 // since the last fsync or commit is gone when it starts again (see
-// WrapVFS, WrapMetaStore and RestoreDurable).
+// package failstore).
 const LoseUnsyncedEnvVar = "FENCED_LOSE_UNSYNCED"
 
 // Parse splits a FENCED_FAILPOINTS value into names, rejecting unknown ones.

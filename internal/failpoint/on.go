@@ -5,10 +5,6 @@ package failpoint
 import (
 	"math/rand/v2"
 	"os"
-	"sync"
-	"time"
-
-	"github.com/hashicorp/raft"
 )
 
 // Compiled reports whether this build carries the failpoints.
@@ -26,81 +22,12 @@ var active = func() map[Name]bool {
 // Enabled reports whether mutant n is switched on for this process.
 func Enabled(n Name) bool { return active[n] }
 
-// WrapLogStore returns s, or with LogAckBeforeWrite switched on, a store
-// whose StoreLogs returns at once and writes each batch lateWrite later.
-func WrapLogStore(s raft.LogStore) raft.LogStore {
-	if !Enabled(LogAckBeforeWrite) {
-		return s
-	}
-	l := &lateLogStore{LogStore: s, queue: make(chan []*raft.Log, 1024)}
-	l.written = sync.NewCond(&l.mu)
-	go l.writer()
-	return l
-}
-
-// lateWrite is how long an acknowledged batch stays unwritten: long enough
-// for a kill aimed after an acknowledgement to land in the gap.
-const lateWrite = 20 * time.Millisecond
-
-// lateLogStore acknowledges StoreLogs before writing. Batches are written
-// in order by one goroutine; every read waits until what was acknowledged
-// is written, so raft itself sees a consistent log and only a crash shows
-// the bug.
-type lateLogStore struct {
-	raft.LogStore
-	queue   chan []*raft.Log
-	mu      sync.Mutex
-	written *sync.Cond // signalled when pending drops
-	pending int        // batches acknowledged and not yet written
-}
-
-// wait blocks until every acknowledged batch is written.
-func (l *lateLogStore) wait() {
-	l.mu.Lock()
-	for l.pending > 0 {
-		l.written.Wait()
-	}
-	l.mu.Unlock()
-}
-
-func (l *lateLogStore) writer() {
-	for batch := range l.queue {
-		time.Sleep(lateWrite)
-		if err := l.LogStore.StoreLogs(batch); err != nil {
-			panic("failpoint: late log write: " + err.Error())
-		}
-		l.mu.Lock()
-		l.pending--
-		l.written.Broadcast()
-		l.mu.Unlock()
-	}
-}
-
-func (l *lateLogStore) StoreLog(log *raft.Log) error { return l.StoreLogs([]*raft.Log{log}) }
-
-func (l *lateLogStore) StoreLogs(logs []*raft.Log) error {
-	cp := make([]*raft.Log, len(logs))
-	for i, lg := range logs {
-		c := *lg
-		cp[i] = &c
-	}
-	l.mu.Lock()
-	l.pending++
-	l.mu.Unlock()
-	l.queue <- cp
-	return nil
-}
-
-func (l *lateLogStore) FirstIndex() (uint64, error) { l.wait(); return l.LogStore.FirstIndex() }
-func (l *lateLogStore) LastIndex() (uint64, error)  { l.wait(); return l.LogStore.LastIndex() }
-func (l *lateLogStore) GetLog(i uint64, out *raft.Log) error {
-	l.wait()
-	return l.LogStore.GetLog(i, out)
-}
-func (l *lateLogStore) DeleteRange(lo, hi uint64) error {
-	l.wait()
-	return l.LogStore.DeleteRange(lo, hi)
-}
-
 // OneIn reports true about once in n calls.
 func OneIn(n int) bool { return rand.IntN(n) == 0 }
+
+// loseUnsynced is read once at start, like the mutants.
+var loseUnsynced = os.Getenv(LoseUnsyncedEnvVar) == "1"
+
+// LosesUnsynced reports whether crashes of this process are simulated
+// power losses (see package failstore).
+func LosesUnsynced() bool { return loseUnsynced }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/server"
 	"github.com/fencedio/fenced/store"
 )
@@ -142,7 +143,7 @@ func RunStore(ctx context.Context, spec StoreSpec, logs io.Writer) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	path := filepath.Join(spec.DataDir, store.FileName)
-	if lost, err := failpoint.RestoreDurable(path); err != nil {
+	if lost, err := failstore.RestoreDurable(path); err != nil {
 		return fmt.Errorf("store: simulated power loss: %w", err)
 	} else if lost {
 		log.Warn("simulated power loss: the store's file is back at its last acknowledged write")
@@ -159,7 +160,7 @@ func RunStore(ctx context.Context, spec StoreSpec, logs io.Writer) error {
 	if !failpoint.LosesUnsynced() {
 		return st.Serve(ctx, ln)
 	}
-	h, img, err := failpoint.WrapStoreHandler(st.Handler(), path)
+	h, img, err := failstore.WrapStoreHandler(st.Handler(), path)
 	if err != nil {
 		return fmt.Errorf("store: %w", err)
 	}

@@ -1,6 +1,6 @@
 //go:build fenced_failpoints
 
-package failpoint
+package failstore
 
 import (
 	"bytes"
@@ -13,9 +13,11 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft-wal/types"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
-// Simulated power loss (LoseUnsyncedEnvVar=1): a kill -9 keeps everything
+// Simulated power loss (failpoint.LoseUnsyncedEnvVar=1): a kill -9 keeps everything
 // a process wrote, because the page cache outlives it, so a missing fsync
 // never shows. Under this switch the process keeps what it has not made
 // durable where a kill destroys it, in the manner of LazyFS:
@@ -39,21 +41,17 @@ import (
 // was not fsynced), and every other file (raft snapshots, LOCK). A bbolt
 // commit counts as fsynced; this trusts bbolt and its NoSync setting.
 
-// loseUnsynced is read once at start, like the mutants.
-var loseUnsynced = os.Getenv(LoseUnsyncedEnvVar) == "1"
-
-// LosesUnsynced reports whether crashes of this process are simulated
-// power losses.
-func LosesUnsynced() bool { return loseUnsynced }
+// loseUnsynced is failpoint.LosesUnsynced(); tests set it.
+var loseUnsynced = failpoint.LosesUnsynced()
 
 // WrapVFS returns the raft log's file system: v, or one that holds unsynced
-// writes in memory (LoseUnsyncedEnvVar), or with LogSkipFsync switched on,
+// writes in memory (failpoint.LoseUnsyncedEnvVar), or with failpoint.LogSkipFsync switched on,
 // one whose files are never synced.
 func WrapVFS(v types.VFS) types.VFS {
 	if loseUnsynced {
 		v = &lazyVFS{VFS: v, files: map[string]*unsynced{}}
 	}
-	if Enabled(LogSkipFsync) {
+	if enabled(failpoint.LogSkipFsync) {
 		v = skipSyncVFS{v}
 	}
 	return v
@@ -224,7 +222,7 @@ func (r *lazyReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // WrapMetaStore returns raft-wal's metadata store m, whose bbolt file is
-// path, or with LoseUnsyncedEnvVar, one that takes the file's durable
+// path, or with failpoint.LoseUnsyncedEnvVar, one that takes the file's durable
 // image after every commit.
 func WrapMetaStore(m types.MetaStore, path string) types.MetaStore {
 	if !loseUnsynced {
@@ -337,7 +335,7 @@ func (im *DurableImage) Close() error {
 
 // RestoreDurable puts the bbolt file path back to its durable image, if it
 // has one, and reports whether it changed it: the simulated power loss of
-// the process that wrote it last. With LoseUnsyncedEnvVar off it does
+// the process that wrote it last. With failpoint.LoseUnsyncedEnvVar off it does
 // nothing. Call it before the file is opened.
 func RestoreDurable(path string) (bool, error) {
 	if !loseUnsynced {
@@ -361,7 +359,7 @@ func RestoreDurable(path string) (bool, error) {
 }
 
 // WrapStoreHandler returns the reference store's HTTP handler h, whose
-// bbolt file is path, or with LoseUnsyncedEnvVar, one that serializes the
+// bbolt file is path, or with failpoint.LoseUnsyncedEnvVar, one that serializes the
 // requests that may write and takes the file's durable image after each,
 // before its answer leaves: the store commits (and bbolt fsyncs) inside
 // the request, so the end of a write request is a durability point. The

@@ -1,4 +1,4 @@
-package fence_test
+package fencebolt_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencebolt"
 )
 
 // HighestTx inside DoTx's apply sees the highest before this mutation.
@@ -50,7 +51,7 @@ func TestBoltDamagedTokenRefusesMutations(t *testing.T) {
 	ctx := context.Background()
 	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"))
 	if err := g.DB().Update(func(tx *bbolt.Tx) error {
-		return tx.Bucket([]byte(fence.BoltBucket)).Put([]byte("s"), []byte{0, 9})
+		return tx.Bucket([]byte(fencebolt.Bucket)).Put([]byte("s"), []byte{0, 9})
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package fence
+package fencebolt
 
 import (
 	"context"
@@ -10,45 +10,46 @@ import (
 
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/internal/scopelock"
 )
 
-// BoltBucket is the bucket in which a Bolt guard keeps the highest token of
-// each scope: key = scope, value = token as 8 bytes, big-endian. Data kept in
-// the same file (see Bolt.DoTx) must live in other buckets.
-const BoltBucket = "fence.highest"
+// Bucket is the bucket in which a Guard keeps the highest token of each
+// scope: key = scope, value = token as 8 bytes, big-endian. Data kept in the
+// same file (see Guard.DoTx) must live in other buckets.
+const Bucket = "fence.highest"
 
-// DefaultBoltTimeout is how long OpenBolt waits for the file lock held by
-// another process before giving up, unless WithBoltOptions says otherwise.
-const DefaultBoltTimeout = 5 * time.Second
+// DefaultTimeout is how long Open waits for the file lock held by another
+// process before giving up, unless WithBoltOptions says otherwise.
+const DefaultTimeout = 5 * time.Second
 
-// BoltOption configures OpenBolt: an Option, which every guard takes, or
-// WithBoltOptions, which only OpenBolt does.
-type BoltOption interface {
-	applyBolt(*boltOptions)
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	observer fence.Observer
+	bolt     *bbolt.Options
 }
 
-type boltOptions struct {
-	options
-	bolt *bbolt.Options
+// WithObserver makes the guard report every accepted and rejected mutation
+// to o, as fence.WithObserver does for the in-memory guard. Default: no
+// observer.
+func WithObserver(o fence.Observer) Option {
+	return func(opts *options) { opts.observer = o }
 }
-
-func (o Option) applyBolt(b *boltOptions) { o(&b.options) }
-
-type boltOnly func(*boltOptions)
-
-func (f boltOnly) applyBolt(b *boltOptions) { f(b) }
 
 // WithBoltOptions passes o to bbolt.Open. Default: bbolt's defaults with
-// Timeout = DefaultBoltTimeout. OpenBolt refuses NoSync and ReadOnly, which
-// would break its durability promise.
-func WithBoltOptions(o *bbolt.Options) BoltOption {
-	return boltOnly(func(b *boltOptions) { b.bolt = o })
+// Timeout = DefaultTimeout. Open refuses NoSync and ReadOnly, which would
+// break its durability promise.
+func WithBoltOptions(o *bbolt.Options) Option {
+	return func(opts *options) { opts.bolt = o }
 }
 
-// Bolt is a durable Guard that keeps the highest token per scope in a bbolt
-// file. A token is written and fsynced before Do or DoTx reports success, so
-// an acknowledged mutation's token survives a crash of the process (kill -9)
-// or of the machine, as far as the disk honours fsync.
+// Guard is a durable fence.Guard that keeps the highest token per scope in
+// a bbolt file. A token is written and fsynced before Do or DoTx reports
+// success, so an acknowledged mutation's token survives a crash of the
+// process (kill -9) or of the machine, as far as the disk honours fsync.
 //
 // There are two ways to apply a mutation, with different crash behaviour:
 //
@@ -76,10 +77,10 @@ func WithBoltOptions(o *bbolt.Options) BoltOption {
 //
 // Only one process can open the file at a time (bbolt takes an exclusive
 // file lock).
-type Bolt struct {
+type Guard struct {
 	db       *bbolt.DB
-	locks    *scopeLocks
-	observer Observer
+	locks    *scopelock.Locks
+	observer fence.Observer
 
 	// Close waits for mutations in progress: closing the file between a
 	// successful apply and the recording of its token would lose the token.
@@ -89,38 +90,38 @@ type Bolt struct {
 	closed   bool
 }
 
-var _ Guard = (*Bolt)(nil)
+var _ fence.Guard = (*Guard)(nil)
 
-// OpenBolt opens or creates the bbolt file at path and prepares it to hold
+// Open opens or creates the bbolt file at path and prepares it to hold
 // highest tokens. Close releases it.
-func OpenBolt(path string, opts ...BoltOption) (*Bolt, error) {
-	var o boltOptions
+func Open(path string, opts ...Option) (*Guard, error) {
+	var o options
 	for _, opt := range opts {
-		opt.applyBolt(&o)
+		opt(&o)
 	}
-	bo := bbolt.Options{Timeout: DefaultBoltTimeout}
+	bo := bbolt.Options{Timeout: DefaultTimeout}
 	if o.bolt != nil {
 		bo = *o.bolt
 	}
 	if bo.NoSync {
-		return nil, fmt.Errorf("fence: open %s: bbolt NoSync would lose acknowledged tokens", path)
+		return nil, fmt.Errorf("fencebolt: open %s: bbolt NoSync would lose acknowledged tokens", path)
 	}
 	if bo.ReadOnly {
-		return nil, fmt.Errorf("fence: open %s: a guard cannot be read-only", path)
+		return nil, fmt.Errorf("fencebolt: open %s: a guard cannot be read-only", path)
 	}
 	db, err := bbolt.Open(path, 0o600, &bo)
 	if err != nil {
-		return nil, fmt.Errorf("fence: open %s: %w", path, err)
+		return nil, fmt.Errorf("fencebolt: open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists([]byte(BoltBucket))
+		_, err := tx.CreateBucketIfNotExists([]byte(Bucket))
 		return err
 	})
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("fence: open %s: create bucket: %w", path, err)
+		return nil, fmt.Errorf("fencebolt: open %s: create bucket: %w", path, err)
 	}
-	g := &Bolt{db: db, locks: newScopeLocks(), observer: o.observer}
+	g := &Guard{db: db, locks: scopelock.NewLocks(), observer: o.observer}
 	g.idle.L = &g.mu
 	return g, nil
 }
@@ -128,7 +129,7 @@ func OpenBolt(path string, opts ...BoltOption) (*Bolt, error) {
 // Close waits for mutations in progress, including their apply, then closes
 // the file. Later mutations fail with an error matching
 // bbolt/errors.ErrDatabaseNotOpen.
-func (b *Bolt) Close() error {
+func (b *Guard) Close() error {
 	b.mu.Lock()
 	b.closed = true
 	for b.inflight > 0 {
@@ -136,24 +137,24 @@ func (b *Bolt) Close() error {
 	}
 	b.mu.Unlock()
 	if err := b.db.Close(); err != nil {
-		return fmt.Errorf("fence: close: %w", err)
+		return fmt.Errorf("fencebolt: close: %w", err)
 	}
 	return nil
 }
 
 // DB returns the underlying database, for data kept next to the tokens and
-// for backups. Callers must not write to BoltBucket nor turn on NoSync, and
+// for backups. Callers must not write to Bucket nor turn on NoSync, and
 // must not write data protected by a scope except through DoTx.
-func (b *Bolt) DB() *bbolt.DB { return b.db }
+func (b *Guard) DB() *bbolt.DB { return b.db }
 
-// Do implements Guard; see Bolt for what a crash in the middle does. It
-// waits for earlier mutations of scope to finish and returns ctx.Err()
+// Do implements fence.Guard; see Guard for what a crash in the middle
+// does. It waits for earlier mutations of scope to finish and returns ctx.Err()
 // without calling apply if ctx ends first.
 //
 // If apply succeeds but the token cannot be recorded (a disk error, a closed
 // database), Do returns an error although the mutation was applied.
-func (b *Bolt) Do(ctx context.Context, scope string, token uint64, apply func(ctx context.Context) error) error {
-	d, report, err := b.run(ctx, scope, token, func() (Decision, bool, error) {
+func (b *Guard) Do(ctx context.Context, scope string, token uint64, apply func(ctx context.Context) error) error {
+	d, report, err := b.run(ctx, scope, token, func() (fence.Decision, bool, error) {
 		return b.do(ctx, scope, token, apply)
 	})
 	if report && b.observer != nil {
@@ -162,16 +163,16 @@ func (b *Bolt) Do(ctx context.Context, scope string, token uint64, apply func(ct
 	return err
 }
 
-func (b *Bolt) do(ctx context.Context, scope string, token uint64, apply func(context.Context) error) (Decision, bool, error) {
+func (b *Guard) do(ctx context.Context, scope string, token uint64, apply func(context.Context) error) (fence.Decision, bool, error) {
 	highest, err := b.loadHighest(scope)
 	if err != nil {
-		return Decision{}, false, err
+		return fence.Decision{}, false, err
 	}
-	if err := Check(scope, token, highest); err != nil {
-		return Decision{Scope: scope, Presented: token, Highest: highest}, true, err
+	if err := fence.Check(scope, token, highest); err != nil {
+		return fence.Decision{Scope: scope, Presented: token, Highest: highest}, true, err
 	}
 	if err := apply(ctx); err != nil {
-		return Decision{}, false, err
+		return fence.Decision{}, false, err
 	}
 	if token > highest {
 		err := b.db.Update(func(tx *bbolt.Tx) error {
@@ -185,10 +186,10 @@ func (b *Bolt) do(ctx context.Context, scope string, token uint64, apply func(co
 			return writeHighest(tx, scope, token)
 		})
 		if err != nil {
-			return Decision{}, false, fmt.Errorf("fence: record token %d of %q after applying: %w", token, scope, err)
+			return fence.Decision{}, false, fmt.Errorf("fencebolt: record token %d of %q after applying: %w", token, scope, err)
 		}
 	}
-	return Decision{Scope: scope, Presented: token, Highest: highest, Accepted: true}, true, nil
+	return fence.Decision{Scope: scope, Presented: token, Highest: highest, Accepted: true}, true, nil
 }
 
 // DoTx is Do with the mutation inside the bbolt write transaction that
@@ -198,10 +199,10 @@ func (b *Bolt) do(ctx context.Context, scope string, token uint64, apply func(co
 // the error is returned as is.
 //
 // While apply runs, the database accepts no other write, so apply should be
-// quick. It must not call Commit or Rollback, must not write BoltBucket, and
+// quick. It must not call Commit or Rollback, must not write Bucket, and
 // must not call back into the guard (that would deadlock).
-func (b *Bolt) DoTx(ctx context.Context, scope string, token uint64, apply func(tx *bbolt.Tx) error) error {
-	d, report, err := b.run(ctx, scope, token, func() (Decision, bool, error) {
+func (b *Guard) DoTx(ctx context.Context, scope string, token uint64, apply func(tx *bbolt.Tx) error) error {
+	d, report, err := b.run(ctx, scope, token, func() (fence.Decision, bool, error) {
 		return b.doTx(scope, token, apply)
 	})
 	if report && b.observer != nil {
@@ -210,7 +211,7 @@ func (b *Bolt) DoTx(ctx context.Context, scope string, token uint64, apply func(
 	return err
 }
 
-func (b *Bolt) doTx(scope string, token uint64, apply func(*bbolt.Tx) error) (Decision, bool, error) {
+func (b *Guard) doTx(scope string, token uint64, apply func(*bbolt.Tx) error) (fence.Decision, bool, error) {
 	var (
 		highest uint64
 		stale   bool
@@ -220,7 +221,7 @@ func (b *Bolt) doTx(scope string, token uint64, apply func(*bbolt.Tx) error) (De
 		if highest, err = readHighest(tx, scope); err != nil {
 			return err
 		}
-		if err := Check(scope, token, highest); err != nil {
+		if err := fence.Check(scope, token, highest); err != nil {
 			stale = true
 			return err
 		}
@@ -234,46 +235,46 @@ func (b *Bolt) doTx(scope string, token uint64, apply func(*bbolt.Tx) error) (De
 	})
 	switch {
 	case stale:
-		return Decision{Scope: scope, Presented: token, Highest: highest}, true, err
+		return fence.Decision{Scope: scope, Presented: token, Highest: highest}, true, err
 	case err != nil:
-		return Decision{}, false, err
+		return fence.Decision{}, false, err
 	}
-	return Decision{Scope: scope, Presented: token, Highest: highest, Accepted: true}, true, nil
+	return fence.Decision{Scope: scope, Presented: token, Highest: highest, Accepted: true}, true, nil
 }
 
 // run validates the input and calls fn while holding the lock of scope. The
 // scope lock is taken for DoTx too: without it, a DoTx with a higher token
 // could commit while a Do with a lower one is between its check and its
 // apply.
-func (b *Bolt) run(ctx context.Context, scope string, token uint64, fn func() (Decision, bool, error)) (Decision, bool, error) {
-	if err := Check(scope, token, 0); err != nil {
-		return Decision{}, false, err
+func (b *Guard) run(ctx context.Context, scope string, token uint64, fn func() (fence.Decision, bool, error)) (fence.Decision, bool, error) {
+	if err := fence.Check(scope, token, 0); err != nil {
+		return fence.Decision{}, false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Decision{}, false, err
+		return fence.Decision{}, false, err
 	}
 	if err := b.enter(); err != nil {
-		return Decision{}, false, err
+		return fence.Decision{}, false, err
 	}
 	defer b.leave()
-	if err := b.locks.lock(ctx, scope); err != nil {
-		return Decision{}, false, err
+	if err := b.locks.Lock(ctx, scope); err != nil {
+		return fence.Decision{}, false, err
 	}
-	defer b.locks.unlock(scope)
+	defer b.locks.Unlock(scope)
 	return fn()
 }
 
-func (b *Bolt) enter() error {
+func (b *Guard) enter() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return fmt.Errorf("fence: %w", berrors.ErrDatabaseNotOpen)
+		return fmt.Errorf("fencebolt: %w", berrors.ErrDatabaseNotOpen)
 	}
 	b.inflight++
 	return nil
 }
 
-func (b *Bolt) leave() {
+func (b *Guard) leave() {
 	b.mu.Lock()
 	b.inflight--
 	if b.closed && b.inflight == 0 {
@@ -282,10 +283,10 @@ func (b *Bolt) leave() {
 	b.mu.Unlock()
 }
 
-// Highest implements Guard. It reads the recorded token without waiting for
-// a mutation in progress.
-func (b *Bolt) Highest(ctx context.Context, scope string) (uint64, error) {
-	if err := ValidateScope(scope); err != nil {
+// Highest implements fence.Guard. It reads the recorded token without
+// waiting for a mutation in progress.
+func (b *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
+	if err := fence.ValidateScope(scope); err != nil {
 		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -296,7 +297,7 @@ func (b *Bolt) Highest(ctx context.Context, scope string) (uint64, error) {
 
 // loadHighest reads the highest token recorded for scope in a read
 // transaction of its own.
-func (b *Bolt) loadHighest(scope string) (uint64, error) {
+func (b *Guard) loadHighest(scope string) (uint64, error) {
 	var highest uint64
 	err := b.db.View(func(tx *bbolt.Tx) error {
 		var err error
@@ -304,7 +305,7 @@ func (b *Bolt) loadHighest(scope string) (uint64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("fence: read highest token of %q: %w", scope, err)
+		return 0, fmt.Errorf("fencebolt: read highest token of %q: %w", scope, err)
 	}
 	return highest, nil
 }
@@ -314,25 +315,25 @@ func (b *Bolt) loadHighest(scope string) (uint64, error) {
 // kept in the same file record what it was written over (an audit, for
 // instance) without a second transaction. A stored value that is not a
 // token is an error, never 0, so a damaged file cannot turn fencing off.
-func (b *Bolt) HighestTx(tx *bbolt.Tx, scope string) (uint64, error) {
-	if err := ValidateScope(scope); err != nil {
+func (b *Guard) HighestTx(tx *bbolt.Tx, scope string) (uint64, error) {
+	if err := fence.ValidateScope(scope); err != nil {
 		return 0, err
 	}
 	h, err := readHighest(tx, scope)
 	if err != nil {
-		return 0, fmt.Errorf("fence: read highest token of %q: %w", scope, err)
+		return 0, fmt.Errorf("fencebolt: read highest token of %q: %w", scope, err)
 	}
 	return h, nil
 }
 
 // A valid scope always fits a bbolt key, so a scope is never found too long
 // only when its token is recorded, after apply has run.
-var _ [bbolt.MaxKeySize - MaxScopeBytes]struct{}
+var _ [bbolt.MaxKeySize - fence.MaxScopeBytes]struct{}
 
-var errNoBucket = errors.New("bucket " + BoltBucket + " is missing")
+var errNoBucket = errors.New("bucket " + Bucket + " is missing")
 
 func readHighest(tx *bbolt.Tx, scope string) (uint64, error) {
-	bk := tx.Bucket([]byte(BoltBucket))
+	bk := tx.Bucket([]byte(Bucket))
 	if bk == nil {
 		return 0, errNoBucket
 	}
@@ -347,9 +348,27 @@ func readHighest(tx *bbolt.Tx, scope string) (uint64, error) {
 }
 
 func writeHighest(tx *bbolt.Tx, scope string, token uint64) error {
-	bk := tx.Bucket([]byte(BoltBucket))
+	bk := tx.Bucket([]byte(Bucket))
 	if bk == nil {
 		return errNoBucket
 	}
 	return bk.Put([]byte(scope), binary.BigEndian.AppendUint64(make([]byte, 0, 8), token))
+}
+
+// withOwner fills d.Owner from ctx before the decision is observed.
+func withOwner(ctx context.Context, d fence.Decision) fence.Decision {
+	d.Owner = fence.OwnerFromContext(ctx)
+	return d
+}
+
+// DoLease is Do for a lease: the lease's key is the scope, its token the
+// token, and a stale rejection calls l.Lost (see fence.DoLease).
+func (b *Guard) DoLease(ctx context.Context, l fence.Lease, apply func(ctx context.Context) error) error {
+	return fence.DoLease(ctx, b, l, apply)
+}
+
+// DoTxLease is DoTx for a lease: the lease's key is the scope, its token the
+// token, and a stale rejection calls l.Lost (see fence.ReportStale).
+func (b *Guard) DoTxLease(ctx context.Context, l fence.Lease, apply func(tx *bbolt.Tx) error) error {
+	return fence.ReportStale(l, b.DoTx(fence.LeaseContext(ctx, l), l.Key(), l.Token(), apply))
 }

@@ -1,6 +1,6 @@
 //go:build fenced_failpoints
 
-package failpoint
+package failstore
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 
 	walfs "github.com/hashicorp/raft-wal/fs"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 func losingUnsynced(t *testing.T) {
@@ -69,9 +71,9 @@ func TestLazyVFSHoldsUnsyncedWrites(t *testing.T) {
 // on, a synced write stays in memory, so a power loss takes it.
 func TestLogSkipFsyncNeverReachesTheFile(t *testing.T) {
 	losingUnsynced(t)
-	old := active
-	active = map[Name]bool{LogSkipFsync: true}
-	t.Cleanup(func() { active = old })
+	old := enabled
+	enabled = func(n failpoint.Name) bool { return n == failpoint.LogSkipFsync }
+	t.Cleanup(func() { enabled = old })
 	dir := t.TempDir()
 	f, err := WrapVFS(walfs.New()).Create(dir, "seg.wal", 64)
 	if err != nil {

@@ -1,4 +1,4 @@
-package fence_test
+package fencebolt_test
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencebolt"
 )
 
 var nop = func(context.Context) error { return nil }
@@ -26,7 +27,7 @@ var nop = func(context.Context) error { return nil }
 func TestBoltReopen(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "fence.db")
-	g, err := fence.OpenBolt(path)
+	g, err := fencebolt.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestBoltDoTx(t *testing.T) {
 func TestBoltOptions(t *testing.T) {
 	dir := t.TempDir()
 	for _, o := range []*bbolt.Options{{NoSync: true}, {ReadOnly: true}} {
-		if g, err := fence.OpenBolt(filepath.Join(dir, "x.db"), fence.WithBoltOptions(o)); err == nil {
+		if g, err := fencebolt.Open(filepath.Join(dir, "x.db"), fencebolt.WithBoltOptions(o)); err == nil {
 			g.Close()
 			t.Errorf("OpenBolt with %+v succeeded", *o)
 		}
@@ -129,7 +130,7 @@ func TestBoltOptions(t *testing.T) {
 	// The file is locked while open; a second open times out.
 	path := filepath.Join(dir, "locked.db")
 	openBolt(t, path)
-	_, err := fence.OpenBolt(path, fence.WithBoltOptions(&bbolt.Options{Timeout: 50 * time.Millisecond}))
+	_, err := fencebolt.Open(path, fencebolt.WithBoltOptions(&bbolt.Options{Timeout: 50 * time.Millisecond}))
 	if !errors.Is(err, berrors.ErrTimeout) {
 		t.Errorf("second OpenBolt = %v, want ErrTimeout", err)
 	}
@@ -153,7 +154,7 @@ func TestBoltScopeTooLong(t *testing.T) {
 func TestBoltCloseWaits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
 	synctest.Test(t, func(t *testing.T) {
-		g, err := fence.OpenBolt(path)
+		g, err := fencebolt.Open(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestBoltHelperProcess(t *testing.T) {
 	if path == "" {
 		t.Skip("helper process for TestBoltKill")
 	}
-	g, err := fence.OpenBolt(path)
+	g, err := fencebolt.Open(path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -316,4 +317,18 @@ func TestBoltKill(t *testing.T) {
 			t.Errorf("%s: data written with %d, but Highest is %d", scope, v, h)
 		}
 	}
+}
+
+func openBolt(t testing.TB, path string, opts ...fencebolt.Option) *fencebolt.Guard {
+	t.Helper()
+	g, err := fencebolt.Open(path, opts...)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return g
 }
