@@ -1,0 +1,483 @@
+import * as os from "node:os";
+import { readFileSync } from "node:fs";
+import { create } from "@bufbuild/protobuf";
+import type { Interceptor } from "@connectrpc/connect";
+import { EndpointList, newEndpoint, normalizeEndpoints, type TLSOptions } from "./endpoints.js";
+import {
+  AcquireUncertainError,
+  HeldError,
+  InvalidArgumentError,
+  TimeoutError,
+  AbortedError,
+} from "./errors.js";
+import {
+  type Event as PBEvent,
+  Event_Type,
+  type Lease as PBLease,
+} from "./gen/fenced/v1/lease_pb.js";
+import { StaleRejectionSchema } from "./gen/fenced/v1/rejection_pb.js";
+import { internal } from "./internal.js";
+import { Lease, type LeaseHost, type LeaseInfo } from "./lease.js";
+import { NoAnswerError, Renewals } from "./renewals.js";
+import { fromRPC, mayHaveArrived, retryable } from "./rpc.js";
+
+export interface ClientOptions {
+  /** Base URLs of the nodes, as an array or comma-separated. Default "http://127.0.0.1:7420". */
+  endpoints?: string | string[];
+  /** Bounds how long one call goes round the endpoints while none serves it. Default 5000 ms. */
+  failoverTimeoutMs?: number;
+  /** TLS for https endpoints (see tlsFromFiles). Default: system roots, no client certificate. */
+  tls?: TLSOptions;
+  /** Bearer token sent with every call. Prefer TLS with it. */
+  token?: string;
+  /** Names the holder in leases. Default "hostname/pid". */
+  owner?: string;
+  /** Default lease TTL. Default 10000 ms. */
+  ttlMs?: number;
+  /** Caps the time between renewals: min(TTL/3, this). Default: TTL/3. Must be below the TTL. */
+  renewIntervalMs?: number;
+  /** Bounds each renewal and release request. Default 2000 ms. */
+  requestTimeoutMs?: number;
+  /**
+   * How much slower this process's monotonic clock may run than the
+   * server's, as a fraction. The local deadline is the send time of the last
+   * successful renewal plus TTL × (1 − clockDrift) − deadlineMarginMs.
+   * Default 0.001; must be below 0.5.
+   */
+  clockDrift?: number;
+  /** Subtracted from every local deadline on top of clockDrift. Default 10 ms. */
+  deadlineMarginMs?: number;
+  /** Renew over the KeepAlive stream (HTTP/2), falling back to unary Renew. Default true. */
+  keepAliveStream?: boolean;
+}
+
+export interface AcquireOptions {
+  /** The lease's TTL in ms. Default: the client's ttlMs. */
+  ttl?: number;
+  /** How long to wait, first come first served, for a held key, in ms. Default 0: try once. */
+  wait?: number;
+  /** Owner instead of the client's. */
+  owner?: string;
+  /** Aborts the call (not a granted lease). */
+  signal?: AbortSignal;
+}
+
+export type EventType = "ACQUIRED" | "RELEASED" | "EXPIRED" | "RESYNC" | "REJECTED";
+
+export interface WatchEvent {
+  type: EventType;
+  /** The lease the transition is about (no leaseId); absent in RESYNC. */
+  lease?: LeaseInfo;
+  revision: bigint;
+  /** Set in REJECTED events only. */
+  rejection?: PBEvent["rejection"];
+}
+
+export interface WatchOptions {
+  /** Replay events after this revision first (a RESYNC event when the server no longer has them). */
+  after?: bigint;
+  /** Also stream REJECTED events. */
+  rejections?: boolean;
+  signal?: AbortSignal;
+}
+
+/** One stale rejection as a resource saw it, for reportRejections. */
+export interface StaleRejection {
+  scope: string;
+  presented: bigint;
+  highest: bigint;
+  owner?: string;
+  resource: string;
+  count?: number;
+}
+
+/** Reads PEM files into TLSOptions. */
+export function tlsFromFiles(files: { caFile?: string; certFile?: string; keyFile?: string; servername?: string }): TLSOptions {
+  return {
+    ca: files.caFile ? readFileSync(files.caFile) : undefined,
+    cert: files.certFile ? readFileSync(files.certFile) : undefined,
+    key: files.keyFile ? readFileSync(files.keyFile) : undefined,
+    servername: files.servername,
+  };
+}
+
+function infoFrom(l: PBLease | undefined): LeaseInfo {
+  return {
+    key: l?.key ?? "",
+    leaseId: l?.leaseId ?? "",
+    owner: l?.owner ?? "",
+    token: l?.token ?? 0n,
+    ttlMs: Number(l?.ttlMs ?? 0n),
+    remainingMs: Number(l?.remainingMs ?? 0n),
+  };
+}
+
+/** Rethrows err as the package's error, a TimeoutError or AbortedError when the caller's signal ended. */
+function callError(err: unknown, what: string, signal?: AbortSignal): unknown {
+  const e = fromRPC(err, what);
+  if (signal?.aborted && !(e instanceof TimeoutError)) {
+    const reason: unknown = signal.reason;
+    if (reason instanceof Error && reason.name === "TimeoutError") {
+      return new TimeoutError(`${what}: timed out (${String(e)})`, { cause: e });
+    }
+    if (!(e instanceof AbortedError)) {
+      return new AbortedError(`${what}: aborted (${String(e)})`, { cause: e });
+    }
+  }
+  return e;
+}
+
+/**
+ * A client of fenced: one node or the nodes of a cluster. Close it (or
+ * `await using`) to end its connections.
+ */
+export class Client implements AsyncDisposable {
+  readonly owner: string;
+  readonly ttlMs: number;
+  readonly requestTimeoutMs: number;
+  readonly #eps: EndpointList;
+  readonly #renewals: Renewals;
+  readonly #drift: number;
+  readonly #margin: number;
+  readonly #renewIntervalMs: number | undefined;
+  readonly #host: LeaseHost;
+  readonly #leases = new Set<Lease>();
+
+  constructor(options: ClientOptions = {}) {
+    const o = options;
+    this.owner = o.owner ?? `${os.hostname()}/${process.pid}`;
+    this.ttlMs = o.ttlMs ?? 10_000;
+    this.requestTimeoutMs = o.requestTimeoutMs ?? 2000;
+    this.#drift = o.clockDrift ?? 0.001;
+    this.#margin = o.deadlineMarginMs ?? 10;
+    this.#renewIntervalMs = o.renewIntervalMs;
+    const failover = o.failoverTimeoutMs ?? 5000;
+    const urls = normalizeEndpoints(o.endpoints);
+    const bad = (m: string) => new TypeError(`client config: ${m}`);
+    if (!(this.ttlMs >= 1)) throw bad(`ttlMs ${this.ttlMs} is below 1`);
+    if (this.#renewIntervalMs !== undefined && !(this.#renewIntervalMs > 0 && this.#renewIntervalMs < this.ttlMs)) {
+      throw bad(`renewIntervalMs ${this.#renewIntervalMs} must be positive and below ttlMs ${this.ttlMs}`);
+    }
+    if (!(this.requestTimeoutMs > 0)) throw bad(`requestTimeoutMs ${this.requestTimeoutMs} must be positive`);
+    if (!(failover >= 0)) throw bad(`failoverTimeoutMs ${failover} is negative`);
+    if (!(this.#drift >= 0 && this.#drift < 0.5)) throw bad(`clockDrift ${this.#drift} must be at least 0 and below 0.5`);
+    if (!(this.#margin >= 0)) throw bad(`deadlineMarginMs ${this.#margin} must not be negative`);
+    if (this.#window(this.ttlMs) <= this.ttlMs / 3) {
+      throw bad(`ttlMs ${this.ttlMs} less clockDrift and deadlineMarginMs leaves ${this.#window(this.ttlMs)}ms, not more than TTL/3`);
+    }
+    if (Buffer.byteLength(this.owner) > 256) throw bad("owner is longer than 256 bytes");
+    const interceptors: Interceptor[] = [];
+    if (o.token) {
+      const auth = `Bearer ${o.token}`;
+      interceptors.push((next) => (req) => {
+        req.header.set("Authorization", auth);
+        return next(req);
+      });
+    }
+    this.#eps = new EndpointList(urls.map((u) => newEndpoint(u, o.tls, interceptors)), failover);
+    this.#renewals = new Renewals(this.#eps, o.keepAliveStream ?? true);
+    this.#host = {
+      requestTimeoutMs: this.requestTimeoutMs,
+      renew: (key, id, by, timeoutMs) => this.#renew(key, id, by, timeoutMs),
+      release: (key, id, opts) => this.release(key, id, opts),
+      holdRenewals: (l) => {
+        this.#leases.add(l);
+        this.#renewals.hold();
+      },
+      dropRenewals: (l) => {
+        this.#leases.delete(l);
+        this.#renewals.drop();
+      },
+    };
+  }
+
+  /** The endpoints' base URLs, normalized. */
+  get endpoints(): string[] {
+    return this.#eps.eps.map((e) => e.url);
+  }
+
+  /** How long after a request was sent a lease of this TTL is certainly held: TTL less the drift margin. */
+  #window(ttl: number): number {
+    return ttl - ttl * this.#drift - this.#margin;
+  }
+
+  #interval(ttl: number): number {
+    return this.#renewIntervalMs !== undefined ? Math.min(ttl / 3, this.#renewIntervalMs) : ttl / 3;
+  }
+
+  /**
+   * Acquires key and keeps renewing it until released or lost.
+   *
+   * Throws HeldError when the key is held (after the wait, if any);
+   * AcquireUncertainError when an attempt went unanswered and the retry on
+   * another endpoint found the key held by this same owner; TimeoutError or
+   * AbortedError when options.signal ended first, never HeldError. An Acquire
+   * that failed with a timeout or UnavailableError may still have been
+   * granted: that grant then expires after its TTL, unseen.
+   *
+   * The local deadline counts from when the answered attempt was sent. When
+   * the grant comes back late (typically after waiting longer than a TTL),
+   * Acquire renews once before returning and counts from that renewal; if
+   * that renewal fails, it throws a LeaseLostError.
+   */
+  async acquire(key: string, options: AcquireOptions = {}): Promise<Lease> {
+    const start = performance.now();
+    const ttl = options.ttl ?? this.ttlMs;
+    const wait = options.wait ?? 0;
+    const owner = options.owner ?? this.owner;
+    const signal = options.signal;
+    if (!Number.isInteger(ttl) || ttl <= 0 || !Number.isInteger(wait) || wait < 0) {
+      throw new InvalidArgumentError(`acquire ${JSON.stringify(key)}: ttl must be a positive and wait a non-negative number of milliseconds`);
+    }
+    let sent = start;
+    let unanswered: unknown;
+    let resp;
+    try {
+      resp = await this.#eps.do(signal, async (ep) => {
+        sent = performance.now();
+        try {
+          return await ep.rpc.acquire(
+            { key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(Math.max(Math.floor(wait - (performance.now() - start)), 0)) },
+            { signal },
+          );
+        } catch (err) {
+          if (unanswered === undefined && retryable(err) && mayHaveArrived(err)) {
+            unanswered = err;
+          }
+          throw err;
+        }
+      });
+    } catch (err) {
+      let e = callError(err, `acquire ${JSON.stringify(key)}`, signal);
+      if (e instanceof HeldError && unanswered !== undefined && e.owner === owner) {
+        e = new AcquireUncertainError(e.key, e.owner, e.remainingMs, unanswered);
+      }
+      throw e;
+    }
+    if (internal.deadlineFromAnswer) {
+      sent = performance.now(); // the mutant: armed from the answer
+    }
+    const info = infoFrom(resp.lease);
+    const interval = this.#interval(info.ttlMs);
+    const window = this.#window(info.ttlMs);
+    const lease = new Lease(this.#host, info, resp.tokenSignature ?? "", interval, window);
+    if (window <= interval) {
+      // A TTL this short leaves no time to renew before the local deadline.
+      lease.lose("TTL too short for the deadline margin", new InvalidArgumentError(`TTL ${info.ttlMs}ms`));
+      lease.throwIfLost();
+    }
+    const late = performance.now() - sent;
+    if (late > (window - interval) / 2) {
+      try {
+        sent = await lease.renewOnce();
+      } catch (err) {
+        lease.lose(`renewal after a grant that took ${Math.round(late)}ms`, err);
+        lease.throwIfLost();
+      }
+    }
+    lease.start(sent);
+    return lease;
+  }
+
+  /** Renews over the stream when one is usable, else (or when it gives no answer) with unary Renew. */
+  async #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
+    const t0 = performance.now();
+    let limit = timeoutMs / 2;
+    if (by > 0) {
+      limit = Math.min(limit, (by - t0) / 2);
+    }
+    const s = this.#renewals.stream();
+    if (s && limit > 0) {
+      try {
+        const r = await s.renew(key, leaseId, limit);
+        return { signature: r.tokenSignature ?? "" };
+      } catch (err) {
+        if (!(err instanceof NoAnswerError)) {
+          throw err;
+        }
+        this.#renewals.failed(s, err);
+      }
+    }
+    const left = timeoutMs - (performance.now() - t0);
+    if (left <= 0) {
+      throw new TimeoutError(`renew ${JSON.stringify(key)}: no answer within ${timeoutMs}ms`);
+    }
+    const info = await this.renew(key, leaseId, { timeoutMs: left });
+    return { signature: info.signature };
+  }
+
+  #callSignal(options: { timeoutMs?: number; signal?: AbortSignal }): AbortSignal {
+    const t = AbortSignal.timeout(Math.max(Math.ceil(options.timeoutMs ?? this.requestTimeoutMs), 1));
+    return options.signal ? AbortSignal.any([options.signal, t]) : t;
+  }
+
+  /** Renews lease leaseId of key once, for callers that renew by ID themselves. */
+  async renew(key: string, leaseId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<LeaseInfo & { signature: string }> {
+    const signal = this.#callSignal(options);
+    try {
+      const r = await this.#eps.do(signal, (ep) => ep.rpc.renew({ key, leaseId }, { signal }));
+      return { ...infoFrom(r.lease), signature: r.tokenSignature ?? "" };
+    } catch (err) {
+      throw callError(err, `renew ${JSON.stringify(key)}`, signal);
+    }
+  }
+
+  /** Releases lease leaseId of key, for callers that hold only the ID. NotHeldError: it is not the current lease. */
+  async release(key: string, leaseId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<void> {
+    const signal = this.#callSignal(options);
+    try {
+      await this.#eps.do(signal, (ep) => ep.rpc.release({ key, leaseId }, { signal }));
+    } catch (err) {
+      throw callError(err, `release ${JSON.stringify(key)}`, signal);
+    }
+  }
+
+  /** The current lease of key (undefined when free), the last token issued for it and the revision of the answer. */
+  async get(key: string, options: { signal?: AbortSignal } = {}): Promise<{ lease?: LeaseInfo; lastToken: bigint; revision: bigint }> {
+    try {
+      const r = await this.#eps.do(options.signal, (ep) => ep.rpc.get({ key }, { signal: options.signal }));
+      return { lease: r.lease ? infoFrom(r.lease) : undefined, lastToken: r.lastToken, revision: r.revision };
+    } catch (err) {
+      throw callError(err, `get ${JSON.stringify(key)}`, options.signal);
+    }
+  }
+
+  /** Up to limit current leases under prefix, sorted by key, and the revision of the answer. */
+  async list(prefix = "", options: { limit?: number; signal?: AbortSignal } = {}): Promise<{ leases: LeaseInfo[]; revision: bigint }> {
+    try {
+      const r = await this.#eps.do(options.signal, (ep) => ep.rpc.list({ prefix, limit: options.limit ?? 0 }, { signal: options.signal }));
+      return { leases: r.leases.map(infoFrom), revision: r.revision };
+    } catch (err) {
+      throw callError(err, `list ${JSON.stringify(prefix)}`, options.signal);
+    }
+  }
+
+  /**
+   * Yields every transition under prefix, in order, until the signal aborts
+   * or the loop breaks. With several endpoints a broken stream is opened
+   * again on the next one after the last revision seen, so no transition is
+   * missed or repeated; when no revision was seen yet, a RESYNC event comes
+   * first. On RESYNC re-read the state with list and watch again from its
+   * revision.
+   */
+  async *watch(prefix = "", options: WatchOptions = {}): AsyncGenerator<WatchEvent> {
+    let after = options.after ?? 0n;
+    const outer = options.signal;
+    let broken = 0;
+    // A release or expiry that hands the key to a waiter is two events with
+    // one revision; a stream broken between them resumes after the revision
+    // before, skipping the events of that revision already delivered.
+    let lastRev = 0n;
+    let atLastRev = 0;
+    let skip = 0;
+    const n = this.#eps.eps.length;
+    for (;;) {
+      const ac = new AbortController();
+      const signal = outer ? AbortSignal.any([outer, ac.signal]) : ac.signal;
+      let opened = 0;
+      let err: unknown;
+      try {
+        const stream = await this.#eps.do(outer, async (ep) => {
+          opened = this.#eps.eps.indexOf(ep);
+          const it = ep.streams.watch({ prefix, afterRevision: after, rejections: options.rejections ?? false }, { signal })[Symbol.asyncIterator]();
+          // Open it now, so that a node that cannot be reached fails over.
+          const first = await it.next();
+          return { it, first };
+        });
+        if (broken > 0 && after === 0n) {
+          yield { type: "RESYNC", revision: 0n };
+        }
+        let next = stream.first;
+        while (!next.done) {
+          const ev = next.value.event;
+          const type = ev ? (Event_Type[ev.type] as EventType) : "RESYNC";
+          const e: WatchEvent = { type, revision: ev?.revision ?? 0n };
+          if (ev?.lease) e.lease = infoFrom(ev.lease);
+          if (ev?.rejection) e.rejection = ev.rejection;
+          let deliver = true;
+          if (e.type !== "RESYNC" && e.type !== "REJECTED" && e.revision > 0n) {
+            if (e.revision === lastRev && skip > 0) {
+              skip--;
+              deliver = false;
+            } else {
+              if (e.revision !== lastRev) {
+                lastRev = e.revision;
+                atLastRev = 0;
+              }
+              atLastRev++;
+              after = lastRev - 1n;
+              broken = 0;
+              skip = 0;
+            }
+          }
+          if (deliver) {
+            yield e;
+          }
+          next = await stream.it.next();
+        }
+      } catch (e) {
+        err = e;
+      } finally {
+        ac.abort();
+      }
+      if (outer?.aborted) {
+        return;
+      }
+      broken++;
+      if (n === 1 && err === undefined) {
+        return;
+      }
+      if (n === 1 || broken > 2 * n) {
+        throw callError(err ?? new Error("stream ended by the server"), `watch ${JSON.stringify(prefix)}`, outer);
+      }
+      this.#eps.failedOver(opened);
+      if (lastRev > 0n) {
+        skip = atLastRev;
+      }
+    }
+  }
+
+  /** Reports stale rejections to fenced (see fencereport); returns how many were recorded. */
+  async reportRejections(rejections: StaleRejection[], options: { timeoutMs?: number } = {}): Promise<bigint> {
+    const signal = AbortSignal.timeout(options.timeoutMs ?? 5000);
+    const req = {
+      rejections: rejections.map((r) =>
+        create(StaleRejectionSchema, {
+          scope: r.scope,
+          presentedToken: r.presented,
+          highestToken: r.highest,
+          owner: r.owner ?? "",
+          resource: r.resource,
+          count: r.count ?? 1,
+        }),
+      ),
+    };
+    try {
+      const r = await this.#eps.do(signal, (ep) => ep.rejections.reportRejections(req, { signal }));
+      return r.recorded;
+    } catch (err) {
+      throw callError(err, "report rejections", signal);
+    }
+  }
+
+  /**
+   * Ends the client's connections. Leases still held are orphaned: their
+   * signals abort (LeaseLostError) and the server keeps them until their
+   * TTL runs out. Dispose the client (`await using`) to release them first.
+   */
+  close(): void {
+    for (const l of [...this.#leases]) {
+      l.orphan();
+    }
+    this.#renewals.close();
+    for (const ep of this.#eps.eps) {
+      ep.close();
+    }
+  }
+
+  /** Releases the leases still held (best effort), then closes. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await Promise.allSettled([...this.#leases].map((l) => l.release()));
+    this.close();
+  }
+}

@@ -1,0 +1,160 @@
+// Several endpoints
+//
+// Every node of a cluster serves every call (followers forward to the
+// leader). A call goes to the endpoint that answered last; when the endpoint
+// cannot be reached or answers unavailable, the call is sent to the next
+// one, going round the list with a pause between rounds (50ms doubling to
+// 1s) until the call's signal aborts or the failover timeout passes. No
+// other error is retried. With one endpoint nothing is retried.
+
+import * as http from "node:http";
+import * as https from "node:https";
+import { createClient, type Client as RPCClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { LeaseService } from "./gen/fenced/v1/lease_pb.js";
+import { RejectionService } from "./gen/fenced/v1/rejection_pb.js";
+import { retryable } from "./rpc.js";
+
+/** TLS settings for https endpoints; PEM text or buffers. */
+export interface TLSOptions {
+  /** CA bundle that verifies the server. Default: the system's roots. */
+  ca?: string | Buffer;
+  /** Client certificate, for servers that ask for one (mTLS). */
+  cert?: string | Buffer;
+  /** The client certificate's private key. */
+  key?: string | Buffer;
+  /** Server name to verify, when it differs from the endpoint's host. */
+  servername?: string;
+}
+
+export interface Endpoint {
+  url: string;
+  /** Unary calls, over HTTP/1.1 with reused connections. */
+  rpc: RPCClient<typeof LeaseService>;
+  /** Watch and KeepAlive, over one HTTP/2 connection. */
+  streams: RPCClient<typeof LeaseService>;
+  rejections: RPCClient<typeof RejectionService>;
+  close(): void;
+}
+
+export function normalizeEndpoints(eps: string | string[] | undefined): string[] {
+  const list = eps === undefined ? [] : typeof eps === "string" ? parseEndpoints(eps) : [...eps];
+  if (list.length === 0) {
+    list.push("http://127.0.0.1:7420");
+  }
+  const seen = new Set<string>();
+  return list.map((e, i) => {
+    e = e.trim().replace(/\/+$/, "");
+    if (e === "") {
+      throw new TypeError(`client config: endpoint ${i} is empty`);
+    }
+    if (!e.includes("://")) {
+      e = "http://" + e;
+    }
+    const u = new URL(e);
+    if (u.protocol !== "http:" && u.protocol !== "https:") {
+      throw new TypeError(`client config: endpoint ${e} is neither http nor https`);
+    }
+    if (seen.has(e)) {
+      throw new TypeError(`client config: endpoint ${e} is listed twice`);
+    }
+    seen.add(e);
+    return e;
+  });
+}
+
+/** Splits a comma-separated list of endpoints, as --endpoints and FENCED_ENDPOINTS give them. */
+export function parseEndpoints(s: string): string[] {
+  return s.split(",").map((e) => e.trim()).filter((e) => e !== "");
+}
+
+export function newEndpoint(url: string, tls: TLSOptions | undefined, interceptors: Interceptor[]): Endpoint {
+  const secure = url.startsWith("https:");
+  const tlsOpts = secure && tls ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.servername } : {};
+  const agent = secure ? new https.Agent({ keepAlive: true, ...tlsOpts }) : new http.Agent({ keepAlive: true });
+  const h2 = new Http2SessionManager(url, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000, idleConnectionTimeoutMs: 60_000 }, tlsOpts);
+  const unary = createConnectTransport({ baseUrl: url, httpVersion: "1.1", nodeOptions: { agent }, interceptors });
+  const streams = createConnectTransport({ baseUrl: url, httpVersion: "2", sessionManager: h2, interceptors });
+  return {
+    url,
+    rpc: createClient(LeaseService, unary),
+    streams: createClient(LeaseService, streams),
+    rejections: createClient(RejectionService, unary),
+    close() {
+      h2.abort();
+      agent.destroy();
+    },
+  };
+}
+
+export class EndpointList {
+  current = 0;
+
+  constructor(
+    readonly eps: Endpoint[],
+    readonly failoverTimeoutMs: number,
+  ) {}
+
+  pick(): [number, Endpoint] {
+    const i = this.current % this.eps.length;
+    return [i, this.eps[i]!];
+  }
+
+  /** Moves on from endpoint i unless another call already did. */
+  failedOver(i: number): void {
+    if (this.current === i) {
+      this.current = (i + 1) % this.eps.length;
+    }
+  }
+
+  /** Runs call against the endpoints until one serves it; call's error is thrown as is. */
+  async do<T>(signal: AbortSignal | undefined, call: (ep: Endpoint) => Promise<T>): Promise<T> {
+    if (this.eps.length === 1) {
+      return call(this.eps[0]!);
+    }
+    const start = performance.now();
+    let pause = 50;
+    let tried = 0;
+    for (;;) {
+      const [i, ep] = this.pick();
+      try {
+        return await call(ep);
+      } catch (err) {
+        if (signal?.aborted) {
+          // The node did not answer in time: the next call starts at the next node.
+          this.failedOver(i);
+          throw err;
+        }
+        if (!retryable(err)) {
+          throw err;
+        }
+        this.failedOver(i);
+        tried++;
+        if (tried % this.eps.length !== 0) {
+          continue;
+        }
+        // A full round failed: every node is down or between leaders.
+        if (performance.now() - start + pause > this.failoverTimeoutMs) {
+          throw err;
+        }
+        await sleep(pause, signal);
+        if (signal?.aborted) {
+          throw err;
+        }
+        pause = Math.min(2 * pause, 1000);
+      }
+    }
+  }
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

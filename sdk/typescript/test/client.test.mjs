@@ -1,0 +1,170 @@
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { startFenced, freePort, unique } from "./helpers.mjs";
+import {
+  Client,
+  HeldError,
+  LeaseLostError,
+  LeaseReleasedError,
+  NotHeldError,
+  InvalidArgumentError,
+  TimeoutError,
+} from "../dist/index.js";
+
+let f;
+const clients = [];
+const track = (c) => (clients.push(c), c);
+before(async () => {
+  f = await startFenced();
+});
+after(async () => {
+  for (const c of clients) await c[Symbol.asyncDispose]();
+  await f?.stop();
+});
+
+test("acquire, held by another, release; tokens increase", async () => {
+  const c = track(new Client({ endpoints: f.url, owner: "ts-a" }));
+  const key = unique("k");
+  const l1 = await c.acquire(key, { ttl: 3000 });
+  assert.ok(l1.token > 0n);
+  assert.match(l1.leaseId, /^[0-9a-f]{32,}$/);
+  assert.equal(l1.held, true);
+  await assert.rejects(c.acquire(key, { ttl: 3000, owner: "ts-b" }), (e) => {
+    assert.ok(e instanceof HeldError);
+    assert.equal(e.owner, "ts-a");
+    assert.equal(e.token, l1.token);
+    assert.ok(e.remainingMs > 0);
+    return true;
+  });
+  await l1.release();
+  assert.ok(l1.signal.aborted);
+  assert.ok(l1.signal.reason instanceof LeaseReleasedError);
+  const l2 = await c.acquire(key, { ttl: 3000 });
+  assert.ok(l2.token > l1.token);
+  await l2.release();
+  await assert.rejects(l2.release(), NotHeldError);
+});
+
+test("bad input is refused before or by the server", async () => {
+  const c = track(new Client({ endpoints: f.url }));
+  await assert.rejects(c.acquire("", { ttl: 3000 }), InvalidArgumentError);
+  await assert.rejects(c.acquire("k", { ttl: -1 }), InvalidArgumentError);
+  assert.throws(() => new Client({ endpoints: f.url, ttlMs: 12 }), /TTL\/3/);
+  assert.throws(() => new Client({ endpoints: [f.url, f.url] }), /listed twice/);
+});
+
+for (const keepAliveStream of [true, false]) {
+  test(`renewals keep the lease past its TTL (keepAliveStream ${keepAliveStream})`, async () => {
+    const c = track(new Client({ endpoints: f.url, keepAliveStream }));
+    const key = unique("renew");
+    const l = await c.acquire(key, { ttl: 1000 });
+    await new Promise((r) => setTimeout(r, 2500));
+    assert.equal(l.held, true);
+    const { lease } = await c.get(key);
+    assert.equal(lease?.token, l.token);
+    assert.ok(l.deadline > performance.now());
+  });
+}
+
+test("a renewal refused (released by ID elsewhere) loses the lease for good", async () => {
+  const c = track(new Client({ endpoints: f.url }));
+  const other = track(new Client({ endpoints: f.url }));
+  const key = unique("refused");
+  const l = await c.acquire(key, { ttl: 1200 });
+  await other.release(key, l.leaseId);
+  const lost = await l.lost;
+  assert.ok(lost instanceof LeaseLostError);
+  assert.match(lost.message, /renewal refused/);
+  assert.ok(lost.cause instanceof NotHeldError);
+  assert.equal(l.held, false);
+  assert.throws(() => l.throwIfLost(), LeaseLostError);
+  // The key is free, and a new acquisition gets a new lease; the old one stays lost.
+  const l2 = await c.acquire(key, { ttl: 1200 });
+  assert.ok(l2.token > l.token);
+  assert.equal(l.held, false);
+  await l2.release();
+});
+
+test("a paused server: the lease is lost at the local deadline, before the server's TTL, and never comes back", async () => {
+  const g = await startFenced();
+  try {
+    const c = new Client({ endpoints: g.url, requestTimeoutMs: 300 });
+    const key = unique("paused");
+    const ttl = 1500;
+    const before = performance.now();
+    const l = await c.acquire(key, { ttl });
+    const sentBound = before; // the Acquire was sent after this
+    g.pause();
+    const lost = await l.lost;
+    const at = performance.now();
+    assert.match(lost.message, /local deadline passed/);
+    // The deadline counts from the send: lost no later than sent + TTL.
+    assert.ok(at < sentBound + ttl + 50, `lost ${at - sentBound}ms after the send, TTL ${ttl}`);
+    assert.ok(at >= l.deadline);
+    g.resume();
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(l.held, false);
+    c.close();
+  } finally {
+    await g.stop();
+  }
+});
+
+test("a grant that comes back late is renewed before acquire returns", async () => {
+  const c = track(new Client({ endpoints: f.url }));
+  const key = unique("late");
+  const first = await c.acquire(key, { ttl: 1000, owner: "first" });
+  // Queue behind the holder, who releases after longer than a TTL.
+  setTimeout(() => void first.release(), 1300);
+  const t0 = performance.now();
+  const l = await c.acquire(key, { ttl: 1000, wait: 5000, owner: "second" });
+  const took = performance.now() - t0;
+  assert.ok(took > 1000, `took ${took}ms`);
+  // Counted from the renewal, not from the Acquire sent 1.3s ago.
+  assert.ok(l.deadline - performance.now() > 500, `deadline in ${l.deadline - performance.now()}ms`);
+  assert.equal(l.held, true);
+});
+
+test("markLost aborts the signal and releases in the background", async () => {
+  const c = track(new Client({ endpoints: f.url }));
+  const key = unique("marked");
+  const l = await c.acquire(key, { ttl: 3000 });
+  l.markLost(new Error("stale somewhere"));
+  assert.ok(l.signal.reason instanceof LeaseLostError);
+  for (let i = 0; i < 50 && (await c.get(key)).lease; i++) await new Promise((r) => setTimeout(r, 20));
+  assert.equal((await c.get(key)).lease, undefined);
+});
+
+test("failover: a refused endpoint is skipped; a signal that ends first is a timeout, not held", async () => {
+  const dead = `http://127.0.0.1:${await freePort()}`;
+  const c = track(new Client({ endpoints: [dead, f.url], owner: "fo" }));
+  const key = unique("failover");
+  const l = await c.acquire(key, { ttl: 3000 });
+  assert.deepEqual(c.endpoints, [dead, f.url]);
+  await assert.rejects(
+    c.acquire(key, { ttl: 3000, wait: 5000, owner: "other", signal: AbortSignal.timeout(300) }),
+    TimeoutError,
+  );
+  await l.release();
+});
+
+test("watch yields transitions in order", async () => {
+  const c = track(new Client({ endpoints: f.url }));
+  const prefix = unique("watch") + "/";
+  const ac = new AbortController();
+  const seen = [];
+  const done = (async () => {
+    for await (const ev of c.watch(prefix, { signal: ac.signal })) {
+      seen.push(ev);
+      if (seen.length === 2) ac.abort();
+    }
+  })();
+  await new Promise((r) => setTimeout(r, 200));
+  const l = await c.acquire(prefix + "a", { ttl: 3000 });
+  await l.release();
+  await done;
+  assert.deepEqual(seen.map((e) => e.type), ["ACQUIRED", "RELEASED"]);
+  assert.equal(seen[0].lease.token, l.token);
+  assert.equal(seen[0].lease.leaseId, "");
+  assert.ok(seen[1].revision > seen[0].revision);
+});
