@@ -85,29 +85,33 @@ func TestConfigFileErrors(t *testing.T) {
 	}
 }
 
-// The README's configuration table names every flag of fenced, which is
-// also every key of its config file.
-func TestReadmeListsEveryFlag(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// The configuration guide's table names every flag of fenced, which is
+// also every key of its config file, each in one row.
+func TestConfigurationGuideListsEveryFlag(t *testing.T) {
+	guide, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	section := string(readme)
-	start := strings.Index(section, "## Configuration")
+	section := string(guide)
+	start := strings.Index(section, "\n## fenced\n")
 	end := strings.Index(section[start+1:], "\n## ")
 	if start < 0 || end < 0 {
-		t.Fatal("README has no Configuration section")
+		t.Fatal("docs/configuration.md has no \"## fenced\" section")
 	}
 	section = section[start : start+1+end]
-	listed := map[string]bool{}
+	listed := map[string]int{}
 	for _, m := range regexp.MustCompile("(?m)^\\| (.*?) \\|").FindAllStringSubmatch(section, -1) {
 		for _, f := range regexp.MustCompile("`--([a-z-]+)`").FindAllStringSubmatch(m[1], -1) {
-			listed[f[1]] = true
+			listed[f[1]]++
 		}
 	}
 	rootCmd().Flags().VisitAll(func(f *pflag.Flag) {
-		if !listed[f.Name] {
-			t.Errorf("--%s is not in the README's configuration table", f.Name)
+		switch listed[f.Name] {
+		case 0:
+			t.Errorf("--%s is not in the configuration table of docs/configuration.md", f.Name)
+		case 1:
+		default:
+			t.Errorf("--%s has %d rows in the configuration table of docs/configuration.md", f.Name, listed[f.Name])
 		}
 	})
 }

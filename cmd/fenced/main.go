@@ -178,7 +178,7 @@ there and ignores the list. Every node serves every call.`,
 	registerSecurityFlags(cmd, &cfg)
 	logs.register(cmd)
 	registerConfigFlag(cmd, &configFile)
-	cmd.AddCommand(storeCmd(), restoreCmd())
+	cmd.AddCommand(storeCmd(), restoreCmd(), versionCmd())
 	return cmd
 }
 

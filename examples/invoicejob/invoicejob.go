@@ -1,8 +1,8 @@
-// Package invoicejob is the worked example of the README, as code that
+// Package invoicejob is the worked example of docs/guards.md, as code that
 // compiles and a test that runs it against fenced, PostgreSQL and Redis: a
 // nightly job that bills customers while it holds a fenced lease, and the
-// invoice API it calls. The README shows the part between "README begin"
-// and "README end" verbatim; a test keeps the two identical.
+// invoice API it calls. The guide shows the part between "guide begin"
+// and "guide end" verbatim; a test keeps the two identical.
 package invoicejob
 
 import (
@@ -19,7 +19,7 @@ import (
 	"github.com/fencedio/fenced/fence/fencesql"
 )
 
-// README begin
+// guide begin
 
 // Migrate creates the guard's scope table and the invoices table.
 func Migrate(ctx context.Context, db *sql.DB, guard *fencesql.Guard) error {
@@ -105,4 +105,4 @@ func Bill(ctx context.Context, l fence.Lease, invoices map[int64]int64,
 	return nil
 }
 
-// README end
+// guide end

@@ -46,10 +46,11 @@ func (r *recording) losses() int {
 	return len(r.lost)
 }
 
-// TestWorkedExample runs the README's worked example against a fenced node,
-// PostgreSQL and Redis: a normal night, then a holder that stops renewing
-// (as a paused process does) and resumes writing after another run took
-// over; every one of its writes is refused and reported to its lease.
+// TestWorkedExample runs the worked example of docs/guards.md against a
+// fenced node, PostgreSQL and Redis: a normal night, then a holder that
+// stops renewing (as a paused process does) and resumes writing after
+// another run took over; every one of its writes is refused and reported to
+// its lease.
 func TestWorkedExample(t *testing.T) {
 	ctx := t.Context()
 	pgURL := testenv.PostgresURL(t)
@@ -191,29 +192,29 @@ func TestWorkedExample(t *testing.T) {
 	}
 }
 
-// TestReadmeShowsTheExample keeps the README's worked example identical to
-// the code that TestWorkedExample runs.
-func TestReadmeShowsTheExample(t *testing.T) {
+// TestGuideShowsTheExample keeps the worked example of docs/guards.md
+// identical to the code that TestWorkedExample runs.
+func TestGuideShowsTheExample(t *testing.T) {
 	src, err := os.ReadFile("invoicejob.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	guide, err := os.ReadFile("../../docs/guards.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, code, ok := strings.Cut(string(src), "// README begin\n\n")
-	code, _, ok2 := strings.Cut(code, "\n// README end")
+	_, code, ok := strings.Cut(string(src), "// guide begin\n\n")
+	code, _, ok2 := strings.Cut(code, "\n// guide end")
 	if !ok || !ok2 {
-		t.Fatal("invoicejob.go lacks the README begin/end markers")
+		t.Fatal("invoicejob.go lacks the guide begin/end markers")
 	}
 	const marker = "<!-- worked example: examples/invoicejob/invoicejob.go -->\n```go\n"
-	_, shown, ok := strings.Cut(string(readme), marker)
+	_, shown, ok := strings.Cut(string(guide), marker)
 	shown, _, ok2 = strings.Cut(shown, "```\n")
 	if !ok || !ok2 {
-		t.Fatalf("README.md lacks %q followed by a go block", marker)
+		t.Fatalf("docs/guards.md lacks %q followed by a go block", marker)
 	}
 	if shown != code {
-		t.Errorf("README.md's worked example differs from invoicejob.go; paste lines between the markers again.\nREADME:\n%s\ninvoicejob.go:\n%s", shown, code)
+		t.Errorf("docs/guards.md's worked example differs from invoicejob.go; paste the lines between the markers again.\nguide:\n%s\ninvoicejob.go:\n%s", shown, code)
 	}
 }
