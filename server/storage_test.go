@@ -302,7 +302,8 @@ func flipByte(t *testing.T, path string, off int64) {
 // TestTornTail: damage confined to the last append, the one a crash can
 // tear, costs only that append, which was never acknowledged; the node
 // starts with every acknowledged grant. (raft-wal cannot tell a torn last
-// append from one damaged after it was acknowledged; see the README.)
+// append from one damaged after it was acknowledged; see
+// docs/data-directory.md.)
 func TestTornTail(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
