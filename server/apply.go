@@ -161,7 +161,7 @@ func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Resu
 	}
 	c.NextID, c.Owner, c.TTL = w.nextID, w.want.Owner, w.want.TTL
 	wait := func() (lease.Result, error) { return lease.Result{}, errNotReady }
-	if s.ready.Load() {
+	if s.Ready() {
 		wait = s.applyAsync(ctx, c)
 	}
 	return s.await(ctx, func() (lease.Result, error) {
@@ -175,7 +175,7 @@ func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Resu
 // implies committed and fsynced. If ctx ends first the outcome is uncertain
 // (errUncertain, see await).
 func (s *Server) apply(ctx context.Context, c lease.Command) (lease.Result, error) {
-	if !s.ready.Load() {
+	if !s.Ready() {
 		return lease.Result{}, errNotReady
 	}
 	return s.applyAlways(ctx, c)

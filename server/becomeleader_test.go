@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -53,5 +55,57 @@ func TestBecomeLeaderKeepsLeasesGrantedMeanwhile(t *testing.T) {
 				t.Error("the node stopped serving")
 			}
 		})
+	}
+}
+
+// A node serves only in the term its Barrier ran in: when the term moves on
+// between the Barrier and the reset (the node lost and regained leadership
+// while its watcher stalled), the entries of the leader in between may be
+// missing from its state, so it runs a Barrier again in the new term.
+func TestBecomeLeaderServesOnlyTheTermOfItsBarrier(t *testing.T) {
+	s := newTestServer(t, Config{})
+	base := s.raft.CurrentTerm()
+	var later atomic.Uint64
+	s.termOverride = func() uint64 { return base + later.Load() }
+	barriers := 0
+	s.beforeLeaderReset = func() {
+		barriers++
+		later.Store(2) // after the first Barrier: two elections later
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.becomeLeader(ctx)
+	if barriers != 2 {
+		t.Errorf("%d Barriers before serving, want a second one in the new term", barriers)
+	}
+	s.expirer.mu.Lock()
+	term := s.expirer.term
+	s.expirer.mu.Unlock()
+	if term != base+2 {
+		t.Errorf("deadlines of term %d, want %d", term, base+2)
+	}
+}
+
+// A node whose term moved on since it became ready (its watcher stalled
+// while it lost and regained leadership) confirms nothing: a read could
+// miss the entries of the leader in between, and a renewal could pass for
+// a lease that leader ended.
+func TestConfirmationNeedsTheReadyTerm(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, "k", "a", time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.confirmRead(ctx); err != nil {
+		t.Fatalf("confirmation in the ready term: %v", err)
+	}
+	base := s.raft.CurrentTerm()
+	s.termOverride = func() uint64 { return base + 2 }
+	if err := s.confirmRead(ctx); !errors.Is(err, errNotReady) {
+		t.Errorf("read confirmed two terms after the ready one: %v, want errNotReady", err)
+	}
+	if _, err := s.Renew(ctx, "k", l.ID); !errors.Is(err, errNotReady) {
+		t.Errorf("renewal two terms after the ready one: %v, want errNotReady", err)
 	}
 }

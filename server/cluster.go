@@ -254,7 +254,7 @@ type Member struct {
 func (s *Server) Role() Role {
 	addr, id := s.raft.LeaderWithID()
 	r := Role{
-		NodeID: s.cfg.NodeID, Role: strings.ToLower(s.raft.State().String()), Ready: s.ready.Load(),
+		NodeID: s.cfg.NodeID, Role: strings.ToLower(s.raft.State().String()), Ready: s.Ready(),
 		LeaderID: string(id), LeaderAddress: string(addr), Term: s.raft.CurrentTerm(), Members: []Member{},
 	}
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
@@ -279,7 +279,7 @@ func (s *Server) serveRole(w http.ResponseWriter, _ *http.Request) {
 // ready leader, or a follower that heard from a leader recently enough to
 // forward to it.
 func (s *Server) canServe() bool {
-	if s.ready.Load() {
+	if s.Ready() {
 		return true
 	}
 	if s.raft.State() != raft.Follower {

@@ -51,7 +51,7 @@ type Stats struct {
 // Stats returns a summary of the node for people and dashboards.
 func (s *Server) Stats() Stats {
 	st := Stats{
-		Ready: s.ready.Load(), Waiters: s.waiters.len(),
+		Ready: s.Ready(), Waiters: s.waiters.len(),
 		Term: s.raft.CurrentTerm(), CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(),
 		Acquired: s.counts.acquired.Load(), Released: s.counts.released.Load(),
 		Expired: s.counts.expired.Load(), Takeovers: s.counts.takeovers.Load(),

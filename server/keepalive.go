@@ -103,7 +103,7 @@ func (r *routedService) answerKeepAlives(ctx context.Context, stream *keepAliveS
 // while this node leads, at the leader otherwise, deciding again for every
 // request. b is scratch space, returned for reuse.
 func (r *routedService) keepAliveBatch(ctx context.Context, reqs []*fencedv1.KeepAliveRequest, b []renewal, answers []*fencedv1.KeepAliveResponse) ([]renewal, []*fencedv1.KeepAliveResponse) {
-	if !r.s.ready.Load() {
+	if !r.s.Ready() {
 		for _, req := range reqs {
 			answers = append(answers, r.forwardKeepAlive(ctx, req))
 		}

@@ -107,7 +107,7 @@ func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
 // tryAcquire grants c.Key if it is free. If ctx ends while the grant is
 // being written, the grant may still take effect (errUncertain).
 func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string) (lease.Lease, error) {
-	if !s.ready.Load() {
+	if !s.Ready() {
 		return lease.Lease{}, errNotReady
 	}
 	var (
@@ -188,9 +188,6 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 		if r.err == nil {
 			r.err = validateID(r.id)
 		}
-		if r.err == nil && !s.ready.Load() && !mutant {
-			r.err = errNotReady
-		}
 		if r.err == nil {
 			pending++
 		}
@@ -198,9 +195,9 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 	if pending == 0 {
 		return
 	}
-	term := s.raft.CurrentTerm()
+	term := s.readyTerm.Load()
 	start := s.expirer.now()
-	if err := s.leader.confirm(ctx); err != nil && !mutant {
+	if err := s.confirmTerm(ctx, term); err != nil && !mutant {
 		for i := range b {
 			if b[i].err == nil {
 				b[i].err = err
@@ -216,7 +213,7 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 		}
 		// The deadline counts from before the leadership check: a renewal
 		// never outlives what the confirmed leadership covers. It counts
-		// only in the term read before the check.
+		// only in the term confirmed.
 		l, err := s.expirer.renew(r.key, r.id, start, term)
 		if err != nil {
 			r.err = describeNotHeld(err, r.key, r.id)
@@ -237,7 +234,7 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	if err := validateID(id); err != nil {
 		return err
 	}
-	if !s.ready.Load() {
+	if !s.Ready() {
 		return errNotReady
 	}
 	var err error
@@ -268,7 +265,7 @@ func (s *Server) Revoke(ctx context.Context, key, by string) (lease.Lease, error
 	if err := validateKey(key); err != nil {
 		return lease.Lease{}, err
 	}
-	if !s.ready.Load() {
+	if !s.Ready() {
 		return lease.Lease{}, errNotReady
 	}
 	cur, ok := s.currentOf(key)

@@ -71,7 +71,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	leaderGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_is_leader", Help: "1 while this node is the leader and serving acquisitions.",
 	}, func() float64 {
-		if s.ready.Load() {
+		if s.Ready() {
 			return 1
 		}
 		return 0

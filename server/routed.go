@@ -57,7 +57,7 @@ func routeCall[C, Req, Resp any](ctx context.Context, s *Server, req *connect.Re
 // route decides where a lease call goes: ok is false when this node
 // serves it.
 func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1connect.LeaseServiceClient, bool, error) {
-	if r.s.ready.Load() {
+	if r.s.Ready() {
 		return nil, false, nil
 	}
 	if h.Get(forwardedHeader) != "" {
@@ -193,10 +193,7 @@ func staleRead(h http.Header) bool { return h.Get(staleReadHeader) == "true" }
 // confirmRead confirms that this node still leads, after the read
 // arrived.
 func (s *Server) confirmRead(ctx context.Context) error {
-	if !s.ready.Load() {
-		return errNotReady
-	}
-	return s.leader.confirm(ctx)
+	return s.confirmTerm(ctx, s.readyTerm.Load())
 }
 
 // confirmed is local, answered only once confirmRead has confirmed that
@@ -246,7 +243,7 @@ func (s *Server) adminService() fencedv1connect.AdminServiceHandler {
 // leader returns a client of the leader's AdminService, or ok false when
 // this node serves the call itself.
 func (r *routedAdmin) leader(ctx context.Context, h http.Header) (fencedv1connect.AdminServiceClient, bool, error) {
-	addr, err := r.s.forward.leaderFor(ctx, h, r.s.ready.Load() || r.s.raft.State() == raft.Leader)
+	addr, err := r.s.forward.leaderFor(ctx, h, r.s.Ready() || r.s.raft.State() == raft.Leader)
 	if err != nil || addr == "" {
 		return nil, false, err
 	}

@@ -47,11 +47,13 @@ type Server struct {
 
 	// notify carries raft's leadership changes to watchLeadership.
 	notify <-chan bool
-	// ready is true while this node is the leader and has applied every
-	// entry of earlier terms, so its state and deadlines are current.
-	ready    atomic.Bool
-	everLed  atomic.Bool // has served as leader; only the DeposedLeaderRenews mutant reads it
-	leaderMu sync.Mutex  // orders changes of ready with leadership changes
+	// readyTerm is the term in which this node leads and has applied every
+	// entry of earlier terms, so its state and deadlines are current; 0
+	// while it does not serve. A confirmation of leadership counts only
+	// while this very term is current.
+	readyTerm atomic.Uint64
+	everLed   atomic.Bool // has served as leader; only the DeposedLeaderRenews mutant reads it
+	leaderMu  sync.Mutex  // orders changes of readyTerm with leadership changes
 	// leading ends when this node stops leading (nil while it does not
 	// lead); see whileLeading. Guarded by leaderMu.
 	leading    context.Context
@@ -99,6 +101,9 @@ type Server struct {
 	// beforeLeaderReset, if set, runs in becomeLeader just before the
 	// deadlines are reset: tests use it to apply entries in that window.
 	beforeLeaderReset func()
+	// termOverride, if set, stands for raft's current term where leadership
+	// is confirmed: tests use it to move the term under a node that leads.
+	termOverride func() uint64
 
 	// grants and rejections: stale rejections reported by resources
 	// (rejections.go).
@@ -244,7 +249,7 @@ func (s *Server) logFailed(err error) {
 	s.failMu.Lock()
 	s.failure = err
 	s.failMu.Unlock()
-	s.ready.Store(false)
+	s.readyTerm.Store(0)
 	s.log.Error("stopping: the raft log cannot be written", "err", err)
 	// Not here: raft calls this from the goroutine Close waits for.
 	go s.Close()
@@ -268,7 +273,7 @@ func (s *Server) watchLeadership() {
 		case leader := <-s.notify:
 			s.leaderMu.Lock()
 			stop()
-			s.ready.Store(false)
+			s.readyTerm.Store(0)
 			s.expirer.deactivate()
 			s.setLeading(leader)
 			s.leaderMu.Unlock()
@@ -287,6 +292,11 @@ func (s *Server) watchLeadership() {
 // becomeLeader waits until every earlier entry is applied, then gives every
 // lease a full TTL and starts serving.
 //
+// It serves in the term it read before its Barrier, and only if that term
+// is still current once the deadlines are about to be reset: a node that
+// lost and regained leadership meanwhile may lack the entries of the
+// leader in between, so it runs a Barrier again in the new term.
+//
 // A run whose leadership has ended (ctx cancelled) stops without touching
 // the deadlines: a newer run may already track leases this one has not
 // seen. The check and the reset happen under leaderMu, which the ending of
@@ -296,50 +306,81 @@ func (s *Server) watchLeadership() {
 // the reset would drop it).
 func (s *Server) becomeLeader(ctx context.Context) {
 	for ctx.Err() == nil {
+		term := s.currentTerm()
 		if err := s.raft.Barrier(0).Error(); err != nil {
 			s.log.Warn("leader barrier failed", "err", err)
 			select {
 			case <-ctx.Done():
-				return
 			case <-time.After(s.cfg.HeartbeatTimeout / 4):
-				continue
 			}
+			continue
 		}
-		break
+		if s.beforeLeaderReset != nil {
+			s.beforeLeaderReset()
+		}
+		if s.serveTerm(ctx, term) {
+			return
+		}
 	}
-	if ctx.Err() != nil {
-		return
-	}
-	if s.beforeLeaderReset != nil {
-		s.beforeLeaderReset()
-	}
-	// The deadlines set now are this term's: expiries decided on them carry
-	// it, and take effect only in an entry of the same term. Should the
-	// term already have moved on, they take effect nowhere, and the
-	// leadership change that moved it restarts all this.
-	term := s.raft.CurrentTerm()
+}
+
+// serveTerm starts serving as the leader of term, unless ctx ended or term
+// is no longer current (false). The deadlines set now are this term's:
+// expiries decided on them carry it, and take effect only in an entry of
+// the same term.
+func (s *Server) serveTerm(ctx context.Context, term uint64) bool {
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
 	if ctx.Err() != nil {
-		return
+		return true
+	}
+	if s.currentTerm() != term {
+		return false
 	}
 	n := 0
 	s.fsm.read(func(st *lease.State) { n = s.resetDeadlines(st) })
 	s.expirer.activate(term)
-	s.ready.Store(true)
+	s.readyTerm.Store(term)
 	s.everLed.Store(true)
 	s.waiters.freedAll()
 	s.log.Info("serving as leader", "leases", n, "term", term)
+	return true
+}
+
+// confirmTerm returns nil once a leadership confirmation that started after
+// the call found this node leading in term, the term it serves in, and
+// errNotReady when it serves in none or term is no longer current.
+func (s *Server) confirmTerm(ctx context.Context, term uint64) error {
+	if term == 0 {
+		return errNotReady
+	}
+	if err := s.leader.confirm(ctx); err != nil {
+		return err
+	}
+	// The round started after the call, when the term was term or later;
+	// terms only grow, so the round confirmed exactly term.
+	if s.currentTerm() != term {
+		return errNotReady
+	}
+	return nil
+}
+
+// currentTerm is raft's current term (or the tests' termOverride).
+func (s *Server) currentTerm() uint64 {
+	if s.termOverride != nil {
+		return s.termOverride()
+	}
+	return s.raft.CurrentTerm()
 }
 
 // Ready reports whether this node serves acquisitions.
-func (s *Server) Ready() bool { return s.ready.Load() }
+func (s *Server) Ready() bool { return s.readyTerm.Load() != 0 }
 
 // WaitReady blocks until the node serves acquisitions or ctx ends.
 func (s *Server) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
-	for !s.ready.Load() {
+	for !s.Ready() {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for leadership: %w", ctx.Err())
@@ -365,7 +406,7 @@ func (s *Server) Close() error {
 	s.closed = true
 	srv := s.http
 	s.closeMu.Unlock()
-	s.ready.Store(false)
+	s.readyTerm.Store(0)
 	close(s.done)
 	s.endBase(errClosed)
 	s.handOverLeadership()

@@ -140,7 +140,7 @@ func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
 	if err := check(ctx, req); err != nil {
 		return nil, err
 	}
-	if !stale && !s.ready.Load() {
+	if !stale && !s.Ready() {
 		return nil, connectError(errNotReady)
 	}
 	release, err := s.reads.acquire(ctx)
