@@ -136,3 +136,19 @@ func TestInspectionShowsNoLeaseID(t *testing.T) {
 		}
 	}
 }
+
+// Every command that changes a lease says in its help what it does, what
+// its exit statuses are, and shows an example.
+func TestLeaseCommandsDocumented(t *testing.T) {
+	for _, name := range []string{"acquire", "renew", "release", "revoke"} {
+		cmd, _, err := rootCmd().Find([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"Exit status", "Example", "fencectl " + name} {
+			if !strings.Contains(cmd.Long, want) {
+				t.Errorf("%s --help does not say %q:\n%s", name, want, cmd.Long)
+			}
+		}
+	}
+}

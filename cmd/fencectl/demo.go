@@ -17,6 +17,7 @@ import (
 	"github.com/fencedio/fenced/server"
 	"github.com/fencedio/fenced/store"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func demoCmd() *cobra.Command {
@@ -44,7 +45,31 @@ store ignores tokens and A's stale write silently overwrites B's.`,
 	}
 	cmd.Flags().BoolVar(&noFencing, "no-fencing", false, "run the store without checking tokens, to see what fencing prevents")
 	cmd.Flags().DurationVar(&ttl, "ttl", time.Second, "lease TTL used in the stories")
+	standalone(cmd)
 	return cmd
+}
+
+// standalone is for commands that start their own server and so use none of
+// fencectl's global flags (endpoints, credentials, output): their help does
+// not list them, and setting one is an error rather than silently ignored.
+func standalone(cmd *cobra.Command) {
+	cmd.PreRunE = func(c *cobra.Command, _ []string) error {
+		var set []string
+		c.InheritedFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Changed {
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return fmt.Errorf("%s starts its own server and takes none of fencectl's global flags (%s)", c.Name(), strings.Join(set, ", "))
+		}
+		return nil
+	}
+	help := cmd.HelpFunc()
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		c.InheritedFlags().VisitAll(func(f *pflag.Flag) { f.Hidden = true })
+		help(c, args)
+	})
 }
 
 // story prints numbered, timestamped steps.

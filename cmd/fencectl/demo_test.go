@@ -37,3 +37,40 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+// demo starts its own server: its help lists only its own flags, and a
+// global flag given to it is refused, not ignored.
+func TestDemoFlags(t *testing.T) {
+	help := func(args ...string) string {
+		t.Helper()
+		cmd := rootCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(args)
+		if err := cmd.ExecuteContext(context.Background()); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return out.String()
+	}
+	got := help("demo", "--help")
+	for _, want := range []string{"--no-fencing", "--ttl"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("demo --help does not list %s:\n%s", want, got)
+		}
+	}
+	for _, unused := range []string{"--endpoint", "--json", "--timeout", "--cacert", "--token", "Global Flags"} {
+		if strings.Contains(got, unused) {
+			t.Errorf("demo --help lists %s, which demo does not use:\n%s", unused, got)
+		}
+	}
+	if got := help("list", "--help"); !strings.Contains(got, "--endpoint") {
+		t.Errorf("list --help lost the global flags:\n%s", got)
+	}
+	cmd := rootCmd()
+	cmd.SetOut(new(bytes.Buffer))
+	cmd.SetArgs([]string{"demo", "--endpoint", "http://127.0.0.1:1"})
+	if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "--endpoint") {
+		t.Errorf("demo --endpoint: %v, want it refused", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -26,8 +27,8 @@ func runUnderLease(ctx context.Context, l *client.Lease, argv []string, killAfte
 	)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		l.Release(context.Background())
-		return err
+		release(l)
+		return startStatus(argv[0], err)
 	}
 	// Signals sent to fencectl are passed on to the command, which decides
 	// when to stop; the lease is released once it has.
@@ -80,6 +81,28 @@ func commandStatus(err error) error {
 	}
 	return err
 }
+
+// startStatus is fencectl's exit when the command could not be started, as
+// env(1) and timeout(1) have it: 127 when it was not found, 126 when it was
+// found but could not be run (not executable, a directory, a bad format).
+func startStatus(name string, err error) error {
+	code := exitCannotRun
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		code = exitNotFound
+	}
+	return &exitError{code: code, err: fmt.Errorf("run %s: %w", name, err)}
+}
+
+// exitHeld is acquire's default exit status when the key is held by
+// someone else (--conflict-exit-code changes it).
+const exitHeld = 2
+
+// Exit statuses of acquire when the command cannot be started (those of
+// env and timeout).
+const (
+	exitCannotRun = 126
+	exitNotFound  = 127
+)
 
 // Exit statuses of acquire when the lease is lost (sysexits' EX_TEMPFAIL and
 // the one after it).

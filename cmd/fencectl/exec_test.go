@@ -106,3 +106,56 @@ func TestAcquireWaitLongerThanTTLExec(t *testing.T) {
 		t.Fatalf("command saw token %q, want one above the holder's %d", got, l.Token())
 	}
 }
+
+// acquire's exit statuses that are not the command's own: the conflict
+// status (-E, as flock has it) and env's and timeout's 126 and 127 for a
+// command that cannot be started, whose lease is released.
+func TestAcquireExitStatuses(t *testing.T) {
+	srv := fencedtest.Start(t)
+	ctx := context.Background()
+	holder := srv.Client(t, client.Config{TTL: 5 * time.Second, Owner: "holder"})
+	l, err := holder.Acquire(ctx, "exec/held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "script")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ran := filepath.Join(dir, "ran")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"held", []string{"acquire", "exec/held", "--exec", "--", "touch", ran}, exitHeld},
+		{"held, -E", []string{"acquire", "exec/held", "-E", "9", "--exec", "--", "touch", ran}, 9},
+		{"held, --conflict-exit-code 0", []string{"acquire", "exec/held", "--conflict-exit-code", "0"}, 0},
+		{"not found", []string{"acquire", "exec/free", "--exec", "--", "no-such-command-fencectl"}, exitNotFound},
+		{"no such file", []string{"acquire", "exec/free", "--exec", "--", filepath.Join(dir, "absent")}, exitNotFound},
+		{"not executable", []string{"acquire", "exec/free", "--exec", "--", notExec}, exitCannotRun},
+		{"a directory", []string{"acquire", "exec/free", "--exec", "--", dir}, exitCannotRun},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(t, srv, tc.args...)
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != tc.want {
+				t.Fatalf("err = %v, want exit status %d", err, tc.want)
+			}
+			if _, err := os.Stat(ran); err == nil {
+				t.Fatal("the command ran although the key was held")
+			}
+			if _, ok, _, _ := holder.Get(ctx, "exec/free"); ok {
+				t.Fatal("the lease of a command that could not start was not released")
+			}
+		})
+	}
+	if _, err := run(t, srv, "acquire", "exec/free", "-E", "256"); err == nil || !strings.Contains(err.Error(), "0 to 255") {
+		t.Fatalf("-E 256: %v, want a range error", err)
+	}
+	if _, ok, _, _ := holder.Get(ctx, "exec/free"); ok {
+		t.Fatal("-E 256 acquired the key")
+	}
+}

@@ -54,6 +54,7 @@ func acquireCmd(g *globals) *cobra.Command {
 		ttl, wait, killAfter time.Duration
 		owner                string
 		execute              bool
+		conflictCode         int
 	)
 	cmd := &cobra.Command{
 		Use:   "acquire KEY [--exec -- COMMAND [ARG...]]",
@@ -67,10 +68,23 @@ COMMAND gets SIGTERM, then SIGKILL after --kill-after. Exit status:
   COMMAND's own status   COMMAND finished while the lease was held
   75                     the lease was lost; COMMAND stopped after SIGTERM
   76                     the lease was lost; COMMAND had to be killed (SIGKILL)
-  2                      KEY was held by someone else
+  126                    COMMAND was found but could not be run (not executable)
+  127                    COMMAND was not found
+  2                      KEY was held by someone else (after --wait, if given);
+                         -E/--conflict-exit-code chooses another status, for
+                         instance to tell it from a COMMAND that exits 2
   1                      any other error, including an acquisition of unknown
                          outcome (cut by a failover: the key may be held by this
-                         owner, without its lease ID, until the TTL runs out)`,
+                         owner, without its lease ID, until the TTL runs out)
+
+Without --exec the statuses are 0 (released after Ctrl-C), 75, 2 (or
+--conflict-exit-code) and 1.
+
+Examples:
+  # run a job only where nobody else runs it; 0 when another node holds it
+  fencectl acquire jobs/nightly --ttl 30s -E 0 --exec -- ./nightly.sh
+  # wait up to a minute for the key
+  fencectl acquire jobs/nightly --wait 1m --exec -- ./nightly.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if execute {
 				if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
@@ -81,6 +95,9 @@ COMMAND gets SIGTERM, then SIGKILL after --kill-after. Exit status:
 			return cobra.ExactArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if conflictCode < 0 || conflictCode > 255 {
+				return fmt.Errorf("--conflict-exit-code %d: must be 0 to 255", conflictCode)
+			}
 			c, err := g.client(client.Config{TTL: ttl, Owner: owner})
 			if err != nil {
 				return err
@@ -89,7 +106,7 @@ COMMAND gets SIGTERM, then SIGKILL after --kill-after. Exit status:
 			l, err := c.Acquire(ctx, args[0], client.WithWait(wait))
 			if err != nil {
 				if errors.Is(err, client.ErrHeld) {
-					return &exitError{code: 2, err: err}
+					return &exitError{code: conflictCode, err: err}
 				}
 				return err
 			}
@@ -104,6 +121,7 @@ COMMAND gets SIGTERM, then SIGKILL after --kill-after. Exit status:
 	cmd.Flags().StringVar(&owner, "owner", "", "owner name (default hostname/pid)")
 	cmd.Flags().BoolVar(&execute, "exec", false, "run a command while holding the lease")
 	cmd.Flags().DurationVar(&killAfter, "kill-after", 5*time.Second, "with --exec: SIGKILL this long after SIGTERM")
+	cmd.Flags().IntVarP(&conflictCode, "conflict-exit-code", "E", exitHeld, "exit status when KEY is held by someone else (0 to 255)")
 	return cmd
 }
 
@@ -145,7 +163,29 @@ func renewCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "renew KEY LEASE_ID",
 		Short: "Renew a lease once",
-		Args:  cobra.ExactArgs(2),
+		Long: `renew extends lease LEASE_ID of KEY by its full TTL, once, and prints the
+lease: the token stays the same (a renewal keeps the ownership epoch).
+
+It is for scripts that hold a lease across several calls; "acquire" and the
+client library renew on their own. LEASE_ID is the holder's secret: the
+leaseId of the API's Acquire answer, or what a running "fencectl acquire"
+printed (on standard error; leaseId with --json). get, list and watch never
+show it.
+
+Renew at least every TTL/3, and present the token with every write: a
+renewal that comes too late finds the lease gone.
+
+Exit status: 0 renewed; 1 otherwise, including "lease not held" when LEASE_ID
+is not KEY's current lease (it expired, was released or revoked, or never
+was): a lost lease never comes back, acquire KEY again for a new token.
+
+Example:
+  id=$(curl -s -H 'Content-Type: application/json' \
+    -d '{"key":"jobs/7","owner":"cron","ttlMs":30000}' \
+    http://127.0.0.1:7420/fenced.v1.LeaseService/Acquire | jq -r .lease.leaseId)
+  fencectl renew jobs/7 "$id"
+  fencectl release jobs/7 "$id"`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.oneShot(cmd, func(ctx context.Context, c *client.Client) error {
 				info, err := c.Renew(ctx, args[0], args[1])
@@ -166,7 +206,22 @@ func releaseCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "release KEY LEASE_ID",
 		Short: "Release a lease",
-		Args:  cobra.ExactArgs(2),
+		Long: `release ends lease LEASE_ID of KEY at once, so the next acquirer need not
+wait for the TTL to run out. The next grant of KEY carries a higher token.
+
+LEASE_ID is the holder's secret (see "fencectl renew --help" for where it
+comes from). Only the current lease can be
+released: a stale LEASE_ID can never end another holder's lease. To end a
+lease without its ID, an administrator uses "fencectl revoke KEY".
+
+Exit status: 0 released; 1 otherwise, including "lease not held" when
+LEASE_ID is not KEY's current lease (already expired, released or revoked).
+A release whose answer was lost (a timeout, a failover) may have happened:
+"fencectl get KEY" tells.
+
+Example:
+  fencectl release jobs/7 4f1c0e9a0b6d4c1e8f2a7b3c5d6e9f01`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.oneShot(cmd, func(ctx context.Context, c *client.Client) error {
 				if err := c.Release(ctx, args[0], args[1]); err != nil {

@@ -82,7 +82,22 @@ func revokeCmd(g *globals) *cobra.Command {
 		Long: `revoke ends the current lease of KEY as if its holder had released it. The
 server records the end in its log with the principal that revoked it; the
 next grant of KEY carries a higher token, so writes fenced by the revoked
-lease's token are refused by every guard that has seen the new one.`,
+lease's token are refused by every guard that has seen the new one.
+
+The holder learns of it at its next renewal, which is refused: its lease
+context ends and "fencectl acquire --exec" stops its command (exit status
+75). Revoking does not stop a paused holder from writing; the guards do.
+
+It needs the admin permission on KEY when the server checks permissions
+(--auth-file; see docs/security.md): give fencectl an admin's credentials
+with --cert/--key or --token.
+
+Exit status: 0 revoked (the revoked lease is printed, with the principal the
+server recorded); 1 otherwise, including "lease not held" when KEY is free
+and "permission denied".
+
+Example:
+  fencectl revoke jobs/7 --cert admin.pem --key admin-key.pem`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.oneShot(cmd, func(ctx context.Context, c *client.Client) error {
