@@ -25,11 +25,18 @@ import (
 // written after the backup.
 //
 // RestoreBackup makes the data directory of one member of a new cluster
-// from a backup: a raft snapshot at index A+Bump (A the backup's index)
-// holding the backed-up keys and the new membership. Every member is
-// restored from the same file with the same Bump and InitialCluster and
-// then started as usual; they elect a leader, and its first entry, and
-// every token, is above A+Bump.
+// from a backup: a raft snapshot at index max(A+Bump, StartFloor) (A the
+// backup's index) holding the backed-up keys and the new membership. Every
+// member is restored from the same file with the same Bump, StartFloor and
+// InitialCluster and then started as usual; they elect a leader, and its
+// first entry, and every token, is above that index.
+//
+// StartFloor is a time, in microseconds since 1970: a cluster restored
+// later from the same backup starts above every token an earlier restore
+// issued, as long as that one wrote fewer log entries than microseconds
+// went by between the two restores (one entry per microsecond, a thousand
+// times what a busy node writes) and the clocks of the machines that ran
+// the restores agree to within that margin.
 
 // BackupIndexHeader names the log index a backup was taken at.
 const BackupIndexHeader = "Fenced-Backup-Index"
@@ -75,9 +82,19 @@ type RestoreConfig struct {
 	// after the backup (see the lease package). Default
 	// lease.DefaultRestoreBump.
 	Bump uint64
+	// StartFloor is a lower bound of the new cluster's first index, beside
+	// the backup's index plus Bump, in microseconds since 1970. Zero means
+	// now, which only a cluster of one can use: members of one cluster
+	// must start at the same index, so a restore of several members needs
+	// the same StartFloor for each (ErrRestoreStartFloor).
+	StartFloor uint64
 	// MaxIdleKeys is the nodes' Config.MaxIdleKeys. Default 100,000.
 	MaxIdleKeys int
 }
+
+// ErrRestoreStartFloor is returned for a restore of a member of several
+// without a StartFloor.
+var ErrRestoreStartFloor = errors.New("a member of a cluster of several needs a start floor, the same for every member")
 
 // ErrRestoreTarget is returned by RestoreBackup for a data directory that
 // already holds raft state: a restore starts a new cluster, it never
@@ -101,6 +118,9 @@ func (c RestoreConfig) Validate() error {
 	if len(c.InitialCluster) == 0 {
 		return nil
 	}
+	if len(c.InitialCluster) > 1 && c.StartFloor == 0 {
+		return ErrRestoreStartFloor
+	}
 	// The members' own rules: IDs and addresses as a node checks them.
 	probe := Config{NodeID: c.NodeID, InitialCluster: c.InitialCluster, MinTTL: time.Hour}.withDefaults()
 	return probe.validateCluster()
@@ -121,7 +141,11 @@ func RestoreBackup(cfg RestoreConfig, backup io.Reader) (uint64, error) {
 	if st.Applied() > math.MaxUint64-cfg.Bump {
 		return 0, fmt.Errorf("restore: index %d plus bump %d overflows", st.Applied(), cfg.Bump)
 	}
-	at := st.Applied() + cfg.Bump
+	floor := cfg.StartFloor
+	if floor == 0 {
+		floor = uint64(time.Now().UnixMicro())
+	}
+	at := max(st.Applied()+cfg.Bump, floor)
 	if err := st.Rebase(at); err != nil {
 		return 0, err
 	}

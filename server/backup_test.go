@@ -69,7 +69,8 @@ func TestBackupRestoreTokens(t *testing.T) {
 
 	const bump = 1000 // more than the ~160 entries written after the backup
 	dir, raftAddr := t.TempDir(), freeLoopback(t)
-	start, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddress: raftAddr, Bump: bump}, bytes.NewReader(backup.Bytes()))
+	// A start floor below the bump's: the bump alone is under test here.
+	start, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddress: raftAddr, Bump: bump, StartFloor: 1}, bytes.NewReader(backup.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,5 +114,62 @@ func TestRestoreConfigValidateDoesNotMutate(t *testing.T) {
 	bad := RestoreConfig{InitialCluster: []Peer{{ID: "other", Address: "127.0.0.1:7421"}}}
 	if err := bad.Validate(); err == nil {
 		t.Error("a NodeID (default node1) missing from InitialCluster was accepted")
+	}
+	// Members of several must be told one start floor: each picking its
+	// own clock would start them at different indexes.
+	three := RestoreConfig{NodeID: "a", InitialCluster: []Peer{{ID: "a", Address: "127.0.0.1:7421"},
+		{ID: "b", Address: "127.0.0.1:7422"}, {ID: "c", Address: "127.0.0.1:7423"}}}
+	if err := three.Validate(); !errors.Is(err, ErrRestoreStartFloor) {
+		t.Errorf("three members without a start floor: %v, want ErrRestoreStartFloor", err)
+	}
+	three.StartFloor = 1
+	if err := three.Validate(); err != nil {
+		t.Errorf("three members with a start floor: %v", err)
+	}
+}
+
+// Two clusters restored from one backup, one after the other, issue
+// disjoint tokens, the later one above the earlier: the start is also at
+// least the wall clock in microseconds, so a later restore starts above
+// every token an earlier one issued (at fewer than one entry a
+// microsecond).
+func TestRestoringOneBackupTwiceIssuesDisjointTokens(t *testing.T) {
+	ctx := context.Background()
+	old := newTestServer(t, Config{})
+	if _, err := old.Acquire(ctx, "k", "o", time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	var backup bytes.Buffer
+	if _, err := old.WriteBackup(&backup); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	var prevStart, prevMax uint64
+	for i := range 2 {
+		dir, raftAddr := t.TempDir(), freeLoopback(t)
+		start, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddress: raftAddr}, bytes.NewReader(backup.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if start <= prevMax {
+			t.Fatalf("restore %d starts at %d, not above %d issued by the one before (which started at %d)", i+1, start, prevMax, prevStart)
+		}
+		s := newTestServer(t, Config{DataDir: dir, NodeID: "r1", RaftListen: raftAddr})
+		for j := range 20 {
+			l, err := s.Acquire(ctx, fmt.Sprintf("k%d", j%3), "o", time.Minute, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Token <= start {
+				t.Fatalf("token %d not above the start %d", l.Token, start)
+			}
+			prevMax = max(prevMax, l.Token)
+			if err := s.Release(ctx, l.Key, l.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		prevStart = start
+		s.Close()
 	}
 }
