@@ -6,3 +6,5 @@ export { parseEndpoints } from "./endpoints.js";
 export type { TLSOptions } from "./endpoints.js";
 export * from "./errors.js";
 export { checkToken, validateScope, toToken, MAX_SCOPE_BYTES, MAX_TOKEN } from "./scope.js";
+export { MemoryGuard, reportStale, withLease } from "./guards/guard.js";
+export type { Decision, FenceLease, Guard, Observer } from "./guards/guard.js";

@@ -22,6 +22,20 @@ export function fencedBin() {
   return process.env.FENCED_BIN;
 }
 
+/** Runs the Go guards once (test/gointerop): {accepted: true} or {stale: true, highest}. */
+export function goInterop(...args) {
+  if (!process.env.FENCED_GOINTEROP) {
+    const dir = mkdtempSync(join(tmpdir(), "fenced-ts-"));
+    const bin = join(dir, "gointerop");
+    const b = spawnSync("go", ["build", "-o", bin, "./sdk/typescript/test/gointerop"], { cwd: repo, stdio: "inherit" });
+    if (b.status !== 0) throw new Error("go build ./sdk/typescript/test/gointerop failed");
+    process.env.FENCED_GOINTEROP = bin;
+  }
+  const r = spawnSync(process.env.FENCED_GOINTEROP, args.map(String), { encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`gointerop ${args.join(" ")}: ${r.stderr}`);
+  return JSON.parse(r.stdout);
+}
+
 const used = new Set();
 /** A free loopback port, never the same twice in this process. */
 export async function freePort() {

@@ -17,6 +17,12 @@ if (!process.env.FENCED_BIN) {
     console.error("go build ./cmd/fenced failed");
     process.exit(1);
   }
+  process.env.FENCED_GOINTEROP = join(dir, "gointerop");
+  const g = spawnSync("go", ["build", "-o", process.env.FENCED_GOINTEROP, "./sdk/typescript/test/gointerop"], { cwd: repo, stdio: "inherit" });
+  if (g.status !== 0) {
+    console.error("go build ./sdk/typescript/test/gointerop failed");
+    process.exit(1);
+  }
 }
 const only = process.argv.slice(2);
 const files = only.length > 0 ? only : readdirSync(here).filter((f) => f.endsWith(".test.mjs")).sort().map((f) => join(here, f));

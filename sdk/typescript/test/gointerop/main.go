@@ -1,0 +1,88 @@
+// Command gointerop makes one fenced write with the Go guards, for the
+// TypeScript SDK's interop tests: a Go and a TypeScript writer of one scope
+// must see each other's tokens.
+//
+//	gointerop pg DSN TABLE SCOPE TOKEN
+//	gointerop redis ADDR PREFIX SCOPE TOKEN KEY VALUE
+//
+// It prints {"accepted":true} or {"stale":true,"highest":"N"}, and exits 1
+// on any other error.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fenceredis"
+	"github.com/fencedio/fenced/fence/fencesql"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "gointerop:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	ctx := context.Background()
+	var err error
+	switch {
+	case len(args) == 5 && args[0] == "pg":
+		err = pg(ctx, args[1], args[2], args[3], args[4])
+	case len(args) == 7 && args[0] == "redis":
+		err = rds(ctx, args[1], args[2], args[3], args[4], args[5], args[6])
+	default:
+		return errors.New("usage: gointerop pg DSN TABLE SCOPE TOKEN | redis ADDR PREFIX SCOPE TOKEN KEY VALUE")
+	}
+	out := map[string]any{"accepted": true}
+	if stale, ok := errors.AsType[*fence.StaleTokenError](err); ok {
+		out = map[string]any{"stale": true, "highest": strconv.FormatUint(stale.Highest, 10)}
+	} else if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+func pg(ctx context.Context, dsn, table, scope, tok string) error {
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil {
+		return err
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	g, err := fencesql.New(db, fencesql.Config{Dialect: fencesql.Postgres, Table: table})
+	if err != nil {
+		return err
+	}
+	if err := g.Migrate(ctx); err != nil {
+		return err
+	}
+	return g.Do(ctx, scope, token, func(context.Context, *sql.Tx) error { return nil })
+}
+
+func rds(ctx context.Context, addr, prefix, scope, tok, key, value string) error {
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil {
+		return err
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	g, err := fenceredis.New(c, fenceredis.WithPrefix(prefix))
+	if err != nil {
+		return err
+	}
+	return g.Set(ctx, scope, token, key, value, 0)
+}
