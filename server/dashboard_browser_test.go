@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/fencedio/fenced/internal/fencedtest"
+	"github.com/fencedio/fenced/internal/testenv"
 )
 
 // The dashboard is plain HTML and JavaScript, so only a real browser can
@@ -34,6 +35,7 @@ const appearWithin = 2 * time.Second
 // FENCED_REQUIRE_SERVICES=1.
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
+	testenv.SkipUnlessLong(t)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		msg := fmt.Sprintf("chromium not found at %s (run .ci/chromium.sh): %v", chromiumPath, err)
 		if os.Getenv("FENCED_REQUIRE_SERVICES") == "1" {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedio/fenced/internal/testenv"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
 )
@@ -20,6 +21,7 @@ func TestRestartExpiresManyLeases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes and expires 100,000 leases")
 	}
+	testenv.SkipUnlessLong(t)
 	const (
 		n   = 100_000
 		ttl = time.Second

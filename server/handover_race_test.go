@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedio/fenced/internal/testenv"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -49,6 +50,7 @@ func TestWaitEndingDuringHandover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("races hundreds of handovers against wait deadlines")
 	}
+	testenv.SkipUnlessLong(t)
 	s := newTestServer(t, Config{})
 	const holderTTL = 100 * time.Millisecond // expiry: A's lease, never renewed
 	for _, ending := range []string{"release", "expiry"} {

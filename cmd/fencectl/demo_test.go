@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/fencedio/fenced/internal/testenv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays two stories with real TTLs")
 	}
+	testenv.SkipUnlessLong(t)
 	for _, tc := range []struct {
 		noFencing              bool
 		wantRejects, wantStale int

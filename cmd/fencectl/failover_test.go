@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/fencedio/fenced/internal/testenv"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ func TestFailoverBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds fenced and runs a cluster of processes")
 	}
+	testenv.SkipUnlessLong(t)
 	bin := filepath.Join(t.TempDir(), "fenced")
 	if out, err := exec.Command("go", "build", "-o", bin, "../fenced").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -20,6 +20,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/testenv"
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/server"
 )
@@ -59,6 +60,7 @@ func newStoppedCluster(t *testing.T, n int) *testCluster {
 	if testing.Short() {
 		t.Skip("builds the binary and runs a cluster of processes")
 	}
+	testenv.SkipUnlessLong(t)
 	c := &testCluster{t: t, bin: buildFenced(t), logDir: t.TempDir()}
 	var ic []string
 	for i := range n {

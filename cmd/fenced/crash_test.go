@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/testenv"
 	"github.com/fencedio/fenced/internal/testutil"
 )
 
@@ -30,6 +31,7 @@ func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and crashes it repeatedly")
 	}
+	testenv.SkipUnlessLong(t)
 	bin := buildFenced(t)
 	dataDir := filepath.Join(t.TempDir(), "data")
 	logDir := t.TempDir()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/internal/testenv"
 )
 
 // TestMutants measures the checkers: it builds this package's test binary
@@ -28,6 +29,7 @@ func TestMutants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mutant runs take minutes; skipped with -short")
 	}
+	testenv.SkipUnlessLong(t)
 	if !signalsSupported {
 		t.Skip(errUnsupported)
 	}

@@ -55,6 +55,7 @@ func tortureConfig(t *testing.T, d time.Duration) Config {
 	if testing.Short() {
 		t.Skip("torture runs take tens of seconds; skipped with -short")
 	}
+	testenv.SkipUnlessLong(t)
 	if !signalsSupported {
 		t.Skip(errUnsupported)
 	}
