@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"time"
@@ -177,9 +176,11 @@ type Config struct {
 	// server write the records of one applied batch of commits together
 	// (see LogWriter). Optional: without it every record is its own write.
 	LogOutput *LogWriter
-	// RaftLog receives raft's own log at warning level and above.
-	// Default io.Discard.
-	RaftLog io.Writer
+	// RaftLogger receives raft's own log (and raft-wal's) at warning level
+	// and above, each record with a module attribute ("raft", "raft.wal",
+	// ...). Give it Logger, or a logger over the same handler, to have one
+	// format for every line. Default: discarded.
+	RaftLogger *slog.Logger
 	// Registerer receives the server's metrics. Default: a new registry
 	// with the Go runtime and process collectors, served on /metrics.
 	Registerer prometheus.Registerer
@@ -231,8 +232,8 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.RaftLog == nil {
-		c.RaftLog = io.Discard
+	if c.RaftLogger == nil {
+		c.RaftLogger = slog.New(slog.DiscardHandler)
 	}
 	if c.Registerer == nil && c.Gatherer == nil {
 		reg := prometheus.NewRegistry()

@@ -234,6 +234,7 @@ func (s *Server) servePeerAPI() {
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return s.baseContext() },
+		ErrorLog:          s.httpErrorLog(),
 	}
 	s.closeMu.Lock()
 	s.peerAPI = srv

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -31,7 +33,15 @@ func (s *Server) newHTTPServer() *http.Server {
 	srv := s.httpLimits().Server(s.Handler())
 	srv.Protocols = protocols
 	srv.BaseContext = func(net.Listener) context.Context { return s.baseContext() }
+	srv.ErrorLog = s.httpErrorLog()
 	return srv
+}
+
+// httpErrorLog is where net/http reports what it cannot hand to a handler
+// (a failed TLS handshake, a malformed request): records of Logger at
+// warning level, not lines in the standard logger's text format.
+func (s *Server) httpErrorLog() *log.Logger {
+	return slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)
 }
 
 // limitListener caps the API's open connections (Config.MaxConns).

@@ -55,7 +55,7 @@ func TestLeaseIDsStayWithTheirHolders(t *testing.T) {
 	var logs, seen testutil.SyncBuffer
 	cfg := fencedtest.Config(t)
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg.RaftLog = &logs
+	cfg.RaftLogger = cfg.Logger
 	srv := fencedtest.StartConfig(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

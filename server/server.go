@@ -175,7 +175,7 @@ func (s *Server) startRaft() error {
 	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: s.cfg.RaftLog})
+	hlog := newRaftLogger(s.cfg.RaftLogger, hclog.Warn)
 	var err error
 	// The store locks the directory first, so nothing below touches a
 	// directory another process uses.

@@ -217,7 +217,7 @@ func buildFenced(t *testing.T) string {
 	return bin
 }
 
-func startFenced(t *testing.T, bin, dataDir, logPath string) *fencedProcess {
+func startFenced(t *testing.T, bin, dataDir, logPath string, extraArgs ...string) *fencedProcess {
 	t.Helper()
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -225,7 +225,7 @@ func startFenced(t *testing.T, bin, dataDir, logPath string) *fencedProcess {
 	}
 	t.Cleanup(func() { logFile.Close() })
 	listen := testutil.MustFreeAddr(t)
-	cmd := exec.Command(bin, "--data-dir", dataDir, "--listen", listen, "--raft-listen", testutil.MustFreeAddr(t))
+	cmd := exec.Command(bin, append([]string{"--data-dir", dataDir, "--listen", listen, "--raft-listen", testutil.MustFreeAddr(t)}, extraArgs...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start fenced: %v", err)

@@ -23,7 +23,9 @@ func main() {
 		go tuneGC(time.Tick(100 * time.Millisecond))
 	}
 	if err := rootCmd().Execute(); err != nil {
-		printError(os.Stderr, err)
+		if !errors.As(err, new(loggedError)) {
+			printError(os.Stderr, err)
+		}
 		os.Exit(1)
 	}
 }
@@ -56,16 +58,45 @@ func (e *listenError) Unwrap() error { return e.err }
 // it (cobra's own printing is silenced so that it is said once).
 func printError(w io.Writer, err error) {
 	fmt.Fprintln(w, "fenced:", err)
+	if h := hint(err); h != "" {
+		fmt.Fprintln(w, h)
+	}
+}
+
+// hint says what to do about err, or "" when there is nothing to add.
+func hint(err error) string {
 	var (
 		ue *usageError
 		le *listenError
 	)
 	switch {
 	case errors.As(err, &ue):
-		fmt.Fprintf(w, "Run '%s --help' for the flags and their values.\n", ue.cmd)
+		return fmt.Sprintf("Run '%s --help' for the flags and their values.", ue.cmd)
 	case errors.As(err, &le):
-		fmt.Fprintf(w, "Give %s a HOST:PORT where HOST is an address of this machine (or empty for all) and nothing else listens on PORT.\n", le.flag)
+		return fmt.Sprintf("Give %s a HOST:PORT where HOST is an address of this machine (or empty for all) and nothing else listens on PORT.", le.flag)
 	}
+	return ""
+}
+
+// loggedError is an error fenced has already written to its JSON log.
+type loggedError struct{ error }
+
+func (e loggedError) Unwrap() error { return e.error }
+
+// fatal returns err. With --log-format json and a logger set up, it first
+// writes err (and its hint) as a record, so that every line fenced prints
+// is JSON; main then prints nothing more. Errors before the logger exists
+// (a flag cobra cannot parse, a bad --log-format) are printed as text.
+func (f *logFlags) fatal(log *slog.Logger, err error) error {
+	if err == nil || log == nil || f.format != "json" {
+		return err
+	}
+	attrs := []any{"err", err.Error()}
+	if h := hint(err); h != "" {
+		attrs = append(attrs, "hint", h)
+	}
+	log.Error("fenced cannot go on", attrs...)
+	return loggedError{err}
 }
 
 // noArgs is cobra.NoArgs, reported as a usage error.
@@ -124,7 +155,7 @@ there and ignores the list. Every node serves every call.`,
 		Args:          noArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			if configFile != "" {
 				if err := applyConfigFile(cmd, configFile); err != nil {
 					return usage(cmd, err)
@@ -135,8 +166,9 @@ there and ignores the list. Every node serves every call.`,
 			if err != nil {
 				return usage(cmd, err)
 			}
+			defer func() { err = logs.fatal(log, err) }()
 			cfg.Logger = log
-			cfg.RaftLog = os.Stderr
+			cfg.RaftLogger = log
 			if cfg.InitialCluster, err = server.ParseInitialCluster(initialCluster); err != nil {
 				return usage(cmd, fmt.Errorf("--initial-cluster: %w", err))
 			}

@@ -40,7 +40,7 @@ Fencing-Token-Signature 403; nothing is applied in any of these. Objects, the hi
 token per scope and an audit of accepted writes (GET /v1/audit) are written
 in one transaction of one embedded database.`,
 		Args: noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.logs.fatal(f.cfg.Logger, f.run(cmd)) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.cfg.DataDir, "data-dir", "fenced-store-data", "directory of the store's database")

@@ -77,7 +77,7 @@ func RunNode(ctx context.Context, spec NodeSpec, logs io.Writer) error {
 		SnapshotThreshold: spec.SnapshotThreshold,
 		SnapshotInterval:  spec.SnapshotInterval,
 		Logger:            log,
-		RaftLog:           logs,
+		RaftLogger:        log,
 	})
 	if err != nil {
 		return fmt.Errorf("node %s: %w", spec.NodeID, err)
