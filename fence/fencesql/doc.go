@@ -169,8 +169,17 @@
 //   - The scope table keeps one row per scope forever. Deleting a row
 //     forgets its highest token and lets older tokens through again; prune
 //     only scopes whose lease keys can never be used again.
-//   - A commit whose connection breaks has an unknown outcome: the writes
-//     and the token are then either both committed or both not.
+//   - A commit that fails without the database saying it aborted the
+//     transaction has an unknown outcome, and Do's error matches
+//     ErrCommitUnknown: the writes and the token are then either both
+//     committed or both not. That is a broken connection, and a context
+//     that ends while COMMIT runs: pgx gives up on COMMIT's reply at the
+//     deadline, after the database may have committed. Only a context
+//     that ended before Do sent COMMIT is a certain rollback. (MySQL's
+//     driver waits for COMMIT's reply whatever the context; SQLite's
+//     commits in process and rolls a failed COMMIT back, but Do cannot
+//     tell its errors from another driver's and reports them as unknown
+//     too.)
 //   - Check cannot report acceptances to the Observer, since the caller
 //     commits; Do and ExternalGuard.Do report them after the commit.
 //   - Tokens are not tied to leases here: the guard trusts the token order

@@ -32,6 +32,14 @@ func (tokenOutOfRange) Is(target error) bool { return target == fence.ErrTokenOu
 // token ever issued for it) before writing again.
 var ErrCorruptToken = errors.New("fencesql: negative fencing token stored in the database")
 
+// ErrCommitUnknown is matched by the error of a Do whose commit failed in a
+// way that does not tell whether it took effect: the connection broke, or
+// the context ended while COMMIT ran (the error then matches the
+// context's error too). The writes and the new highest token are either
+// both committed or both not; read them back to know. Do does not retry
+// it.
+var ErrCommitUnknown = errors.New("fencesql: commit outcome unknown")
+
 // ErrRowNotFound is returned by RowFence.Update when no row has the given id.
 // It is not a stale-token rejection: the caller decides whether a missing
 // row is an error.

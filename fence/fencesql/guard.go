@@ -330,9 +330,11 @@ func (g *Guard) raise(ctx context.Context, tx *sql.Tx, scope string, tok, h int6
 // that the token protects; they commit atomically with the new highest
 // token. fn must not commit or roll back tx.
 //
-// A commit error leaves the outcome unknown if the connection broke during
-// the commit: the writes and the token may or may not be committed, always
-// together.
+// A commit error that does not say the database aborted the transaction
+// leaves the outcome unknown and matches ErrCommitUnknown: the connection
+// broke, or ctx ended while COMMIT ran. The writes and the token are then
+// committed or not, always together. Only a ctx that ended before the
+// commit was sent is a certain rollback.
 func (g *Guard) Do(ctx context.Context, scope string, token uint64, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	tok, err := g.validate(ctx, scope, token)
 	if err != nil {
@@ -396,16 +398,23 @@ func (g *Guard) attempt(ctx context.Context, scope string, tok int64, fn func(co
 			scope, tok, context.Cause(ctx))
 	}
 	if err := tx.Commit(); err != nil {
-		// database/sql refuses to commit once ctx has ended (ErrTxDone or
-		// ctx's error, without sending COMMIT) and rolls the transaction
-		// back itself. Any other commit error leaves the outcome unknown.
-		if ctx.Err() != nil && (errors.Is(err, sql.ErrTxDone) || errors.Is(err, ctx.Err())) {
-			return true, fmt.Errorf("fencesql: scope %q token %d: %w before commit; the transaction was rolled back",
-				scope, tok, context.Cause(ctx))
-		}
-		return true, fmt.Errorf("fencesql: commit scope %q token %d: %w", scope, tok, err)
+		return true, commitFailed(scope, tok, err)
 	}
 	return true, nil
+}
+
+// commitFailed describes err, an error of Commit. The database aborting
+// the transaction (Retryable: a serialization failure, a deadlock) is a
+// certain rollback. Nothing else is: a context error may come from
+// database/sql refusing to send COMMIT, or from a driver (pgx) giving up on
+// its reply after the database committed, and a broken connection may
+// break before or after the commit.
+func commitFailed(scope string, tok int64, err error) error {
+	if Retryable(err) {
+		return fmt.Errorf("fencesql: commit scope %q token %d: %w; the transaction was rolled back", scope, tok, err)
+	}
+	return fmt.Errorf("%w: scope %q token %d; the writes and the token are both committed or both not: %w",
+		ErrCommitUnknown, scope, tok, err)
 }
 
 // rolledBack adds to err, an error that made attempt roll its transaction

@@ -32,6 +32,7 @@ type Proxy struct {
 	all     bool          // black-hole every connection
 	hosts   map[string]bool
 	delay   time.Duration
+	replies time.Duration // extra delay of what the target sends back
 	conns   map[*conn]struct{}
 	closed  bool
 	wg      sync.WaitGroup
@@ -89,6 +90,17 @@ func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.delay = d
+	p.changedLocked()
+}
+
+// SetReplyDelay delays every chunk the target sends back from now on by d
+// (0: none), on top of SetDelay's: a request reaches the target at once and
+// its answer comes late, as when a server acts on a request and the reply
+// is held up.
+func (p *Proxy) SetReplyDelay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.replies = d
 	p.changedLocked()
 }
 
@@ -166,8 +178,8 @@ func (p *Proxy) serve(client net.Conn) {
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pump(c, agent, client) }()
-	go func() { defer wg.Done(); p.pump(c, client, agent) }()
+	go func() { defer wg.Done(); p.pump(c, agent, client, false) }()
+	go func() { defer wg.Done(); p.pump(c, client, agent, true) }()
 	wg.Wait()
 	client.Close()
 	agent.Close()
@@ -176,10 +188,10 @@ func (p *Proxy) serve(client net.Conn) {
 	p.mu.Unlock()
 }
 
-// pump copies src to dst, pausing while c is black-holed. At the end of
-// src it half-closes dst; on a failure it closes both sides, which ends the
-// other direction too.
-func (p *Proxy) pump(c *conn, dst, src net.Conn) {
+// pump copies src to dst, pausing while c is black-holed; reply tells the
+// target's side to the client's. At the end of src it half-closes dst; on
+// a failure it closes both sides, which ends the other direction too.
+func (p *Proxy) pump(c *conn, dst, src net.Conn, reply bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		if !p.pass(c) {
@@ -188,7 +200,7 @@ func (p *Proxy) pump(c *conn, dst, src net.Conn) {
 		}
 		n, err := src.Read(buf)
 		if n > 0 {
-			delay, ok := p.gate(c)
+			delay, ok := p.gate(c, reply)
 			if !ok {
 				c.reset()
 				return
@@ -216,13 +228,13 @@ func (p *Proxy) pump(c *conn, dst, src net.Conn) {
 
 // pass waits while c is black-holed; false once the proxy closed.
 func (p *Proxy) pass(c *conn) bool {
-	_, ok := p.gate(c)
+	_, ok := p.gate(c, false)
 	return ok
 }
 
-// gate waits while c is black-holed and returns the delay to apply; false
-// once the proxy closed.
-func (p *Proxy) gate(c *conn) (time.Duration, bool) {
+// gate waits while c is black-holed and returns the delay to apply to a
+// chunk, a reply's if reply; false once the proxy closed.
+func (p *Proxy) gate(c *conn, reply bool) (time.Duration, bool) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -231,6 +243,9 @@ func (p *Proxy) gate(c *conn) (time.Duration, bool) {
 		}
 		if !p.all && !p.hosts[c.host] {
 			d := p.delay
+			if reply {
+				d += p.replies
+			}
 			p.mu.Unlock()
 			return d, true
 		}

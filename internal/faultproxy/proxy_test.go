@@ -172,3 +172,46 @@ func TestReset(t *testing.T) {
 		t.Fatalf("a new connection after a reset: %v", err)
 	}
 }
+
+// A reply delay holds back only what the target sends: the request arrives
+// at once, its answer late.
+func TestReplyDelay(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	arrived := make(chan time.Time, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return
+		}
+		arrived <- time.Now()
+		c.Write([]byte(line))
+	}()
+	p, err := Listen("127.0.0.1:0", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const d = 200 * time.Millisecond
+	p.SetReplyDelay(d)
+	c := dialFrom(t, p, "")
+	start := time.Now()
+	if err := c.echo("late", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if in := (<-arrived).Sub(start); in >= d {
+		t.Errorf("the request took %v to arrive with only replies delayed by %v", in, d)
+	}
+	if took < d {
+		t.Errorf("the reply came after %v with a reply delay of %v", took, d)
+	}
+}
