@@ -3,6 +3,7 @@
 // FENCED_REQUIRE_SERVICES=1).
 import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
+import * as https from "node:https";
 import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -56,7 +57,17 @@ export async function freePort() {
 }
 
 /** Starts fenced on free ports; stop() kills it and removes its data. */
-export async function startFenced(extraArgs = []) {
+function healthy(url, ca) {
+  if (!ca) return fetch(`${url}/healthz`).then((r) => r.status === 200);
+  return new Promise((resolve, reject) => {
+    https.get(`${url}/healthz`, { ca }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    }).on("error", reject);
+  });
+}
+
+export async function startFenced(extraArgs = [], { ca } = {}) {
   const bin = fencedBin();
   const dir = mkdtempSync(join(tmpdir(), "fenced-data-"));
   const port = await freePort();
@@ -65,13 +76,12 @@ export async function startFenced(extraArgs = []) {
   const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   proc.stderr.on("data", (d) => (stderr += d));
-  const url = `http://127.0.0.1:${port}`;
+  const url = `${ca ? "https" : "http"}://127.0.0.1:${port}`;
   const deadline = Date.now() + 30_000;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`fenced exited: ${stderr}`);
     try {
-      const r = await fetch(`${url}/healthz`);
-      if (r.status === 200) break;
+      if (await healthy(url, ca)) break;
     } catch {}
     if (Date.now() > deadline) {
       proc.kill("SIGKILL");

@@ -39,6 +39,7 @@ export class Reporter implements Observer {
   #timer: NodeJS.Timeout | undefined;
   #sending: Promise<void> = Promise.resolve();
   #closed = false;
+  #wait: number; // the delay before the next send: the flush interval, longer while sends fail
 
   constructor(options: ReporterOptions) {
     this.#o = { queueSize: 4096, batchSize: 500, flushIntervalMs: 1000, sendTimeoutMs: 5000, ...options };
@@ -47,6 +48,7 @@ export class Reporter implements Observer {
       throw new TypeError(`fencereport: resource ${JSON.stringify(r)} must be 1 to 128 bytes of printable text`);
     }
     if (!(this.#o.batchSize >= 1 && this.#o.batchSize <= 1000)) throw new TypeError(`fencereport: batchSize ${this.#o.batchSize} is outside 1..1000`);
+    this.#wait = this.#o.flushIntervalMs;
     if (!(this.#o.queueSize >= 1)) throw new TypeError(`fencereport: queueSize ${this.#o.queueSize} is below 1`);
   }
 
@@ -68,10 +70,11 @@ export class Reporter implements Observer {
     } else {
       this.#pending.set(k, { scope: d.scope, presented: d.presented, highest: d.highest, owner: d.owner, resource: this.#o.resource, count: 1 });
     }
-    if (this.#pending.size >= this.#o.batchSize) {
-      this.flush();
+    if (this.#pending.size >= this.#o.batchSize && this.#wait === this.#o.flushIntervalMs) {
+      void this.flush();
     } else if (!this.#timer) {
-      this.#timer = setTimeout(() => this.flush(), this.#o.flushIntervalMs);
+      // While fenced does not answer, try less often (doubling up to a minute).
+      this.#timer = setTimeout(() => void this.flush(), this.#wait);
       this.#timer.unref();
     }
   }
@@ -83,6 +86,7 @@ export class Reporter implements Observer {
     const taken = [...this.#pending.values()];
     this.#pending = new Map();
     this.#sending = this.#sending.then(async () => {
+      let failed = false;
       for (let i = 0; i < taken.length; i += this.#o.batchSize) {
         const batch = taken.slice(i, i + this.#o.batchSize);
         const n = batch.reduce((s, e) => s + (e.count ?? 1), 0);
@@ -91,8 +95,10 @@ export class Reporter implements Observer {
           this.sent += n;
         } catch {
           this.dropped += n;
+          failed = true;
         }
       }
+      this.#wait = failed ? Math.min(2 * this.#wait, 60_000) : this.#o.flushIntervalMs;
     });
     return this.#sending;
   }
