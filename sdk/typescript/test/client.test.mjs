@@ -168,3 +168,37 @@ test("watch yields transitions in order", async () => {
   assert.equal(seen[0].lease.leaseId, "");
   assert.ok(seen[1].revision > seen[0].revision);
 });
+
+test("an acquire whose answer was lost, retried on the next endpoint, is uncertain, never held", async () => {
+  // A proxy in front of the node that passes the request on and cuts the
+  // connection instead of passing the answer back: the grant is made, unseen.
+  const { createServer, connect } = await import("node:net");
+  const port = new URL(f.url).port;
+  const proxy = createServer((down) => {
+    const up = connect(Number(port), "127.0.0.1");
+    down.pipe(up);
+    up.once("data", () => {
+      down.destroy();
+      up.destroy();
+    });
+    up.on("error", () => down.destroy());
+    down.on("error", () => up.destroy());
+  });
+  await new Promise((r) => proxy.listen(0, "127.0.0.1", r));
+  const { AcquireUncertainError } = await import("../dist/index.js");
+  try {
+    const c = track(new Client({ endpoints: [`http://127.0.0.1:${proxy.address().port}`, f.url], owner: "unsure" }));
+    const key = unique("uncertain");
+    await assert.rejects(c.acquire(key, { ttl: 2000 }), (e) => {
+      assert.ok(e instanceof AcquireUncertainError, String(e));
+      assert.equal(e.owner, "unsure");
+      assert.ok(e.remainingMs > 0);
+      return true;
+    });
+    // The unseen grant is there, held by this owner.
+    const { lease } = await c.get(key);
+    assert.equal(lease?.owner, "unsure");
+  } finally {
+    proxy.close();
+  }
+});
