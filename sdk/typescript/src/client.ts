@@ -361,16 +361,27 @@ export class Client implements AsyncDisposable {
    * revision.
    */
   async *watch(prefix = "", options: WatchOptions = {}): AsyncGenerator<WatchEvent> {
-    let after = options.after ?? 0n;
+    const after = options.after ?? 0n;
     const outer = options.signal;
-    let broken = 0;
     // A release or expiry that hands the key to a waiter is two events with
     // one revision; a stream broken between them resumes after the revision
     // before, skipping the events of that revision already delivered.
+    const n = this.#eps.eps.length;
+    // connect-node does not keep the process alive for an open stream; a
+    // watcher waiting for events must.
+    const alive = setInterval(() => {}, 1 << 30);
+    try {
+      yield* this.#watch(prefix, options, after, outer, n);
+    } finally {
+      clearInterval(alive);
+    }
+  }
+
+  async *#watch(prefix: string, options: WatchOptions, after: bigint, outer: AbortSignal | undefined, n: number): AsyncGenerator<WatchEvent> {
+    let broken = 0;
     let lastRev = 0n;
     let atLastRev = 0;
     let skip = 0;
-    const n = this.#eps.eps.length;
     for (;;) {
       const ac = new AbortController();
       const signal = outer ? AbortSignal.any([outer, ac.signal]) : ac.signal;

@@ -34,6 +34,8 @@ export interface Endpoint {
   /** Watch and KeepAlive, over one HTTP/2 connection. */
   streams: RPCClient<typeof LeaseService>;
   rejections: RPCClient<typeof RejectionService>;
+  /** Whether the node says it leads and serves acquisitions (GET /v1/role). */
+  leads(timeoutMs: number): Promise<boolean>;
   close(): void;
 }
 
@@ -80,6 +82,27 @@ export function newEndpoint(url: string, tls: TLSOptions | undefined, intercepto
     rpc: createClient(LeaseService, unary),
     streams: createClient(LeaseService, streams),
     rejections: createClient(RejectionService, unary),
+    leads(timeoutMs) {
+      return new Promise((resolve) => {
+        const get = secure ? https.get : http.get;
+        const req = get(`${url}/v1/role`, { agent, timeout: timeoutMs }, (res) => {
+          let body = "";
+          res.setEncoding("utf8");
+          res.on("data", (d: string) => (body += d.length + body.length > 4096 ? "" : d));
+          res.on("end", () => {
+            try {
+              const r = JSON.parse(body) as { role?: unknown; ready?: unknown };
+              resolve(res.statusCode === 200 && r.role === "leader" && r.ready === true);
+            } catch {
+              resolve(false);
+            }
+          });
+          res.on("error", () => resolve(false));
+        });
+        req.on("timeout", () => req.destroy());
+        req.on("error", () => resolve(false));
+      });
+    },
     close() {
       h2.abort();
       agent.destroy();
@@ -87,8 +110,17 @@ export function newEndpoint(url: string, tls: TLSOptions | undefined, intercepto
   };
 }
 
+// Going to the leader: a follower forwards every write to the leader, a
+// second request and round trip. So with several endpoints the client asks
+// them who leads (GET /v1/role, answered without credentials) in the
+// background, at its first call and after each failover, and makes the
+// leader the endpoint in use. Calls still fail over as above.
+const leaderTimeoutMs = 2000;
+
 export class EndpointList {
   current = 0;
+  #started = false;
+  #searching = false;
 
   constructor(
     readonly eps: Endpoint[],
@@ -104,13 +136,33 @@ export class EndpointList {
   failedOver(i: number): void {
     if (this.current === i) {
       this.current = (i + 1) % this.eps.length;
+      this.lookForLeader();
     }
+  }
+
+  /** Starts a search for the leader unless one is under way or there is one endpoint. */
+  lookForLeader(): void {
+    if (this.eps.length < 2 || this.#searching) {
+      return;
+    }
+    this.#searching = true;
+    void Promise.all(
+      this.eps.map(async (ep, i) => {
+        if (await ep.leads(leaderTimeoutMs)) {
+          this.current = i;
+        }
+      }),
+    ).finally(() => (this.#searching = false));
   }
 
   /** Runs call against the endpoints until one serves it; call's error is thrown as is. */
   async do<T>(signal: AbortSignal | undefined, call: (ep: Endpoint) => Promise<T>): Promise<T> {
     if (this.eps.length === 1) {
       return call(this.eps[0]!);
+    }
+    if (!this.#started) {
+      this.#started = true;
+      this.lookForLeader();
     }
     const start = performance.now();
     let pause = 50;

@@ -56,6 +56,33 @@ export async function freePort() {
   }
 }
 
+/** Starts a cluster of n nodes on free ports; waits until one leads. */
+export async function startCluster(n = 3) {
+  const ports = [];
+  for (let i = 0; i < n; i++) ports.push({ port: await freePort(), raft: await freePort() });
+  const initial = ports.map((p, i) => `n${i + 1}=127.0.0.1:${p.raft}`).join(",");
+  const nodes = await Promise.all(
+    ports.map((p, i) => startFenced(["--node-id", `n${i + 1}`, "--initial-cluster", initial], { ...p, wait: false })),
+  );
+  const deadline = Date.now() + 30_000;
+  while ((await leaderOf(nodes)) === undefined) {
+    if (Date.now() > deadline) throw new Error("no leader within 30s");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { nodes, urls: nodes.map((x) => x.url), stop: () => Promise.all(nodes.map((x) => x.stop())) };
+}
+
+/** The node that says it leads and is ready, if any. */
+export async function leaderOf(nodes) {
+  for (const x of nodes) {
+    try {
+      const r = await (await fetch(`${x.url}/v1/role`)).json();
+      if (r.role === "leader" && r.ready) return x;
+    } catch {}
+  }
+  return undefined;
+}
+
 /** Starts fenced on free ports; stop() kills it and removes its data. */
 function healthy(url, ca) {
   if (!ca) return fetch(`${url}/healthz`).then((r) => r.status === 200);
@@ -67,18 +94,18 @@ function healthy(url, ca) {
   });
 }
 
-export async function startFenced(extraArgs = [], { ca } = {}) {
+export async function startFenced(extraArgs = [], { ca, port, raft, wait = true } = {}) {
   const bin = fencedBin();
   const dir = mkdtempSync(join(tmpdir(), "fenced-data-"));
-  const port = await freePort();
-  const raft = await freePort();
+  port ??= await freePort();
+  raft ??= await freePort();
   const args = ["--data-dir", dir, "--listen", `127.0.0.1:${port}`, "--raft-listen", `127.0.0.1:${raft}`, "--log-level", "warn", ...extraArgs];
   const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   proc.stderr.on("data", (d) => (stderr += d));
   const url = `${ca ? "https" : "http"}://127.0.0.1:${port}`;
   const deadline = Date.now() + 30_000;
-  for (;;) {
+  for (; wait; ) {
     if (proc.exitCode !== null) throw new Error(`fenced exited: ${stderr}`);
     try {
       if (await healthy(url, ca)) break;
@@ -96,7 +123,7 @@ export async function startFenced(extraArgs = [], { ca } = {}) {
     pause: () => proc.kill("SIGSTOP"),
     resume: () => proc.kill("SIGCONT"),
     async stop() {
-      if (proc.exitCode === null) {
+      if (proc.exitCode === null && proc.signalCode === null) {
         proc.kill("SIGCONT");
         proc.kill("SIGKILL");
         await new Promise((r) => proc.once("exit", r));

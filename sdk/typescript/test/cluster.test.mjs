@@ -1,0 +1,38 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { startCluster, leaderOf, unique } from "./helpers.mjs";
+import { Client } from "../dist/index.js";
+
+// Long (a 3-node cluster and an election): runs with FENCED_LONG=1, as CI sets.
+test("a 3-node cluster: the leader is killed; the lease and the watch carry on at the other nodes", { skip: process.env.FENCED_LONG !== "1" && "FENCED_LONG=1 runs it" }, async () => {
+  const cl = await startCluster(3);
+  const c = new Client({ endpoints: cl.urls, failoverTimeoutMs: 10_000 });
+  try {
+    const prefix = unique("cl") + "/";
+    const ac = new AbortController();
+    const seen = [];
+    const watching = (async () => {
+      for await (const ev of c.watch(prefix, { signal: ac.signal })) {
+        seen.push(ev);
+        if (ev.type === "RELEASED") ac.abort();
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 300));
+    const l = await c.acquire(prefix + "a", { ttl: 2000 });
+    const leader = await leaderOf(cl.nodes);
+    leader.proc.kill("SIGKILL");
+    // Longer than the TTL: renewals must have found the new leader.
+    await new Promise((r) => setTimeout(r, 4000));
+    assert.equal(l.held, true, String(l.signal.reason));
+    assert.notEqual(await leaderOf(cl.nodes.filter((x) => x !== leader)), undefined);
+    const { lease } = await c.get(l.key);
+    assert.equal(lease?.token, l.token);
+    await l.release();
+    await watching;
+    const types = seen.filter((e) => e.type !== "RESYNC").map((e) => e.type);
+    assert.deepEqual(types, ["ACQUIRED", "RELEASED"]);
+  } finally {
+    await c[Symbol.asyncDispose]();
+    await cl.stop();
+  }
+});
