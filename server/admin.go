@@ -19,6 +19,11 @@ import (
 // configuration: not_found.
 var errUnknownMember = errors.New("no such member")
 
+// errMemberNotAddable is returned when the node to add is not running, is
+// another node, or is a member that lost its data directory and has not
+// been removed: failed_precondition.
+var errMemberNotAddable = errors.New("cannot add the member")
+
 // membershipTimeout bounds how long a membership change may wait to be
 // accepted by raft (another change in progress).
 const membershipTimeout = 10 * time.Second
@@ -74,6 +79,9 @@ func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.Add
 	}
 	if rpc != nil {
 		return rpc.AddMember(ctx, forwarded(ctx, a.s, req.Msg))
+	}
+	if err := a.admit(ctx, id, addr); err != nil {
+		return nil, connectError(err)
 	}
 	add := a.s.raft.AddVoter
 	if req.Msg.GetNonVoter() {
@@ -155,6 +163,37 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 		case <-tick.C:
 		}
 	}
+}
+
+// admit asks the node at addr who it is and, if it waits to be added,
+// makes it a voting member of this cluster (identity.go) before raft adds
+// it. A member still in the configuration whose node started on a new
+// data directory is refused: it must be removed first, so that no
+// configuration counts its lost votes.
+func (a *admin) admit(ctx context.Context, id, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, peerHandshakeTimeout)
+	defer cancel()
+	st, err := a.s.peers.status(ctx, addr)
+	if err != nil {
+		if errors.Is(err, ErrClusterMismatch) {
+			return fmt.Errorf("add member %s: %w", id, err)
+		}
+		return fmt.Errorf("add member %s: %w: no answer at %s (%v); start it first with fenced --join --node-id %s", id, errMemberNotAddable, addr, err, id)
+	}
+	if st.Node != id {
+		return fmt.Errorf("add member %s: %w: the node at %s is %q", id, errMemberNotAddable, addr, st.Node)
+	}
+	if st.Votes {
+		return nil // a member of this cluster: a change of suffrage or address
+	}
+	if _, in := a.member(id); in {
+		return fmt.Errorf("add member %s: %w: %s is in the configuration, and the node at %s started on a new data directory since: "+
+			"its votes and log were lost. Remove it first (fencectl member remove %s), then add it", id, errMemberNotAddable, id, addr, id)
+	}
+	if _, err := a.s.peers.admitPeer(ctx, addr, id); err != nil {
+		return fmt.Errorf("add member %s: %w: %v", id, errMemberNotAddable, err)
+	}
+	return nil
 }
 
 func (a *admin) member(id string) (raft.Server, bool) {

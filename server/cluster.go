@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
@@ -20,10 +22,18 @@ import (
 // same list of members and their raft addresses (Config.InitialCluster,
 // fenced --initial-cluster n1=HOST:PORT,n2=...), and its own name in it
 // (Config.NodeID). A node whose data directory holds no raft state
-// bootstraps with that list; the nodes elect a leader once a majority runs.
-// A node restarted on its data directory rejoins with the membership stored
-// there and ignores the list. With no list, a node is a cluster of one, as
-// it always was.
+// bootstraps with that list once every other member in it has answered
+// (identity.go: a member that lost its data directory must not form the
+// cluster again); the nodes elect a leader once a majority runs. A node
+// restarted on its data directory rejoins with the membership stored there
+// and ignores the list. With no list, a node is a cluster of one, as it
+// always was. A node started with Join, or InitialClusterState
+// "existing", on an empty data directory waits to be added (fencectl member
+// add) and does not vote until it is.
+//
+// A member that lost its data directory comes back as a new member:
+// fencectl member remove ID; empty its data directory; start it with
+// --join; fencectl member add ID RAFTHOST:PORT.
 //
 // Timing rules. Everything derives from Config.HeartbeatTimeout (H):
 //
@@ -184,24 +194,149 @@ func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
 			"keep it on a network only the nodes reach, or set --peer-cert-file, --peer-key-file and --peer-trusted-ca-file",
 			"raft_listen", mux.ln.Addr().String())
 	}
+	mux.self = s
 	return newContactTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mux, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
-	})), nil
+	}), s.ident.votes.Load), nil
+}
+
+// joining reports whether this node, on an empty data directory, waits to
+// be added to a running cluster.
+func (s *Server) joining() bool {
+	return s.cfg.Join || s.cfg.InitialClusterState == ClusterExisting
+}
+
+// hello is what this node says of itself on every peer connection.
+func (s *Server) hello() peerHello {
+	id := s.ident.get()
+	return peerHello{Cluster: id.Cluster, Node: s.cfg.NodeID, Instance: id.Instance, Votes: id.Votes,
+		HasState: s.hasRaftState(), Joining: s.joining(), Initial: id.Initial}
+}
+
+// hasRaftState reports whether raft has written anything: a term or a log.
+func (s *Server) hasRaftState() bool {
+	term, _ := s.store.GetUint64([]byte("CurrentTerm"))
+	last, _ := s.raftLogs.LastIndex()
+	return term > 0 || last > 0
+}
+
+// admit makes this node, waiting to be added, a voting member of the
+// cluster of the node that adds it (fencectl member add).
+func (s *Server) admit(from peerHello) error {
+	if from.Admit != s.cfg.NodeID {
+		return fmt.Errorf("%w: this is member %q, not %q", errMemberNotAddable, s.cfg.NodeID, from.Admit)
+	}
+	if err := s.ident.join(from.Cluster, from.Initial); err != nil {
+		return err
+	}
+	s.log.Info("added to the cluster: this member votes from now on", "cluster_id", from.Cluster, "by", from.Node)
+	return nil
 }
 
 // bootstrap starts a new cluster from the initial cluster, or a cluster of
 // one; a node told to join waits instead to be added by a leader.
 func (s *Server) bootstrap() error {
-	if s.cfg.Join {
-		s.log.Info("no raft state: waiting to be added to a cluster (fencectl member add)",
+	me := s.ident.get()
+	switch {
+	case failpoint.Enabled(failpoint.SilentRebootstrap) && !s.joining():
+		me.Votes = true
+		if err := s.ident.save(me); err != nil {
+			return err
+		}
+		return s.bootstrapRaft()
+	case s.joining():
+		s.log.Info("no raft state: waiting to be added to a cluster (fencectl member add); this member does not vote until then",
 			"node_id", s.cfg.NodeID, "raft_address", string(s.trans.LocalAddr()))
 		return nil
+	case len(s.cfg.InitialCluster) <= 1:
+		initial := map[string]string{s.cfg.NodeID: me.Instance}
+		if err := s.ident.join(formationID(initial), initial); err != nil {
+			return err
+		}
+		return s.bootstrapRaft()
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.form(); err != nil {
+			s.stop(fmt.Errorf("bootstrap: %w", err))
+		}
+	}()
+	return nil
+}
+
+func (s *Server) bootstrapRaft() error {
 	err := s.raft.BootstrapCluster(s.bootstrapServers()).Error()
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 	return nil
+}
+
+// formRetry is how often a forming member asks the peers that have not
+// answered yet.
+const formRetry = 250 * time.Millisecond
+
+// form asks every other initial member for its state until each has
+// answered, then bootstraps the new cluster; or joins the cluster a peer
+// already formed with this member's instance among the initial ones; or
+// refuses, when a peer belongs to a cluster that counts this member with
+// another data directory.
+func (s *Server) form() error {
+	me := s.ident.get()
+	seen := map[string]string{s.cfg.NodeID: me.Instance}
+	var lastNote time.Time
+	tick := time.NewTicker(formRetry)
+	defer tick.Stop()
+	for {
+		if s.ident.votes.Load() {
+			return nil // added by a leader meanwhile
+		}
+		var missing []string
+		for _, p := range s.cfg.InitialCluster {
+			if _, ok := seen[p.ID]; ok {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(s.base, peerHandshakeTimeout)
+			st, err := s.peers.status(ctx, p.Address)
+			cancel()
+			switch {
+			case errors.Is(err, ErrClusterMismatch):
+				return err
+			case err != nil:
+				missing = append(missing, p.ID)
+				continue
+			case st.Node != p.ID:
+				return fmt.Errorf("the initial cluster names %s %s, but the node there is %q: check --initial-cluster", p.ID, p.Address, st.Node)
+			case st.Votes || st.HasState:
+				if st.Initial[s.cfg.NodeID] != me.Instance {
+					return &MemberBootstrappedError{Node: s.cfg.NodeID, Peer: p.ID + " (" + p.Address + ")"}
+				}
+				if err := s.ident.join(st.Cluster, st.Initial); err != nil {
+					return err
+				}
+				return s.bootstrapRaft()
+			}
+			seen[p.ID] = st.Instance
+		}
+		if len(missing) == 0 {
+			if err := s.ident.join(formationID(seen), seen); err != nil {
+				return err
+			}
+			s.log.Info("every initial member answered: bootstrapping a new cluster", "cluster_id", s.ident.get().Cluster)
+			return s.bootstrapRaft()
+		}
+		if time.Since(lastNote) > 10*time.Second {
+			lastNote = time.Now()
+			s.log.Info("empty data directory: waiting for every initial member to answer before forming a new cluster",
+				"waiting_for", strings.Join(missing, ","))
+		}
+		select {
+		case <-s.done:
+			return nil
+		case <-tick.C:
+		}
+	}
 }
 
 // bootstrapServers is the configuration a node with no raft state starts
@@ -219,11 +354,17 @@ func (s *Server) bootstrapServers() raft.Configuration {
 	return conf
 }
 
-// noteExistingState says that the initial cluster is ignored on restart.
+// noteExistingState says that the initial cluster is ignored on restart,
+// and that a member waiting to be added back does not vote.
 func (s *Server) noteExistingState() {
 	if len(s.cfg.InitialCluster) > 0 {
 		s.log.Info("raft state found in the data directory: rejoining with the stored membership, the initial cluster is ignored",
 			"data_dir", s.cfg.DataDir)
+	}
+	if !s.ident.votes.Load() {
+		s.log.Warn("this member's data directory started empty and it has not been added since: it does not vote. "+
+			"If it is still in the configuration under its old data directory, "+recoverySteps(s.cfg.NodeID),
+			"node_id", s.cfg.NodeID)
 	}
 }
 
@@ -240,6 +381,11 @@ type Role struct {
 	LeaderAddress string   `json:"leaderAddress"`
 	Term          uint64   `json:"term"`
 	Members       []Member `json:"members"`
+	// ClusterID is the cluster this member belongs to; empty while it
+	// waits to be added, or for a data directory older than cluster IDs.
+	ClusterID string `json:"clusterId"`
+	// Votes is false while this member waits to be added (identity.go).
+	Votes bool `json:"votes"`
 }
 
 // Member is one server of the raft configuration.
@@ -256,6 +402,7 @@ func (s *Server) Role() Role {
 	r := Role{
 		NodeID: s.cfg.NodeID, Role: strings.ToLower(s.raft.State().String()), Ready: s.Ready(),
 		LeaderID: string(id), LeaderAddress: string(addr), Term: s.raft.CurrentTerm(), Members: []Member{},
+		ClusterID: s.ident.get().Cluster, Votes: s.ident.votes.Load(),
 	}
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
 		for _, srv := range f.Configuration().Servers {

@@ -40,10 +40,20 @@ type Config struct {
 	// directory holds raft state. See cluster.go for the timing rules.
 	// RaftListen defaults to this node's address in the list.
 	InitialCluster []Peer
+	// InitialClusterState is etcd's --initial-cluster-state: ClusterNew
+	// or ClusterExisting. It matters only while the data directory holds
+	// no raft state. ClusterNew forms a new cluster with the other members
+	// of InitialCluster (or a cluster of one) once each of them has
+	// answered, and refuses to start (ErrMemberBootstrapped) when one
+	// already belongs to a cluster that counts this member with another
+	// data directory. ClusterExisting waits to be added to a running
+	// cluster, as Join does. A member that waits to be added does not vote
+	// until it is (identity.go). Default ClusterNew.
+	InitialClusterState string
 	// Join makes a node with no raft state wait to be added to a running
 	// cluster (ClusterService.AddMember, fencectl member add) instead of
-	// starting a cluster of one. Ignored once the data directory holds raft
-	// state.
+	// starting a cluster of one: ClusterExisting without an initial
+	// cluster. Ignored once the data directory holds raft state.
 	Join bool
 
 	// MinTTL and MaxTTL bound the TTL of a lease. Defaults 1s and 1h.
@@ -192,11 +202,18 @@ type Config struct {
 	wrapLogStore func(raft.LogStore) raft.LogStore
 }
 
+// The values of Config.InitialClusterState.
+const (
+	ClusterNew      = "new"
+	ClusterExisting = "existing"
+)
+
 // withDefaults returns c with each zero field set to its default.
 func (c Config) withDefaults() Config {
 	setDefault(&c.DataDir, "fenced-data")
 	setDefault(&c.Listen, "127.0.0.1:7420")
 	setDefault(&c.NodeID, "node1")
+	setDefault(&c.InitialClusterState, ClusterNew)
 	// In a cluster the default is this node's address in the list.
 	if self := c.advertisedRaftAddress(); len(c.InitialCluster) > 0 && self != "" {
 		setDefault(&c.RaftListen, self)
@@ -269,6 +286,9 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotInterval < 5*time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: SnapshotInterval %v is below 5ms", c.SnapshotInterval))
+	}
+	if c.InitialClusterState != ClusterNew && c.InitialClusterState != ClusterExisting {
+		errs = append(errs, fmt.Errorf("config: InitialClusterState %q is neither %q nor %q", c.InitialClusterState, ClusterNew, ClusterExisting))
 	}
 	if err := c.validateCluster(); err != nil {
 		errs = append(errs, err)

@@ -27,11 +27,93 @@ var errNoQuorumContact = errors.New("not the leader, or no quorum contact since 
 
 // contactTransport is raft's transport, noting when each peer last answered
 // an AppendEntries of this node's term, by the request's send time.
+//
+// It also keeps a member that may not vote (identity.go) out of elections:
+// vote and pre-vote requests to it are refused here, before raft sees
+// them, a handover of leadership to it fails, and it sends no vote
+// requests of its own.
 type contactTransport struct {
 	*raft.NetworkTransport
 
 	mu       sync.Mutex
 	contacts map[raft.ServerID]contact
+
+	// votes reports whether this member may vote; nil: always.
+	votes func() bool
+	rpcs  chan raft.RPC // Consumer, when votes may be false
+	done  chan struct{}
+	once  sync.Once // starts filter
+	shut  sync.Once // closes done
+}
+
+// errNoVote answers a request that would make a member that may not vote
+// take part in an election.
+var errNoVote = errors.New("this member's data directory started empty while it was in the configuration: it does not vote until it is removed and added back")
+
+// Consumer is raft's, less the vote requests a member that may not vote
+// refuses. A member that votes when raft starts always will: the filter
+// is left out.
+func (t *contactTransport) Consumer() <-chan raft.RPC {
+	if t.votes == nil || t.votes() {
+		return t.NetworkTransport.Consumer()
+	}
+	t.once.Do(func() {
+		t.rpcs = make(chan raft.RPC)
+		go t.filter()
+	})
+	return t.rpcs
+}
+
+func (t *contactTransport) filter() {
+	in := t.NetworkTransport.Consumer()
+	for {
+		var rpc raft.RPC
+		select {
+		case rpc = <-in:
+		case <-t.done:
+			return
+		}
+		if !t.votes() {
+			switch req := rpc.Command.(type) {
+			case *raft.RequestVoteRequest:
+				rpc.Respond(&raft.RequestVoteResponse{Term: req.Term}, nil)
+				continue
+			case *raft.RequestPreVoteRequest:
+				rpc.Respond(&raft.RequestPreVoteResponse{Term: req.Term}, nil)
+				continue
+			case *raft.TimeoutNowRequest:
+				rpc.Respond(nil, errNoVote)
+				continue
+			}
+		}
+		select {
+		case t.rpcs <- rpc:
+		case <-t.done:
+			return
+		}
+	}
+}
+
+// RequestVote is raft's, refused while this member may not vote.
+func (t *contactTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if t.votes != nil && !t.votes() {
+		return errNoVote
+	}
+	return t.NetworkTransport.RequestVote(id, target, args, resp)
+}
+
+// RequestPreVote is raft's, refused while this member may not vote.
+func (t *contactTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if t.votes != nil && !t.votes() {
+		return errNoVote
+	}
+	return t.NetworkTransport.RequestPreVote(id, target, args, resp)
+}
+
+// Close closes raft's transport and ends the filter.
+func (t *contactTransport) Close() error {
+	t.shut.Do(func() { close(t.done) })
+	return t.NetworkTransport.Close()
 }
 
 type contact struct {
@@ -39,8 +121,8 @@ type contact struct {
 	sent time.Time
 }
 
-func newContactTransport(t *raft.NetworkTransport) *contactTransport {
-	return &contactTransport{NetworkTransport: t, contacts: make(map[raft.ServerID]contact)}
+func newContactTransport(t *raft.NetworkTransport, votes func() bool) *contactTransport {
+	return &contactTransport{NetworkTransport: t, contacts: make(map[raft.ServerID]contact), votes: votes, done: make(chan struct{})}
 }
 
 // AppendEntries is raft's, noting successful answers.

@@ -31,7 +31,7 @@ func TestQuorumSince(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ct := newContactTransport(nil)
+			ct := newContactTransport(nil, nil)
 			for id, c := range tt.contacts {
 				ct.noteContact(id, c.term, c.sent)
 			}
@@ -41,7 +41,7 @@ func TestQuorumSince(t *testing.T) {
 		})
 	}
 	// A later answer to an earlier request does not move the contact back.
-	ct := newContactTransport(nil)
+	ct := newContactTransport(nil, nil)
 	ct.noteContact("b", 7, after)
 	ct.noteContact("b", 7, before)
 	if !ct.quorumSince("a", voters, 7, t0) {

@@ -68,6 +68,8 @@ func connectError(err error) error {
 			ce.AddDetail(d)
 		}
 		return ce
+	case errors.Is(err, errMemberNotAddable), errors.Is(err, ErrClusterMismatch):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, lease.ErrNotHeld), errors.Is(err, errUnknownMember):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, errInvalid):

@@ -3,8 +3,11 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -19,10 +22,87 @@ import (
 // needs nothing but the leader's raft address, which raft already knows, to
 // reach the leader's API; and peer TLS (peertls.go), which wraps the whole
 // connection before that byte, covers both.
+//
+// After that byte each end says who it is (peerHello), the dialer first:
+// its cluster ID, node ID and instance (identity.go). The listener refuses
+// a peer whose cluster ID differs from its own, and says so in its answer;
+// the dialer checks the listener's answer the same way. Two more kinds
+// carry no stream: a status query, answered with the hello alone (a member
+// forming a cluster asks its peers; member add asks the new member), and
+// an admission, which makes a member waiting to be added part of the
+// dialer's cluster.
 const (
-	peerRaft byte = 'R'
-	peerAPI  byte = 'A'
+	peerRaft   byte = 'R'
+	peerAPI    byte = 'A'
+	peerStatus byte = 'S'
+	peerAdmit  byte = 'J'
 )
+
+// peerHello is what each end of a peer connection says of itself.
+type peerHello struct {
+	Cluster  string `json:"clusterId,omitempty"`
+	Node     string `json:"node,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// Votes: the member's data directory holds state the cluster counts
+	// on; HasState: it holds raft state; Joining: it was started to be
+	// added to a running cluster.
+	Votes    bool              `json:"votes,omitempty"`
+	HasState bool              `json:"hasState,omitempty"`
+	Joining  bool              `json:"joining,omitempty"`
+	Initial  map[string]string `json:"initialMembers,omitempty"`
+	// Admit, from the dialer of an admission, names the member admitted.
+	Admit string `json:"admit,omitempty"`
+	// Refused, in the listener's answer, says why it refuses.
+	Refused string `json:"refused,omitempty"`
+}
+
+// peerSelf is the node behind a peer port: what it says of itself, and
+// how it takes an admission.
+type peerSelf interface {
+	hello() peerHello
+	admit(from peerHello) error
+}
+
+// maxHello bounds a hello on the wire.
+const maxHello = 64 << 10
+
+// checkPeer refuses a peer of another cluster: both IDs known and unequal.
+func checkPeer(local, remote peerHello, addr string) error {
+	if local.Cluster != "" && remote.Cluster != "" && local.Cluster != remote.Cluster {
+		return &ClusterMismatchError{Peer: remote.Node + " (" + addr + ")", Cluster: local.Cluster, PeerCluster: remote.Cluster}
+	}
+	return nil
+}
+
+func writeHello(w io.Writer, kind byte, h peerHello) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxHello {
+		return fmt.Errorf("peer hello of %d bytes", len(b))
+	}
+	frame := make([]byte, 0, 3+len(b))
+	if kind != 0 {
+		frame = append(frame, kind)
+	}
+	frame = binary.BigEndian.AppendUint16(frame, uint16(len(b)))
+	_, err = w.Write(append(frame, b...))
+	return err
+}
+
+func readHello(r io.Reader) (peerHello, error) {
+	var n [2]byte
+	var h peerHello
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return h, err
+	}
+	b := make([]byte, binary.BigEndian.Uint16(n[:]))
+	if _, err := io.ReadFull(r, b); err != nil {
+		return h, err
+	}
+	return h, json.Unmarshal(b, &h)
+}
 
 // peerHandshakeTimeout bounds how long an accepted connection may take to
 // complete its TLS handshake and send its first byte.
@@ -41,10 +121,40 @@ type peerMux struct {
 	tls *TLSReloader
 	log *slog.Logger
 
+	// self says who this node is on every connection; nil: nobody (tests).
+	self peerSelf
+
 	raftConns chan net.Conn
 	apiConns  chan net.Conn
 	done      chan struct{}
 	closeOnce sync.Once
+
+	refusalsMu sync.Mutex
+	refusals   map[string]time.Time // last logged refusal, by peer address
+}
+
+// hello is what this node says of itself.
+func (m *peerMux) hello() peerHello {
+	if m.self == nil {
+		return peerHello{}
+	}
+	return m.self.hello()
+}
+
+// logRefusal logs a refused peer connection, once a minute per address.
+func (m *peerMux) logRefusal(addr string, err error) {
+	m.refusalsMu.Lock()
+	last, seen := m.refusals[addr]
+	if !seen || time.Since(last) > time.Minute {
+		if m.refusals == nil {
+			m.refusals = map[string]time.Time{}
+		}
+		m.refusals[addr] = time.Now()
+	}
+	m.refusalsMu.Unlock()
+	if (!seen || time.Since(last) > time.Minute) && m.log != nil {
+		m.log.Error("peer connection refused", "peer", addr, "err", err)
+	}
 }
 
 var _ raft.StreamLayer = (*peerMux)(nil)
@@ -107,17 +217,40 @@ func (m *peerMux) sort(c net.Conn) {
 		c.Close()
 		return
 	}
-	c.SetDeadline(time.Time{})
 	var to chan net.Conn
 	switch b[0] {
 	case peerRaft:
 		to = m.raftConns
 	case peerAPI:
 		to = m.apiConns
+	case peerStatus, peerAdmit:
 	default:
 		c.Close()
 		return
 	}
+	remote, err := readHello(c)
+	if err != nil {
+		c.Close()
+		return
+	}
+	local := m.hello()
+	err = checkPeer(local, remote, c.RemoteAddr().String())
+	if err == nil && b[0] == peerAdmit {
+		if m.self == nil {
+			err = errors.New("this peer port takes no admission")
+		} else if err = m.self.admit(remote); err == nil {
+			local = m.hello()
+		}
+	}
+	if err != nil {
+		local.Refused = err.Error()
+		m.logRefusal(c.RemoteAddr().String(), err)
+	}
+	if werr := writeHello(c, 0, local); werr != nil || err != nil || to == nil {
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
 	select {
 	case to <- c:
 	case <-m.done:
@@ -174,13 +307,49 @@ func dialSource(listen net.Addr) net.Addr {
 	return &net.TCPAddr{IP: ta.IP}
 }
 
-// dial connects to the peer port at address and announces kind.
+// dial connects to the peer port at address, announces kind and
+// exchanges hellos: a peer of another cluster is refused.
 func (m *peerMux) dial(ctx context.Context, address string, kind byte) (net.Conn, error) {
+	c, _, err := m.dialHello(ctx, address, kind, m.hello())
+	return c, err
+}
+
+func (m *peerMux) dialHello(ctx context.Context, address string, kind byte, h peerHello) (net.Conn, peerHello, error) {
 	var conf *tls.Config
 	if m.tls != nil {
 		conf = m.tls.peerClientConfig(address)
 	}
-	return dialPeer(ctx, net.Dialer{LocalAddr: m.local}, address, kind, conf)
+	c, answer, err := dialPeer(ctx, net.Dialer{LocalAddr: m.local}, address, kind, conf, h)
+	if err != nil {
+		if errors.Is(err, ErrClusterMismatch) {
+			m.logRefusal(address, err)
+		}
+		return nil, answer, err
+	}
+	return c, answer, nil
+}
+
+// status asks the peer at address who it is.
+func (m *peerMux) status(ctx context.Context, address string) (peerHello, error) {
+	c, answer, err := m.dialHello(ctx, address, peerStatus, m.hello())
+	if err != nil {
+		return answer, err
+	}
+	c.Close()
+	return answer, nil
+}
+
+// admitPeer makes the member node waiting at address a voting member of
+// this node's cluster, and returns what it says of itself then.
+func (m *peerMux) admitPeer(ctx context.Context, address, node string) (peerHello, error) {
+	h := m.hello()
+	h.Admit = node
+	c, answer, err := m.dialHello(ctx, address, peerAdmit, h)
+	if err != nil {
+		return answer, err
+	}
+	c.Close()
+	return answer, nil
 }
 
 // apiListener returns a net.Listener of forwarded API connections. Closing
@@ -203,11 +372,13 @@ func (l *apiListener) Close() error {
 }
 
 // dialPeer connects to a peer port, over TLS with conf unless it is nil,
-// and announces the kind of connection.
-func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte, conf *tls.Config) (net.Conn, error) {
+// announces the kind of connection and says hello; it returns the peer's
+// answer, and an error if either end refuses the other.
+func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte, conf *tls.Config, hello peerHello) (net.Conn, peerHello, error) {
+	var answer peerHello
 	c, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
-		return nil, err
+		return nil, answer, err
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -218,14 +389,26 @@ func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte, conf
 		tc := tls.Client(c, conf)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("peer tls with %s: %w", address, err)
+			return nil, answer, fmt.Errorf("peer tls with %s: %w", address, err)
 		}
 		c = tc
 	}
-	if _, err := c.Write([]byte{kind}); err != nil {
+	if err := writeHello(c, kind, hello); err != nil {
 		c.Close()
-		return nil, err
+		return nil, answer, err
+	}
+	if answer, err = readHello(c); err != nil {
+		c.Close()
+		return nil, answer, fmt.Errorf("peer %s: no hello: %w", address, err)
+	}
+	if err := checkPeer(hello, answer, address); err != nil {
+		c.Close()
+		return nil, answer, err
+	}
+	if answer.Refused != "" {
+		c.Close()
+		return nil, answer, fmt.Errorf("peer %s (%s) refused the connection: %s", answer.Node, address, answer.Refused)
 	}
 	c.SetDeadline(time.Time{})
-	return c, nil
+	return c, answer, nil
 }

@@ -25,10 +25,12 @@ func TestPeerDialFromListenIP(t *testing.T) {
 		if err != nil {
 			t.Skipf("cannot listen on %s: %v", tc.listen, err)
 		}
-		c, err := m.Dial(raft.ServerAddress(target.Addr().String()), time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The target says no hello: the dial fails once it is closed.
+		dialed := make(chan error, 1)
+		go func() {
+			_, err := m.Dial(raft.ServerAddress(target.Addr().String()), 5*time.Second)
+			dialed <- err
+		}()
 		in, err := target.Accept()
 		if err != nil {
 			t.Fatal(err)
@@ -37,7 +39,7 @@ func TestPeerDialFromListenIP(t *testing.T) {
 			t.Errorf("listening on %s: dialled from %s, want %s", tc.listen, got, tc.wantIP)
 		}
 		in.Close()
-		c.Close()
+		<-dialed
 		m.Close()
 	}
 }

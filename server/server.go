@@ -31,8 +31,9 @@ type Server struct {
 	// raftLogs is the log store raft was given: the WAL behind its wrappers.
 	raftLogs raft.LogStore
 	trans    *contactTransport
-	peers    *peerMux   // the peer port: raft and forwarded calls
-	forward  *forwarder // clients of the leader's API
+	ident    *identityStore // the member's identity in its data directory
+	peers    *peerMux       // the peer port: raft and forwarded calls
+	forward  *forwarder     // clients of the leader's API
 	peerAPI  *http.Server
 	expirer  *expirer
 	leader   *leaderCheck
@@ -186,9 +187,6 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)
 	}
-	if s.trans, err = s.newTransport(hlog); err != nil {
-		return err
-	}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(s.cfg.NodeID)
@@ -224,6 +222,12 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
+	if s.ident, err = openIdentity(s.cfg.DataDir, existing); err != nil {
+		return err
+	}
+	if s.trans, err = s.newTransport(hlog); err != nil {
+		return err
+	}
 	// Entries up to here are replayed on start; they were logged and
 	// counted when they first happened.
 	if s.replayedTo, err = logs.LastIndex(); err != nil {
@@ -241,6 +245,15 @@ func (s *Server) startRaft() error {
 		return nil
 	}
 	return s.bootstrap()
+}
+
+// stop stops the node with err, which Serve and Close return.
+func (s *Server) stop(err error) {
+	s.failMu.Lock()
+	s.failure = err
+	s.failMu.Unlock()
+	s.log.Error("stopping", "err", err)
+	go s.Close()
 }
 
 // logFailed stops the node after a write or fsync of the raft log failed:

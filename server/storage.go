@@ -77,8 +77,10 @@ type CorruptLogError struct {
 
 func (e *CorruptLogError) Error() string {
 	return fmt.Sprintf("%v: %s at offset %d: %s; entries written after the damage may have been acknowledged, "+
-		"so fenced will not start on this log: restore the data directory from a backup, or, in a cluster, "+
-		"empty this node's data directory and add it again so it copies the log from the leader",
+		"so fenced will not start on this log. A single node: restore the data directory from a backup. "+
+		"In a cluster, bring this member back as a new one, which copies the log from the leader: "+
+		"fencectl member remove ID; empty this data directory; start fenced with --join (and no --initial-cluster); "+
+		"fencectl member add ID RAFTHOST:PORT",
 		ErrCorruptLog, e.Segment, e.Offset, e.Reason)
 }
 

@@ -149,9 +149,19 @@ With no arguments fenced runs a single node with its data in ./fenced-data,
 serving the lease API, /metrics and /healthz on 127.0.0.1:7420.
 
 A cluster: start every member with the same --initial-cluster list of raft
-addresses and its own --node-id (and its own --data-dir and --listen). A
-node restarted on its data directory rejoins with the membership stored
-there and ignores the list. Every node serves every call.`,
+addresses and its own --node-id (and its own --data-dir and --listen). The
+cluster forms once every member in the list has started. A node restarted
+on its data directory rejoins with the membership stored there and ignores
+the list. Every node serves every call.
+
+A member that lost its data directory (disk failure, corrupt log) refuses
+to form the cluster again: it forgot its votes and the entries it
+acknowledged. Bring it back as a new member:
+
+  fencectl member remove ID
+  rm -rf DATA_DIR                      (on the lost member)
+  fenced --join --node-id ID --data-dir DATA_DIR --raft-listen RAFTHOST:PORT ...
+  fencectl member add ID RAFTHOST:PORT`,
 		Args:          noArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -192,6 +202,8 @@ there and ignores the list. Every node serves every call.`,
 	f.StringVar(&cfg.NodeID, "node-id", "node1", "this node's name in the raft configuration")
 	f.StringVar(&initialCluster, "initial-cluster", "",
 		"members of a new cluster, ID=RAFTHOST:PORT,... (the same on every node; ignored once the data directory holds raft state)")
+	f.StringVar(&cfg.InitialClusterState, "initial-cluster-state", server.ClusterNew,
+		"with an empty data directory: new forms the cluster with --initial-cluster; existing waits to be added (fencectl member add), not voting until then")
 	f.BoolVar(&cfg.Join, "join", false,
 		"with an empty data directory, wait to be added to a running cluster (fencectl member add) instead of starting a new one")
 	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", 500*time.Millisecond,

@@ -71,10 +71,17 @@ const (
 	// cache outlives the process; a simulated power loss
 	// (LoseUnsyncedEnvVar) loses the acknowledged entries.
 	LogSkipFsync Name = "log-skip-fsync"
+	// SilentRebootstrap lets a member started on an empty data directory
+	// with --initial-cluster bootstrap at once and vote, without asking
+	// its peers whether they already count it with another directory
+	// (server bootstrap): a member that lost its disk votes with amnesia.
+	// Only a run that deletes a member's data directory while it is down
+	// and starts it again with its usual command line can catch it.
+	SilentRebootstrap Name = "silent-rebootstrap"
 )
 
 // All lists every mutant, in the order the mutant test runs them.
-var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync}
+var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap}
 
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote

@@ -1,0 +1,234 @@
+package server
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Cluster identity
+//
+// A member that lost its data directory has forgotten its vote and every
+// entry it acknowledged. Were it to vote again under its old name, a
+// candidate missing acknowledged entries could win with its vote, and a
+// lease held by one client could be granted to another. So a member's data
+// directory says whether the cluster may count on it (identityFileName):
+//
+//   - instance: random, drawn when the directory is first used. A member
+//     that comes back on an empty directory has another one.
+//   - cluster ID: random, agreed when the cluster forms (a hash of the
+//     initial members' instances), given to each member added later. Every
+//     peer connection, raft's and forwarded calls alike, starts with both
+//     ends' IDs (peermux.go); two different IDs refuse the connection. A
+//     member that lost its directory cannot draw the same ID again.
+//   - votes: whether the directory holds state the cluster counts on. It
+//     does once the member bootstrapped the cluster, once it was added
+//     (fencectl member add) while running on this directory, and for a
+//     directory written before this file existed. A member that does not
+//     vote answers every vote and pre-vote request with a refusal, refuses
+//     to start an election when leadership is handed to it, and sends no
+//     vote requests (contactTransport), so it never counts toward an
+//     election's quorum. It still stores the entries the leader sends: an
+//     acknowledgement of an entry it holds is true whatever it forgot.
+//
+// How a member with an empty data directory starts:
+//
+//   - --initial-cluster-state new (the default) with --initial-cluster: it
+//     asks every other initial member for its state before it bootstraps,
+//     and waits until each has answered (a new cluster forms once all its
+//     initial members have started). If one of them already belongs to the
+//     cluster and this member's instance is not among the initial ones it
+//     knows, this member has lost its directory: it refuses to start
+//     (ErrMemberBootstrapped), as etcd does. A member that answered before
+//     the others bootstrapped is among them, and bootstraps too.
+//   - --initial-cluster-state existing, or --join: it waits to be added,
+//     and does not vote until it is. A member that is still in the
+//     configuration under its old instance keeps receiving the log but
+//     never votes; fencectl member add refuses it until it is removed.
+//
+// Guarantees: a member never votes with a data directory it started empty
+// unless the cluster added it afterwards (as a new member, with that
+// directory's instance) or it formed the cluster with the other initial
+// members. When the peers are down as a wiped member starts, it waits; when
+// they come back it refuses. A cluster whose members have all lost their
+// directories is a new cluster.
+//
+// Non-guarantees: the identity file is part of the data directory;
+// deleting it alone (keeping the raft log) makes the directory count as
+// one from before cluster IDs, which votes and carries no cluster ID. A
+// data directory written by fenced restore, or by a version before cluster
+// IDs, has no cluster ID: its connections are checked only against members
+// that have one and carry a different one. The peer port is trusted as
+// before (peer TLS): a node that reaches it can claim any identity.
+
+// identityFileName is the member's identity in its data directory.
+const identityFileName = "member.json"
+
+var (
+	// ErrMemberBootstrapped means a member started on an empty data
+	// directory to form a new cluster, but a peer already belongs to one
+	// that counts this member with another data directory: this one was
+	// lost or replaced. It must be removed and added back as a new member.
+	ErrMemberBootstrapped = errors.New("member has already been bootstrapped")
+	// ErrClusterMismatch means a peer belongs to another cluster: its
+	// cluster ID differs from this member's. The connection is refused.
+	ErrClusterMismatch = errors.New("peer belongs to another cluster")
+)
+
+// recoverySteps is the documented recovery of a member that lost its data
+// directory.
+func recoverySteps(id string) string {
+	return fmt.Sprintf("remove it (fencectl member remove %s), empty its data directory, start it with --join "+
+		"(and no --initial-cluster), then add it back (fencectl member add %s RAFTHOST:PORT)", id, id)
+}
+
+// MemberBootstrappedError says which peer knows this member with another
+// data directory.
+type MemberBootstrappedError struct {
+	Node string // this member
+	Peer string // the peer that belongs to the cluster, ID and address
+}
+
+func (e *MemberBootstrappedError) Error() string {
+	return fmt.Sprintf("%v: %s is a member of a running cluster that counts %s with another data directory; "+
+		"this one is new, so its votes and log were lost. To bring %s back: %s",
+		ErrMemberBootstrapped, e.Peer, e.Node, e.Node, recoverySteps(e.Node))
+}
+
+func (e *MemberBootstrappedError) Is(target error) bool { return target == ErrMemberBootstrapped }
+
+// ClusterMismatchError names the peer and both cluster IDs.
+type ClusterMismatchError struct {
+	Peer        string // the peer's node ID and address
+	Cluster     string // this member's cluster ID
+	PeerCluster string
+}
+
+func (e *ClusterMismatchError) Error() string {
+	return fmt.Sprintf("%v: %s has the cluster ID %s, this member %s. The two belong to different clusters, "+
+		"or one started a new cluster on an empty data directory; to bring such a member back: %s",
+		ErrClusterMismatch, e.Peer, e.PeerCluster, e.Cluster, recoverySteps("ID"))
+}
+
+func (e *ClusterMismatchError) Is(target error) bool { return target == ErrClusterMismatch }
+
+// identity is what the data directory says about the member (see above).
+type identity struct {
+	Cluster  string `json:"clusterId,omitempty"`
+	Instance string `json:"instance"`
+	Votes    bool   `json:"votes"`
+	// Initial maps each initial member's ID to its instance, as agreed
+	// when the cluster formed; a peer that forms later checks its own
+	// instance against it.
+	Initial map[string]string `json:"initialMembers,omitempty"`
+}
+
+// identityStore keeps the identity file of a data directory.
+type identityStore struct {
+	path  string
+	mu    sync.Mutex
+	id    identity
+	votes atomic.Bool // id.Votes, read on every vote request
+}
+
+// openIdentity reads dir's identity file. A directory without one gets a
+// new instance; it votes if it already holds raft state (written before
+// the file existed).
+func openIdentity(dir string, hasState bool) (*identityStore, error) {
+	s := &identityStore{path: filepath.Join(dir, identityFileName)}
+	b, err := os.ReadFile(s.path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &s.id); err != nil || s.id.Instance == "" {
+			return nil, fmt.Errorf("identity file %s is damaged (%v): %s", s.path, err, recoverySteps("this member"))
+		}
+		s.votes.Store(s.id.Votes)
+		return s, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("identity file: %w", err)
+	}
+	if err := s.save(identity{Instance: randomHex(16), Votes: hasState}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *identityStore) get() identity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
+}
+
+// save writes id and makes it durable before it takes effect.
+func (s *identityStore) save(id identity) error {
+	b, err := json.MarshalIndent(id, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := s.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("identity file: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, s.path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(s.path))
+	}
+	if err != nil {
+		return fmt.Errorf("identity file: %w", err)
+	}
+	s.mu.Lock()
+	s.id = id
+	s.mu.Unlock()
+	s.votes.Store(id.Votes)
+	return nil
+}
+
+// join makes the member a voting member of cluster, with the initial
+// members given; it refuses a member of another cluster.
+func (s *identityStore) join(cluster string, initial map[string]string) error {
+	id := s.get()
+	if id.Votes && id.Cluster != cluster {
+		return fmt.Errorf("%w: this member belongs to cluster %q, not %q", ErrClusterMismatch, id.Cluster, cluster)
+	}
+	id.Cluster, id.Votes, id.Initial = cluster, true, initial
+	return s.save(id)
+}
+
+// formationID is the ID of a cluster formed by the members with these
+// instances: every initial member computes the same one, and a member with
+// a new instance cannot.
+func formationID(initial map[string]string) string {
+	parts := make([]string, 0, len(initial))
+	for node, inst := range initial {
+		parts = append(parts, node+"="+inst)
+	}
+	sort.Strings(parts)
+	sum := sha256.Sum256([]byte(strings.Join(parts, ",")))
+	return hex.EncodeToString(sum[:16])
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
