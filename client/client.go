@@ -199,7 +199,7 @@ func New(cfg Config) (*Client, error) {
 		unary = &http.Client{Transport: inMemoryBodies{c.transports[0]}}
 		streams = &http.Client{Transport: wholeMessages{c.transports[1]}}
 	}
-	opts := cfg.credentials()
+	opts := append(cfg.credentials(), connect.WithInterceptors(cutIsUnavailable{}))
 	for _, url := range cfg.Endpoints {
 		c.eps.eps = append(c.eps.eps, endpoint{url: url,
 			rpc:        fencedv1connect.NewLeaseServiceClient(unary, url, opts...),

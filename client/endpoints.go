@@ -15,9 +15,11 @@ import (
 //
 // Every node of a cluster serves every call (followers forward to the
 // leader), so a client may be given any or all of them. A call goes to the
-// endpoint that answered last; when an endpoint cannot be reached, or
-// answers unavailable (no leader yet, a node shutting down, a leader that
-// stepped down), the call is sent to the next endpoint, going round the list
+// endpoint that answered last; when an endpoint cannot be reached, cuts
+// the connection before answering (reported as unavailable, never as
+// canceled, which only the caller's own context causes), or answers
+// unavailable (no leader yet, a node shutting down, a leader that stepped
+// down), the call is sent to the next endpoint, going round the list
 // with a growing pause between rounds until the call's context ends or
 // Config.FailoverTimeout passes. No other error is retried.
 //
@@ -111,6 +113,33 @@ func (l *endpointList) failedOver(i int) {
 	if l.current.CompareAndSwap(int32(i), int32((i+1)%len(l.eps))) {
 		l.lookForLeader()
 	}
+}
+
+// cutIsUnavailable makes a unary call that failed with canceled although
+// its context had not ended fail with unavailable instead. connect-go
+// reports a connection reset or a broken pipe (the node died, or something
+// between cut the connection) as canceled, yet the caller cancelled
+// nothing: the node could not serve the call, which goes to the next
+// endpoint like any other, and an Acquire's attempt counts as possibly
+// granted.
+type cutIsUnavailable struct{}
+
+func (cutIsUnavailable) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		if err != nil && connect.CodeOf(err) == connect.CodeCanceled && ctx.Err() == nil {
+			err = connect.NewError(connect.CodeUnavailable, err)
+		}
+		return resp, err
+	}
+}
+
+func (cutIsUnavailable) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (cutIsUnavailable) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // retryable reports whether err says the call did not reach a node able to

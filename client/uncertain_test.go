@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/internal/fencedtest"
 )
@@ -23,6 +25,13 @@ import (
 // written, and the caller never sees it, as when a leader dies between
 // commit and answer.
 func dropFirstAcquireAnswer(t *testing.T, target string) (proxyURL string, dropped *atomic.Bool) {
+	return cutFirstAcquireAnswer(t, target, false)
+}
+
+// cutFirstAcquireAnswer is dropFirstAcquireAnswer; with reset, the
+// connection is cut with a TCP reset (as when the node's process dies),
+// which connect-go reports as canceled.
+func cutFirstAcquireAnswer(t *testing.T, target string, reset bool) (proxyURL string, dropped *atomic.Bool) {
 	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
@@ -44,6 +53,16 @@ func dropFirstAcquireAnswer(t *testing.T, target string) (proxyURL string, dropp
 		} else {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
+		}
+		if reset {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("proxy: %v", err)
+				return
+			}
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close() // a reset, without an answer
+			return
 		}
 		panic(http.ErrAbortHandler) // closes the connection without an answer
 	}))
@@ -111,5 +130,46 @@ func TestAcquireHeldAfterRefusedConnection(t *testing.T) {
 	var held *client.HeldError
 	if !errors.As(err, &held) || held.Owner != "me" || errors.Is(err, client.ErrAcquireUncertain) {
 		t.Fatalf("acquire: %v, want a *HeldError naming me", err)
+	}
+}
+
+// TestAcquireCutByResetIsUncertain: a connection reset while an Acquire
+// waits for its answer (the node died after granting) is reported by
+// connect-go as canceled, though the caller cancelled nothing. The client
+// takes it for unavailable: it retries on the next endpoint, which finds
+// the key held by this owner, so the outcome is uncertain.
+func TestAcquireCutByResetIsUncertain(t *testing.T) {
+	srv := fencedtest.Start(t)
+	proxy, dropped := cutFirstAcquireAnswer(t, srv.URL, true)
+	c, err := client.New(client.Config{Endpoints: []string{proxy, srv.URL}, Owner: "me", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = c.Acquire(ctx, "reset/a")
+	if !dropped.Load() {
+		t.Fatal("the proxy cut no answer")
+	}
+	if !errors.Is(err, client.ErrAcquireUncertain) || errors.Is(err, context.Canceled) {
+		t.Fatalf("acquire: %v, want ErrAcquireUncertain", err)
+	}
+}
+
+// TestResetIsUnavailable: with one endpoint, a reset connection is
+// reported as unavailable, which the caller may retry, not as canceled,
+// which only the caller's own context causes.
+func TestResetIsUnavailable(t *testing.T) {
+	srv := fencedtest.Start(t)
+	proxy, _ := cutFirstAcquireAnswer(t, srv.URL, true)
+	c, err := client.New(client.Config{Endpoint: proxy, Owner: "me", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = c.Acquire(ctx, "reset/b")
+	if !errors.Is(err, client.ErrUnavailable) || errors.Is(err, context.Canceled) || connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("acquire through a reset connection: %v (code %v), want unavailable", err, connect.CodeOf(err))
 	}
 }

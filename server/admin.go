@@ -78,7 +78,8 @@ func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.Add
 		return nil, err
 	}
 	if rpc != nil {
-		return rpc.AddMember(ctx, forwarded(ctx, a.s, req.Msg))
+		resp, err := rpc.AddMember(ctx, forwarded(ctx, a.s, req.Msg))
+		return resp, unreached(ctx, err)
 	}
 	if err := a.admit(ctx, id, addr); err != nil {
 		return nil, connectError(err)
@@ -108,7 +109,8 @@ func (a *admin) RemoveMember(ctx context.Context, req *connect.Request[fencedv1.
 		return nil, err
 	}
 	if rpc != nil {
-		return rpc.RemoveMember(ctx, forwarded(ctx, a.s, req.Msg))
+		resp, err := rpc.RemoveMember(ctx, forwarded(ctx, a.s, req.Msg))
+		return resp, unreached(ctx, err)
 	}
 	if _, ok := a.member(id); !ok {
 		return nil, connectError(fmt.Errorf("remove member %q: %w", id, errUnknownMember))
@@ -130,7 +132,8 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 		return nil, err
 	}
 	if rpc != nil {
-		return rpc.TransferLeadership(ctx, forwarded(ctx, a.s, req.Msg))
+		resp, err := rpc.TransferLeadership(ctx, forwarded(ctx, a.s, req.Msg))
+		return resp, unreached(ctx, err)
 	}
 	var f raft.Future
 	if id := req.Msg.GetId(); id != "" {

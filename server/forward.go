@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -73,7 +74,8 @@ func (f *forwarder) bound(ctx context.Context) (context.Context, func()) {
 
 // call runs one forwarded call under bound, answering unavailable when a
 // leader change cut it: it may or may not have taken effect at the old
-// leader, and the caller may retry.
+// leader, and the caller may retry. Any other failure to hear from the
+// leader is answered as unreached says.
 func forwardCall[T any](f *forwarder, ctx context.Context, call func(context.Context) (*connect.Response[T], error)) (*connect.Response[T], error) {
 	fctx, done := f.bound(ctx)
 	defer done()
@@ -81,7 +83,27 @@ func forwardCall[T any](f *forwarder, ctx context.Context, call func(context.Con
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(fctx), errLeaderChanged) {
 		return nil, connectError(errLeaderChanged)
 	}
-	return resp, err
+	return resp, unreached(ctx, err)
+}
+
+// errLeaderUnreached is the answer to a forwarded call that got no answer
+// from the leader: it may or may not have reached it and taken effect.
+var errLeaderUnreached = errors.New("the leader could not be reached")
+
+// unreached returns err, the error of a call forwarded to the leader for a
+// caller whose context is ctx, as the caller gets it. An answer of the
+// leader is handed back as it came. Anything else failed to reach the
+// leader or to bring its answer back (connect-go reports a connection
+// reset or a broken pipe as canceled): unavailable, so that the caller
+// retries, or deadline_exceeded once the caller's deadline passed.
+func unreached(ctx context.Context, err error) error {
+	if err == nil || connect.IsWireError(err) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return connectError(fmt.Errorf("%w: %w", context.Cause(ctx), err))
+	}
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errLeaderUnreached, err))
 }
 
 // watchLeader ends forwarded calls on every leader change this node
