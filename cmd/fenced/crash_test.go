@@ -203,18 +203,46 @@ func (p *fencedProcess) kill(t *testing.T) {
 	<-p.exited
 }
 
+// buildFenced returns the fenced binary, built once per test run (TestMain
+// removes it): a build costs seconds on a busy machine.
 func buildFenced(t *testing.T) string {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go tool to build the binary: %v", err)
+	built.once.Do(func() {
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			built.skip = fmt.Sprintf("no go tool to build the binary: %v", err)
+			return
+		}
+		if built.dir, err = os.MkdirTemp("", "fenced-test-bin"); err != nil {
+			built.err = err
+			return
+		}
+		built.bin = filepath.Join(built.dir, "fenced")
+		if out, err := exec.Command(goTool, "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if built.skip != "" {
+		t.Skip(built.skip)
 	}
-	bin := filepath.Join(t.TempDir(), "fenced")
-	cmd := exec.Command(goTool, "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
+}
+
+var built struct {
+	once           sync.Once
+	dir, bin, skip string
+	err            error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
 
 func startFenced(t *testing.T, bin, dataDir, logPath string, extraArgs ...string) *fencedProcess {
