@@ -16,7 +16,7 @@ import {
   type Lease as PBLease,
 } from "./gen/fenced/v1/lease_pb.js";
 import { StaleRejectionSchema } from "./gen/fenced/v1/rejection_pb.js";
-import { internal } from "./internal.js";
+import { internal, traced } from "./internal.js";
 import { Lease, type LeaseHost, type LeaseInfo } from "./lease.js";
 import { NoAnswerError, Renewals } from "./renewals.js";
 import { fromRPC, mayHaveArrived, retryable } from "./rpc.js";
@@ -234,11 +234,15 @@ export class Client implements AsyncDisposable {
     let resp;
     try {
       resp = await this.#eps.do(signal, async (ep) => {
-        sent = performance.now();
+        const waitMs = Math.max(Math.floor(wait - (performance.now() - start)), 0);
         try {
-          return await ep.rpc.acquire(
-            { key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(Math.max(Math.floor(wait - (performance.now() - start)), 0)) },
-            { signal },
+          return await traced(
+            { kind: "acquire", key, owner, ttlMs: ttl, waitMs },
+            () => {
+              sent = performance.now();
+              return ep.rpc.acquire({ key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(waitMs) }, { signal });
+            },
+            (r) => ({ leaseId: r.lease?.leaseId, token: r.lease?.token, owner: r.lease?.owner }),
           );
         } catch (err) {
           if (unanswered === undefined && retryable(err) && mayHaveArrived(err)) {
@@ -280,7 +284,11 @@ export class Client implements AsyncDisposable {
   }
 
   /** Renews over the stream when one is usable, else (or when it gives no answer) with unary Renew. */
-  async #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
+  #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
+    return traced({ kind: "renew", key, leaseId }, () => this.#renewEither(key, leaseId, by, timeoutMs), () => ({ leaseId }));
+  }
+
+  async #renewEither(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
     const t0 = performance.now();
     let limit = timeoutMs / 2;
     if (by > 0) {
@@ -326,7 +334,7 @@ export class Client implements AsyncDisposable {
   async release(key: string, leaseId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<void> {
     const signal = this.#callSignal(options);
     try {
-      await this.#eps.do(signal, (ep) => ep.rpc.release({ key, leaseId }, { signal }));
+      await traced({ kind: "release", key, leaseId }, () => this.#eps.do(signal, (ep) => ep.rpc.release({ key, leaseId }, { signal })), () => ({ leaseId }));
     } catch (err) {
       throw callError(err, `release ${JSON.stringify(key)}`, signal);
     }
@@ -335,7 +343,11 @@ export class Client implements AsyncDisposable {
   /** The current lease of key (undefined when free), the last token issued for it and the revision of the answer. */
   async get(key: string, options: { signal?: AbortSignal } = {}): Promise<{ lease?: LeaseInfo; lastToken: bigint; revision: bigint }> {
     try {
-      const r = await this.#eps.do(options.signal, (ep) => ep.rpc.get({ key }, { signal: options.signal }));
+      const r = await traced(
+        { kind: "get", key },
+        () => this.#eps.do(options.signal, (ep) => ep.rpc.get({ key }, { signal: options.signal })),
+        (r) => ({ hasLease: r.lease !== undefined, owner: r.lease?.owner, token: r.lease?.token, lastToken: r.lastToken }),
+      );
       return { lease: r.lease ? infoFrom(r.lease) : undefined, lastToken: r.lastToken, revision: r.revision };
     } catch (err) {
       throw callError(err, `get ${JSON.stringify(key)}`, options.signal);

@@ -1,5 +1,47 @@
-// Switches for the torture harness's mutants. Not part of the API.
+// Hooks for the torture harness's worker. Not part of the API.
+
+/** A lease call as the client is about to send it. */
+export interface TraceCall {
+  kind: "acquire" | "renew" | "release" | "get";
+  key: string;
+  owner?: string;
+  leaseId?: string;
+  ttlMs?: number;
+  waitMs?: number;
+}
+
+/** What came back: the answer, or the error (the package's, or a transport error). */
+export interface TraceResult {
+  error?: unknown;
+  leaseId?: string;
+  owner?: string;
+  token?: bigint;
+  /** get: whether the key is held, and the last token issued. */
+  hasLease?: boolean;
+  lastToken?: bigint;
+}
+
 export const internal = {
   /** Arms the local deadline from the answer instead of the send: a known bug, for the torture worker's mutant. */
   deadlineFromAnswer: false,
+  /**
+   * Called just before every acquire attempt, renewal (once, however it
+   * travels), release and get is sent; the function it returns is called
+   * with the result.
+   */
+  trace: undefined as ((call: TraceCall) => (result: TraceResult) => void) | undefined,
 };
+
+/** Runs fn as a traced call when tracing is on. */
+export async function traced<T>(call: TraceCall, fn: () => Promise<T>, result: (v: T) => TraceResult): Promise<T> {
+  const done = internal.trace?.(call);
+  if (!done) return fn();
+  try {
+    const v = await fn();
+    done(result(v));
+    return v;
+  } catch (error) {
+    done({ error });
+    throw error;
+  }
+}
