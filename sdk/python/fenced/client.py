@@ -1,0 +1,309 @@
+"""The synchronous client.
+
+    from fenced import Client
+
+    client = Client("http://127.0.0.1:7420")
+    with client.acquire("jobs/nightly", ttl=10, wait=30) as lease:
+        lease.check()              # raises LeaseLost once the lease is lost
+        write(token=lease.token)   # present the token to a guarded resource
+
+A Client runs one background thread with an event loop; every lease of the
+client is renewed by that thread (at TTL/3, retried inside the window), so
+the number of leases does not change the number of threads. The algorithm,
+guarantees and non-guarantees are those of docs/client-algorithm.md:
+
+Guarantees:
+  - The local deadline counts from the send time of the last request that
+    proved the lease current, on the monotonic clock, less the drift
+    margin (ttl x (1 - clock_drift) - deadline_margin). lease.check()
+    compares it with time.monotonic() itself, so a lease is never reported
+    live after its deadline even if the background thread is late.
+  - A lost lease never comes back; after a loss one best-effort Release is
+    sent in the background.
+  - A lease that acquire returns is live (a grant that came back late is
+    renewed once first).
+
+Non-guarantees:
+  - Nothing stops a paused process from writing after its lease was lost:
+    present the token to a guard (fenced.guards).
+  - An acquire that fails with Timeout or Unavailable may have been
+    granted; that lease expires after its TTL. With several endpoints,
+    AcquireUncertain says the caller may hold the key unseen.
+  - on_lost callbacks run on the client's background thread; they must not
+    block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Callable, Iterator, NamedTuple, Optional
+
+from . import errors as E
+from ._core import Config, Event, LeaseCore, LeaseInfo, Session
+
+
+class GetResult(NamedTuple):
+    lease: Optional[LeaseInfo]  # None when the key is free
+    last_token: int
+    revision: int
+
+
+class ListResult(NamedTuple):
+    leases: list
+    revision: int
+
+
+def _config(endpoints, config: Optional[Config], kw) -> Config:
+    if config is None:
+        config = Config(**kw)
+    elif kw:
+        raise TypeError("pass either config or keyword settings, not both")
+    if endpoints is not None:
+        config.endpoints = [endpoints] if isinstance(endpoints, str) and "," not in endpoints else endpoints
+    return config
+
+
+class Lease:
+    """A held lease, renewed in the background until released or lost. Thread-safe."""
+
+    def __init__(self, client: "Client", core: LeaseCore):
+        self._client, self._core = client, core
+        self.lost = threading.Event()
+        self._mu = threading.Lock()
+        self._callbacks: list = []
+        core.on_end.append(self._ended)
+        if core.state == "lost":  # lost before this wrapper existed
+            self._ended(core.cause)
+
+    key = property(lambda self: self._core.info.key, doc="The leased key, which is also the fencing scope.")
+    token = property(lambda self: self._core.info.token, doc="The fencing token to present with every write.")
+    lease_id = property(lambda self: self._core.info.lease_id)
+    owner = property(lambda self: self._core.info.owner)
+    ttl = property(lambda self: self._core.info.ttl, doc="The granted TTL in seconds.")
+    signature = property(lambda self: self._core.signature,
+                         doc="The server's signature of the token ('' unless the server signs); the newest renewal's.")
+    deadline = property(lambda self: self._core.deadline,
+                        doc="The local deadline, on the time.monotonic() clock.")
+
+    def _ended(self, cause):
+        if self._core.state != "lost":
+            return
+        with self._mu:
+            callbacks, self._callbacks = self._callbacks, None
+        self.lost.set()
+        for cb in callbacks or ():
+            try:
+                cb(cause)
+            except Exception:
+                pass
+
+    @property
+    def error(self) -> Optional[E.FencedError]:
+        """None while held; then LeaseLost or LeaseReleased."""
+        c = self._core
+        if c.state == "held" and time.monotonic() >= c.deadline:
+            return E.LeaseLost(f"lease lost: {c.info.key!r} token {c.info.token}: local deadline passed")
+        return c.cause
+
+    def check(self) -> None:
+        """Raise LeaseLost (or LeaseReleased) unless the lease is certainly held now."""
+        err = self.error
+        if err is not None:
+            if self._core.state == "held":  # the deadline passed; the loop has not seen it yet
+                self._client._call_soon(self._core._deadline_passed)
+            raise err
+
+    def on_lost(self, callback: Callable[[E.LeaseLost], None]) -> None:
+        """Call callback(cause) once when the lease is lost (at once if it already is)."""
+        with self._mu:
+            if self._callbacks is not None:
+                self._callbacks.append(callback)
+                return
+        callback(self._core.cause)
+
+    def report_lost(self, why: object = "reported lost") -> None:
+        """Mark the lease lost, for example after a resource refused its token (Go: Lease.Lost)."""
+        self._client._run(self._lose(str(why)))
+
+    async def _lose(self, why):
+        self._core.lose(why)
+
+    def orphan(self) -> None:
+        """Stop renewing without releasing: the server expires the lease after its TTL."""
+        self._client._run(self._lose_quiet())
+
+    async def _lose_quiet(self):
+        self._core.lose("orphaned, no longer renewed", release=False)
+
+    def release(self) -> None:
+        """Give the lease up. NotHeld: it had already ended on the server."""
+        self._client._run(self._core.release())
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._core.state == "lost":
+            return False  # released in the background already
+        try:
+            self.release()
+        except E.FencedError:
+            if exc_type is None and self._core.state != "released":
+                raise
+        return False
+
+    def __repr__(self):
+        return f"<Lease {self.key!r} token={self.token} {self._core.state}>"
+
+
+class Watch:
+    """An iterator of Events; close() ends it from any thread."""
+
+    def __init__(self, client: "Client", agen):
+        self._client, self._agen = client, agen
+        self._fut = None
+        self._closed = False
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        if self._closed:
+            raise StopIteration
+        self._fut = asyncio.run_coroutine_threadsafe(self._agen.__anext__(), self._client._loop)
+        try:
+            return self._fut.result()
+        except StopAsyncIteration:
+            self._closed = True
+            raise StopIteration from None
+        except asyncio.CancelledError:
+            self._closed = True
+            raise StopIteration from None
+        finally:
+            self._fut = None
+
+    def close(self) -> None:
+        self._closed = True
+        fut = self._fut
+        if fut is not None:
+            fut.cancel()
+        else:
+            try:
+                asyncio.run_coroutine_threadsafe(self._agen.aclose(), self._client._loop).result(5)
+            except Exception:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Client:
+    """A fenced client. Thread-safe; one background thread renews all its leases.
+
+    Client("http://a:7420,http://b:7420", ttl=10, token="...", ca_file="ca.pem")
+    or Client(config=Config(...)).
+    """
+
+    def __init__(self, endpoints=None, *, config: Optional[Config] = None, **settings):
+        cfg = _config(endpoints, config, settings)
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), name="fenced-client", daemon=True)
+        self._session: Optional[Session] = None
+        self._closed = False
+        try:
+            self._session = Session(cfg, self._loop)
+        except Exception:
+            self._loop.close()
+            raise
+        self._thread.start()
+        ready.wait()
+
+    def _serve(self, ready):
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(ready.set)
+        self._loop.run_forever()
+
+    @property
+    def config(self) -> Config:
+        return self._session.cfg
+
+    def _run(self, coro, timeout: Optional[float] = None):
+        if self._closed:
+            coro.close()
+            raise E.FencedError("client closed", "canceled")
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout)
+        except BaseException:
+            fut.cancel()
+            raise
+
+    def _call_soon(self, fn):
+        if not self._closed:
+            self._loop.call_soon_threadsafe(fn)
+
+    def acquire(self, key: str, ttl: Optional[float] = None, wait: float = 0, owner: str = "",
+                timeout: Optional[float] = None) -> Lease:
+        """Acquire key; wait up to wait seconds for a held key (first come, first served).
+
+        Raises Held (with the holder), AcquireUncertain, Timeout (timeout
+        defaults to wait + request_timeout), Unavailable, InvalidArgument,
+        Unauthenticated, PermissionDenied. A timed-out or unavailable acquire
+        may have been granted; that lease then expires after its TTL.
+        """
+        core = self._run(self._session.acquire(key, ttl, wait, owner, timeout))
+        return Lease(self, core)
+
+    def renew(self, key: str, lease_id: str, timeout: Optional[float] = None) -> LeaseInfo:
+        """Renew a lease by its ID once, for callers that manage renewal themselves."""
+        from ._core import info_from
+
+        m = self._run(self._session.renew(key, lease_id, timeout or self.config.request_timeout))
+        return info_from(m.get("lease") or {}, m.get("tokenSignature", ""))
+
+    def release(self, key: str, lease_id: str, timeout: Optional[float] = None) -> None:
+        self._run(self._session.release(key, lease_id, timeout or self.config.request_timeout))
+
+    def get(self, key: str, timeout: Optional[float] = None) -> GetResult:
+        return GetResult(*self._run(self._session.get(key, timeout or self.config.request_timeout)))
+
+    def list(self, prefix: str = "", limit: int = 0, timeout: Optional[float] = None) -> ListResult:
+        return ListResult(*self._run(self._session.list(prefix, limit, timeout or self.config.request_timeout)))
+
+    def watch(self, prefix: str = "", after_revision: int = 0, rejections: bool = False) -> Watch:
+        """Iterate over the transitions under prefix. On a RESYNC event, list again and
+        watch from the list's revision (docs/protocol.md)."""
+        agen = self._session.watch(prefix, after_revision, rejections)
+        return Watch(self, agen)
+
+    def report_rejections(self, rejections: list, timeout: Optional[float] = None) -> int:
+        return self._run(self._session.report_rejections(rejections, timeout or self.config.request_timeout))
+
+    def list_rejections(self, prefix: str = "", limit: int = 0, timeout: Optional[float] = None):
+        return self._run(self._session.list_rejections(prefix, limit, timeout or self.config.request_timeout))
+
+    def close(self, release: bool = True) -> None:
+        """Lose every held lease (releasing them, best effort) and stop the background thread."""
+        if self._closed:
+            return
+        try:
+            self._run(self._session.close(release), 2 * self.config.request_timeout)
+        except Exception:
+            pass
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

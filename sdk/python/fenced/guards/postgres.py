@@ -1,0 +1,309 @@
+"""PostgreSQL guards: Go fencesql's scope table and statements, in the caller's transaction.
+
+Works with psycopg 3 and psycopg2 connections. The table, its DDL and every
+statement are those of docs/guard-spec.md, section 2, so a Go
+fencesql.Guard and a PostgresGuard on one table see each other's highest
+tokens.
+
+    guard = PostgresGuard()
+    guard.migrate(conn)
+    guard.do(conn, lease.key, lease.token, lambda cur: cur.execute("UPDATE ..."))
+
+Guarantees: a write made through do(), or in a transaction after check()
+returned, commits only if no transaction that committed before it accepted
+a higher token for the scope, atomically with the raised highest token.
+StaleToken carries the highest read from the table; token 0 raises
+NoToken, a token above 2**63-1 TokenOutOfRange, a bad scope InvalidScope,
+all before any statement.
+
+Non-guarantees: a commit whose connection broke has an unknown outcome (the
+writes and the token together, or neither). A stale rejection leaves the
+caller's transaction to roll back (do() does it).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from typing import Any, Callable, Optional
+
+from .. import _scope
+from ..errors import CorruptToken, FencedError, InvalidArgument, RowNotFound, StaleToken, TokenOutOfRange
+from . import Decision, lease_owner, lost
+
+DEFAULT_TABLE = "fence_scopes"
+DEFAULT_TOKEN_COLUMN = "fence_token"
+MAX_SQL_TOKEN = 2**63 - 1
+RETRYABLE_SQLSTATES = ("40001", "40P01", "55P03")
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+
+
+def quote_table(name: str) -> str:
+    parts = name.split(".")
+    if len(parts) > 2 or not all(_IDENT.match(p) for p in parts):
+        raise InvalidArgument(f"fencesql: invalid SQL identifier: table {name!r}")
+    return ".".join(f'"{p}"' for p in parts)
+
+
+def quote_column(name: str) -> str:
+    if not _IDENT.match(name):
+        raise InvalidArgument(f"fencesql: invalid SQL identifier: column {name!r}")
+    return f'"{name}"'
+
+
+def create_table_sql(table: str = DEFAULT_TABLE) -> str:
+    """The CREATE TABLE of Go's fencesql.CreateTableSQL(Postgres, table), byte for byte."""
+    return ("CREATE TABLE IF NOT EXISTS " + quote_table(table) + " (\n"
+            "    scope         varchar(512) PRIMARY KEY,\n"
+            "    highest_token bigint NOT NULL CHECK (highest_token >= 0)\n"
+            ")")
+
+
+def sql_token(token: int) -> int:
+    if not token:
+        from ..errors import NoToken
+
+        raise NoToken("missing fencing token")
+    if token > MAX_SQL_TOKEN:
+        raise TokenOutOfRange(f"fencing token out of the guard's range: {token}")
+    return token
+
+
+def retryable(err: BaseException) -> bool:
+    """Whether the database aborted the transaction for contention (run it again)."""
+    code = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+    return code in RETRYABLE_SQLSTATES
+
+
+def _is_psycopg3(conn) -> bool:
+    return hasattr(conn, "transaction") and hasattr(conn, "pgconn")
+
+
+_current = contextvars.ContextVar("fenced_pg_cursor", default=None)
+
+
+def current_cursor():
+    """The cursor of the transaction a TxGuard opened for the running handler."""
+    cur = _current.get()
+    if cur is None:
+        raise FencedError("no fenced PostgreSQL transaction in this context")
+    return cur
+
+
+class PostgresGuard:
+    """The scope table guard (Go: fencesql.Guard with the Postgres dialect). Stateless; thread-safe."""
+
+    def __init__(self, table: str = DEFAULT_TABLE, observer: Optional[Callable[[Decision], None]] = None,
+                 retries: int = 0):
+        t = quote_table(table)
+        if retries < 0:
+            raise InvalidArgument(f"fencesql: retries is {retries}, must not be negative")
+        self.table, self.observer, self.retries = table, observer, retries
+        self.lock_sql = "SELECT highest_token FROM " + t + " WHERE scope = %s FOR UPDATE"
+        self.insert_sql = "INSERT INTO " + t + " (scope, highest_token) VALUES (%s, %s) ON CONFLICT (scope) DO NOTHING"
+        self.raise_sql = "UPDATE " + t + " SET highest_token = %s WHERE scope = %s"
+        self.highest_sql = "SELECT highest_token FROM " + t + " WHERE scope = %s"
+
+    def create_table_sql(self) -> str:
+        return create_table_sql(self.table)
+
+    def migrate(self, conn) -> None:
+        """Create the table if it does not exist, and commit."""
+        with conn.cursor() as cur:
+            cur.execute(self.create_table_sql())
+        conn.commit()
+
+    def _observe(self, scope, presented, highest, accepted, owner):
+        if self.observer is not None:
+            self.observer(Decision(scope, presented, highest, accepted, owner))
+
+    def _check(self, cur, scope: str, tok: int) -> int:
+        """Lock the scope's row, compare, raise; return the highest before."""
+        for _ in range(3):
+            cur.execute(self.lock_sql, (scope,))
+            row = cur.fetchone()
+            if row is not None:
+                h = int(row[0])
+                if h < 0:
+                    raise CorruptToken(f"fencesql: scope {scope!r} holds the token {h}, which no guard writes")
+                if tok < h:
+                    raise StaleToken(scope, tok, h)
+                if tok > h:
+                    cur.execute(self.raise_sql, (tok, scope))
+                return h
+            cur.execute(self.insert_sql, (scope, tok))
+            if cur.rowcount == 1:
+                return 0
+        raise FencedError(f"fencesql: scope {scope!r} row keeps disappearing (deleted concurrently?)")
+
+    def check(self, cur, scope: str, token: int, owner: str = "") -> None:
+        """Check token for scope inside the caller's transaction (cur: a cursor of it).
+
+        On success the scope's row stays locked until the transaction ends and
+        its highest token is raised with the caller's writes. After any error
+        the caller must roll back.
+        """
+        _scope.check(scope, token, 0)
+        tok = sql_token(token)
+        try:
+            self._check(cur, scope, tok)
+        except StaleToken as e:
+            self._observe(scope, tok, e.highest, False, owner)
+            raise
+
+    def do(self, conn, scope: str, token: int, fn: Callable[[Any], Any], owner: str = "") -> Any:
+        """Begin, check, fn(cursor), commit; roll back on any error. Returns fn's result.
+
+        fn must write through the cursor it is given and must not commit.
+        """
+        _scope.check(scope, token, 0)
+        tok = sql_token(token)
+        attempt = 0
+        while True:
+            try:
+                return self._attempt(conn, scope, tok, fn, owner)
+            except StaleToken:
+                raise
+            except Exception as e:
+                if not retryable(e) or attempt >= self.retries:
+                    raise
+                attempt += 1
+
+    def _attempt(self, conn, scope, tok, fn, owner):
+        highest = None
+        if _is_psycopg3(conn):
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    highest = self._check(cur, scope, tok)
+                    result = fn(cur)
+            except StaleToken as e:
+                self._observe(scope, tok, e.highest, False, owner)
+                raise
+        else:
+            try:
+                with conn.cursor() as cur:
+                    highest = self._check(cur, scope, tok)
+                    result = fn(cur)
+                conn.commit()
+            except StaleToken as e:
+                conn.rollback()
+                self._observe(scope, tok, e.highest, False, owner)
+                raise
+            except BaseException:
+                conn.rollback()
+                raise
+        self._observe(scope, tok, highest, True, owner)
+        return result
+
+    def do_lease(self, conn, lease, fn: Callable[[Any], Any]) -> Any:
+        """do() with the lease's key and token; a stale rejection loses the lease first."""
+        try:
+            return self.do(conn, lease.key, lease.token, fn, owner=lease_owner(lease))
+        except StaleToken as e:
+            lost(lease, e)
+            raise
+
+    def highest(self, conn, scope: str) -> int:
+        """The highest token accepted for scope (0 if none), read without locking."""
+        _scope.validate_scope(scope)
+        idle = _tx_status(conn) == 0
+        with conn.cursor() as cur:
+            cur.execute(self.highest_sql, (scope,))
+            row = cur.fetchone()
+        if idle and _tx_status(conn) != 0:
+            conn.rollback()  # end the transaction the read began
+        return int(row[0]) if row else 0
+
+    def tx_guard(self, connect: Callable[[], Any]) -> "TxGuard":
+        """A guard for the HTTP middleware: each request runs in a transaction on a
+        connection from connect(), its cursor in current_cursor()."""
+        return TxGuard(self, connect)
+
+
+def _tx_status(conn) -> int:
+    """0 when the connection is not inside a transaction (psycopg 3 and psycopg2 agree)."""
+    if _is_psycopg3(conn):
+        return int(conn.info.transaction_status)
+    return conn.get_transaction_status()
+
+
+class TxGuard:
+    """do(scope, token, apply, owner) runs apply() inside a checked transaction (Go: TxGuard)."""
+
+    def __init__(self, guard: PostgresGuard, connect: Callable[[], Any]):
+        self.guard, self.connect = guard, connect
+
+    def do(self, scope: str, token: int, apply: Callable[[], Any], owner: str = "") -> Any:
+        conn = self.connect()
+        try:
+            def fn(cur):
+                reset = _current.set(cur)
+                try:
+                    return apply()
+                finally:
+                    _current.reset(reset)
+
+            return self.guard.do(conn, scope, token, fn, owner)
+        finally:
+            close = getattr(conn, "close", None)
+            if close:
+                close()
+
+
+class RowFence:
+    """Row-level tokens (Go: fencesql.RowFence): an UPDATE that goes through only with a token
+    at least the row's. No scope table, no transaction needed; updates of existing rows only."""
+
+    def __init__(self, table: str, id_column: str = "id", token_column: str = DEFAULT_TOKEN_COLUMN,
+                 observer: Optional[Callable[[Decision], None]] = None):
+        self.table = table
+        self.t, self.idc, self.tokc = quote_table(table), quote_column(id_column), quote_column(token_column)
+        if id_column == token_column:
+            raise InvalidArgument(f"fencesql: id and token column are both {id_column!r}")
+        self.token_column, self.observer = token_column, observer
+        self.read_sql = f"SELECT {self.tokc} FROM {self.t} WHERE {self.idc} = %s FOR UPDATE"
+
+    def add_column_sql(self) -> str:
+        return f"ALTER TABLE {self.t} ADD COLUMN {self.tokc} BIGINT NOT NULL DEFAULT 0"
+
+    def update(self, cur, id: Any, token: int, owner: str = "", **values) -> None:
+        """UPDATE table SET values..., token_column = token WHERE id = id AND 0 <= token_column <= token.
+
+        RowNotFound when there is no such row; StaleToken (scope "table/id")
+        when the row carries a higher token.
+        """
+        tok = sql_token(token)
+        # Named parameters, so that the token is bound once and used twice, as $n is in Go.
+        sets, named = [], {"tok": tok, "id": id}
+        for i, (col, v) in enumerate(values.items()):
+            if col == self.token_column:
+                raise InvalidArgument(f"fencesql: {col!r} is the token column; update sets it")
+            sets.append(f"{quote_column(col)} = %(v{i})s, ")
+            named[f"v{i}"] = v
+        sql = ("UPDATE " + self.t + " SET " + "".join(sets) + self.tokc + " = %(tok)s"
+               " WHERE " + self.idc + " = %(id)s AND " + self.tokc + " >= 0 AND " + self.tokc + " <= %(tok)s")
+        scope = f"{self.table}/{id}"
+        for _ in range(3):
+            cur.execute(sql, named)
+            if cur.rowcount > 0:
+                return
+            cur.execute(self.read_sql, (id,))
+            row = cur.fetchone()
+            if row is None:
+                raise RowNotFound(f"fencesql: row not found: {scope}")
+            h = int(row[0])
+            if h < 0:
+                raise CorruptToken(f"fencesql: {scope} holds the token {h}, which no guard writes")
+            if h > tok:
+                if self.observer is not None:
+                    self.observer(Decision(scope, tok, h, False, owner))
+                raise StaleToken(scope, tok, h)
+        raise FencedError(f"fencesql: update {scope}: row changed concurrently on every attempt")
+
+    def update_lease(self, cur, id: Any, lease, **values) -> None:
+        try:
+            self.update(cur, id, lease.token, owner=lease_owner(lease), **values)
+        except StaleToken as e:
+            lost(lease, e)
+            raise

@@ -1,0 +1,273 @@
+"""The client algorithm against a real fenced (docs/client-algorithm.md, section 11)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+import fenced
+from fenced import Client, _core
+
+
+def test_acquire_renews_past_the_ttl_and_release_frees(client, key):
+    lease = client.acquire(key, ttl=1)
+    assert lease.token > 0 and lease.lease_id and lease.key == key
+    time.sleep(2.5)  # renewed at TTL/3: still held after more than two TTLs
+    lease.check()
+    assert not lease.lost.is_set()
+    got = client.get(key)
+    assert got.lease.token == lease.token and got.lease.lease_id == "" and got.revision >= lease.token
+    assert [l.key for l in client.list(key).leases] == [key]
+    lease.release()
+    with pytest.raises(fenced.LeaseReleased):
+        lease.check()
+    assert not lease.lost.is_set()
+    assert client.get(key).lease is None
+
+
+def test_held_names_the_holder(client, key):
+    with client.acquire(key, owner="alice") as lease:
+        with pytest.raises(fenced.Held) as e:
+            client.acquire(key, owner="bob")
+        assert (e.value.owner, e.value.token, e.value.key) == ("alice", lease.token, key)
+        assert 0 < e.value.remaining <= 2
+    assert client.get(key).lease is None  # the with block released it
+
+
+def test_invalid_key_is_refused(client):
+    with pytest.raises(fenced.InvalidArgument):
+        client.acquire("bad\x01key")
+    with pytest.raises(fenced.InvalidArgument):
+        Client("http://127.0.0.1:1", ttl=0.01)
+
+
+def test_tokens_increase_and_renewal_keeps_the_token(client, key):
+    tokens = []
+    for _ in range(3):
+        with client.acquire(key) as lease:
+            info = client.renew(key, lease.lease_id)
+            assert info.token == lease.token
+            tokens.append(lease.token)
+    assert tokens == sorted(set(tokens))
+
+
+def record_calls(c: Client):
+    calls = []
+
+    def observe(method, msg):
+        sent = time.monotonic()
+        return lambda status, data, exc: calls.append((method, sent, time.monotonic(), status))
+
+    c._session.observe = observe
+    return calls
+
+
+def test_deadline_counts_from_the_send(server, key):
+    """An answer delayed by waiting in line: the deadline is at most send + TTL."""
+    a, b = Client(server.url), Client(server.url)
+    try:
+        held = a.acquire(key, ttl=1)
+        calls = record_calls(b)
+        threading.Timer(0.2, held.release).start()
+        lease = b.acquire(key, ttl=1, wait=1)
+        (method, sent, answered, status), = calls
+        assert method == "Acquire" and answered - sent > 0.15
+        # Counted from the send, not from the answer (the mutant).
+        window = 1.0 * (1 - 0.001) - 0.010
+        assert sent + window - 0.005 <= lease.deadline <= sent + window
+        assert lease.deadline < answered + 0.9
+    finally:
+        a.close()
+        b.close()
+
+
+def test_mutant_arms_the_deadline_from_the_answer(server, key, monkeypatch):
+    """The torture harness's mutant: the same wait leaves the deadline past send + TTL."""
+    monkeypatch.setenv(_core.MUTANT_ENV, "deadline-from-answer")
+    a, b = Client(server.url), Client(server.url)
+    try:
+        held = a.acquire(key, ttl=1)
+        calls = record_calls(b)
+        threading.Timer(0.2, held.release).start()
+        lease = b.acquire(key, ttl=1, wait=1)
+        (_, sent, answered, _), = calls
+        assert lease.deadline > sent + 1.0  # beyond the server's expiry: unsafe
+    finally:
+        a.close()
+        b.close()
+
+
+def test_waited_acquire_longer_than_the_ttl_renews_once(server, key):
+    a, b = Client(server.url), Client(server.url)
+    try:
+        a.acquire(key, ttl=1).orphan()  # expires on the server after 1s
+        calls = record_calls(b)
+        lease = b.acquire(key, ttl=1, wait=3)
+        assert [c[0] for c in calls] == ["Acquire", "Renew"]
+        renew_sent = calls[1][1]
+        assert renew_sent + 0.989 - 0.005 <= lease.deadline <= renew_sent + 0.989
+        lease.check()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_refused_renewal_loses_at_once_and_never_comes_back(client, server, key):
+    lease = client.acquire(key, ttl=3)
+    causes = []
+    lease.on_lost(causes.append)
+    client.release(key, lease.lease_id)  # someone with the ID ends it on the server
+    assert lease.lost.wait(3), "not lost after a refused renewal"
+    with pytest.raises(fenced.LeaseLost, match="renewal refused"):
+        lease.check()
+    assert isinstance(causes[0], fenced.LeaseLost)
+    later = []
+    lease.on_lost(later.append)  # registered after the loss: called at once
+    assert later == causes
+    other = client.acquire(key)
+    assert other.token > lease.token
+    with pytest.raises(fenced.LeaseLost):
+        lease.check()
+    other.release()
+
+
+def test_paused_server_loses_the_lease_at_the_local_deadline(own_server, key):
+    c = Client(own_server.url, ttl=1, request_timeout=0.3)
+    try:
+        lease = c.acquire(key)
+        calls = record_calls(c)
+        time.sleep(0.5)
+        own_server.pause()
+        paused = time.monotonic()
+        assert lease.lost.wait(2)
+        lost_at = time.monotonic()
+        ok_renewals = [s for m, s, _, st in calls if m == "Renew" and st == 200]
+        last_send = max(ok_renewals) if ok_renewals else lease.deadline - 0.989
+        # Lost at the local deadline, which is before the server's TTL ends.
+        assert lost_at <= last_send + 1.0 + 0.05
+        assert lost_at - paused < 1.1
+        own_server.resume()
+        time.sleep(1)
+        with pytest.raises(fenced.LeaseLost):
+            lease.check()
+    finally:
+        own_server.resume()
+        c.close()
+
+
+def test_reported_loss_releases_in_the_background(client, key):
+    lease = client.acquire(key, ttl=5)
+    lease.report_lost(fenced.StaleToken(key, lease.token, lease.token + 1))
+    assert lease.lost.is_set()
+    deadline = time.monotonic() + 3
+    while client.get(key).lease is not None:
+        assert time.monotonic() < deadline, "the best-effort release did not free the key"
+        time.sleep(0.02)
+
+
+def test_failover_from_a_refusing_endpoint(server, key):
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    c = Client([dead, server.url])
+    try:
+        with c.acquire(key) as lease:
+            assert lease.token > 0
+            assert c.get(key).lease.token == lease.token
+    finally:
+        c.close()
+
+
+def test_single_endpoint_does_not_retry(key):
+    c = Client(f"http://127.0.0.1:{_closed_port()}")
+    try:
+        with pytest.raises(fenced.Unavailable) as e:
+            c.acquire(key)
+        assert e.value.may_have_arrived is False
+    finally:
+        c.close()
+
+
+def test_unanswered_acquire_then_own_owner_is_uncertain(server, key):
+    """An endpoint that forwards the Acquire and drops the answer: the retry finds the
+    caller's own grant, which must be reported as uncertain, never as held."""
+    port = _dropping_proxy(server.port)
+    c = Client([f"http://127.0.0.1:{port}", server.url], failover_timeout=2)
+    try:
+        with pytest.raises(fenced.AcquireUncertain) as e:
+            c.acquire(key, owner="me")
+        assert e.value.owner == "me" and 0 < e.value.remaining <= 10
+        assert not isinstance(e.value, fenced.Held)
+    finally:
+        c.close()
+
+
+def test_watch_sees_transitions_in_order_and_resumes(client, key):
+    start = client.list(key).revision  # List, then Watch from its revision: no gap
+    with client.watch(key, after_revision=start) as w:
+        lease = client.acquire(key)
+        lease.release()
+        events = [next(w), next(w)]
+    assert [(e.type, e.lease.token) for e in events] == [("ACQUIRED", lease.token), ("RELEASED", lease.token)]
+    assert events[0].revision < events[1].revision
+    with client.watch(key, after_revision=events[0].revision) as w:
+        again = next(w)
+    assert (again.type, again.revision) == ("RELEASED", events[1].revision)
+
+
+def test_watch_error_ends_the_stream(client):
+    with pytest.raises(fenced.InvalidArgument):
+        with client.watch("bad\x01prefix") as w:
+            next(w)
+
+
+def test_rejections_round_trip(client, key):
+    n = client.report_rejections([{"scope": key, "presentedToken": "3", "highestToken": "9",
+                                   "owner": "w", "resource": "py-test", "count": 2}])
+    assert n == 2  # the count
+    rejections, total = client.list_rejections(key)
+    assert total >= 1 and rejections[0]["scope"] == key
+
+
+def test_lease_held_detail_decodes():
+    h = _core.decode_lease_held("CghvcmRlcnMvNxIBQRgEINPUAw")
+    assert h == {"key": "orders/7", "owner": "A", "token": 4, "remainingMs": 59987}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _dropping_proxy(target_port: int) -> int:
+    """A listener that sends each request on to fenced and closes without answering."""
+    ln = socket.socket()
+    ln.bind(("127.0.0.1", 0))
+    ln.listen()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = ln.accept()
+            except OSError:
+                return
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, body = data.split(b"\r\n\r\n", 1)
+            lengths = [l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")]
+            n = int(lengths[0]) if lengths else 0
+            while len(body) < n:
+                body += conn.recv(65536)
+            with socket.create_connection(("127.0.0.1", target_port)) as up:
+                up.sendall(head + b"\r\n\r\n" + body)
+                up.recv(65536)  # the answer, dropped
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return ln.getsockname()[1]

@@ -1,0 +1,55 @@
+"""A Go guard and a Python guard on one scope refuse each other's stale tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import uuid
+
+import pytest
+
+import conftest
+import fenced
+from fenced.guards.postgres import PostgresGuard
+from fenced.guards.redis import SET_BODY, RedisGuard, wrap
+
+
+def goguard(bindir, *args) -> str:
+    out = subprocess.run([str(bindir / "goguard"), *map(str, args)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_postgres_go_and_python_share_the_scope_table(bindir, pg, pg_table):
+    s = "interop/" + uuid.uuid4().hex[:8]
+    py = PostgresGuard(table=pg_table)
+    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, 10) == "ok"  # Go creates the table
+    with pytest.raises(fenced.StaleToken) as e:
+        py.do(pg, s, 9, lambda cur: None)  # Python refuses what Go fenced off
+    assert e.value.highest == 10
+    py.do(pg, s, 12, lambda cur: None)
+    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, 11) == "stale 12"  # and the other way round
+    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, 12) == "ok"
+    assert py.highest(pg, s) == 12
+
+
+def test_redis_go_and_python_share_the_script_and_keys(bindir, redis_client):
+    s = "interop/" + uuid.uuid4().hex[:8] + "{x}"
+    py = RedisGuard(redis_client)
+    k = RedisGuard.key(s, "obj")
+    addr = conftest.REDIS
+    # Empty the script cache (every client falls back to EVAL), so that only
+    # Go's call can put the script there.
+    redis_client.script_flush()
+    assert goguard(bindir, "redis", addr, s, 10, k, "go") == "ok"
+    # Go loaded the very script Python runs: same text, same SHA-1.
+    sha = hashlib.sha1(wrap(SET_BODY).encode()).hexdigest()
+    assert redis_client.script_exists(sha) == [True]
+    with pytest.raises(fenced.StaleToken) as e:
+        py.set(s, 9, k, "py stale")
+    assert e.value.highest == 10
+    py.set(s, 12, k, "py")
+    assert goguard(bindir, "redis", addr, s, 11, k, "go stale") == "stale 12"
+    assert redis_client.get(k) == b"py"
+    assert py.highest(s) == 12
+    redis_client.delete(k, py.token_key(s))
