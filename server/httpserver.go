@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/internal/httplimit"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -30,7 +31,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	srv := s.httpLimits().Server(s.Handler())
+	srv := s.httpLimits().Server(failstore.WrapAckHandler(s.Handler()))
 	srv.Protocols = protocols
 	srv.BaseContext = func(net.Listener) context.Context { return s.baseContext() }
 	srv.ErrorLog = s.httpErrorLog()

@@ -208,7 +208,7 @@ func confirmed[Req, Resp any](s *Server, local func(context.Context, *connect.Re
 }
 
 func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
-	if staleRead(req.Header()) {
+	if staleRead(req.Header()) || failpoint.Enabled(failpoint.FollowerLocalRead) && !r.s.Ready() {
 		return read(ctx, r.s, req.Msg, true, r.local.checkGet, r.local.get)
 	}
 	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Get, confirmed(r.s, r.local.Get))

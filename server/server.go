@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
@@ -351,7 +352,9 @@ func (s *Server) serveTerm(ctx context.Context, term uint64) bool {
 		return false
 	}
 	n := 0
-	s.fsm.read(func(st *lease.State) { n = s.resetDeadlines(st) })
+	if !failpoint.Enabled(failpoint.NewLeaderNoFreshTTL) {
+		s.fsm.read(func(st *lease.State) { n = s.resetDeadlines(st) })
+	}
 	s.expirer.activate(term)
 	s.readyTerm.Store(term)
 	s.everLed.Store(true)

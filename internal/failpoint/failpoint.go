@@ -78,16 +78,44 @@ const (
 	// Only a run that deletes a member's data directory while it is down
 	// and starts it again with its usual command line can catch it.
 	SilentRebootstrap Name = "silent-rebootstrap"
+	// LogAckEarly is LogAckBeforeWrite without the added delay: each
+	// batch is written by the background goroutine as soon as it gets to
+	// it, a fraction of a millisecond after the acknowledgement. Only a
+	// kill aimed at the acknowledgement from the node's side
+	// (AckNotifyEnvVar), a simulated power loss, lands in that gap.
+	LogAckEarly Name = "log-ack-early"
+	// NewLeaderNoFreshTTL makes a new leader keep the deadlines it tracked
+	// as a follower (grant plus TTL: renewals are not in the log) instead
+	// of giving every lease a fresh full TTL on takeover (server).
+	NewLeaderNoFreshTTL Name = "new-leader-no-fresh-ttl"
+	// RenewWithoutQuorumContact acknowledges a renewal without confirming
+	// that this node still leads (server: Renew skips the quorum-contact
+	// round and checks only the term it knows; nothing else changes: a
+	// node that is not ready still refuses, others forward). A leader
+	// that is deposed and does not know it yet, a paused one waking up
+	// say, renews from its own deadlines.
+	RenewWithoutQuorumContact Name = "renew-without-quorum-contact"
+	// FollowerLocalRead makes a follower answer a linearizable Get from its
+	// own applied state instead of forwarding it to the leader (server).
+	FollowerLocalRead Name = "follower-local-read"
 )
 
 // All lists every mutant, in the order the mutant test runs them.
-var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap}
+var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap,
+	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead}
 
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote
 // since the last fsync or commit is gone when it starts again (see
 // package failstore).
 const LoseUnsyncedEnvVar = "FENCED_LOSE_UNSYNCED"
+
+// AckNotifyEnvVar, in a tagged build, names a Unix datagram socket to
+// which the node's API sends one datagram right after it has written the
+// successful answer to an Acquire, Renew or Release (WrapAckHandler): the
+// torture harness kills the node within a millisecond of an
+// acknowledgement, timed from the node's side.
+const AckNotifyEnvVar = "FENCED_ACK_NOTIFY"
 
 // Parse splits a FENCED_FAILPOINTS value into names, rejecting unknown ones.
 func Parse(v string) ([]Name, error) {
@@ -113,6 +141,9 @@ func Parse(v string) ([]Name, error) {
 // in a build without the tag, or an unknown name. Processes that may run
 // mutants call it at start, so that a mutant run never passes by accident.
 func Check() error {
+	if v := os.Getenv(AckNotifyEnvVar); v != "" && !Compiled {
+		return fmt.Errorf("failpoint: %s=%q needs a binary built with the fenced_failpoints tag", AckNotifyEnvVar, v)
+	}
 	if lose := os.Getenv(LoseUnsyncedEnvVar); lose != "" && (!Compiled || lose != "1") {
 		return fmt.Errorf("failpoint: %s=%q needs the value 1 and a binary built with the fenced_failpoints tag", LoseUnsyncedEnvVar, lose)
 	}

@@ -44,10 +44,24 @@ type CheckResult struct {
 	Skipped string `json:"skipped,omitempty"`
 	// Note adds context, such as keys whose check timed out.
 	Note string `json:"note,omitempty"`
+	// Unknown counts what could not be checked (keys whose
+	// linearizability check timed out): a run with any is not clean.
+	Unknown int `json:"unknown,omitempty"`
+	// First is when the earliest violation that has a time happened (Unix
+	// ns; 0: none, or none with a time).
+	First int64 `json:"first,omitempty"`
 }
 
 func (r *CheckResult) violation(format string, args ...any) {
+	r.violationAt(0, format, args...)
+}
+
+// violationAt is violation at time at (Unix ns; 0 when it has none).
+func (r *CheckResult) violationAt(at int64, format string, args ...any) {
 	r.Violations++
+	if at != 0 && (r.First == 0 || at < r.First) {
+		r.First = at
+	}
 	if len(r.Examples) < maxExamples {
 		r.Examples = append(r.Examples, fmt.Sprintf(format, args...))
 	}
@@ -191,7 +205,7 @@ func CheckTokens(h *History) CheckResult {
 	seen := map[uint64]*Op{}
 	for _, g := range gs {
 		if prev, ok := seen[g.Token]; ok {
-			r.violation("token %d granted twice: %s and %s", g.Token, prev, g)
+			r.violationAt(g.Return, "token %d granted twice: %s and %s", g.Token, prev, g)
 			continue
 		}
 		seen[g.Token] = g
@@ -218,7 +232,7 @@ func CheckTokens(h *History) CheckResult {
 				j++
 			}
 			if best != nil && b.Token <= best.Token {
-				r.violation("key %q: %s began after %s returned, but its token is not higher", b.Key, b, best)
+				r.violationAt(b.Return, "key %q: %s began after %s returned, but its token is not higher", b.Key, b, best)
 			}
 		}
 	}
@@ -324,7 +338,7 @@ func CheckExclusion(h *History) CheckResult {
 		for i := 1; i < len(spans); i++ {
 			a, b := spans[i-1], spans[i]
 			if b.g.Return < a.end-int64(exclusionTolerance(time.Duration(a.g.TTLMs)*time.Millisecond)) {
-				r.violation("key %q: %s returned %v before %s (token %d) was due to end",
+				r.violationAt(b.g.Return, "key %q: %s returned %v before %s (token %d) was due to end",
 					key, b.g, time.Duration(a.end-b.g.Return), a.g.Owner, a.g.Token)
 			}
 		}
@@ -386,7 +400,7 @@ func CheckRenewals(h *History) CheckResult {
 			}
 			due := last.Call + int64(ttl)
 			if ttl > 0 && x.Return < due-int64(exclusionTolerance(ttl)) {
-				r.violation("lease %s of %q: %s answered not found %v before the deadline set by %s",
+				r.violationAt(x.Return, "lease %s of %q: %s answered not found %v before the deadline set by %s",
 					owner, x.Key, x, time.Duration(due-x.Return), last)
 			}
 		}
@@ -394,13 +408,18 @@ func CheckRenewals(h *History) CheckResult {
 	return r
 }
 
-// CheckLinearizability runs CheckLinearizable and summarizes it.
+// CheckLinearizability runs CheckLinearizable and summarizes it. A key
+// whose check timed out is no violation, but the run is not clean
+// (Report.Passed): its Note names the keys.
 func CheckLinearizability(h *History, timeout time.Duration, dir string) (CheckResult, []LinearizabilityResult) {
 	res := CheckLinearizable(h, timeout, dir)
 	r := CheckResult{Name: NameLinearizability}
 	var unknown []string
+	windows, unknownWindows := 0, 0
 	for _, k := range res {
 		r.Checked += k.Operations
+		windows += k.Windows
+		unknownWindows += k.UnknownWindows
 		switch k.Result {
 		case porcupine.Illegal:
 			msg := fmt.Sprintf("key %q: history of %d operations is not linearizable", k.Key, k.Operations)
@@ -410,13 +429,15 @@ func CheckLinearizability(h *History, timeout time.Duration, dir string) (CheckR
 			if k.Explanation != "" {
 				msg += "\n" + k.Explanation
 			}
-			r.violation("%s", msg)
+			r.violationAt(k.FirstIllegal, "%s", msg)
 		case porcupine.Unknown:
 			unknown = append(unknown, k.Key)
 		}
 	}
+	r.Unknown = len(unknown)
+	r.Note = fmt.Sprintf("%d keys in %d windows, %v in all", len(res), windows, timeout)
 	if len(unknown) > 0 {
-		r.Note = fmt.Sprintf("check timed out (result unknown) for keys %q", unknown)
+		r.Note += fmt.Sprintf("; check timed out (result unknown) in %d windows, of keys %q", unknownWindows, unknown)
 	}
 	return r, res
 }

@@ -31,11 +31,23 @@ type ClusterFaultStats struct {
 	// a follower at the same moment: two nodes down at once, the most a
 	// five-node cluster survives.
 	TwoDown int `json:"twoDown"`
-	// LeaderPauses freeze the leader (SIGSTOP) for 3 to 6 election
-	// timeouts.
-	LeaderPauses int `json:"leaderPauses"`
+	// LeaderPauses freeze the leader (SIGSTOP) for longer than an
+	// election takes (2.5 election timeouts) but shorter than the TTL
+	// (0.9 TTL), so that the deposed leader wakes with live deadlines
+	// (3 to 6 election timeouts when the TTL leaves no such room).
+	// HoldersFrozen counts the pauses after which every worker holding a
+	// lease was frozen past its TTL as the leader woke: a renewal the
+	// deposed leader acknowledged on waking is then its holder's last.
+	LeaderPauses  int `json:"leaderPauses"`
+	HoldersFrozen int `json:"holdersFrozen"`
+	// AimedLeaderKills counts leader kills sent within a millisecond
+	// after a node reported an acknowledgement (nodes with the failpoints
+	// build only).
+	AimedLeaderKills int `json:"aimedLeaderKills"`
 	// LeaderIsolations and FollowerIsolations cut one node off from all
-	// the others, both directions, by dropping or black-holing its links.
+	// the others, both directions, by dropping or black-holing its links,
+	// for longer than an election takes and shorter than the TTL when the
+	// TTL leaves room.
 	LeaderIsolations   int `json:"leaderIsolations"`
 	FollowerIsolations int `json:"followerIsolations"`
 	// MovingSplits split the cluster into a minority and a majority, two
@@ -52,6 +64,18 @@ type ClusterFaultStats struct {
 	// MemberReAdds remove a follower from the configuration (after killing
 	// it), wipe its data and add it back as a new empty node (--join).
 	MemberReAdds int `json:"memberReAdds"`
+	// DiskLosses delete a member's data directory while it is down and
+	// start it again with its usual command line, at the worst moment: a
+	// minority lags (isolated) while the leader and the member commit, then
+	// the leader's side goes down, so that the lagging nodes need the
+	// wiped member's vote. A member that forgets and votes hands acknowledged
+	// leases away. WipedRefused counts the wiped members that did not
+	// rejoin on their own (they refused, as they must); each was then
+	// recovered as documented (member remove, wipe, --join, member add),
+	// counted in WipedRecovered.
+	DiskLosses     int `json:"diskLosses"`
+	WipedRefused   int `json:"wipedRefused"`
+	WipedRecovered int `json:"wipedRecovered"`
 	// Recoveries counts the times the cluster was seen whole and serving
 	// after a fault; NoLeader counts faults skipped because no leader was
 	// found to aim them at.
@@ -64,7 +88,12 @@ type ClusterFaultStats struct {
 var ClusterFaultKinds = clusterFaultKinds
 
 var clusterFaultKinds = []string{"leader-kill", "follower-kill", "leader-pause", "leader-isolation",
-	"follower-isolation", "moving-split", "slow-links", "rolling-restart", "member-re-add"}
+	"follower-isolation", "moving-split", "slow-links", "rolling-restart", "member-re-add", "disk-loss"}
+
+// defaultClusterFaultKinds are the kinds a run injects unless told
+// otherwise: all but disk-loss, which leaves the cluster unavailable for
+// seconds each time and is asked for by name.
+var defaultClusterFaultKinds = slices.DeleteFunc(slices.Clone(clusterFaultKinds), func(k string) bool { return k == "disk-loss" })
 
 // Kinds returns the count of each fault kind, by name.
 func (s ClusterFaultStats) Kinds() map[string]int {
@@ -72,7 +101,7 @@ func (s ClusterFaultStats) Kinds() map[string]int {
 		"leader-kill": s.LeaderKills, "follower-kill": s.FollowerKills, "leader-pause": s.LeaderPauses,
 		"leader-isolation": s.LeaderIsolations, "follower-isolation": s.FollowerIsolations,
 		"moving-split": s.MovingSplits, "slow-links": s.SlowLinks, "rolling-restart": s.RollingRestarts,
-		"member-re-add": s.MemberReAdds,
+		"member-re-add": s.MemberReAdds, "disk-loss": s.DiskLosses,
 	}
 }
 
@@ -262,6 +291,10 @@ func (e *engine) clusterWhole(ctx context.Context) string {
 const (
 	NameConvergence = "nodes-converge"
 	NameNodesBack   = "nodes-come-back"
+	// NameWipedRefuses fails for every member that lost its data directory
+	// (disk-loss) and became a voter again without being removed and
+	// added back: it forgot its votes and log, and counts toward quorums.
+	NameWipedRefuses = "wiped-member-refuses"
 )
 
 // nodeState is one node's applied state at the end of a run.
@@ -301,6 +334,10 @@ func (e *engine) checkCluster() []CheckResult {
 	back := CheckResult{Name: NameNodesBack}
 	conv := CheckResult{Name: NameConvergence}
 	e.mu.Lock()
+	wiped := CheckResult{Name: NameWipedRefuses, Checked: e.stats.Cluster.DiskLosses}
+	for _, w := range e.rejoinedWiped {
+		wiped.violationAt(w.at, "%s", w.what)
+	}
 	back.Checked = e.stats.Cluster.Recoveries + len(e.recoveryProblems) + 1
 	for _, p := range e.recoveryProblems {
 		back.violation("%s", p)
@@ -311,7 +348,7 @@ func (e *engine) checkCluster() []CheckResult {
 	if err := e.awaitCluster(ctx); err != nil {
 		back.violation("at the end of the run, the cluster was not whole within %v: %v", recoveryTimeout, err)
 		conv.Skipped = "the cluster was not whole"
-		return []CheckResult{back, conv}
+		return []CheckResult{back, conv, wiped}
 	}
 	// Quiet: no applied index moves between two reads of every node's
 	// state, and all are equal. Abandoned leases may still expire, so
@@ -344,11 +381,11 @@ func (e *engine) checkCluster() []CheckResult {
 			}
 			if diff == "" {
 				conv.Note = fmt.Sprintf("%d nodes at applied index %d with %d leases", len(states), states[0].Applied, len(states[0].Leases))
-				return []CheckResult{back, conv}
+				return []CheckResult{back, conv, wiped}
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	conv.violation("the nodes never agreed within %v: %s", recoveryTimeout, diff)
-	return []CheckResult{back, conv}
+	return []CheckResult{back, conv, wiped}
 }

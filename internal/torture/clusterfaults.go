@@ -22,7 +22,7 @@ import (
 // cluster must be whole again within recoveryTimeout (else a violation).
 func (e *engine) clusterFaults(ctx context.Context) {
 	iv := e.cfg.ClusterFaultInterval
-	kinds := clusterFaultKinds
+	kinds := defaultClusterFaultKinds
 	if len(e.cfg.ClusterFaults) > 0 {
 		kinds = e.cfg.ClusterFaults
 	}
@@ -79,6 +79,8 @@ func (e *engine) clusterFault(ctx context.Context, kind string) string {
 		return e.rollingRestart()
 	case "member-re-add":
 		return e.memberReAdd(ctx, e.follower(leader))
+	case "disk-loss":
+		return e.diskLoss(ctx, leader)
 	}
 	return "unknown fault " + kind
 }
@@ -109,20 +111,40 @@ func (e *engine) linkFault() (mode linkMode, name string, hold time.Duration) {
 	return mode, name, e.uniform(3*e.electionTimeout(), 3*e.electionTimeout()+3*time.Second)
 }
 
+// shortHold is how long a fault that must end before the TTL lasts: longer
+// than an election takes (2.5 election timeouts) and shorter than the TTL
+// (0.9 TTL). ok is false when the TTL leaves no such room.
+func (e *engine) shortHold() (d time.Duration, ok bool) {
+	lo, hi := 5*e.electionTimeout()/2, 9*e.cfg.TTL/10
+	if lo >= hi {
+		return 0, false
+	}
+	return e.uniform(lo, hi), true
+}
+
 // killFault kills node i (kind leader-kill or follower-kill); a leader kill
 // in a five-node cluster takes a follower down with it half the time.
 func (e *engine) killFault(ctx context.Context, kind string, i int) string {
+	aimed := ""
+	var ackAt time.Time
+	if kind == "leader-kill" && e.acks != nil && e.chance(e.cfg.AfterAckShare) {
+		if ack, ok := e.acks.await(ctx, isLogAck); ok {
+			ackAt = ack.at
+			aimed = fmt.Sprintf(" %v after %s acknowledged an %s", time.Since(ack.at).Round(time.Microsecond), e.localNodes[ack.node].Name(), ack.kind)
+			e.countCluster(func(s *ClusterFaultStats) { s.AimedLeaderKills++ })
+		}
+	}
 	if kind == "leader-kill" && len(e.localNodes) >= 5 && e.chance(0.5) {
 		j := e.follower(i)
 		downs := make(chan time.Duration, 1)
-		go func() { downs <- e.crash(ctx, e.localNodes[j], true).down }()
-		down := e.crash(ctx, e.localNodes[i], true).down
+		go func() { downs <- e.crash(ctx, e.localNodes[j], true, time.Time{}).down }()
+		down := e.crash(ctx, e.localNodes[i], true, time.Time{}).down
 		other := <-downs
 		e.countCluster(func(s *ClusterFaultStats) { s.LeaderKills++; s.TwoDown++ })
 		return fmt.Sprintf("%s: kill -9 %s (down %v) and follower %s (down %v) at once", kind,
 			e.localNodes[i].Name(), down.Round(time.Millisecond), e.localNodes[j].Name(), other.Round(time.Millisecond))
 	}
-	down := e.crash(ctx, e.localNodes[i], true).down
+	down := e.crash(ctx, e.localNodes[i], aimed == "", ackAt).down
 	e.countCluster(func(s *ClusterFaultStats) {
 		if kind == "leader-kill" {
 			s.LeaderKills++
@@ -130,20 +152,125 @@ func (e *engine) killFault(ctx context.Context, kind string, i int) string {
 			s.FollowerKills++
 		}
 	})
-	return fmt.Sprintf("%s: kill -9 %s, down %v", kind, e.localNodes[i].Name(), down.Round(time.Millisecond))
+	return fmt.Sprintf("%s: kill -9 %s%s, down %v", kind, e.localNodes[i].Name(), aimed, down.Round(time.Millisecond))
 }
 
-// pauseLeader freezes the leader for 3 to 6 election timeouts.
+// pauseLeader freezes the leader past an election but not past the TTL
+// (shortHold), so that it wakes deposed with live deadlines, and half the
+// time freezes every worker that holds a lease as it wakes, so that a
+// renewal the deposed leader acknowledges then is its holder's last.
 func (e *engine) pauseLeader(ctx context.Context, leader int) string {
-	d := e.uniform(3*e.electionTimeout(), 6*e.electionTimeout())
+	d, ok := e.shortHold()
+	if !ok {
+		d = e.uniform(3*e.electionTimeout(), 6*e.electionTimeout())
+	}
 	p := e.localNodes[leader].proc
 	if err := p.signal(sigStop); err != nil {
 		return "leader-pause failed: " + err.Error()
 	}
 	sleepCtx(ctx, d)
 	_ = p.signal(sigCont)
+	frozen := ""
+	if e.chance(0.5) {
+		time.Sleep(e.uniform(0, e.electionTimeout()/4))
+		frozen = fmt.Sprintf(", then froze the %d workers holding a lease", e.freezeHolders())
+		e.countCluster(func(s *ClusterFaultStats) { s.HoldersFrozen++ })
+	}
 	e.countCluster(func(s *ClusterFaultStats) { s.LeaderPauses++ })
-	return fmt.Sprintf("leader-pause: SIGSTOP %s for %v", p.name, d.Round(time.Millisecond))
+	return fmt.Sprintf("leader-pause: SIGSTOP %s for %v%s", p.name, d.Round(time.Millisecond), frozen)
+}
+
+// freezeHolders freezes every worker that holds a lease and is not frozen
+// already, past its TTL (PauseMin..PauseMax), and returns how many.
+func (e *engine) freezeHolders() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.faultCtx == nil || e.faultsOff {
+		return 0
+	}
+	n := 0
+	for _, ws := range e.workers {
+		if ws.state == evHolding && !ws.paused {
+			n++
+			e.faults.Add(1)
+			go func(ws *workerState, lease int) { defer e.faults.Done(); e.pause(ws, lease, 0) }(ws, ws.lease)
+		}
+	}
+	return n
+}
+
+// diskLoss deletes the data directory of a member while it is down and
+// starts it again with its usual command line, when its vote decides: a
+// minority lags, cut off while the leader and the member commit; the
+// member goes down and loses its disk; the leader's side goes down and the
+// lagging nodes come back with the wiped member, which only a member that
+// forgot could elect one of. After a while the leader's side comes back.
+// A wiped member that is then not whole with the cluster again within 15s
+// (it refused, as it must) is recovered as documented: member remove,
+// wipe, start with --join, member add. One that rejoined on its own is a
+// violation (NameWipedRefuses).
+func (e *engine) diskLoss(ctx context.Context, leader int) string {
+	n := len(e.localNodes)
+	var followers []int
+	for _, j := range e.perm(n) {
+		if j != leader {
+			followers = append(followers, j)
+		}
+	}
+	wiped := followers[0]
+	lagging := followers[1 : 1+(n-1)/2]
+	downSide := append([]int{leader}, followers[1+(n-1)/2:]...)
+	var rest []int
+	for j := range n {
+		if !slices.Contains(lagging, j) {
+			rest = append(rest, j)
+		}
+	}
+	e.netem.partition(linkDrop, lagging, rest)
+	sleepCtx(ctx, e.uniform(e.cfg.TTL/2, e.cfg.TTL))
+	w := e.localNodes[wiped]
+	if err := w.Kill(context.Background()); err != nil {
+		e.logf("disk-loss: kill %s: %v", w.Name(), err)
+	}
+	if err := os.RemoveAll(w.spec.DataDir); err != nil {
+		e.logf("disk-loss: wipe %s: %v", w.spec.DataDir, err)
+	}
+	for _, j := range downSide {
+		if err := e.localNodes[j].Kill(context.Background()); err != nil {
+			e.logf("disk-loss: kill %s: %v", e.localNodes[j].Name(), err)
+		}
+	}
+	e.netem.heal()
+	// The wiped member may refuse to start at all: that exit is expected.
+	if err := w.Start(context.Background()); err != nil {
+		e.logf("disk-loss: start %s: %v", w.Name(), err)
+	}
+	w.proc.expectExit(true)
+	sleepCtx(ctx, e.uniform(4*e.electionTimeout(), 4*e.electionTimeout()+e.cfg.TTL))
+	for _, j := range downSide {
+		if err := e.localNodes[j].Start(context.Background()); err != nil {
+			e.logf("disk-loss: restart %s: %v", e.localNodes[j].Name(), err)
+		}
+	}
+	what := fmt.Sprintf("disk-loss: %s wiped and started with its usual command line while %s lagged and %s were down",
+		w.Name(), e.names(lagging), e.names(downSide))
+	e.countCluster(func(s *ClusterFaultStats) { s.DiskLosses++ })
+	rctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	err := e.awaitCluster(rctx)
+	cancel()
+	if err == nil && w.Up() {
+		w.proc.expectExit(false)
+		e.mu.Lock()
+		e.rejoinedWiped = append(e.rejoinedWiped, timedNote{time.Now().UnixNano(), fmt.Sprintf("%s lost its data directory, was started with its usual command line and is a voter again without having been removed and added back", w.Name())})
+		e.mu.Unlock()
+		return what + "; it rejoined on its own"
+	}
+	e.countCluster(func(s *ClusterFaultStats) { s.WipedRefused++ })
+	res := e.memberReAdd(ctx, wiped)
+	if !strings.Contains(res, "failed") {
+		e.countCluster(func(s *ClusterFaultStats) { s.WipedRecovered++ })
+	}
+	return fmt.Sprintf("%s; it did not rejoin (%v); recovery: %s", what, err, res)
 }
 
 // isolate cuts node i off from all the others for a while.
@@ -154,6 +281,9 @@ func (e *engine) isolate(ctx context.Context, kind string, i int) string {
 		if j != i {
 			rest = append(rest, j)
 		}
+	}
+	if d, ok := e.shortHold(); ok {
+		hold = d
 	}
 	e.netem.partition(mode, []int{i}, rest)
 	sleepCtx(ctx, hold)

@@ -136,9 +136,17 @@ type Config struct {
 	// Defaults 8 entries and 200ms.
 	NodeSnapshotThreshold uint64
 	NodeSnapshotInterval  time.Duration
-	// NodeHeartbeatTimeout is the local node's raft heartbeat timeout.
-	// Default 0: the server's default.
+	// NodeHeartbeatTimeout is the local nodes' raft heartbeat and election
+	// timeout. Default: TTL/4 in a cluster, where it must be at most TTL/4
+	// so that a failover ends well within a lease and a new leader's early
+	// expiry shows before the holder's own deadline; the server's default
+	// for a single node.
 	NodeHeartbeatTimeout time.Duration
+	// FollowerReadShare is the share of a cluster's reads (Get) that a
+	// worker sends to a node picked at random rather than to the one its
+	// client prefers, so that followers answer reads (by forwarding them to
+	// the leader). Default 0.5; negative disables.
+	FollowerReadShare float64
 
 	// StoreURL is the base URL of a reference store (or of a resource with
 	// the same HTTP contract) to test instead of one started by the
@@ -206,6 +214,10 @@ func (c *Config) setDefaults() error {
 	setDefault(&c.NodeSnapshotThreshold, 8)
 	setDefault(&c.NodeSnapshotInterval, 200*time.Millisecond)
 	setDefault(&c.Nodes, 1)
+	if c.Nodes > 1 {
+		setDefault(&c.NodeHeartbeatTimeout, c.TTL/4)
+	}
+	setDefault(&c.FollowerReadShare, 0.5)
 	setDefault(&c.NodeMinTTL, min(c.TTL, time.Second))
 	setDefault(&c.CheckTimeout, 60*time.Second)
 	if c.Seed == 0 {
@@ -246,7 +258,7 @@ func (c *Config) check() error {
 		bad("WritesMin %d and WritesMax %d must satisfy 1 <= WritesMin <= WritesMax", c.WritesMin, c.WritesMax)
 	}
 	for name, p := range map[string]float64{"GetProbability": c.GetProbability, "TryProbability": c.TryProbability, "AbandonProbability": c.AbandonProbability,
-		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare, "LongHoldShare": c.LongHoldShare, "AfterAckShare": c.AfterAckShare, "SnapshotBeforeCrash": c.SnapshotBeforeCrash} {
+		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare, "LongHoldShare": c.LongHoldShare, "AfterAckShare": c.AfterAckShare, "SnapshotBeforeCrash": c.SnapshotBeforeCrash, "FollowerReadShare": c.FollowerReadShare} {
 		if p > 1 {
 			bad("%s %v is above 1", name, p)
 		}
@@ -267,6 +279,9 @@ func (c *Config) check() error {
 	}
 	if c.Nodes != 1 && c.Nodes != 3 && c.Nodes != 5 {
 		bad("Nodes %d: 1, 3 or 5", c.Nodes)
+	}
+	if c.Nodes > 1 && c.NodeHeartbeatTimeout > c.TTL/4 {
+		bad("NodeHeartbeatTimeout %v: a cluster run needs at most TTL/4 (%v), so that a failover ends well within a lease", c.NodeHeartbeatTimeout, c.TTL/4)
 	}
 	if c.Nodes > 1 && c.Endpoint != "" {
 		bad("Nodes applies to local nodes, not to an external Endpoint")

@@ -46,6 +46,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 type engine struct {
 	cfg   Config
 	runID string
+	start time.Time // when the workers started
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -58,6 +59,12 @@ type engine struct {
 	// recoveryProblems are recoveries that failed (a cluster not whole, or
 	// a single node not serving, after a fault); guarded by mu.
 	recoveryProblems []string
+	// rejoinedWiped describes wiped members that became voters again on
+	// their own (disk-loss); guarded by mu.
+	rejoinedWiped []timedNote
+	// acks reports acknowledgements from the nodes' side (nil: only the
+	// workers' records of them are known).
+	acks *ackListener
 	// clusterChecks are the end-of-run cluster checks.
 	clusterChecks []CheckResult
 	storeProc     *child
@@ -84,6 +91,12 @@ type engine struct {
 	crashed []string
 }
 
+// timedNote is something that happened at a time (Unix ns).
+type timedNote struct {
+	at   int64
+	what string
+}
+
 type workerState struct {
 	id          int
 	incarnation int
@@ -103,6 +116,13 @@ type FaultStats struct {
 	// CrashesAfterAck counts crashes sent right after a worker recorded an
 	// acknowledged grant, renewal or release.
 	CrashesAfterAck int `json:"crashesAfterAck"`
+	// CrashesAfterNodeAck counts the crashes after an acknowledgement that
+	// were timed from the node's side (failpoint.AckNotifyEnvVar), and
+	// AckToKillMicros is the median time from the node's report to the
+	// kill, in microseconds.
+	CrashesAfterNodeAck int     `json:"crashesAfterNodeAck"`
+	AckToKillMicros     float64 `json:"ackToKillMicros,omitempty"`
+	ackToKill           []time.Duration
 	// ForcedSnapshots counts snapshots the harness asked for just before a
 	// crash; SnapshotsTaken and SnapshotRestores are what the node
 	// processes reported, forced or not; a kill can come before a node
@@ -160,6 +180,7 @@ func (e *engine) run(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	start := time.Now()
+	e.start = start
 	if err := e.startWorkers(); err != nil {
 		return nil, err
 	}
@@ -197,6 +218,13 @@ func (e *engine) run(ctx context.Context) (*Report, error) {
 // the delaying proxy.
 func (e *engine) startServices(ctx context.Context) error {
 	cfg := &e.cfg
+	if cfg.nodeSideAcks() {
+		a, err := newAckListener(max(cfg.Nodes, 1))
+		if err != nil {
+			return err
+		}
+		e.acks = a
+	}
 	if err := e.startNodes(ctx); err != nil {
 		return err
 	}

@@ -48,17 +48,18 @@ func (e *engine) onEvent(ws *workerState, line []byte) {
 			return
 		}
 		e.faults.Add(1)
-		go func() { defer e.faults.Done(); e.pause(ws, lease) }()
+		go func() { defer e.faults.Done(); e.pause(ws, lease, e.uniform(0, 2*e.cfg.ThinkMax)) }()
 	}
 }
 
-// pause freezes a worker that holds a lease, somewhere in its writes, for
-// longer than the TTL, so that its lease expires while it is frozen.
-func (e *engine) pause(ws *workerState, lease int) {
+// pause freezes a worker that holds a lease, after delay (somewhere in its
+// writes), for longer than the TTL, so that its lease expires while it is
+// frozen.
+func (e *engine) pause(ws *workerState, lease int, delay time.Duration) {
 	e.mu.Lock()
 	ctx := e.faultCtx
 	e.mu.Unlock()
-	if !sleepCtx(ctx, e.uniform(0, 2*e.cfg.ThinkMax)) {
+	if !sleepCtx(ctx, delay) {
 		return
 	}
 	e.mu.Lock()
@@ -136,7 +137,19 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		// log entry must survive; of the others, a third come a few
 		// milliseconds after an acquisition starts or a key is freed.
 		var aimed, afterAck bool
+		var ackAt time.Time
 		switch {
+		case e.chance(e.cfg.AfterAckShare) && e.acks != nil:
+			// Timed from the node's side: the kill lands within a
+			// millisecond of the answer leaving the node, in the gap
+			// where a write acknowledged too early is still unwritten.
+			want := isLogAck
+			if e.chance(1.0 / 3) {
+				want = func(a nodeAck) bool { return a.kind == "renew" }
+			}
+			var ack nodeAck
+			ack, afterAck = e.acks.await(ctx, want)
+			ackAt = ack.at
 		case e.chance(e.cfg.AfterAckShare):
 			c := e.ackedLog
 			if e.chance(1.0 / 3) {
@@ -163,7 +176,7 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		n := up[e.rng.IntN(len(up))]
 		e.rngMu.Unlock()
 		// Not after an acknowledgement: the kill must follow it at once.
-		c := e.crash(ctx, n, !afterAck)
+		c := e.crash(ctx, n, !afterAck, ackAt)
 		if ln, ok := n.(*localNode); ok {
 			e.awaitNode(ln)
 		}
@@ -173,6 +186,9 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		}
 		if afterAck {
 			e.stats.CrashesAfterAck++
+		}
+		if afterAck && !ackAt.IsZero() {
+			e.stats.CrashesAfterNodeAck++
 		}
 		e.mu.Unlock()
 		e.logf("crashed %s (kill -9%s%s%s%s, %d acquisitions in flight), down %v", n.Name(),
@@ -232,7 +248,9 @@ type crashed struct {
 // crash kills node n with SIGKILL, first making a local node take a
 // snapshot with chance SnapshotBeforeCrash if mayForce, counts the crash and
 // starts the node again after DownMin..DownMax (at once if ctx ends).
-func (e *engine) crash(ctx context.Context, n Node, mayForce bool) crashed {
+// ackAt is when the node reported the acknowledgement the kill is aimed
+// at, if it is.
+func (e *engine) crash(ctx context.Context, n Node, mayForce bool, ackAt time.Time) crashed {
 	var c crashed
 	if ln, ok := n.(*localNode); ok && mayForce && e.chance(enabled(e.cfg.SnapshotBeforeCrash)) && ln.healthy() {
 		// The node handles the signal once it serves; a snapshot of a
@@ -241,6 +259,12 @@ func (e *engine) crash(ctx context.Context, n Node, mayForce bool) crashed {
 		time.Sleep(e.uniform(time.Millisecond, 30*time.Millisecond))
 	}
 	c.inflight = e.acquiring()
+	if !ackAt.IsZero() {
+		d := time.Since(ackAt)
+		e.mu.Lock()
+		e.stats.ackToKill = append(e.stats.ackToKill, d)
+		e.mu.Unlock()
+	}
 	if err := n.Kill(context.Background()); err != nil {
 		e.logf("crash %s: %v", n.Name(), err)
 	}

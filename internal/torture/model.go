@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -57,9 +58,19 @@ type leaseState struct {
 	// Pending: a grant with a still unknown token happened, so the real
 	// highest token is above Last.
 	Pending bool
+	// Ghosts: acquisitions of unknown outcome whose owner no answer ever
+	// names may take effect at any step. Such a grant is seen only as a
+	// token above Last once it has expired (Pending), so it is modelled
+	// as that instead of as operations of its own, which porcupine would
+	// have to place everywhere.
+	Ghosts bool
 }
 
 func (s leaseState) String() string {
+	if s.Ghosts {
+		s.Ghosts = false
+		return s.String() + " (ghost grants possible)"
+	}
 	if s.Holder == "" {
 		if s.Pending {
 			return fmt.Sprintf("free, last>%d", s.Last)
@@ -101,11 +112,23 @@ func (s leaseState) lastMatches(last uint64) (leaseState, bool) {
 func stepLease(s leaseState, in leaseInput, out leaseOutput) []leaseState {
 	pre := []leaseState{s}
 	if s.Holder != "" {
-		pre = append(pre, leaseState{Last: s.Last, Pending: s.Pending || s.Token == 0})
+		pre = append(pre, leaseState{Last: s.Last, Pending: s.Pending || s.Token == 0, Ghosts: s.Ghosts})
+	}
+	if s.Ghosts {
+		for _, p := range pre {
+			if p.Holder == "" && !p.Pending {
+				p.Pending = true
+				pre = append(pre, p)
+				break
+			}
+		}
 	}
 	var next []leaseState
 	for _, p := range pre {
-		next = append(next, applyLease(p, in, out)...)
+		for _, n := range applyLease(p, in, out) {
+			n.Ghosts = s.Ghosts
+			next = append(next, n)
+		}
 	}
 	return next
 }
@@ -295,6 +318,13 @@ type LinearizabilityResult struct {
 	Key        string                `json:"key"`
 	Operations int                   `json:"operations"`
 	Result     porcupine.CheckResult `json:"result"`
+	// Windows is how many windows the key's history was checked in, and
+	// UnknownWindows how many of them timed out.
+	Windows        int `json:"windows"`
+	UnknownWindows int `json:"unknownWindows,omitempty"`
+	// FirstIllegal is the call time (Unix ns) of the first operation of
+	// the first window that is not linearizable.
+	FirstIllegal int64 `json:"firstIllegal,omitempty"`
 	// Visualization is the HTML file written for an Illegal result.
 	Visualization string `json:"visualization,omitempty"`
 	// Explanation shows, for an Illegal result, the end of the longest
@@ -302,37 +332,229 @@ type LinearizabilityResult struct {
 	Explanation string `json:"explanation,omitempty"`
 }
 
+// windowOps is how many operations a window of one key's history holds at
+// least before it may end at the next quiescent point.
+var windowOps = 60
+
 // CheckLinearizable checks the lease history of every key with porcupine,
-// within timeout in total. For a key whose history is not linearizable it
-// writes porcupine's visualization into dir (if dir is not empty).
+// within timeout in total. Each key's history is cut into windows at
+// quiescent points (no operation of known outcome open) after windowOps
+// operations, and each window is checked from every state the key may be
+// in at its start, as far as the operations before it tell (see
+// windowStart): a sound over-approximation, so a window that is not
+// linearizable is a violation, while an anomaly that spans a cut may be
+// missed. For a key whose history is not linearizable it writes
+// porcupine's visualization of the window into dir (if dir is not empty).
 func CheckLinearizable(h *History, timeout time.Duration, dir string) []LinearizabilityResult {
-	ops := leaseOperations(h)
-	model := LeaseModel.ToModel()
-	parts := model.Partition(ops)
-	if len(parts) == 0 {
-		return nil
-	}
-	per := timeout / time.Duration(len(parts))
-	results := make([]LinearizabilityResult, 0, len(parts))
-	unsafe := regexp.MustCompile(`[^A-Za-z0-9._-]+`)
-	for _, part := range parts {
-		key := part[0].Input.(leaseInput).Key
-		res, info := porcupine.CheckOperationsVerbose(model, part, per)
-		r := LinearizabilityResult{Key: key, Operations: len(part), Result: res}
-		if res == porcupine.Illegal {
-			r.Explanation = explain(model, part, info)
+	byKey := map[string][]porcupine.Operation{}
+	var keys []string
+	for _, op := range leaseOperations(h) {
+		k := op.Input.(leaseInput).Key
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
 		}
-		if res == porcupine.Illegal && dir != "" {
-			path := filepath.Join(dir, "linearizability-"+unsafe.ReplaceAllString(key, "_")+".html")
-			if err := porcupine.VisualizePath(model, info, path); err == nil {
-				r.Visualization = path
-			} else {
-				fmt.Fprintf(os.Stderr, "torture: writing visualization: %v\n", err)
+		byKey[k] = append(byKey[k], op)
+	}
+	sort.Strings(keys)
+	type window struct {
+		key  string
+		init []leaseState
+		ops  []porcupine.Operation
+	}
+	var windows []window
+	results := make([]LinearizabilityResult, len(keys))
+	for i, k := range keys {
+		results[i] = LinearizabilityResult{Key: k, Operations: len(byKey[k]), Result: porcupine.Ok}
+		for _, w := range cutWindows(byKey[k]) {
+			windows = append(windows, window{key: k, init: w.init, ops: w.ops})
+			results[i].Windows++
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	unsafe := regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+	ri := map[string]int{}
+	for i, k := range keys {
+		ri[k] = i
+	}
+	for n, w := range windows {
+		r := &results[ri[w.key]]
+		if r.Result == porcupine.Illegal {
+			continue // the first illegal window says it
+		}
+		per := max(time.Until(deadline)/time.Duration(len(windows)-n), time.Millisecond)
+		init := w.init
+		nm := porcupine.NondeterministicModel{
+			Init:              func() []any { return statesAny(init) },
+			Step:              LeaseModel.Step,
+			DescribeOperation: LeaseModel.DescribeOperation,
+			DescribeState:     LeaseModel.DescribeState,
+		}
+		model := nm.ToModel()
+		res, info := porcupine.CheckOperationsVerbose(model, w.ops, per)
+		switch res {
+		case porcupine.Unknown:
+			r.UnknownWindows++
+			r.Result = porcupine.Unknown
+		case porcupine.Illegal:
+			r.Result = porcupine.Illegal
+			r.FirstIllegal = w.ops[0].Call
+			r.Explanation = explain(model, w.ops, info)
+			if dir != "" {
+				path := filepath.Join(dir, "linearizability-"+unsafe.ReplaceAllString(w.key, "_")+".html")
+				if err := porcupine.VisualizePath(model, info, path); err == nil {
+					r.Visualization = path
+				} else {
+					fmt.Fprintf(os.Stderr, "torture: writing visualization: %v\n", err)
+				}
 			}
 		}
-		results = append(results, r)
 	}
 	return results
+}
+
+func statesAny(states []leaseState) []any {
+	out := make([]any, len(states))
+	for i, s := range states {
+		out[i] = s
+	}
+	return out
+}
+
+type opWindow struct {
+	init []leaseState
+	ops  []porcupine.Operation
+}
+
+// isUnknownAcquire reports an acquisition of unknown outcome, pending to
+// the end of the history.
+func isUnknownAcquire(op porcupine.Operation) bool {
+	return op.Input.(leaseInput).Kind == KindAcquire && op.Output.(leaseOutput).Result == resUnknown
+}
+
+// cutWindows cuts one key's operations into windows. An acquisition of
+// unknown outcome whose owner no answer names is a ghost (leaseState.Ghosts)
+// from the first window on that it may fall in; one whose owner is named
+// stays an operation, pending to the end of every window from its call on.
+func cutWindows(ops []porcupine.Operation) []opWindow {
+	named := map[string]bool{}
+	for _, op := range ops {
+		in, out := op.Input.(leaseInput), op.Output.(leaseOutput)
+		if out.Holder != "" {
+			named[out.Holder] = true
+		}
+		if !isUnknownAcquire(op) && in.Kind != KindGet && !(in.Kind == KindAcquire && out.Result == resHeld) {
+			named[in.Owner] = true
+		}
+	}
+	var known, unknown []porcupine.Operation
+	var ghostCalls []int64
+	for _, op := range ops {
+		switch {
+		case !isUnknownAcquire(op):
+			known = append(known, op)
+		case named[op.Input.(leaseInput).Owner]:
+			unknown = append(unknown, op)
+		default:
+			ghostCalls = append(ghostCalls, op.Call)
+		}
+	}
+	sort.SliceStable(known, func(i, j int) bool { return known[i].Call < known[j].Call })
+	// Cut points: a known operation that starts after every earlier one
+	// returned, once the window has windowOps operations.
+	var cuts []int
+	var maxRet int64
+	last := 0
+	for i, op := range known {
+		if i-last >= windowOps && op.Call > maxRet {
+			cuts = append(cuts, i)
+			last = i
+		}
+		maxRet = max(maxRet, op.Return)
+	}
+	cuts = append(cuts, len(known))
+	var out []opWindow
+	from := 0
+	for _, to := range cuts {
+		if to == from {
+			continue
+		}
+		w := known[from:to]
+		start, end := w[0].Call, w[0].Return
+		for _, op := range w {
+			end = max(end, op.Return)
+		}
+		win := opWindow{ops: slices.Clone(w)}
+		ghosts := false
+		for _, c := range ghostCalls {
+			ghosts = ghosts || c <= end
+		}
+		for _, u := range unknown {
+			if u.Call <= end {
+				u.Call = min(u.Call, start-1)
+				u.Return = end + 1
+				win.ops = append(win.ops, u)
+			}
+		}
+		if from == 0 {
+			win.init = []leaseState{{Ghosts: ghosts}}
+		} else {
+			win.init = windowStart(known[:from], unknown, ghostCalls, start, ghosts)
+		}
+		out = append(out, win)
+		from = to
+	}
+	if len(out) == 0 && len(unknown) > 0 {
+		// Only acquisitions of unknown outcome: nothing to contradict.
+		out = append(out, opWindow{init: []leaseState{{}}, ops: unknown})
+	}
+	return out
+}
+
+// windowStart over-approximates the states a key may be in at time at,
+// when every operation of known outcome before it (before) has returned:
+// free or held by the holder of the highest token seen so far, or by the
+// owner of an acquisition of unknown outcome called before; the highest
+// token issued is the highest seen, or above it if an acquisition of
+// unknown outcome was called before.
+func windowStart(before, unknown []porcupine.Operation, ghostCalls []int64, at int64, ghosts bool) []leaseState {
+	var lb uint64
+	owner := map[uint64]string{}
+	see := func(t uint64, who string) {
+		lb = max(lb, t)
+		if who != "" && t != 0 {
+			owner[t] = who
+		}
+	}
+	for _, op := range before {
+		in, out := op.Input.(leaseInput), op.Output.(leaseOutput)
+		switch {
+		case in.Kind == KindAcquire && out.Result == resOK, in.Kind == KindRenew && out.Result == resOK:
+			see(out.Token, in.Owner)
+		case out.Result == resHeld, in.Kind == KindGet && out.HasLease:
+			see(out.HolderToken, out.Holder)
+		}
+		if in.Kind == KindGet {
+			see(out.Last, "")
+		}
+	}
+	maybeAbove := false
+	for _, c := range ghostCalls {
+		maybeAbove = maybeAbove || c < at
+	}
+	states := []leaseState{{Last: lb, Ghosts: ghosts}}
+	if holder, ok := owner[lb]; ok {
+		states = append(states, leaseState{Holder: holder, Token: lb, Last: lb, Ghosts: ghosts})
+	}
+	for _, u := range unknown {
+		if u.Call < at {
+			maybeAbove = true
+			states = append(states, leaseState{Holder: u.Input.(leaseInput).Owner, Last: lb, Pending: true, Ghosts: ghosts})
+		}
+	}
+	if maybeAbove {
+		states = append(states, leaseState{Last: lb, Pending: true, Ghosts: ghosts})
+	}
+	return states
 }
 
 // explain describes where the check got stuck: the last operations of the

@@ -156,3 +156,42 @@ func TestLeaseOperationsDropUninformativeAnswers(t *testing.T) {
 		t.Errorf("unanswered acquisition = %+v, want unknown and pending past the end (%d)", ops[0], h.End)
 	}
 }
+
+// TestLinearizableWindows: a history cut into windows at quiescent points
+// keeps what the operations before a cut say about the key.
+func TestLinearizableWindows(t *testing.T) {
+	defer func(n int) { windowOps = n }(windowOps)
+	windowOps = 1
+	tests := []struct {
+		name string
+		h    *hb
+		want porcupine.CheckResult
+	}{
+		{"a stale read after the cut", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(0, 2, 3, released("a")).
+			add(1, 4, 5, readFree(5)).add(1, 6, 7, readFree(0)), porcupine.Illegal},
+		{"the holder carried over the cut", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(0, 2, 3, renewed("a", 5)).
+			add(1, 4, 5, heldBy("b", "a", 5)).add(0, 6, 7, renewed("a", 5)), porcupine.Ok},
+		{"a token going back after the cut", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(0, 2, 3, released("a")).
+			add(1, 4, 5, acquired("b", 9)).add(1, 6, 7, released("b")).add(2, 8, 9, acquired("c", 7)), porcupine.Illegal},
+		{"an unnamed acquisition of unknown outcome raises the last token", new(hb).
+			add(0, 0, 1, acquired("a", 5)).add(0, 2, 3, released("a")).add(2, 3, 0, acquireUnknown("g")).
+			add(1, 4, 5, readFree(5)).add(1, 6, 7, readFree(8)), porcupine.Ok},
+		{"a named acquisition of unknown outcome holds across the cut", new(hb).
+			add(2, 0, 0, acquireUnknown("g")).add(0, 1, 2, heldBy("a", "g", 4)).add(0, 3, 4, readHeld("g", 4)).
+			add(1, 5, 6, readHeld("g", 4)).add(1, 7, 8, acquired("b", 9)), porcupine.Ok},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := CheckLinearizable(NewHistory(tt.h.ops), 10*time.Second, "")
+			if len(res) != 1 || res[0].Windows < 2 {
+				t.Fatalf("got %+v, want one key checked in at least two windows", res)
+			}
+			if res[0].Result != tt.want {
+				t.Errorf("result %s, want %s", res[0].Result, tt.want)
+			}
+		})
+	}
+}

@@ -141,6 +141,49 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.NodeHeartbeatTimeout = 150 * time.Millisecond
 		cfg.SnapshotBeforeCrash = -1
 	}
+	if name == failpoint.LogAckEarly {
+		// The write lands a fraction of a millisecond after the
+		// acknowledgement: every kill is timed from the node's own report
+		// of it, and is a power loss, so that a write the kill caught
+		// between its write and its fsync is lost as well.
+		cfg.AfterAckShare = 1
+		cfg.LoseUnsynced = true
+		cfg.CrashInterval = 800 * time.Millisecond
+		cfg.DownMin, cfg.DownMax = 50*time.Millisecond, 200*time.Millisecond
+		cfg.NodeHeartbeatTimeout = 150 * time.Millisecond
+		cfg.SnapshotBeforeCrash = -1
+		cfg.NodeSnapshotThreshold = 1 << 20
+	}
+	if name == failpoint.NewLeaderNoFreshTTL {
+		// Every leader change with leases held longer than a TTL.
+		cfg.Nodes = 3
+		cfg.ClusterFaults = []string{"leader-kill", "leader-pause", "leader-isolation"}
+		cfg.ClusterFaultInterval = 1500 * time.Millisecond
+	}
+	if name == failpoint.RenewWithoutQuorumContact {
+		// A leader paused past an election wakes deposed and, before it
+		// knows, renews from its own deadlines; the holders are frozen as
+		// it wakes half the time, so that such a renewal is their last.
+		cfg.Nodes = 3
+		cfg.ClusterFaults = []string{"leader-pause"}
+		cfg.ClusterFaultInterval = time.Second
+		cfg.Duration = 30 * time.Second
+	}
+	if name == failpoint.FollowerLocalRead {
+		// A cut-off follower answers reads from its stale state.
+		cfg.Nodes = 3
+		cfg.ClusterFaults = []string{"follower-isolation", "slow-links"}
+		cfg.ClusterFaultInterval = time.Second
+		cfg.GetProbability, cfg.FollowerReadShare = 1, 1
+	}
+	if name == failpoint.SilentRebootstrap {
+		// A member wiped while a minority lags and the leader's side goes
+		// down: one that bootstraps again silently rejoins on its own.
+		cfg.Nodes = 3
+		cfg.ClusterFaults = []string{"disk-loss"}
+		cfg.ClusterFaultInterval = time.Second
+		cfg.Duration = 25 * time.Second
+	}
 	if name == failpoint.LogAckBeforeWrite {
 		// Every kill right after an acknowledgement; no snapshots, whose
 		// log truncation waits for the late writes.

@@ -135,9 +135,13 @@ func (c *child) exited() <-chan struct{} {
 	return c.done
 }
 
-func (c *child) intend() {
+func (c *child) intend() { c.expectExit(true) }
+
+// expectExit says whether an exit of the current process on its own is
+// expected (not a crash): a node that refuses to start on a lost disk.
+func (c *child) expectExit(expected bool) {
 	c.mu.Lock()
-	c.intended = true
+	c.intended = expected
 	c.mu.Unlock()
 }
 

@@ -75,6 +75,9 @@ func (e *engine) addLocalNode(ctx context.Context, spec NodeSpec) error {
 		return err
 	}
 	n.proc.env = e.failpointEnv()
+	if e.acks != nil {
+		n.proc.env = append(n.proc.env, e.acks.env(len(e.localNodes)))
+	}
 	if len(e.cfg.Failpoints) > 0 {
 		e.logf("mutants switched on in %s: %s", spec.NodeID, strings.Join(e.cfg.Failpoints, ","))
 	}
@@ -154,6 +157,7 @@ func (e *engine) workerSpec(id int, history string) WorkerSpec {
 		PostgresDSN: cfg.PostgresDSN, ScopeTable: e.scopeTable, WriteTable: e.writeTable, NoFencing: cfg.NoFencing,
 		TTL: cfg.TTL, Wait: cfg.Wait, WritesMin: cfg.WritesMin, WritesMax: cfg.WritesMax, ThinkMax: cfg.ThinkMax,
 		GetProbability: enabled(cfg.GetProbability), TryProbability: enabled(cfg.TryProbability),
+		FollowerReadShare:   enabled(cfg.FollowerReadShare),
 		LongHoldShare:       enabled(cfg.LongHoldShare),
 		DelayShare:          enabled(cfg.DelayShare),
 		AbandonProbability:  enabled(cfg.AbandonProbability),
@@ -324,6 +328,9 @@ func (e *engine) cleanup() {
 	}
 	for _, p := range e.linkProxies {
 		p.close()
+	}
+	if e.acks != nil {
+		e.acks.close()
 	}
 	if e.db != nil {
 		if !e.cfg.KeepTables {

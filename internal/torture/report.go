@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -82,8 +83,15 @@ type Summary struct {
 	// has it per checker.
 	Violations          int            `json:"violations"`
 	ViolationsByChecker map[string]int `json:"violationsByChecker"`
-	// Linearizability has porcupine's result per key.
-	Linearizability []LinearizabilityResult `json:"linearizability"`
+	// Linearizability has porcupine's result per key; the check was given
+	// LinearizabilityTimeoutSeconds in all, and timed out (result unknown)
+	// on UnknownKeys keys. A run with unknown keys is not clean.
+	Linearizability               []LinearizabilityResult `json:"linearizability"`
+	LinearizabilityTimeoutSeconds float64                 `json:"linearizabilityTimeoutSeconds"`
+	UnknownKeys                   int                     `json:"unknownKeys"`
+	// FirstViolationSeconds is when the earliest violation that has a time
+	// happened, in seconds after the workers started (0: none).
+	FirstViolationSeconds float64 `json:"firstViolationSeconds,omitempty"`
 }
 
 // Report is what Run returns.
@@ -114,7 +122,7 @@ func (r *Report) Passed() bool {
 		return false // nothing was tested
 	}
 	if !r.NoFencing {
-		return r.Violations == 0
+		return r.Violations == 0 && r.UnknownKeys == 0
 	}
 	for _, c := range r.Checks {
 		if !expectedToFail(c.Name) && c.Violations > 0 {
@@ -186,10 +194,23 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 	s.Checks = append(s.Checks, procs)
 	s.Checks = append(s.Checks, e.clusterChecks...)
 	s.Linearizability = res
+	s.LinearizabilityTimeoutSeconds = cfg.CheckTimeout.Seconds()
+	s.UnknownKeys = lin.Unknown
 	s.ViolationsByChecker = map[string]int{}
+	var first int64
 	for _, c := range s.Checks {
 		s.Violations += c.Violations
 		s.ViolationsByChecker[c.Name] = c.Violations
+		if c.First != 0 && (first == 0 || c.First < first) {
+			first = c.First
+		}
+	}
+	if first != 0 {
+		s.FirstViolationSeconds = max(time.Duration(first-e.start.UnixNano()), 0).Seconds()
+	}
+	if d := s.ackToKill; len(d) > 0 {
+		slices.Sort(d)
+		s.AckToKillMicros = float64(d[len(d)/2].Microseconds())
 	}
 	return &Report{Summary: s}
 }
@@ -234,6 +255,11 @@ func (r *Report) WriteText(w io.Writer) {
 			c.LeaderIsolations, c.FollowerIsolations, c.MovingSplits, c.SplitSteps, c.SlowLinks)
 		fmt.Fprintf(w, "    rolling restarts %d (%d node restarts); members removed and added back %d; faults skipped for want of a leader %d\n",
 			c.RollingRestarts, c.NodeRestarts, c.MemberReAdds, c.NoLeader)
+		fmt.Fprintf(w, "    disk losses %d (the wiped member refused %d times, recovered as documented %d); leader kills aimed at an acknowledgement %d; holders frozen as a paused leader woke %d\n",
+			c.DiskLosses, c.WipedRefused, c.WipedRecovered, c.AimedLeaderKills, c.HoldersFrozen)
+	}
+	if s.CrashesAfterNodeAck > 0 {
+		fmt.Fprintf(w, "    %d kills timed from a node's acknowledgement (median %vµs after it)\n", s.CrashesAfterNodeAck, s.AckToKillMicros)
 	}
 	fmt.Fprintf(w, "    %d crashes right after an acknowledgement; snapshots: %d taken (%d forced just before a crash), %d restored; simulated power losses: %d\n",
 		s.CrashesAfterAck, s.SnapshotsTaken, s.ForcedSnapshots, s.SnapshotRestores, s.PowerLosses)
@@ -292,6 +318,8 @@ func (r *Report) verdict() string {
 		verdict = "FAIL: no lease was granted, so nothing was tested (see the workers' logs)"
 	case !s.NoFencing && r.Passed():
 		verdict = "PASS: no violations"
+	case !s.NoFencing && s.Violations == 0:
+		verdict = fmt.Sprintf("INCONCLUSIVE: no violations, but the linearizability check timed out on %d keys (raise --check-timeout)", s.UnknownKeys)
 	case !s.NoFencing:
 		verdict = fmt.Sprintf("FAIL: %d violations", s.Violations)
 	case r.Passed():

@@ -50,6 +50,9 @@ type WorkerSpec struct {
 	WritesMax      int           `json:"writesMax"`
 	ThinkMax       time.Duration `json:"thinkMax"`
 	GetProbability float64       `json:"getProbability"`
+	// FollowerReadShare is the share of reads sent to one of Endpoints
+	// picked at random, not to the client's choice.
+	FollowerReadShare float64 `json:"followerReadShare,omitempty"`
 	// LongHoldShare is the chance that a lease's think times spread its
 	// writes over up to 4×TTL, so that it is renewed several times.
 	LongHoldShare  float64 `json:"longHoldShare,omitempty"`
@@ -140,6 +143,14 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("worker %d: %w", spec.ID, err)
 	}
+	for _, ep := range spec.Endpoints {
+		c, err := client.New(client.Config{Endpoint: ep, HTTPClient: w.leases, Owner: spec.name(), TTL: spec.TTL,
+			RequestTimeout: max(spec.TTL/2, 100*time.Millisecond)})
+		if err != nil {
+			return fmt.Errorf("worker %d: %w", spec.ID, err)
+		}
+		w.direct = append(w.direct, c)
+	}
 	if spec.PostgresDSN != "" {
 		db, err := sql.Open("pgx", spec.PostgresDSN)
 		if err != nil {
@@ -163,6 +174,9 @@ type worker struct {
 	rng    *rand.Rand
 	leases *leaseRecorder
 	client *client.Client
+	// direct has a client per node of a cluster, for reads sent to a
+	// node on purpose (FollowerReadShare).
+	direct []*client.Client
 	store  *http.Transport
 	db     *sql.DB
 	guard  *fencesql.Guard
@@ -268,7 +282,11 @@ func (w *worker) release(l *client.Lease) {
 func (w *worker) get(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(w.spec.TTL, time.Second))
 	defer cancel()
-	_, _, _, _ = w.client.Get(ctx, key)
+	c := w.client
+	if len(w.direct) > 0 && w.rng.Float64() < w.spec.FollowerReadShare {
+		c = w.direct[w.rng.IntN(len(w.direct))]
+	}
+	_, _, _, _ = c.Get(ctx, key)
 }
 
 type writeResult int

@@ -3,6 +3,10 @@
 package failstore
 
 import (
+	"net"
+	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,10 +21,13 @@ var enabled = failpoint.Enabled
 // WrapLogStore returns s, or with LogAckBeforeWrite switched on, a store
 // whose StoreLogs returns at once and writes each batch lateWrite later.
 func WrapLogStore(s raft.LogStore) raft.LogStore {
-	if !enabled(failpoint.LogAckBeforeWrite) {
+	if !enabled(failpoint.LogAckBeforeWrite) && !enabled(failpoint.LogAckEarly) {
 		return s
 	}
-	l := &lateLogStore{LogStore: s, queue: make(chan []*raft.Log, 1024)}
+	l := &lateLogStore{LogStore: s, queue: make(chan []*raft.Log, 1024), delay: lateWrite}
+	if !enabled(failpoint.LogAckBeforeWrite) {
+		l.delay = 0 // LogAckEarly
+	}
 	l.written = sync.NewCond(&l.mu)
 	go l.writer()
 	return l
@@ -37,6 +44,7 @@ const lateWrite = 20 * time.Millisecond
 type lateLogStore struct {
 	raft.LogStore
 	queue   chan []*raft.Log
+	delay   time.Duration // before each write
 	mu      sync.Mutex
 	written *sync.Cond // signalled when pending drops
 	pending int        // batches acknowledged and not yet written
@@ -53,7 +61,9 @@ func (l *lateLogStore) wait() {
 
 func (l *lateLogStore) writer() {
 	for batch := range l.queue {
-		time.Sleep(lateWrite)
+		if l.delay > 0 {
+			time.Sleep(l.delay)
+		}
 		if err := l.LogStore.StoreLogs(batch); err != nil {
 			panic("failpoint: late log write: " + err.Error())
 		}
@@ -89,3 +99,52 @@ func (l *lateLogStore) DeleteRange(lo, hi uint64) error {
 	l.wait()
 	return l.LogStore.DeleteRange(lo, hi)
 }
+
+// WrapAckHandler returns h, or with failpoint.AckNotifyEnvVar set, a
+// handler that sends one datagram to that socket after each successful
+// unary Acquire, Renew or Release has been answered and flushed: "acquire",
+// "renew" or "release". A send that would block for more than a
+// millisecond is dropped.
+func WrapAckHandler(h http.Handler) http.Handler {
+	path := os.Getenv(failpoint.AckNotifyEnvVar)
+	if path == "" {
+		return h
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		panic("failpoint: " + failpoint.AckNotifyEnvVar + ": " + err.Error())
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := ackName(r.URL.Path)
+		if name == "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		if sw.status != http.StatusOK {
+			return
+		}
+		_ = http.NewResponseController(w).Flush()
+		_ = conn.SetWriteDeadline(time.Now().Add(time.Millisecond))
+		_, _ = conn.Write([]byte(name))
+	})
+}
+
+// ackName names the acknowledgements WrapAckHandler reports.
+func ackName(p string) string {
+	for _, s := range []string{"/Acquire", "/Renew", "/Release"} {
+		if strings.HasSuffix(p, s) && strings.Contains(p, "LeaseService") {
+			return strings.ToLower(s[1:])
+		}
+	}
+	return ""
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int)        { s.status = code; s.ResponseWriter.WriteHeader(code) }
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
