@@ -165,9 +165,12 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		// knows, renews from its own deadlines; the holders are frozen as
 		// it wakes half the time, so that such a renewal is their last.
 		cfg.Nodes = 3
+		// Waiters on every key take a frozen holder's key as soon as the
+		// new leader expires it.
 		cfg.ClusterFaults = []string{"leader-pause"}
 		cfg.ClusterFaultInterval = time.Second
 		cfg.Duration = 30 * time.Second
+		cfg.Workers, cfg.Keys, cfg.TryProbability = 6, 2, -1
 	}
 	if name == failpoint.FollowerLocalRead {
 		// A cut-off follower answers reads from its stale state.

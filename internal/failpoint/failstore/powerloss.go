@@ -23,8 +23,9 @@ import (
 // durable where a kill destroys it, in the manner of LazyFS:
 //
 //   - Raft log segment files (WrapVFS): writes since a file's last Sync are
-//     held in the process's memory, and reads see them; Sync writes them
-//     to the file and fsyncs it. A kill loses what was held. A Close
+//     held in the process's memory, and reads see them; Sync fsyncs the
+//     file, then writes them to it, so that they are durable when Sync
+//     returns and not before. A kill loses what was held. A Close
 //     writes them to the file without an fsync, as a clean exit leaves
 //     them in the page cache.
 //   - bbolt files (raft-wal's metadata through WrapMetaStore, the
@@ -200,11 +201,15 @@ func (f *lazyFile) ReadAt(p []byte, off int64) (int, error) {
 	return f.u.read(p, off, n, err)
 }
 
+// Sync makes what was held durable when it returns, not before: a real
+// power loss during an fsync loses what it was syncing. So the fsync comes
+// first, and takes its usual time, and only then is what was held written
+// to the file, where a kill -9 no longer loses it.
 func (f *lazyFile) Sync() error {
-	if err := f.u.flush(f.WritableFile); err != nil {
+	if err := f.WritableFile.Sync(); err != nil {
 		return err
 	}
-	return f.WritableFile.Sync()
+	return f.u.flush(f.WritableFile)
 }
 
 func (f *lazyFile) Close() error {
