@@ -242,7 +242,7 @@ export class Client implements AsyncDisposable {
               sent = performance.now();
               return ep.rpc.acquire({ key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(waitMs) }, { signal });
             },
-            (r) => ({ leaseId: r.lease?.leaseId, token: r.lease?.token, owner: r.lease?.owner }),
+            (r) => ({ leaseId: r.lease?.leaseId, token: r.lease?.token, owner: r.lease?.owner, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
           );
         } catch (err) {
           if (unanswered === undefined && retryable(err) && mayHaveArrived(err)) {
@@ -284,11 +284,11 @@ export class Client implements AsyncDisposable {
   }
 
   /** Renews over the stream when one is usable, else (or when it gives no answer) with unary Renew. */
-  #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
-    return traced({ kind: "renew", key, leaseId }, () => this.#renewEither(key, leaseId, by, timeoutMs), () => ({ leaseId }));
+  #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string; token: bigint; ttlMs: number }> {
+    return traced({ kind: "renew", key, leaseId }, () => this.#renewEither(key, leaseId, by, timeoutMs), (r) => ({ leaseId, token: r.token, ttlMs: r.ttlMs }));
   }
 
-  async #renewEither(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
+  async #renewEither(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string; token: bigint; ttlMs: number }> {
     const t0 = performance.now();
     let limit = timeoutMs / 2;
     if (by > 0) {
@@ -298,7 +298,7 @@ export class Client implements AsyncDisposable {
     if (s && limit > 0) {
       try {
         const r = await s.renew(key, leaseId, limit);
-        return { signature: r.tokenSignature ?? "" };
+        return { signature: r.tokenSignature ?? "", token: r.lease?.token ?? 0n, ttlMs: Number(r.lease?.ttlMs ?? 0n) };
       } catch (err) {
         if (!(err instanceof NoAnswerError)) {
           throw err;
@@ -311,7 +311,7 @@ export class Client implements AsyncDisposable {
       throw new TimeoutError(`renew ${JSON.stringify(key)}: no answer within ${timeoutMs}ms`);
     }
     const info = await this.renew(key, leaseId, { timeoutMs: left });
-    return { signature: info.signature };
+    return { signature: info.signature, token: info.token, ttlMs: info.ttlMs };
   }
 
   #callSignal(options: { timeoutMs?: number; signal?: AbortSignal }): AbortSignal {

@@ -16,6 +16,7 @@ export interface TraceResult {
   leaseId?: string;
   owner?: string;
   token?: bigint;
+  ttlMs?: number;
   /** get: whether the key is held, and the last token issued. */
   hasLease?: boolean;
   lastToken?: bigint;
