@@ -310,7 +310,7 @@ func (s *Server) form() error {
 				return fmt.Errorf("the initial cluster names %s %s, but the node there is %q: check --initial-cluster", p.ID, p.Address, st.Node)
 			case st.Votes || st.HasState:
 				if st.Initial[s.cfg.NodeID] != me.Instance {
-					return &MemberBootstrappedError{Node: s.cfg.NodeID, Peer: p.ID + " (" + p.Address + ")"}
+					return &MemberBootstrappedError{Node: s.cfg.NodeID, Address: string(s.trans.LocalAddr()), Peer: p.ID + " (" + p.Address + ")"}
 				}
 				if err := s.ident.join(st.Cluster, st.Initial); err != nil {
 					return err
@@ -363,7 +363,7 @@ func (s *Server) noteExistingState() {
 	}
 	if !s.ident.votes.Load() {
 		s.log.Warn("this member's data directory started empty and it has not been added since: it does not vote. "+
-			"If it is still in the configuration under its old data directory, "+recoverySteps(s.cfg.NodeID),
+			"If it is still in the configuration under its old data directory, "+recoverySteps(s.cfg.NodeID, string(s.trans.LocalAddr())),
 			"node_id", s.cfg.NodeID)
 	}
 }

@@ -63,9 +63,14 @@ import (
 // they come back it refuses. A cluster whose members have all lost their
 // directories is a new cluster.
 //
-// Non-guarantees: the identity file is part of the data directory;
-// deleting it alone (keeping the raft log) makes the directory count as
-// one from before cluster IDs, which votes and carries no cluster ID. A
+// Non-guarantees: a node started without an initial cluster has no peers
+// to ask: on an empty data directory it forms a new cluster of one, even
+// if it had grown into a larger cluster through member add (its former
+// peers then refuse its connections, since its cluster ID is new; start
+// such a node with --join after a loss). The identity file is part of the
+// data directory; deleting it alone (keeping the raft log) makes the
+// directory count as one from before cluster IDs, which votes and carries
+// no cluster ID. A
 // data directory written by fenced restore, or by a version before cluster
 // IDs, has no cluster ID: its connections are checked only against members
 // that have one and carry a different one. The peer port is trusted as
@@ -85,24 +90,28 @@ var (
 	ErrClusterMismatch = errors.New("peer belongs to another cluster")
 )
 
-// recoverySteps is the documented recovery of a member that lost its data
-// directory.
-func recoverySteps(id string) string {
+// recoverySteps is the documented recovery of member id, whose raft
+// address is addr ("" if unknown), after it lost its data directory.
+func recoverySteps(id, addr string) string {
+	if addr == "" {
+		addr = "RAFTHOST:PORT"
+	}
 	return fmt.Sprintf("remove it (fencectl member remove %s), empty its data directory, start it with --join "+
-		"(and no --initial-cluster), then add it back (fencectl member add %s RAFTHOST:PORT)", id, id)
+		"(and no --initial-cluster), then add it back (fencectl member add %s %s)", id, id, addr)
 }
 
 // MemberBootstrappedError says which peer knows this member with another
 // data directory.
 type MemberBootstrappedError struct {
-	Node string // this member
-	Peer string // the peer that belongs to the cluster, ID and address
+	Node    string // this member
+	Address string // this member's raft address
+	Peer    string // the peer that belongs to the cluster, ID and address
 }
 
 func (e *MemberBootstrappedError) Error() string {
 	return fmt.Sprintf("%v: %s is a member of a running cluster that counts %s with another data directory; "+
 		"this one is new, so its votes and log were lost. To bring %s back: %s",
-		ErrMemberBootstrapped, e.Peer, e.Node, e.Node, recoverySteps(e.Node))
+		ErrMemberBootstrapped, e.Peer, e.Node, e.Node, recoverySteps(e.Node, e.Address))
 }
 
 func (e *MemberBootstrappedError) Is(target error) bool { return target == ErrMemberBootstrapped }
@@ -117,7 +126,7 @@ type ClusterMismatchError struct {
 func (e *ClusterMismatchError) Error() string {
 	return fmt.Sprintf("%v: %s has the cluster ID %s, this member %s. The two belong to different clusters, "+
 		"or one started a new cluster on an empty data directory; to bring such a member back: %s",
-		ErrClusterMismatch, e.Peer, e.PeerCluster, e.Cluster, recoverySteps("ID"))
+		ErrClusterMismatch, e.Peer, e.PeerCluster, e.Cluster, recoverySteps("ID", ""))
 }
 
 func (e *ClusterMismatchError) Is(target error) bool { return target == ErrClusterMismatch }
@@ -150,7 +159,7 @@ func openIdentity(dir string, hasState bool) (*identityStore, error) {
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(b, &s.id); err != nil || s.id.Instance == "" {
-			return nil, fmt.Errorf("identity file %s is damaged (%v): %s", s.path, err, recoverySteps("this member"))
+			return nil, fmt.Errorf("identity file %s is damaged (%v): %s", s.path, err, recoverySteps("this member", ""))
 		}
 		s.votes.Store(s.id.Votes)
 		return s, nil

@@ -18,6 +18,17 @@ func memberCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "member",
 		Short: "List, add and remove cluster members, or move leadership",
+		Long: `member lists, adds and removes cluster members, or moves leadership. Any
+node takes the requests; changes are forwarded to the leader.
+
+A member that lost its data directory does not vote again under its old
+name: started with its usual command line it refuses to start. Bring it
+back as a new member:
+
+  fencectl member remove ID
+  (empty its data directory)
+  fenced --join --node-id ID --raft-listen RAFTHOST:PORT ...
+  fencectl member add ID RAFTHOST:PORT`,
 	}
 	list := &cobra.Command{
 		Use:   "list",
@@ -39,7 +50,13 @@ func memberCmd(g *globals) *cobra.Command {
 	add := &cobra.Command{
 		Use:   "add ID RAFTHOST:PORT",
 		Short: "Add a node started with fenced --join (or change a member's suffrage)",
-		Args:  cobra.ExactArgs(2),
+		Long: `add makes the node at RAFTHOST:PORT, started with fenced --join (or
+--initial-cluster-state existing) on an empty data directory, a voting
+member (a non-voter with --non-voter). The leader asks the node who it is
+first, so start it before. A node that started on a new data directory
+while ID is still in the configuration is refused: run member remove ID
+first, so that no configuration counts the votes it lost.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var resp *connect.Response[fencedv1.AddMemberResponse]
 			err := g.cluster(cmd.Context(), func(ctx context.Context, c fencedv1connect.ClusterServiceClient) (err error) {

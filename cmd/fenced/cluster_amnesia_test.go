@@ -40,7 +40,23 @@ func TestClusterWipedMemberDoesNotForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.kill(leader)
+	// Alone, the wiped member waits for its peers: it neither forms a
+	// cluster nor votes.
 	c.start(wiped)
+	polled := 0
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		r, err := c.role(wiped)
+		if err != nil {
+			continue
+		}
+		polled++
+		if len(r.Members) > 0 || r.Votes {
+			t.Fatalf("with its peers down, the wiped member bootstrapped: %+v", r)
+		}
+	}
+	if polled == 0 || !c.alive(wiped) {
+		t.Fatalf("the wiped member, alone, did not wait for its peers (answered %d times, alive %v)", polled, c.alive(wiped))
+	}
 	c.start(down)
 
 	// Long enough for several elections (heartbeat timeout 500ms).
