@@ -226,8 +226,8 @@ func (e *engine) waitLeader(ctx context.Context, d time.Duration) int {
 }
 
 // awaitCluster waits until the cluster is whole: every node runs, answers
-// /healthz (it can serve acquisitions), names the same leader, and that
-// leader's configuration has every node as a voter.
+// /healthz (it can serve acquisitions), votes, names the same leader, and
+// that leader's configuration has every node as a voter.
 func (e *engine) awaitCluster(ctx context.Context) error {
 	var last string
 	for {
@@ -255,6 +255,9 @@ func (e *engine) clusterWhole(ctx context.Context) string {
 	for i, r := range rs {
 		if r.NodeID == "" {
 			return e.localNodes[i].Name() + " does not answer /v1/role"
+		}
+		if !r.Votes {
+			return e.localNodes[i].Name() + " does not vote (it waits to be added)"
 		}
 		if r.Role == "leader" && r.Ready {
 			leader = r.NodeID
