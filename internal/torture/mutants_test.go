@@ -66,7 +66,7 @@ func TestMutants(t *testing.T) {
 				return
 			}
 			caught++
-			t.Logf("mutant %s caught: %s", name, strings.Join(by, ", "))
+			t.Logf("mutant %s caught: %s; first violation %.1fs into the run", name, strings.Join(by, ", "), rep.FirstViolationSeconds)
 		})
 	}
 	t.Logf("mutants caught: %d/%d in %v", caught, len(names), time.Since(start).Round(time.Second))

@@ -276,6 +276,9 @@ func (r *Report) WriteText(w io.Writer) {
 	for _, c := range s.Checks {
 		writeCheck(w, c, s.NoFencing)
 	}
+	if s.FirstViolationSeconds > 0 {
+		fmt.Fprintf(w, "  first violation: %.1fs after the workers started\n", s.FirstViolationSeconds)
+	}
 	fmt.Fprintf(w, "  result: %s\n  details: %s\n", r.verdict(), s.OutputDir)
 }
 
