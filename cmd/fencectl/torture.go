@@ -97,6 +97,8 @@ func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *stri
 	f.Float64Var(&cfg.SnapshotBeforeCrash, "snapshot-before-crash", 0.3, "chance that the node is made to take a snapshot just before a crash; negative disables")
 	f.Uint64Var(&cfg.NodeSnapshotThreshold, "node-snapshot-threshold", 8, "the local node's --snapshot-threshold (low, so that runs snapshot, restore and truncate the log)")
 	f.DurationVar(&cfg.NodeSnapshotInterval, "node-snapshot-interval", 200*time.Millisecond, "the local node's --snapshot-interval")
+	f.Var(newWordsValue(&cfg.WorkerCommand), "worker-cmd", "command that runs a worker in another language, given --spec JSON (docs/torture.md), e.g. 'python3 -m fenced.torture_worker'")
+	f.IntVar(&cfg.WorkerCommandWorkers, "worker-cmd-workers", 0, "how many of the workers run --worker-cmd, the others being Go workers (0: all)")
 	f.StringSliceVar(&cfg.Failpoints, "failpoints", nil, "mutants to switch on in the local node (needs a binary built with -tags fenced_failpoints); the run must then fail")
 	f.BoolVar(&cfg.NoCrashes, "no-crashes", false, "do not crash the node")
 	f.BoolVar(&cfg.LoseUnsynced, "lose-unsynced", false, "make every kill of a node or the store a simulated power loss that loses what was not yet fsynced (needs a binary built with -tags fenced_failpoints)")
@@ -130,3 +132,23 @@ func tortureChildCmd(role string) *cobra.Command {
 	cmd.Flags().StringVar(&spec, "spec", "", "JSON specification from the harness")
 	return cmd
 }
+
+// wordsValue is a flag whose value is split into words at spaces, as a
+// command line without quoting.
+type wordsValue struct{ words *[]string }
+
+func newWordsValue(p *[]string) *wordsValue { return &wordsValue{p} }
+
+func (v *wordsValue) String() string {
+	if v.words == nil {
+		return ""
+	}
+	return strings.Join(*v.words, " ")
+}
+
+func (v *wordsValue) Set(s string) error {
+	*v.words = strings.Fields(s)
+	return nil
+}
+
+func (v *wordsValue) Type() string { return "command" }

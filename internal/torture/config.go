@@ -161,6 +161,16 @@ type Config struct {
 	// OutputDir receives histories, logs, summary.json and, when the
 	// linearizability check fails, its visualization. Required.
 	OutputDir string
+	// WorkerCommand, if set, starts workers written in any language: the
+	// command plus "--spec" and the WorkerSpec as JSON. Such a worker runs
+	// the Go worker's loop and writes the same history records and events
+	// (docs/torture.md, "Workers in other languages"). Default: none, every
+	// worker is this harness's Go worker.
+	WorkerCommand []string
+	// WorkerCommandWorkers is how many of the Workers run WorkerCommand
+	// (the first ones); the others are Go workers. Default (0): all of
+	// them when WorkerCommand is set.
+	WorkerCommandWorkers int
 	// Command starts this harness's child processes: Command plus "node",
 	// "worker" or "store" and "--spec" JSON. Default: this executable with
 	// "torture" (the fencectl binary).
@@ -247,6 +257,9 @@ func (c *Config) check() error {
 	}
 	if c.Workers < 1 || c.Keys < 1 {
 		bad("Workers (%d) and Keys (%d) must be at least 1", c.Workers, c.Keys)
+	}
+	if c.WorkerCommandWorkers < 0 || c.WorkerCommandWorkers > c.Workers || (c.WorkerCommandWorkers > 0 && len(c.WorkerCommand) == 0) {
+		bad("WorkerCommandWorkers %d must be 0..Workers (%d), and needs WorkerCommand", c.WorkerCommandWorkers, c.Workers)
 	}
 	if c.TTL < 10*time.Millisecond {
 		bad("TTL %v is below 10ms", c.TTL)

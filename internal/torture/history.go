@@ -76,6 +76,10 @@ type Op struct {
 	Object string `json:"object,omitempty"`
 	// Via is "direct" or "proxy" for store writes.
 	Via string `json:"via,omitempty"`
+	// Deadline, for writes, is the writer's local deadline of its lease
+	// when the write began, as wall-clock Unix nanoseconds (0: not
+	// recorded). CheckClientDeadline holds it against the history.
+	Deadline int64 `json:"deadline,omitempty"`
 
 	Call    int64   `json:"call"`
 	Return  int64   `json:"ret,omitempty"`

@@ -180,7 +180,19 @@ func (e *engine) workerArgv(ws *workerState) []string {
 	spec := e.workerSpec(ws.id, ws.history)
 	spec.Incarnation = ws.incarnation
 	b, _ := json.Marshal(spec)
+	if e.foreignWorker(ws.id) {
+		return append(append([]string{}, e.cfg.WorkerCommand...), "--spec", string(b))
+	}
 	return append(append([]string{}, e.cfg.Command...), RoleWorker, "--spec", string(b))
+}
+
+// foreignWorker reports whether worker id runs Config.WorkerCommand.
+func (e *engine) foreignWorker(id int) bool {
+	n := e.cfg.WorkerCommandWorkers
+	if n == 0 {
+		n = e.cfg.Workers
+	}
+	return len(e.cfg.WorkerCommand) > 0 && id < n
 }
 
 func (e *engine) startWorkers() error {

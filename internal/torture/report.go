@@ -179,7 +179,7 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 	} else {
 		s.Checks = append(s.Checks, CheckResult{Name: NameSQLOrder, Skipped: "no PostgreSQL configured"})
 	}
-	s.Checks = append(s.Checks, CheckProvenance(h, ev), CheckTokens(h), CheckAckedPresent(h, ev), CheckExclusion(h), CheckRenewals(h))
+	s.Checks = append(s.Checks, CheckProvenance(h, ev), CheckTokens(h), CheckAckedPresent(h, ev), CheckExclusion(h), CheckRenewals(h), CheckClientDeadline(h))
 	lin, res := CheckLinearizability(h, cfg.CheckTimeout, cfg.OutputDir)
 	s.Checks = append(s.Checks, lin)
 	procs := CheckResult{Name: NameProcesses, Checked: cfg.Workers + len(e.localNodes)}

@@ -315,7 +315,8 @@ func (w *worker) put(l *client.Lease, delayed bool) writeResult {
 	if delayed {
 		base, via, timeout = w.spec.ProxyURL, "proxy", w.spec.DelayedWriteTimeout
 	}
-	op := &Op{Kind: KindPut, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes), Via: via}
+	op := &Op{Kind: KindPut, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes), Via: via,
+		Deadline: l.Deadline().UnixNano()}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	hc := &http.Client{Transport: fencehttp.NewTransport(l, w.store)}
@@ -354,7 +355,8 @@ func (w *worker) put(l *client.Lease, delayed bool) writeResult {
 
 func (w *worker) sql(l *client.Lease) writeResult {
 	w.writes++
-	op := &Op{Kind: KindSQL, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes)}
+	op := &Op{Kind: KindSQL, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes),
+		Deadline: l.Deadline().UnixNano()}
 	ctx, cancel := context.WithTimeout(context.Background(), w.spec.WriteTimeout)
 	defer cancel()
 	insert := func(ctx context.Context, tx *sql.Tx) error {
