@@ -33,7 +33,7 @@ DEFAULT_DEADLINE_MARGIN = 0.010
 
 # The mutant the torture harness must catch: the local deadline counted
 # from when the answer arrived instead of when the request was sent.
-MUTANT_ENV = "FENCED_PY_MUTANT"
+MUTANT_ENV = "FENCED_TORTURE_MUTANT"
 
 
 @dataclass

@@ -13,7 +13,7 @@ Like the Go worker it never looks at its lease before writing: every write
 behaves like one from a process paused between its check and its write, so
 the guards are what is tested. It records, with every write, the lease's
 local deadline, which the client-deadline-conservative checker holds
-against the history (FENCED_PY_MUTANT=deadline-from-answer must be caught).
+against the history (FENCED_TORTURE_MUTANT=deadline-from-answer must be caught).
 """
 
 from __future__ import annotations
