@@ -322,8 +322,9 @@ type LinearizabilityResult struct {
 	// UnknownWindows how many of them timed out.
 	Windows        int `json:"windows"`
 	UnknownWindows int `json:"unknownWindows,omitempty"`
-	// FirstIllegal is the call time (Unix ns) of the first operation of
-	// the first window that is not linearizable.
+	// FirstIllegal is when the history stopped being linearizable (Unix
+	// ns): the earliest return of an operation that the longest
+	// linearizable prefix of the first illegal window leaves out.
 	FirstIllegal int64 `json:"firstIllegal,omitempty"`
 	// Visualization is the HTML file written for an Illegal result.
 	Visualization string `json:"visualization,omitempty"`
@@ -397,8 +398,10 @@ func CheckLinearizable(h *History, timeout time.Duration, dir string) []Lineariz
 			r.Result = porcupine.Unknown
 		case porcupine.Illegal:
 			r.Result = porcupine.Illegal
-			r.FirstIllegal = w.ops[0].Call
-			r.Explanation = explain(model, w.ops, info)
+			r.Explanation, r.FirstIllegal = explain(model, w.ops, info)
+			if r.FirstIllegal == 0 {
+				r.FirstIllegal = w.ops[0].Call
+			}
 			if dir != "" {
 				path := filepath.Join(dir, "linearizability-"+unsafe.ReplaceAllString(w.key, "_")+".html")
 				if err := porcupine.VisualizePath(model, info, path); err == nil {
@@ -560,10 +563,12 @@ func windowStart(before, unknown []porcupine.Operation, ghostCalls []int64, at i
 // explain describes where the check got stuck: the last operations of the
 // longest linearizable prefix, the state after it, and the earliest
 // operations left that the model refuses from that state.
-func explain(model porcupine.Model, part []porcupine.Operation, info porcupine.LinearizationInfo) string {
+// It also returns the earliest return of an operation left out of that
+// prefix: by then the history cannot be linearized (0 if unknown).
+func explain(model porcupine.Model, part []porcupine.Operation, info porcupine.LinearizationInfo) (string, int64) {
 	partials := info.PartialLinearizationsOperations()
 	if len(partials) == 0 || len(partials[0]) == 0 {
-		return ""
+		return "", 0
 	}
 	longest := partials[0][0]
 	for _, p := range partials[0] {
@@ -599,5 +604,11 @@ func explain(model porcupine.Model, part []porcupine.Operation, info porcupine.L
 			n++
 		}
 	}
-	return strings.TrimRight(b.String(), "\n")
+	var stuck int64
+	for _, op := range part {
+		if !done[id{op.ClientId, op.Call}] && (stuck == 0 || op.Return < stuck) {
+			stuck = op.Return
+		}
+	}
+	return strings.TrimRight(b.String(), "\n"), stuck
 }

@@ -137,6 +137,9 @@ func TestLinearizabilityFailureWritesVisualization(t *testing.T) {
 	if ex := per[0].Explanation; !strings.Contains(ex, "impossible") || !strings.Contains(ex, "get -> free, last 0") {
 		t.Errorf("explanation does not name the stale read:\n%s", ex)
 	}
+	if per[0].FirstIllegal != 3e6 {
+		t.Errorf("first illegal at %d, want the stale read's return (3ms)", per[0].FirstIllegal)
+	}
 }
 
 func TestLeaseOperationsDropUninformativeAnswers(t *testing.T) {
