@@ -271,3 +271,51 @@ def _dropping_proxy(target_port: int) -> int:
 
     threading.Thread(target=serve, daemon=True).start()
     return ln.getsockname()[1]
+
+
+def test_watch_yields_resync_and_maps_the_end_of_stream_error():
+    """A server that answers a Watch with events, a RESYNC and an error at the end of the stream."""
+    import http.server
+    import json
+    import struct
+
+    def env(flags, msg):
+        b = json.dumps(msg).encode()
+        return bytes([flags]) + struct.pack(">I", len(b)) + b
+
+    frames = [
+        env(0, {"event": {"type": "ACQUIRED", "lease": {"key": "k", "owner": "o", "token": "7"}, "revision": "7"}}),
+        env(0, {"event": {"type": "RESYNC"}}),
+        env(0, {"event": {"type": "EXPIRED", "lease": {"key": "k", "owner": "o", "token": "7"}, "revision": "9"}}),
+        env(2, {"error": {"code": "permission_denied", "message": "no watch on k"}}),
+    ]
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/connect+json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for f in frames:  # split across chunks, as a real server may
+                for part in (f[:3], f[3:]):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    c = Client(f"http://127.0.0.1:{srv.server_address[1]}")
+    try:
+        got = []
+        with pytest.raises(fenced.PermissionDenied):
+            for ev in c.watch("k"):
+                got.append((ev.type, ev.revision, ev.lease.token if ev.lease else None))
+        assert got == [("ACQUIRED", 7, 7), ("RESYNC", 0, None), ("EXPIRED", 9, 7)]
+    finally:
+        c.close()
+        srv.shutdown()
