@@ -76,6 +76,8 @@ interface Op {
   token?: bigint;
   object?: string;
   via?: string;
+  /** Writes: the lease's local deadline when the write began, wall-clock ns. */
+  deadline?: bigint;
   call: bigint;
   ret?: bigint;
   outcome?: "ok" | "fail" | "unknown";
@@ -91,7 +93,12 @@ const ms = (ns: number) => ns / 1e6;
 
 /** Wall-clock Unix nanoseconds: every process of a run reads the same clock. */
 function nowNs(): bigint {
-  return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
+  return wallNs(performance.now());
+}
+
+/** A performance.now() reading as wall-clock Unix nanoseconds. */
+function wallNs(perfMs: number): bigint {
+  return BigInt(Math.round((performance.timeOrigin + perfMs) * 1e6));
 }
 
 /** A small seeded generator (mulberry32), so that runs can be replayed by seed. */
@@ -319,7 +326,7 @@ class Worker {
     const base = delayed ? s.proxyUrl! : s.storeUrl;
     const timeout = ms(delayed ? s.delayedWriteTimeout : s.writeTimeout);
     const object = `${l.key}/${this.name}/${this.writes}`;
-    const op = this.rec.begin({ kind: "put", key: l.key, token: l.token, object, via: delayed ? "proxy" : "direct" });
+    const op = this.rec.begin({ kind: "put", key: l.key, token: l.token, object, via: delayed ? "proxy" : "direct", deadline: wallNs(l.deadline) });
     const value = `${l.key}|${l.token}|w${s.id}|${object}`;
     // The lease's signal is left out on purpose: the write must reach the
     // store even after the lease was lost, as from a paused process.
@@ -354,7 +361,7 @@ class Worker {
     const s = this.spec;
     this.writes++;
     const object = `${l.key}/${this.name}/${this.writes}`;
-    const op = this.rec.begin({ kind: "sql", key: l.key, token: l.token, object });
+    const op = this.rec.begin({ kind: "sql", key: l.key, token: l.token, object, deadline: wallNs(l.deadline) });
     const table = `"${s.writeTable!.replace(/"/g, '""')}"`;
     const insert = (c: pg.PoolClient) =>
       c.query(`INSERT INTO ${table} (scope, token, worker, object) VALUES ($1, $2, $3, $4)`, [l.key, l.token.toString(), s.id, object]);
