@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -40,6 +41,13 @@ type Config struct {
 	// every call); calls fail over between them (see endpoints.go).
 	// Default: Endpoint alone.
 	Endpoints []string
+	// AutoSyncInterval, when positive, makes the client replace its
+	// endpoints every interval with the client URLs the cluster's members
+	// advertise (fenced --advertise-client-url; see Sync), as etcd's
+	// AutoSyncInterval does: members added and removed then need no change
+	// of configuration. Default 0: off, as in etcd; the endpoints stay those
+	// given. Close stops it.
+	AutoSyncInterval time.Duration
 	// FailoverTimeout bounds how long one call keeps going round the
 	// endpoints while none can serve it (for example during an election).
 	// Default 5s.
@@ -144,6 +152,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("client config: RequestTimeout %v must be positive", c.RequestTimeout)
 	case c.FailoverTimeout < 0:
 		return fmt.Errorf("client config: FailoverTimeout %v is negative", c.FailoverTimeout)
+	case c.AutoSyncInterval < 0:
+		return fmt.Errorf("client config: AutoSyncInterval %v is negative", c.AutoSyncInterval)
 	case c.ClockDrift < 0 || c.ClockDrift >= 0.5:
 		return fmt.Errorf("client config: ClockDrift %v must be at least 0 and below 0.5", c.ClockDrift)
 	case c.DeadlineMargin < 0:
@@ -173,10 +183,13 @@ func (c *Config) renewInterval(ttl time.Duration) time.Duration {
 // Client talks to a fenced node, or to the nodes of a cluster. It is safe
 // for concurrent use.
 type Client struct {
-	cfg        Config
-	eps        endpointList
-	transports []*http.Transport // the defaults, if used
-	renewals   renewals          // the leases' shared renewal stream
+	cfg         Config
+	eps         endpointList
+	newEndpoint func(url string) endpoint
+	transports  []*http.Transport // the defaults, if used
+	renewals    renewals          // the leases' shared renewal stream
+	stop        chan struct{}     // closed by Close
+	closeOnce   sync.Once
 }
 
 // New returns a client. It does not connect until the first request.
@@ -200,15 +213,24 @@ func New(cfg Config) (*Client, error) {
 		streams = &http.Client{Transport: wholeMessages{c.transports[1]}}
 	}
 	opts := append(cfg.credentials(), connect.WithInterceptors(cutIsUnavailable{}))
-	for _, url := range cfg.Endpoints {
-		c.eps.eps = append(c.eps.eps, endpoint{url: url,
+	c.newEndpoint = func(url string) endpoint {
+		return endpoint{url: url,
 			rpc:        fencedv1connect.NewLeaseServiceClient(unary, url, opts...),
 			streams:    fencedv1connect.NewLeaseServiceClient(streams, url, opts...),
 			admin:      fencedv1connect.NewAdminServiceClient(unary, url, opts...),
-			rejections: fencedv1connect.NewRejectionServiceClient(unary, url, opts...)})
+			rejections: fencedv1connect.NewRejectionServiceClient(unary, url, opts...)}
 	}
+	eps := make([]endpoint, len(cfg.Endpoints))
+	for i, url := range cfg.Endpoints {
+		eps[i] = c.newEndpoint(url)
+	}
+	c.eps.eps.Store(&eps)
 	c.eps.timeout = cfg.FailoverTimeout
 	c.eps.roleClient = unary
+	c.stop = make(chan struct{})
+	if cfg.AutoSyncInterval > 0 {
+		go c.autoSync(cfg.AutoSyncInterval)
+	}
 	return c, nil
 }
 
@@ -478,16 +500,17 @@ func (c *Client) Watch(ctx context.Context, prefix string, after uint64, fn func
 			return ctx.Err()
 		}
 		broken++
-		if len(c.eps.eps) == 1 && err == nil {
+		eps := c.eps.list()
+		if len(eps) == 1 && err == nil {
 			return nil
 		}
-		if len(c.eps.eps) == 1 || broken > 2*len(c.eps.eps) {
+		if len(eps) == 1 || broken > 2*len(eps) {
 			if err == nil {
 				err = errors.New("stream ended by the server")
 			}
 			return fmt.Errorf("watch %q: %w", prefix, fromRPC(err))
 		}
-		for i, ep := range c.eps.eps {
+		for i, ep := range eps {
 			if ep.url == opened.url {
 				c.eps.failedOver(i)
 			}

@@ -48,9 +48,11 @@ type endpoint struct {
 	rejections fencedv1connect.RejectionServiceClient
 }
 
-// endpointList is the client's endpoints and the one in use.
+// endpointList is the client's endpoints and the one in use. The list is
+// replaced whole when the client syncs it from the cluster (sync.go); each
+// use reads it once.
 type endpointList struct {
-	eps     []endpoint
+	eps     atomic.Pointer[[]endpoint]
 	current atomic.Int32
 	timeout time.Duration // Config.FailoverTimeout
 
@@ -102,15 +104,19 @@ func ParseEndpoints(s string) []string {
 	return out
 }
 
+// list returns the endpoints.
+func (l *endpointList) list() []endpoint { return *l.eps.Load() }
+
 func (l *endpointList) pick() (int, endpoint) {
-	i := int(l.current.Load()) % len(l.eps)
-	return i, l.eps[i]
+	eps := l.list()
+	i := int(l.current.Load()) % len(eps)
+	return i, eps[i]
 }
 
 // failedOver moves on from endpoint i, unless another call already did,
 // and looks for the leader.
 func (l *endpointList) failedOver(i int) {
-	if l.current.CompareAndSwap(int32(i), int32((i+1)%len(l.eps))) {
+	if l.current.CompareAndSwap(int32(i), int32((i+1)%len(l.list()))) {
 		l.lookForLeader()
 	}
 }
@@ -151,8 +157,8 @@ func retryable(err error) bool {
 // do runs call against the endpoints until one serves it, as described
 // above. call's error is returned as is.
 func (l *endpointList) do(ctx context.Context, call func(endpoint) error) error {
-	if len(l.eps) == 1 {
-		return call(l.eps[0])
+	if eps := l.list(); len(eps) == 1 {
+		return call(eps[0])
 	}
 	if !l.started.Load() && l.started.CompareAndSwap(false, true) {
 		l.lookForLeader()
@@ -177,7 +183,7 @@ func (l *endpointList) do(ctx context.Context, call func(endpoint) error) error 
 		}
 		l.failedOver(i)
 		tried++
-		if tried%len(l.eps) != 0 {
+		if tried%len(l.list()) != 0 {
 			continue
 		}
 		// A full round failed: every node is down or between leaders.

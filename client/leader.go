@@ -29,15 +29,17 @@ const leaderTimeout = 2 * time.Second
 // lookForLeader starts a search for the leader among the endpoints unless
 // one is under way or there is a single endpoint.
 func (l *endpointList) lookForLeader() {
-	if len(l.eps) < 2 || l.roleClient == nil || !l.searching.CompareAndSwap(false, true) {
+	p := l.eps.Load()
+	eps := *p
+	if len(eps) < 2 || l.roleClient == nil || !l.searching.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer l.searching.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), leaderTimeout)
 		defer cancel()
-		found := make(chan int, len(l.eps)) // the index of the leader, or -1
-		for i, ep := range l.eps {
+		found := make(chan int, len(eps)) // the index of the leader, or -1
+		for i, ep := range eps {
 			go func() {
 				if leads(ctx, l.roleClient, ep.url) {
 					found <- i
@@ -46,9 +48,11 @@ func (l *endpointList) lookForLeader() {
 				}
 			}()
 		}
-		for range l.eps {
+		for range eps {
 			if i := <-found; i >= 0 {
-				l.current.Store(int32(i))
+				if l.eps.Load() == p { // not replaced by a sync meanwhile
+					l.current.Store(int32(i))
+				}
 				return
 			}
 		}

@@ -50,10 +50,11 @@ func (a *admin) members() ([]*fencedv1.Member, error) {
 		return nil, err
 	}
 	_, leader := a.s.raft.LeaderWithID()
+	urls := a.s.fsm.clientURLs()
 	var out []*fencedv1.Member
 	for _, srv := range f.Configuration().Servers {
 		out = append(out, &fencedv1.Member{Id: string(srv.ID), Address: string(srv.Address),
-			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader})
+			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader, ClientUrl: urls[string(srv.ID)]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
 	return out, nil

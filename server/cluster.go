@@ -381,6 +381,9 @@ type Role struct {
 	LeaderAddress string   `json:"leaderAddress"`
 	Term          uint64   `json:"term"`
 	Members       []Member `json:"members"`
+	// ClientURL is the URL this node advertises to clients; empty when
+	// none (Config.AdvertiseClientURL).
+	ClientURL string `json:"clientURL,omitempty"`
 	// ClusterID is the cluster this member belongs to; empty while it
 	// waits to be added, or for a data directory older than cluster IDs.
 	ClusterID string `json:"clusterId"`
@@ -394,6 +397,9 @@ type Member struct {
 	Address string `json:"address"`
 	// Suffrage is "voter" or "nonvoter".
 	Suffrage string `json:"suffrage"`
+	// ClientURL is the URL the member advertises to clients, as the log
+	// last recorded it; empty when none is known.
+	ClientURL string `json:"clientURL,omitempty"`
 }
 
 // Role returns this node's role and the cluster's membership.
@@ -403,10 +409,12 @@ func (s *Server) Role() Role {
 		NodeID: s.cfg.NodeID, Role: strings.ToLower(s.raft.State().String()), Ready: s.Ready(),
 		LeaderID: string(id), LeaderAddress: string(addr), Term: s.raft.CurrentTerm(), Members: []Member{},
 		ClusterID: s.ident.get().Cluster, Votes: s.ident.votes.Load(),
+		ClientURL: s.clientURL(),
 	}
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
+		urls := s.fsm.clientURLs()
 		for _, srv := range f.Configuration().Servers {
-			m := Member{ID: string(srv.ID), Address: string(srv.Address), Suffrage: "voter"}
+			m := Member{ID: string(srv.ID), Address: string(srv.Address), Suffrage: "voter", ClientURL: urls[string(srv.ID)]}
 			if srv.Suffrage != raft.Voter {
 				m.Suffrage = "nonvoter"
 			}

@@ -32,6 +32,13 @@ type Config struct {
 	// addresses. Default: this node's address in InitialCluster, or
 	// RaftListen.
 	RaftAdvertise string
+	// AdvertiseClientURL is the base URL clients reach this node's API at
+	// (etcd's --advertise-client-urls, one URL): the leader records every
+	// member's in the log, so every node lists them (ListMembers, /v1/role)
+	// and clients can sync their endpoints from them. Default: the address
+	// the API listens on (https with TLS), or none when that is every
+	// address of the machine (0.0.0.0, [::]).
+	AdvertiseClientURL string
 	// NodeID names this node in the raft configuration. Default "node1".
 	NodeID string
 	// InitialCluster lists the members a new cluster starts with, this
@@ -318,6 +325,11 @@ func (c Config) Validate() error {
 	for name, addr := range addrs {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("config: %s %q: %w", name, addr, err))
+		}
+	}
+	if c.AdvertiseClientURL != "" {
+		if err := ValidateClientURL(c.AdvertiseClientURL); err != nil {
+			errs = append(errs, fmt.Errorf("config: AdvertiseClientURL: %w", err))
 		}
 	}
 	errs = append(errs, c.TLS.Validate(), c.PeerTLS.validatePeer())

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -16,6 +18,9 @@ type fsm struct {
 	mu      sync.RWMutex
 	state   *lease.State
 	maxIdle int
+	// members maps a member's ID to the client URL it advertises
+	// (clienturls.go); written by log entries of their own.
+	members map[string]string
 
 	// onEvents sees the transitions of every applied batch, in log
 	// order, after mu is released.
@@ -37,7 +42,7 @@ var (
 )
 
 func newFSM(maxIdle int) *fsm {
-	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, onEvents: func([]lease.Event) {}, onRestore: func(*lease.State) {}, onProgress: func() {}}
+	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, members: map[string]string{}, onEvents: func([]lease.Event) {}, onRestore: func(*lease.State) {}, onProgress: func() {}}
 }
 
 // Apply applies one log entry and returns its lease.Result.
@@ -52,6 +57,10 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	f.mu.Lock()
 	for i, l := range logs {
 		if l.Type != raft.LogCommand {
+			continue
+		}
+		if len(l.Data) > 0 && l.Data[0] == memberEntryTag {
+			results[i] = f.applyMember(l)
 			continue
 		}
 		var c lease.Command
@@ -72,6 +81,20 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	return results
 }
 
+// applyMember applies a member's client URL entry; the caller holds mu.
+func (f *fsm) applyMember(l *raft.Log) error {
+	id, url, err := decodeMemberEntry(l.Data)
+	if err != nil {
+		return fmt.Errorf("log index %d: %w", l.Index, err)
+	}
+	if url == "" {
+		delete(f.members, id)
+	} else {
+		f.members[id] = url
+	}
+	return nil
+}
+
 func appendEvents(events []lease.Event, res lease.Result) []lease.Event {
 	if res.Event.Type != 0 {
 		events = append(events, res.Event)
@@ -86,17 +109,23 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	f.snapshots.Add(1)
-	return fsmSnapshot{f.state.Snapshot()}, nil
+	return fsmSnapshot{snap: f.state.Snapshot(), members: maps.Clone(f.members)}, nil
 }
 
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	s, err := lease.Restore(rc, f.maxIdle)
+	br := bufio.NewReader(rc)
+	members, err := readMembers(br)
+	if err != nil {
+		return err
+	}
+	s, err := lease.Restore(br, f.maxIdle)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	f.state = s
+	f.members = members
 	f.mu.Unlock()
 	f.restores.Add(1)
 	f.mu.RLock()
@@ -125,9 +154,16 @@ func (f *fsm) view() lease.View {
 // (readRevision): Watch from it neither misses nor repeats an event.
 func (f *fsm) revision() uint64 { return max(f.view().Applied(), 1) }
 
-type fsmSnapshot struct{ snap *lease.Snapshot }
+type fsmSnapshot struct {
+	snap    *lease.Snapshot
+	members map[string]string
+}
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := writeMembers(sink, s.members); err != nil {
+		sink.Cancel()
+		return err
+	}
 	if _, err := s.snap.WriteTo(sink); err != nil {
 		sink.Cancel()
 		return err

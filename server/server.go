@@ -297,8 +297,9 @@ func (s *Server) watchLeadership() {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			stop = cancel
-			s.wg.Add(1)
+			s.wg.Add(2)
 			go func() { defer s.wg.Done(); s.becomeLeader(ctx) }()
+			go func() { defer s.wg.Done(); s.publishClientURLs(ctx) }()
 		}
 	}
 }

@@ -32,8 +32,13 @@ back as a new member:
 	}
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the members and the leader",
-		Args:  cobra.NoArgs,
+		Short: "List the members, the client URL each advertises, and the leader",
+		Long: `list shows every member of the raft configuration: its ID, its raft
+address, the client URL it advertises (fenced --advertise-client-url; "-" when
+none is known yet: the leader records each member's within a second of
+hearing it), whether it votes, and which one leads. Clients can sync their
+endpoints from the client URLs (the Go client's Config.AutoSyncInterval).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *connect.Response[fencedv1.ListMembersResponse]
 			err := g.cluster(cmd.Context(), func(ctx context.Context, c fencedv1connect.ClusterServiceClient) (err error) {
@@ -143,28 +148,32 @@ func (g *globals) printMembers(cmd *cobra.Command, ms []*fencedv1.Member, term u
 	out := cmd.OutOrStdout()
 	if g.json {
 		type member struct {
-			ID      string `json:"id"`
-			Address string `json:"address"`
-			Voter   bool   `json:"voter"`
-			Leader  bool   `json:"leader"`
+			ID        string `json:"id"`
+			Address   string `json:"address"`
+			ClientURL string `json:"clientURL"`
+			Voter     bool   `json:"voter"`
+			Leader    bool   `json:"leader"`
 		}
 		list := make([]member, len(ms))
 		for i, m := range ms {
-			list[i] = member{m.GetId(), m.GetAddress(), m.GetVoter(), m.GetLeader()}
+			list[i] = member{m.GetId(), m.GetAddress(), m.GetClientUrl(), m.GetVoter(), m.GetLeader()}
 		}
 		return printJSON(out, map[string]any{"members": list, "term": term})
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tSUFFRAGE\tLEADER")
+	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tCLIENT URL\tSUFFRAGE\tLEADER")
 	for _, m := range ms {
-		suffrage, leader := "voter", ""
+		suffrage, leader, url := "voter", "", m.GetClientUrl()
+		if url == "" {
+			url = "-"
+		}
 		if !m.GetVoter() {
 			suffrage = "non-voter"
 		}
 		if m.GetLeader() {
 			leader = "*"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.GetId(), m.GetAddress(), suffrage, leader)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.GetId(), m.GetAddress(), url, suffrage, leader)
 	}
 	if term > 0 {
 		fmt.Fprintf(tw, "\nterm %d\n", term)

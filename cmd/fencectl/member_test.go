@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencedio/fenced/internal/fencedtest"
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // runEndpoints executes fencectl with --endpoints and returns its output.
@@ -34,9 +37,22 @@ func TestEndpointsAndMembers(t *testing.T) {
 	ln.Close()
 	eps := "http://" + dead + "," + srv.URL
 
-	out, err := runEndpoints(t, eps, "member", "list")
-	if err != nil || !strings.Contains(out, "node1") || !strings.Contains(out, "voter") || !strings.Contains(out, "*") {
-		t.Fatalf("member list: %v\n%s", err, out)
+	// The leader records its client URL as it starts leading.
+	var out string
+	testutil.Eventually(t, 10*time.Second, func() error {
+		var err error
+		out, err = runEndpoints(t, eps, "member", "list")
+		if err != nil || !strings.Contains(out, "CLIENT URL") || !strings.Contains(out, srv.URL) {
+			return fmt.Errorf("member list: %v\n%s", err, out)
+		}
+		return nil
+	})
+	if !strings.Contains(out, "node1") || !strings.Contains(out, "voter") || !strings.Contains(out, "*") {
+		t.Fatalf("member list:\n%s", out)
+	}
+	out, err = runEndpoints(t, eps, "--json", "member", "list")
+	if err != nil || !strings.Contains(out, `"clientURL": "`+srv.URL+`"`) {
+		t.Fatalf("member list --json: %v\n%s", err, out)
 	}
 	out, err = runEndpoints(t, eps, "member", "remove", "nobody")
 	if err == nil || !strings.Contains(err.Error(), "not_found") {

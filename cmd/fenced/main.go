@@ -199,6 +199,8 @@ acknowledged. Bring it back as a new member:
 	f.StringVar(&cfg.RaftListen, "raft-listen", "127.0.0.1:7421", "address for raft peers and calls forwarded by them (default in a cluster: this node's address in --initial-cluster)")
 	f.StringVar(&cfg.RaftAdvertise, "raft-advertise", "",
 		"address peers dial to reach this node, when not --raft-listen (a proxy, NAT); --initial-cluster lists this one (default --raft-listen)")
+	f.StringVar(&cfg.AdvertiseClientURL, "advertise-client-url", "",
+		"base URL clients reach this node's API at; recorded in the cluster for member list and client endpoint sync (default: http(s)://--listen, none when --listen is every address)")
 	f.StringVar(&cfg.NodeID, "node-id", "node1", "this node's name in the raft configuration")
 	f.StringVar(&initialCluster, "initial-cluster", "",
 		"members of a new cluster, ID=RAFTHOST:PORT,... (the same on every node; ignored once the data directory holds raft state)")

@@ -28,8 +28,12 @@ type Member struct {
 	// Raft address: where peers reach the node.
 	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	// Voters count towards quorums and may lead; non-voters only replicate.
-	Voter         bool `protobuf:"varint,3,opt,name=voter,proto3" json:"voter,omitempty"`
-	Leader        bool `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	Voter  bool `protobuf:"varint,3,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader bool `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	// The base URL the member advertises to clients (fenced
+	// --advertise-client-url), as the log last recorded it; empty when none is
+	// known. Clients may sync their endpoints from these.
+	ClientUrl     string `protobuf:"bytes,5,opt,name=client_url,json=clientUrl,proto3" json:"client_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -90,6 +94,13 @@ func (x *Member) GetLeader() bool {
 		return x.Leader
 	}
 	return false
+}
+
+func (x *Member) GetClientUrl() string {
+	if x != nil {
+		return x.ClientUrl
+	}
+	return ""
 }
 
 type ListMembersRequest struct {
@@ -476,12 +487,14 @@ var File_fenced_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_fenced_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17fenced/v1/cluster.proto\x12\tfenced.v1\"`\n" +
+	"\x17fenced/v1/cluster.proto\x12\tfenced.v1\"\x7f\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05voter\x18\x03 \x01(\bR\x05voter\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x14\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x1d\n" +
+	"\n" +
+	"client_url\x18\x05 \x01(\tR\tclientUrl\"\x14\n" +
 	"\x12ListMembersRequest\"s\n" +
 	"\x13ListMembersResponse\x12+\n" +
 	"\amembers\x18\x01 \x03(\v2\x11.fenced.v1.MemberR\amembers\x12\x1b\n" +

@@ -49,8 +49,8 @@ const (
 
 // ClusterServiceClient is a client for the fenced.v1.ClusterService service.
 type ClusterServiceClient interface {
-	// ListMembers returns the members of the committed configuration and the
-	// leader this node knows of.
+	// ListMembers returns the members of the committed configuration, with
+	// the client URL each advertises, and the leader this node knows of.
 	ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error)
 	// AddMember adds a node, as a voter or a non-voter, or changes the
 	// suffrage or address of a member. The node must be running (started
@@ -131,8 +131,8 @@ func (c *clusterServiceClient) TransferLeadership(ctx context.Context, req *conn
 
 // ClusterServiceHandler is an implementation of the fenced.v1.ClusterService service.
 type ClusterServiceHandler interface {
-	// ListMembers returns the members of the committed configuration and the
-	// leader this node knows of.
+	// ListMembers returns the members of the committed configuration, with
+	// the client URL each advertises, and the leader this node knows of.
 	ListMembers(context.Context, *connect.Request[v1.ListMembersRequest]) (*connect.Response[v1.ListMembersResponse], error)
 	// AddMember adds a node, as a voter or a non-voter, or changes the
 	// suffrage or address of a member. The node must be running (started

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fenced/v1/cluster.proto.
  */
 export const file_fenced_v1_cluster: GenFile = /*@__PURE__*/
-  fileDesc("ChdmZW5jZWQvdjEvY2x1c3Rlci5wcm90bxIJZmVuY2VkLnYxIkQKBk1lbWJlchIKCgJpZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEg0KBXZvdGVyGAMgASgIEg4KBmxlYWRlchgEIAEoCCIUChJMaXN0TWVtYmVyc1JlcXVlc3QiWgoTTGlzdE1lbWJlcnNSZXNwb25zZRIiCgdtZW1iZXJzGAEgAygLMhEuZmVuY2VkLnYxLk1lbWJlchIRCglsZWFkZXJfaWQYAiABKAkSDAoEdGVybRgDIAEoBCJCChBBZGRNZW1iZXJSZXF1ZXN0EgoKAmlkGAEgASgJEg8KB2FkZHJlc3MYAiABKAkSEQoJbm9uX3ZvdGVyGAMgASgIIjcKEUFkZE1lbWJlclJlc3BvbnNlEiIKB21lbWJlcnMYASADKAsyES5mZW5jZWQudjEuTWVtYmVyIiEKE1JlbW92ZU1lbWJlclJlcXVlc3QSCgoCaWQYASABKAkiOgoUUmVtb3ZlTWVtYmVyUmVzcG9uc2USIgoHbWVtYmVycxgBIAMoCzIRLmZlbmNlZC52MS5NZW1iZXIiJwoZVHJhbnNmZXJMZWFkZXJzaGlwUmVxdWVzdBIKCgJpZBgBIAEoCSIvChpUcmFuc2ZlckxlYWRlcnNoaXBSZXNwb25zZRIRCglsZWFkZXJfaWQYASABKAky2gIKDkNsdXN0ZXJTZXJ2aWNlEkwKC0xpc3RNZW1iZXJzEh0uZmVuY2VkLnYxLkxpc3RNZW1iZXJzUmVxdWVzdBoeLmZlbmNlZC52MS5MaXN0TWVtYmVyc1Jlc3BvbnNlEkYKCUFkZE1lbWJlchIbLmZlbmNlZC52MS5BZGRNZW1iZXJSZXF1ZXN0GhwuZmVuY2VkLnYxLkFkZE1lbWJlclJlc3BvbnNlEk8KDFJlbW92ZU1lbWJlchIeLmZlbmNlZC52MS5SZW1vdmVNZW1iZXJSZXF1ZXN0Gh8uZmVuY2VkLnYxLlJlbW92ZU1lbWJlclJlc3BvbnNlEmEKElRyYW5zZmVyTGVhZGVyc2hpcBIkLmZlbmNlZC52MS5UcmFuc2ZlckxlYWRlcnNoaXBSZXF1ZXN0GiUuZmVuY2VkLnYxLlRyYW5zZmVyTGVhZGVyc2hpcFJlc3BvbnNlQjNaMWdpdGh1Yi5jb20vZmVuY2VkaW8vZmVuY2VkL2FwaS9mZW5jZWQvdjE7ZmVuY2VkdjFiBnByb3RvMw");
+  fileDesc("ChdmZW5jZWQvdjEvY2x1c3Rlci5wcm90bxIJZmVuY2VkLnYxIlgKBk1lbWJlchIKCgJpZBgBIAEoCRIPCgdhZGRyZXNzGAIgASgJEg0KBXZvdGVyGAMgASgIEg4KBmxlYWRlchgEIAEoCBISCgpjbGllbnRfdXJsGAUgASgJIhQKEkxpc3RNZW1iZXJzUmVxdWVzdCJaChNMaXN0TWVtYmVyc1Jlc3BvbnNlEiIKB21lbWJlcnMYASADKAsyES5mZW5jZWQudjEuTWVtYmVyEhEKCWxlYWRlcl9pZBgCIAEoCRIMCgR0ZXJtGAMgASgEIkIKEEFkZE1lbWJlclJlcXVlc3QSCgoCaWQYASABKAkSDwoHYWRkcmVzcxgCIAEoCRIRCglub25fdm90ZXIYAyABKAgiNwoRQWRkTWVtYmVyUmVzcG9uc2USIgoHbWVtYmVycxgBIAMoCzIRLmZlbmNlZC52MS5NZW1iZXIiIQoTUmVtb3ZlTWVtYmVyUmVxdWVzdBIKCgJpZBgBIAEoCSI6ChRSZW1vdmVNZW1iZXJSZXNwb25zZRIiCgdtZW1iZXJzGAEgAygLMhEuZmVuY2VkLnYxLk1lbWJlciInChlUcmFuc2ZlckxlYWRlcnNoaXBSZXF1ZXN0EgoKAmlkGAEgASgJIi8KGlRyYW5zZmVyTGVhZGVyc2hpcFJlc3BvbnNlEhEKCWxlYWRlcl9pZBgBIAEoCTLaAgoOQ2x1c3RlclNlcnZpY2USTAoLTGlzdE1lbWJlcnMSHS5mZW5jZWQudjEuTGlzdE1lbWJlcnNSZXF1ZXN0Gh4uZmVuY2VkLnYxLkxpc3RNZW1iZXJzUmVzcG9uc2USRgoJQWRkTWVtYmVyEhsuZmVuY2VkLnYxLkFkZE1lbWJlclJlcXVlc3QaHC5mZW5jZWQudjEuQWRkTWVtYmVyUmVzcG9uc2USTwoMUmVtb3ZlTWVtYmVyEh4uZmVuY2VkLnYxLlJlbW92ZU1lbWJlclJlcXVlc3QaHy5mZW5jZWQudjEuUmVtb3ZlTWVtYmVyUmVzcG9uc2USYQoSVHJhbnNmZXJMZWFkZXJzaGlwEiQuZmVuY2VkLnYxLlRyYW5zZmVyTGVhZGVyc2hpcFJlcXVlc3QaJS5mZW5jZWQudjEuVHJhbnNmZXJMZWFkZXJzaGlwUmVzcG9uc2VCM1oxZ2l0aHViLmNvbS9mZW5jZWRpby9mZW5jZWQvYXBpL2ZlbmNlZC92MTtmZW5jZWR2MWIGcHJvdG8z");
 
 /**
  * Member is one server of the raft configuration.
@@ -41,6 +41,15 @@ export type Member = Message<"fenced.v1.Member"> & {
    * @generated from field: bool leader = 4;
    */
   leader: boolean;
+
+  /**
+   * The base URL the member advertises to clients (fenced
+   * --advertise-client-url), as the log last recorded it; empty when none is
+   * known. Clients may sync their endpoints from these.
+   *
+   * @generated from field: string client_url = 5;
+   */
+  clientUrl: string;
 };
 
 /**
@@ -220,8 +229,8 @@ export const TransferLeadershipResponseSchema: GenMessage<TransferLeadershipResp
  */
 export const ClusterService: GenService<{
   /**
-   * ListMembers returns the members of the committed configuration and the
-   * leader this node knows of.
+   * ListMembers returns the members of the committed configuration, with
+   * the client URL each advertises, and the leader this node knows of.
    *
    * @generated from rpc fenced.v1.ClusterService.ListMembers
    */
