@@ -9,12 +9,12 @@ other's stale tokens.
 from ._core import Config, Event, LeaseInfo
 from ._scope import valid_owner, validate_scope
 from .client import Client, GetResult, Lease, ListResult, Watch
-from .errors import (AcquireUncertain, CorruptToken, FencedError, Held, InvalidArgument, InvalidScope,
+from .errors import (AcquireUncertain, BadSignature, CorruptToken, FencedError, Held, InvalidArgument, InvalidScope,
                      KeyOutsideScope, LeaseLost, LeaseReleased, NoToken, NotHeld, PermissionDenied,
                      RowNotFound, StaleToken, Timeout, TokenOutOfRange, Unauthenticated, Unavailable)
 
 __all__ = [
-    "AcquireUncertain", "Client", "Config", "CorruptToken", "Event", "FencedError", "GetResult", "Held",
+    "AcquireUncertain", "BadSignature", "Client", "Config", "CorruptToken", "Event", "FencedError", "GetResult", "Held",
     "InvalidArgument", "InvalidScope", "KeyOutsideScope", "Lease", "LeaseInfo", "LeaseLost", "LeaseReleased",
     "ListResult", "NoToken", "NotHeld", "PermissionDenied", "RowNotFound", "StaleToken", "Timeout",
     "TokenOutOfRange", "Unauthenticated", "Unavailable", "Watch", "valid_owner", "validate_scope",

@@ -121,6 +121,12 @@ class StaleToken(FencedError):
         self.scope, self.presented, self.highest = scope, presented, highest
 
 
+class BadSignature(FencedError):
+    """A verifying guard refused the token's signature (Go: fence.ErrBadSignature)."""
+
+    code = "bad_signature"
+
+
 class NoToken(FencedError):
     """Token 0 (or none) was presented (Go: fence.ErrNoToken)."""
 

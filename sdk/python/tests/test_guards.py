@@ -355,3 +355,21 @@ def test_reporter_never_blocks_and_counts_everything():
     r.close()
     assert r.sent + r.dropped == 5 and r.pending == 0
     assert sum(b["count"] for b in sent) == r.sent
+
+
+def test_wsgi_middleware_refuses_a_bad_signature_with_403():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    from fenced.sign import Verifier, signed_message
+
+    priv = Ed25519PrivateKey.generate()
+    pub = priv.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    import base64
+
+    sig = "k." + base64.urlsafe_b64encode(priv.sign(signed_message("k", "s", 5))).decode().rstrip("=")
+    app = WSGIMiddleware(lambda env, sr: (sr("200 OK", []), [b"ok"])[1], MemoryGuard(verifier=Verifier({"k": (pub, None)})))
+    assert _wsgi(app, FENCING_SCOPE="s", FENCING_TOKEN="5", FENCING_TOKEN_SIGNATURE=sig)[0] == 200
+    status, _, body = _wsgi(app, FENCING_SCOPE="s", FENCING_TOKEN="6", FENCING_TOKEN_SIGNATURE=sig)
+    assert status == 403 and json.loads(body)["type"] == "urn:fenced:problem:bad-signature"
+    assert _wsgi(app, FENCING_SCOPE="s", FENCING_TOKEN="6")[0] == 403

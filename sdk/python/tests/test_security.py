@@ -154,3 +154,26 @@ def test_signature_reaches_a_verifying_store(secure, pki, bindir):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_python_guards_verify_go_signatures(secure, pki):
+    """The server signs (Go); fenced.sign verifies the same message, and a guard refuses a forgery."""
+    import ssl
+
+    from fenced.guards.memory import MemoryGuard
+    from fenced.sign import Verifier
+
+    node, secret = secure
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    verifier = Verifier.from_key_set(urllib.request.urlopen(node.url + "/v1/keys", context=ctx).read())
+    g = MemoryGuard(verifier=verifier)
+    key = "billing/" + uuid.uuid4().hex[:8]
+    with fenced.Client(node.url, ca_file=str(pki / "ca.pem"), token=secret) as c, c.acquire(key) as lease:
+        assert g.do(key, lease.token, lambda: "ok", signature=lease.signature) == "ok"
+        for scope, token, sig in ((key, lease.token + 1, lease.signature),  # a forged token
+                                  (key + "x", lease.token, lease.signature),  # another scope
+                                  (key, lease.token, ""),
+                                  (key, lease.token, "k2." + lease.signature.split(".")[1])):
+            with pytest.raises(fenced.BadSignature):
+                g.do(scope, token, lambda: pytest.fail("applied"), signature=sig)
+    assert g.highest(key) == lease.token

@@ -29,7 +29,7 @@ import urllib.request
 from typing import Any, Callable, Optional
 
 from .. import _scope
-from ..errors import (FencedError, InvalidArgument, InvalidScope, NoToken, StaleToken,
+from ..errors import (BadSignature, FencedError, InvalidArgument, InvalidScope, NoToken, StaleToken,
                       TokenOutOfRange)
 from . import lease_owner, lost
 
@@ -173,6 +173,9 @@ def problem_for(err: BaseException) -> dict:
     if isinstance(err, (InvalidArgument, TokenOutOfRange)):
         return {"type": "urn:fenced:problem:invalid-token", "title": "Invalid fencing token", "status": 400,
                 "detail": str(err)}
+    if isinstance(err, BadSignature):
+        return {"type": "urn:fenced:problem:bad-signature", "title": "Invalid fencing token signature", "status": 403,
+                "detail": str(err)}
     if isinstance(err, InvalidScope):
         return {"type": "urn:fenced:problem:invalid-scope", "title": "Invalid fencing scope", "status": 400,
                 "detail": str(err)}
@@ -180,7 +183,7 @@ def problem_for(err: BaseException) -> dict:
             "detail": "the guard could not check the token; nothing was applied"}
 
 
-_REASONS = {400: "Bad Request", 409: "Conflict", 428: "Precondition Required", 503: "Service Unavailable"}
+_REASONS = {400: "Bad Request", 403: "Forbidden", 409: "Conflict", 428: "Precondition Required", 503: "Service Unavailable"}
 
 
 def _credentials(get: Callable[[str], list]) -> tuple:
@@ -194,7 +197,8 @@ def _credentials(get: Callable[[str], list]) -> tuple:
     _scope.validate_scope(scopes[0])
     owners = get(HEADER_OWNER)
     owner = owners[0] if len(owners) == 1 and _scope.valid_owner(owners[0]) else ""
-    return scopes[0], token, owner
+    sigs = get(HEADER_SIGNATURE)
+    return scopes[0], token, owner, sigs[0] if len(sigs) == 1 else ""
 
 
 class _HandlerFailed(Exception):
@@ -220,7 +224,7 @@ class WSGIMiddleware:
             return [x.strip() for x in v.split(",")] if name == HEADER_TOKEN else [v]
 
         try:
-            scope, token, owner = _credentials(get)
+            scope, token, owner, sig = _credentials(get)
         except FencedError as e:
             return self._problem(start_response, e)
         environ["fenced.scope"], environ["fenced.token"] = scope, token
@@ -244,7 +248,7 @@ class WSGIMiddleware:
             return None
 
         try:
-            self.guard.do(scope, token, apply, owner=owner)
+            self.guard.do(scope, token, apply, owner=owner, **({"signature": sig} if sig else {}))
         except _HandlerFailed:
             pass
         except Exception as e:
@@ -283,7 +287,7 @@ class ASGIMiddleware:
         for k, v in scope.get("headers") or []:
             headers.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
         try:
-            fscope, token, owner = _credentials(lambda n: headers.get(n.lower(), []))
+            fscope, token, owner, sig = _credentials(lambda n: headers.get(n.lower(), []))
         except FencedError as e:
             return await self._problem(send, e)
         scope = dict(scope)
@@ -301,7 +305,8 @@ class ASGIMiddleware:
                 raise _HandlerFailed()
 
         try:
-            await asyncio.to_thread(self.guard.do, fscope, token, apply, owner)
+            await asyncio.to_thread(lambda: self.guard.do(fscope, token, apply, owner=owner,
+                                                          **({"signature": sig} if sig else {})))
         except _HandlerFailed:
             pass
         except Exception as e:

@@ -7,6 +7,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from .. import _scope
+from ..sign import verify
 from ..errors import StaleToken
 from . import Decision
 
@@ -14,18 +15,19 @@ from . import Decision
 class MemoryGuard:
     """do(scope, token, apply) runs apply() while scope is locked, if token is not stale."""
 
-    def __init__(self, observer: Optional[Callable[[Decision], None]] = None):
+    def __init__(self, observer: Optional[Callable[[Decision], None]] = None, verifier=None):
         self._mu = threading.Lock()
         self._locks: dict = {}
         self._highest: dict = {}
-        self.observer = observer
+        self.observer, self.verifier = observer, verifier
 
     def _lock(self, scope):
         with self._mu:
             return self._locks.setdefault(scope, threading.Lock())
 
-    def do(self, scope: str, token: int, apply: Callable[[], Any], owner: str = "") -> Any:
+    def do(self, scope: str, token: int, apply: Callable[[], Any], owner: str = "", signature: str = "") -> Any:
         _scope.check(scope, token, 0)
+        verify(self.verifier, scope, token, signature)
         with self._lock(scope):
             h = self._highest.get(scope, 0)
             try:

@@ -28,6 +28,7 @@ import re
 from typing import Any, Callable, Optional
 
 from .. import _scope
+from ..sign import verify
 from ..errors import CorruptToken, FencedError, InvalidArgument, RowNotFound, StaleToken, TokenOutOfRange
 from . import Decision, lease_owner, lost
 
@@ -95,11 +96,11 @@ class PostgresGuard:
     """The scope table guard (Go: fencesql.Guard with the Postgres dialect). Stateless; thread-safe."""
 
     def __init__(self, table: str = DEFAULT_TABLE, observer: Optional[Callable[[Decision], None]] = None,
-                 retries: int = 0):
+                 retries: int = 0, verifier=None):
         t = quote_table(table)
         if retries < 0:
             raise InvalidArgument(f"fencesql: retries is {retries}, must not be negative")
-        self.table, self.observer, self.retries = table, observer, retries
+        self.table, self.observer, self.retries, self.verifier = table, observer, retries, verifier
         self.lock_sql = "SELECT highest_token FROM " + t + " WHERE scope = %s FOR UPDATE"
         self.insert_sql = "INSERT INTO " + t + " (scope, highest_token) VALUES (%s, %s) ON CONFLICT (scope) DO NOTHING"
         self.raise_sql = "UPDATE " + t + " SET highest_token = %s WHERE scope = %s"
@@ -137,7 +138,7 @@ class PostgresGuard:
                 return 0
         raise FencedError(f"fencesql: scope {scope!r} row keeps disappearing (deleted concurrently?)")
 
-    def check(self, cur, scope: str, token: int, owner: str = "") -> None:
+    def check(self, cur, scope: str, token: int, owner: str = "", signature: str = "") -> None:
         """Check token for scope inside the caller's transaction (cur: a cursor of it).
 
         On success the scope's row stays locked until the transaction ends and
@@ -146,19 +147,21 @@ class PostgresGuard:
         """
         _scope.check(scope, token, 0)
         tok = sql_token(token)
+        verify(self.verifier, scope, token, signature)
         try:
             self._check(cur, scope, tok)
         except StaleToken as e:
             self._observe(scope, tok, e.highest, False, owner)
             raise
 
-    def do(self, conn, scope: str, token: int, fn: Callable[[Any], Any], owner: str = "") -> Any:
+    def do(self, conn, scope: str, token: int, fn: Callable[[Any], Any], owner: str = "", signature: str = "") -> Any:
         """Begin, check, fn(cursor), commit; roll back on any error. Returns fn's result.
 
         fn must write through the cursor it is given and must not commit.
         """
         _scope.check(scope, token, 0)
         tok = sql_token(token)
+        verify(self.verifier, scope, token, signature)
         attempt = 0
         while True:
             try:
@@ -199,7 +202,8 @@ class PostgresGuard:
     def do_lease(self, conn, lease, fn: Callable[[Any], Any]) -> Any:
         """do() with the lease's key and token; a stale rejection loses the lease first."""
         try:
-            return self.do(conn, lease.key, lease.token, fn, owner=lease_owner(lease))
+            return self.do(conn, lease.key, lease.token, fn, owner=lease_owner(lease),
+                           signature=getattr(lease, "signature", ""))
         except StaleToken as e:
             lost(lease, e)
             raise
@@ -234,7 +238,7 @@ class TxGuard:
     def __init__(self, guard: PostgresGuard, connect: Callable[[], Any]):
         self.guard, self.connect = guard, connect
 
-    def do(self, scope: str, token: int, apply: Callable[[], Any], owner: str = "") -> Any:
+    def do(self, scope: str, token: int, apply: Callable[[], Any], owner: str = "", signature: str = "") -> Any:
         conn = self.connect()
         try:
             def fn(cur):
@@ -244,7 +248,7 @@ class TxGuard:
                 finally:
                     _current.reset(reset)
 
-            return self.guard.do(conn, scope, token, fn, owner)
+            return self.guard.do(conn, scope, token, fn, owner, signature)
         finally:
             close = getattr(conn, "close", None)
             if close:

@@ -20,6 +20,7 @@ import os
 from typing import Any, Callable, Optional
 
 from .. import _scope
+from ..sign import verify
 from ..errors import CorruptToken, FencedError, InvalidArgument, KeyOutsideScope, StaleToken
 from . import Decision, lease_owner, lost
 
@@ -132,7 +133,8 @@ class RedisGuard:
     """Go's fenceredis.Guard for redis-py clients. Thread-safe as the client is."""
 
     def __init__(self, client, prefix: str = DEFAULT_PREFIX, token_ttl: float = 0,
-                 replay_window: float = DEFAULT_REPLAY_WINDOW, observer: Optional[Callable[[Decision], None]] = None):
+                 replay_window: float = DEFAULT_REPLAY_WINDOW, observer: Optional[Callable[[Decision], None]] = None,
+                 verifier=None):
         if client is None:
             raise InvalidArgument("fenceredis: nil client")
         if "{" in prefix or "}" in prefix:
@@ -141,7 +143,7 @@ class RedisGuard:
             raise InvalidArgument(f"fenceredis: token TTL {token_ttl}s is negative or below 1ms")
         if replay_window < 0.002:
             raise InvalidArgument(f"fenceredis: replay window {replay_window}s is below 2ms")
-        self.client, self.prefix, self.observer = client, prefix, observer
+        self.client, self.prefix, self.observer, self.verifier = client, prefix, observer, verifier
         self.ttl_arg = str(int(token_ttl * 1000))
         self.replay_arg = str(int(replay_window * 1000))
         self._scripts: dict = {}
@@ -165,7 +167,7 @@ class RedisGuard:
             s = self._scripts[body] = self.client.register_script(wrap(body))
         return s
 
-    def set(self, scope: str, token: int, key: str, value, ttl=None, owner: str = "") -> Any:
+    def set(self, scope: str, token: int, key: str, value, ttl=None, owner: str = "", signature: str = "") -> Any:
         """SET key value, fenced. ttl: None (no expiry), "keep" (KEEPTTL) or seconds (>= 1ms)."""
         if ttl is None:
             mode = ""
@@ -175,21 +177,21 @@ class RedisGuard:
             mode = str(int(ttl * 1000))
         else:
             raise InvalidArgument(f"fenceredis: set {key!r}: ttl {ttl!r} is neither None, 'keep' nor at least 1ms")
-        return self._run(scope, token, SET_BODY, [key], [value, mode], owner)
+        return self._run(scope, token, SET_BODY, [key], [value, mode], owner, signature)
 
-    def delete(self, scope: str, token: int, *keys: str, owner: str = "") -> int:
+    def delete(self, scope: str, token: int, *keys: str, owner: str = "", signature: str = "") -> int:
         if not keys:
             raise InvalidArgument("fenceredis: del: no keys")
-        return int(self._run(scope, token, DEL_BODY, list(keys), [], owner))
+        return int(self._run(scope, token, DEL_BODY, list(keys), [], owner, signature))
 
-    def hset(self, scope: str, token: int, key: str, mapping: dict, owner: str = "") -> int:
+    def hset(self, scope: str, token: int, key: str, mapping: dict, owner: str = "", signature: str = "") -> int:
         if not mapping:
             raise InvalidArgument(f"fenceredis: hset {key!r}: no fields")
         args = [x for kv in mapping.items() for x in kv]
-        return int(self._run(scope, token, HSET_BODY, [key], args, owner))
+        return int(self._run(scope, token, HSET_BODY, [key], args, owner, signature))
 
-    def eval(self, scope: str, token: int, body: str, keys: list, args: list = (), owner: str = "") -> Any:
-        return self._run(scope, token, body, list(keys), list(args), owner)
+    def eval(self, scope: str, token: int, body: str, keys: list, args: list = (), owner: str = "", signature: str = "") -> Any:
+        return self._run(scope, token, body, list(keys), list(args), owner, signature)
 
     def highest(self, scope: str) -> int:
         _scope.validate_scope(scope)
@@ -198,10 +200,11 @@ class RedisGuard:
             return 0
         return _parse_token(_s(v), self.token_key(scope))
 
-    def _run(self, scope, token, body, keys, args, owner):
+    def _run(self, scope, token, body, keys, args, owner, signature=""):
         _scope.check(scope, token, 0)
         if token > _scope.MAX_TOKEN:
             raise InvalidArgument(f"fencing token {token} exceeds the uint64 range")
+        verify(self.verifier, scope, token, signature)
         tk, tag = self.token_key(scope), hash_tag(scope)
         for k in keys:
             if k == tk:
@@ -234,7 +237,8 @@ class LeaseRedis:
 
     def _do(self, fn, *a, **kw):
         try:
-            return fn(self.l.key, self.l.token, *a, owner=lease_owner(self.l), **kw)
+            return fn(self.l.key, self.l.token, *a, owner=lease_owner(self.l),
+                      signature=getattr(self.l, "signature", ""), **kw)
         except StaleToken as e:
             lost(self.l, e)
             raise
