@@ -373,3 +373,18 @@ def test_wsgi_middleware_refuses_a_bad_signature_with_403():
     status, _, body = _wsgi(app, FENCING_SCOPE="s", FENCING_TOKEN="6", FENCING_TOKEN_SIGNATURE=sig)
     assert status == 403 and json.loads(body)["type"] == "urn:fenced:problem:bad-signature"
     assert _wsgi(app, FENCING_SCOPE="s", FENCING_TOKEN="6")[0] == 403
+
+
+def test_reporter_reaches_fenced(client, key):
+    """A guard's rejection, reported through a real fenced, is listed with its owner and resource."""
+    r = Reporter(client, "py-memory", flush_interval=0.05)
+    g = MemoryGuard(observer=r)
+    g.do(key, 8, lambda: None, owner="new")
+    with pytest.raises(fenced.StaleToken):
+        g.do(key, 7, lambda: None, owner="old")
+    r.close()
+    assert (r.sent, r.dropped) == (1, 0)
+    rejections, _ = client.list_rejections(key)
+    (rej,) = rejections
+    assert (rej["scope"], rej["resource"], rej["presentedToken"], rej["highestToken"], rej["reportedOwner"]) == (
+        key, "py-memory", "7", "8", "old")
