@@ -19,8 +19,10 @@
 //     after the worker has given up and released the lease.
 //   - The node (`fencectl torture node`, the same server as cmd/fenced) is
 //     killed with SIGKILL at random moments, half of them within
-//     microseconds after a worker recorded an acknowledged grant, release
-//     or renewal (Config.AfterAckShare), a sixth a few milliseconds after
+//     microseconds after an acknowledged grant, release or renewal
+//     (Config.AfterAckShare): timed from the node's own report of the
+//     answer (failpoint.AckNotifyEnvVar) in a build with the failpoints,
+//     else from the worker's record of it; a sixth a few milliseconds after
 //     an acquisition starts or a key is freed, and started again on the same data directory and
 //     ports. Optionally the store is crashed too.
 //   - The node snapshots every 8 log entries (checked every 200ms) and,
@@ -40,10 +42,17 @@
 //     port, advertised as the node's raft address, which tells the peers
 //     apart by the source address of their connections and drops,
 //     black-holes or delays each directed link. Faults come one at a time
-//     and heal: kills of the leader or a follower, SIGSTOP of the leader,
-//     isolation of the leader or a follower, moving minority/majority
-//     splits, slow links, rolling restarts, a member removed and added back
-//     empty. Workers fail over between all nodes.
+//     and heal: kills of the leader or a follower (half the leader kills
+//     right after an acknowledgement), SIGSTOP of the leader past an
+//     election but short of the TTL (half the time followed by freezing
+//     every lease holder), isolation of the leader or a follower short of
+//     the TTL, moving minority/majority splits, slow links, rolling
+//     restarts, a member removed and added back empty, and (asked for by
+//     name) disk loss: a member's data directory deleted while it is down,
+//     started again with its usual command line when its vote decides,
+//     and recovered as documented if it refuses. The election timeout is
+//     TTL/4. Workers fail over between all nodes, and send half their
+//     reads to a node picked at random.
 //   - Every process that exits on its own (a panic in the client, the
 //     server or the store) is a violation, and is restarted.
 //
@@ -68,7 +77,9 @@
 //   - lease-linearizable: acquire, renew, release and get, per key, are
 //     linearizable (porcupine), with expiry as a nondeterministic step and
 //     acquisitions of unknown outcome pending until the end of the history;
-//     a failure writes porcupine's HTML visualization.
+//     each key's history is checked in windows cut at quiescent points,
+//     each from an over-approximation of the key's state at its start; a
+//     failure writes porcupine's HTML visualization.
 //   - lease-exclusion: no lease was granted to another holder before the
 //     previous holder's conservative deadline (TTL after the send time of
 //     its last acknowledged renewal) or release.
@@ -83,6 +94,8 @@
 //   - nodes-converge (clusters): once quiet at the end, every node has
 //     applied the same raft index and holds the same leases, read from its
 //     own state.
+//   - wiped-member-refuses (clusters): no member that lost its data
+//     directory became a voter again without being removed and added back.
 //
 // A negative control (Config.NoFencing) runs the same workload with the
 // store's fencing off (store.Config.NoFencing) and SQL writes unguarded; the
@@ -115,7 +128,8 @@
 //     not model torn or reordered writes or lost directory entries, and
 //     they trust bbolt to fsync its commits.
 //   - A linearizability check that times out reports "unknown", not a
-//     violation.
+//     violation, and the run is not clean (INCONCLUSIVE). An anomaly that
+//     spans the cut between two windows of a key's history may be missed.
 //   - Against an external store, the store must offer the reference
 //     store's HTTP API, including GET /v1/audit.
 package torture
