@@ -30,6 +30,8 @@ type ackListener struct {
 	conns []*net.UnixConn
 	acks  chan nodeAck // the latest ones; older ones are dropped
 	seen  atomic.Int64 // acknowledgements received
+	// renewals counts each node's acknowledged renewals.
+	renewals []atomic.Int64
 }
 
 // nodeSideAcks reports whether the nodes can report acknowledgements
@@ -45,7 +47,7 @@ func newAckListener(nodes int) (*ackListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("torture: ack sockets: %w", err)
 	}
-	a := &ackListener{dir: dir, acks: make(chan nodeAck, 1)}
+	a := &ackListener{dir: dir, acks: make(chan nodeAck, 1), renewals: make([]atomic.Int64, nodes)}
 	for i := range nodes {
 		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: a.path(i), Net: "unixgram"})
 		if err != nil {
@@ -76,6 +78,9 @@ func (a *ackListener) read(node int, c *net.UnixConn) {
 		}
 		a.seen.Add(1)
 		ack := nodeAck{node: node, kind: string(buf[:n]), at: time.Now()}
+		if ack.kind == "renew" {
+			a.renewals[node].Add(1)
+		}
 		select {
 		case a.acks <- ack:
 		default:

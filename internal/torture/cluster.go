@@ -38,8 +38,12 @@ type ClusterFaultStats struct {
 	// HoldersFrozen counts the pauses after which every worker holding a
 	// lease was frozen past its TTL as the leader woke: a renewal the
 	// deposed leader acknowledged on waking is then its holder's last.
-	LeaderPauses  int `json:"leaderPauses"`
-	HoldersFrozen int `json:"holdersFrozen"`
+	// RenewalsOnWaking counts the pauses after which the woken leader was
+	// seen (from its own reports) acknowledging a renewal: those holders
+	// are always frozen.
+	LeaderPauses     int `json:"leaderPauses"`
+	HoldersFrozen    int `json:"holdersFrozen"`
+	RenewalsOnWaking int `json:"renewalsOnWaking"`
 	// AimedLeaderKills counts leader kills sent within a millisecond
 	// after a node reported an acknowledgement (nodes with the failpoints
 	// build only).

@@ -169,11 +169,29 @@ func (e *engine) pauseLeader(ctx context.Context, leader int) string {
 		return "leader-pause failed: " + err.Error()
 	}
 	sleepCtx(ctx, d)
+	var renewed int64
+	if e.acks != nil {
+		renewed = e.acks.renewals[leader].Load()
+	}
 	_ = p.signal(sigCont)
+	// A renewal the woken leader acknowledges before it finds out that it
+	// was deposed is what the holders are frozen for; with the nodes'
+	// reports, they are frozen as soon as one is seen.
+	woke, late := time.Now(), int64(0)
+	for e.acks != nil && late == 0 && time.Since(woke) < e.electionTimeout()/4 {
+		time.Sleep(time.Millisecond)
+		late = e.acks.renewals[leader].Load() - renewed
+	}
 	frozen := ""
-	if e.chance(0.5) {
-		time.Sleep(e.uniform(0, e.electionTimeout()/4))
-		frozen = fmt.Sprintf(", then froze the %d workers holding a lease", e.freezeHolders())
+	if late > 0 {
+		frozen = fmt.Sprintf(", which acknowledged a renewal %v after waking", time.Since(woke).Round(time.Millisecond))
+		e.countCluster(func(s *ClusterFaultStats) { s.RenewalsOnWaking++ })
+	}
+	if late > 0 || e.chance(0.5) {
+		if e.acks == nil {
+			time.Sleep(e.uniform(0, e.electionTimeout()/4))
+		}
+		frozen += fmt.Sprintf(", then froze the %d workers holding a lease", e.freezeHolders())
 		e.countCluster(func(s *ClusterFaultStats) { s.HoldersFrozen++ })
 	}
 	e.countCluster(func(s *ClusterFaultStats) { s.LeaderPauses++ })
