@@ -1,0 +1,27 @@
+"""pyproject.toml builds a wheel and an sdist with no network (setuptools, no isolation)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import conftest
+
+
+def test_builds_offline(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(conftest.SDK, src, ignore=shutil.ignore_patterns("__pycache__", ".hypothesis", ".pytest_cache"))
+    dist = tmp_path / "dist"
+    code = ("import sys; from setuptools import build_meta as b; "
+            "print(b.build_wheel(sys.argv[1])); print(b.build_sdist(sys.argv[1]))")
+    out = subprocess.run([sys.executable, "-c", code, str(dist)], cwd=src, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PIP_NO_INDEX="1"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    wheel = next(w for w in out.stdout.split() if w.endswith(".whl"))
+    sdist = next(w for w in out.stdout.split() if w.endswith(".tar.gz"))
+    names = zipfile.ZipFile(dist / wheel).namelist()
+    for module in ("fenced/client.py", "fenced/aio.py", "fenced/guards/postgres.py", "fenced/guards/redis.py",
+                   "fenced/torture_worker.py"):
+        assert module in names
+    assert sdist.endswith(".tar.gz")
