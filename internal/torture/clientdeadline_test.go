@@ -35,3 +35,40 @@ func TestCheckClientDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerCommand: the first WorkerCommandWorkers workers run the worker
+// command (all of them by default), the others the Go worker; bad counts
+// are refused.
+func TestWorkerCommand(t *testing.T) {
+	if !signalsSupported {
+		t.Skip(errUnsupported)
+	}
+	for _, tc := range []struct {
+		n       int
+		foreign []bool
+	}{
+		{0, []bool{true, true, true}},
+		{2, []bool{true, true, false}},
+	} {
+		cfg := Config{Workers: 3, WorkerCommand: []string{"python3", "-m", "fenced.torture_worker"}, WorkerCommandWorkers: tc.n,
+			OutputDir: t.TempDir()}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		e := &engine{cfg: cfg}
+		for id, want := range tc.foreign {
+			if got := e.foreignWorker(id); got != want {
+				t.Errorf("WorkerCommandWorkers %d: worker %d foreign = %v, want %v", tc.n, id, got, want)
+			}
+		}
+	}
+	for _, cfg := range []Config{
+		{Workers: 3, WorkerCommand: []string{"w"}, WorkerCommandWorkers: 4},
+		{Workers: 3, WorkerCommandWorkers: 1},
+	} {
+		cfg.OutputDir = t.TempDir()
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%d of %d workers with command %q: accepted", cfg.WorkerCommandWorkers, cfg.Workers, cfg.WorkerCommand)
+		}
+	}
+}
