@@ -70,6 +70,29 @@ func cutFirstAcquireAnswer(t *testing.T, target string, reset bool) (proxyURL st
 	return ps.URL, dropped
 }
 
+// roleless puts target behind a proxy that does not answer /v1/role, as a
+// plain load balancer would not. With it as the second endpoint, the
+// client's search for the leader can pick only the first one, so the first
+// attempt goes through that (otherwise, on a loaded machine, the search may
+// find the direct endpoint first and the cutting proxy sees no Acquire).
+func roleless(t *testing.T, target string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/role" {
+			http.NotFound(w, r)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ps.Close)
+	return ps.URL
+}
+
 // TestAcquireCutByFailoverIsUncertain: an Acquire whose first attempt was
 // granted but not answered is retried on the next endpoint, which finds the
 // key held by the caller's own owner. That is not "held by another": the
@@ -79,7 +102,7 @@ func cutFirstAcquireAnswer(t *testing.T, target string, reset bool) (proxyURL st
 func TestAcquireCutByFailoverIsUncertain(t *testing.T) {
 	srv := fencedtest.Start(t)
 	proxy, dropped := dropFirstAcquireAnswer(t, srv.URL)
-	c, err := client.New(client.Config{Endpoints: []string{proxy, srv.URL}, Owner: "me", TTL: 5 * time.Second})
+	c, err := client.New(client.Config{Endpoints: []string{proxy, roleless(t, srv.URL)}, Owner: "me", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +164,7 @@ func TestAcquireHeldAfterRefusedConnection(t *testing.T) {
 func TestAcquireCutByResetIsUncertain(t *testing.T) {
 	srv := fencedtest.Start(t)
 	proxy, dropped := cutFirstAcquireAnswer(t, srv.URL, true)
-	c, err := client.New(client.Config{Endpoints: []string{proxy, srv.URL}, Owner: "me", TTL: 5 * time.Second})
+	c, err := client.New(client.Config{Endpoints: []string{proxy, roleless(t, srv.URL)}, Owner: "me", TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
