@@ -41,6 +41,7 @@ func TestErrorsArePrinted(t *testing.T) {
 		{"peer cert without key or CA", []string{"--peer-cert-file", "node.pem"}, []string{"--peer-cert-file, --peer-key-file and --peer-trusted-ca-file go together", "fenced --help"}},
 		{"peer cert and key without CA", []string{"--peer-cert-file", "node.pem", "--peer-key-file", "node-key.pem"}, []string{"--peer-trusted-ca-file go together"}},
 		{"missing peer CA file", []string{"--peer-cert-file", "node.pem", "--peer-key-file", "node-key.pem", "--peer-trusted-ca-file", "/nonexistent/ca.pem"}, []string{"peer tls"}},
+		{"advertised client URL without a scheme", []string{"--advertise-client-url", "127.0.0.1:7420"}, []string{"client URL", "127.0.0.1:7420", "fenced --help"}},
 		{"missing auth file", []string{"--auth-file", "/nonexistent/auth.json"}, []string{"bad auth file", "/nonexistent/auth.json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
