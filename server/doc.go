@@ -40,6 +40,13 @@
 //     write is in the log's hands, the answer says so (deadline_exceeded,
 //     or unavailable when the node is closing): the write may or may not
 //     take effect, and is never reported as not applied.
+//   - A member that lost its data directory never votes, nor counts toward
+//     an election's quorum, until it has been removed and added back as a
+//     new member: started again on an empty directory with its initial
+//     cluster it refuses once a peer answers (and waits while none does);
+//     with --join or --initial-cluster-state existing it copies the log but
+//     refuses every vote. Peers of another cluster (different cluster IDs)
+//     are refused on every peer connection (identity.go).
 //   - Bad input is refused with invalid_argument and changes nothing
 //     (validate.go); domain errors are mapped to Connect codes in one place
 //     (connectError).
@@ -68,12 +75,18 @@
 //     transitions (/v1/stats, /metrics) start at zero with each process.
 //   - Per-owner quotas count what owners say they are unless auth is on,
 //     and grants in flight are not counted.
+//   - A node started without an initial cluster has no peers to ask: on an
+//     empty data directory it forms a new cluster of one even if members
+//     were added to it; data directories from fenced restore or earlier
+//     versions carry no cluster ID (identity.go).
 //
 // Layout: server.go is the node (start-up, raft wiring, leadership, Close);
 // apply.go the write path and what every node keeps beside the state
 // machine; leases.go the lease operations in domain terms (the Go API);
 // expiry.go, waiters.go, leadercheck.go and contact.go the leader's
-// deadlines, wait queues and leadership confirmation. The API side:
+// deadlines, wait queues and leadership confirmation; cluster.go,
+// identity.go and peermux.go membership, a member's identity and the peer
+// port. The API side:
 // service.go the Connect handlers (lease API and Revoke), routed.go and
 // forward.go where each call is served, validate.go the input rules, wire.go
 // a lease's wire form, errors.go the mapping to Connect codes, auth.go,
