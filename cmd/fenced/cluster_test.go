@@ -206,6 +206,24 @@ func TestClusterFormationAndForwarding(t *testing.T) {
 		}
 	}
 	t.Logf("leader %s", c.nodes[leader].id)
+	// Every node lists every member's client URL (by default its --listen),
+	// as the leader recorded them in the log.
+	for i := range c.nodes {
+		testutil.Eventually(t, 10*time.Second, func() error {
+			r, err := c.role(i)
+			if err != nil {
+				return err
+			}
+			for _, m := range r.Members {
+				for _, nd := range c.nodes {
+					if nd.id == m.ID && m.ClientURL != nd.url {
+						return fmt.Errorf("%s lists %s with client URL %q, want %q", c.nodes[i].id, m.ID, m.ClientURL, nd.url)
+					}
+				}
+			}
+			return nil
+		})
+	}
 
 	for i := range c.nodes {
 		via := func(k int) string { return c.nodes[(i+k)%3].id }
