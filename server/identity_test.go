@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,7 +29,12 @@ func (f *fakeSelf) admit(from peerHello) error {
 
 func peerMuxOf(t *testing.T, cluster string) *peerMux {
 	t.Helper()
-	m, err := listenPeers("127.0.0.1:0", "", nil, slog.New(slog.DiscardHandler))
+	return peerMuxLogging(t, cluster, slog.New(slog.DiscardHandler))
+}
+
+func peerMuxLogging(t *testing.T, cluster string, log *slog.Logger) *peerMux {
+	t.Helper()
+	m, err := listenPeers("127.0.0.1:0", "", nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +58,8 @@ func TestPeerConnectionsCheckClusterID(t *testing.T) {
 	} {
 		for _, kind := range []byte{peerRaft, peerAPI} {
 			t.Run(tc.name+"/"+string(kind), func(t *testing.T) {
-				from, to := peerMuxOf(t, tc.dialer), peerMuxOf(t, tc.listener)
+				var logged syncBuffer
+				from, to := peerMuxOf(t, tc.dialer), peerMuxLogging(t, tc.listener, slog.New(slog.NewTextHandler(&logged, nil)))
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				c, err := from.dial(ctx, to.Addr().String(), kind)
@@ -68,6 +76,9 @@ func TestPeerConnectionsCheckClusterID(t *testing.T) {
 						in.Close()
 						t.Fatal("a refused connection was handed to the forwarded-call server")
 					case <-time.After(100 * time.Millisecond):
+					}
+					if got := logged.String(); !strings.Contains(got, "peer connection refused") || !strings.Contains(got, "another cluster") {
+						t.Errorf("the listener logged %q, want the refusal and its reason", got)
 					}
 					return
 				}
@@ -214,4 +225,22 @@ func TestClusterIDDrawnAtBootstrap(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, identityFileName)); err != nil {
 		t.Error(err)
 	}
+}
+
+// syncBuffer collects what a logger writes from other goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -63,8 +63,8 @@ type peerSelf interface {
 	admit(from peerHello) error
 }
 
-// maxHello bounds a hello on the wire.
-const maxHello = 64 << 10
+// maxHello bounds a hello on the wire (its length is a uint16).
+const maxHello = 1<<16 - 1
 
 // checkPeer refuses a peer of another cluster: both IDs known and unequal.
 func checkPeer(local, remote peerHello, addr string) error {
@@ -141,19 +141,20 @@ func (m *peerMux) hello() peerHello {
 	return m.self.hello()
 }
 
-// logRefusal logs a refused peer connection, once a minute per address.
-func (m *peerMux) logRefusal(addr string, err error) {
+// logRefusal logs a refused peer connection, once a minute per peer (key).
+func (m *peerMux) logRefusal(key string, err error) {
 	m.refusalsMu.Lock()
-	last, seen := m.refusals[addr]
-	if !seen || time.Since(last) > time.Minute {
+	last, seen := m.refusals[key]
+	fresh := !seen || time.Since(last) > time.Minute
+	if fresh {
 		if m.refusals == nil {
 			m.refusals = map[string]time.Time{}
 		}
-		m.refusals[addr] = time.Now()
+		m.refusals[key] = time.Now()
 	}
 	m.refusalsMu.Unlock()
-	if (!seen || time.Since(last) > time.Minute) && m.log != nil {
-		m.log.Error("peer connection refused", "peer", addr, "err", err)
+	if fresh && m.log != nil {
+		m.log.Error("peer connection refused", "err", err)
 	}
 }
 
@@ -244,7 +245,7 @@ func (m *peerMux) sort(c net.Conn) {
 	}
 	if err != nil {
 		local.Refused = err.Error()
-		m.logRefusal(c.RemoteAddr().String(), err)
+		m.logRefusal(remote.Node+" "+remote.Cluster, err)
 	}
 	if werr := writeHello(c, 0, local); werr != nil || err != nil || to == nil {
 		c.Close()
