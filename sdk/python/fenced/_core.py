@@ -31,6 +31,9 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:7420"
 DEFAULT_CLOCK_DRIFT = 0.001
 DEFAULT_DEADLINE_MARGIN = 0.010
 
+# Calls that may be sent twice with the effect of once.
+IDEMPOTENT = frozenset(("Renew", "Get", "List", "ListRejections"))
+
 # The mutant the torture harness must catch: the local deadline counted
 # from when the answer arrived instead of when the request was sent.
 MUTANT_ENV = "FENCED_TORTURE_MUTANT"
@@ -350,14 +353,26 @@ class Endpoint:
         length = None if chunked or "content-length" not in hdrs else int(hdrs["content-length"])
         return _ChunkedReader(r, chunked, length)
 
-    async def post(self, path: str, body: bytes, timeout: float):
-        """One unary POST; returns (status, body). Raises Unavailable or Timeout."""
+    async def post(self, path: str, body: bytes, timeout: float, idempotent: bool):
+        """One unary POST; returns (status, body). Raises Unavailable or Timeout.
+
+        A kept-alive connection may turn out closed by the server only once
+        the request is written; an idempotent call then goes again on a new
+        connection, as net/http does. Any other call fails with Unavailable:
+        the request may have arrived (an Acquire granted, a Release applied)
+        and sending it again would hide that.
+        """
         loop = asyncio.get_running_loop()
         for attempt in (0, 1):
             conn = self._take() if attempt == 0 else None
             reused = conn is not None
             if conn is None:
-                conn = await asyncio.wait_for(self._open(), timeout)
+                try:
+                    conn = await asyncio.wait_for(self._open(), timeout)
+                except E.Unavailable as e:
+                    if attempt:  # the first attempt, on a reused connection, may have arrived
+                        raise E.Unavailable(str(e)) from e
+                    raise
             r, w = conn
             got = False
             try:
@@ -368,10 +383,9 @@ class Endpoint:
                 data = await self._body(r, hdrs).readall()
             except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError, ValueError) as e:
                 w.close()
-                if reused and not got:
-                    # The server closed the idle connection as we sent: go
-                    # again on a new one, as net/http does. The attempt counts
-                    # as possibly arrived (Unavailable's default).
+                if reused:
+                    self.close()  # the node likely went away: its other idle connections are dead too
+                if reused and not got and idempotent:
                     continue
                 raise E.Unavailable(f"{self.url}: {type(e).__name__}: {e}") from e
             except BaseException:
@@ -616,7 +630,7 @@ class Session:
         done = self.observe(method, msg) if self.observe and method else None
         try:
             async with asyncio.timeout(timeout):
-                status, data = await ep.post(path, body, timeout)
+                status, data = await ep.post(path, body, timeout, method in IDEMPOTENT)
         except TimeoutError as e:
             if done:
                 done(0, b"", e)

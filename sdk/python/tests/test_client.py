@@ -322,3 +322,38 @@ def test_watch_yields_resync_and_maps_the_end_of_stream_error():
     finally:
         c.close()
         srv.shutdown()
+
+
+@pytest.mark.parametrize("second", ["acquire", "get"])
+def test_request_lost_with_its_node_may_have_arrived(second):
+    """A node that reads a request on a kept-alive connection and dies (refusing new
+    connections after): the call may have taken effect, never "refused" (it was seen
+    wrongly so in a torture history: an Acquire granted, recorded as refused)."""
+    ln = socket.socket()
+    ln.bind(("127.0.0.1", 0))
+    ln.listen()
+
+    def serve():
+        conn, _ = ln.accept()
+        for i in range(2):
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, body = data.split(b"\r\n\r\n", 1)
+            n = int([l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")][0])
+            while len(body) < n:
+                body += conn.recv(65536)
+            if i == 0:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        ln.close()  # the node dies with the second request read: new connections are refused
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    c = Client(f"http://127.0.0.1:{ln.getsockname()[1]}")
+    try:
+        assert c.get("k").lease is None
+        with pytest.raises(fenced.Unavailable) as e:
+            c.acquire("k") if second == "acquire" else c.get("k")
+        assert e.value.may_have_arrived is True
+    finally:
+        c.close()
