@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// TestLightDependencies checks that the client and the guards link none of
-// the server's machinery (raft, its log store, bbolt, hclog, go-metrics)
-// nor the Prometheus client: a program that takes a lease or guards a
-// resource stays small. Two packages exist to carry one of them each:
+// TestLightDependencies checks that the client, its elections and the
+// guards link none of the server's machinery (raft, its log store, bbolt,
+// hclog, go-metrics) nor the Prometheus client: a program that takes a
+// lease or guards a resource stays small. Two packages exist to carry one of them each:
 // fence/fenceprom (Prometheus) and fence/fencebolt (bbolt).
 func TestLightDependencies(t *testing.T) {
 	if testing.Short() {
@@ -30,7 +30,7 @@ func TestLightDependencies(t *testing.T) {
 		"github.com/fencedio/fenced/server": "",
 	}
 	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	cmd := exec.Command(goCmd, "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./client", "./client/testdata/hello", "./fence/...")
+	cmd := exec.Command(goCmd, "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./client", "./client/election", "./client/testdata/hello", "./fence/...")
 	cmd.Dir = ".."
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -49,7 +49,7 @@ func TestLightDependencies(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"github.com/fencedio/fenced/client", "github.com/fencedio/fenced/client/testdata/hello",
+	for _, want := range []string{"github.com/fencedio/fenced/client", "github.com/fencedio/fenced/client/election", "github.com/fencedio/fenced/client/testdata/hello",
 		"github.com/fencedio/fenced/fence", "github.com/fencedio/fenced/fence/fencesql", "github.com/fencedio/fenced/fence/fencereport"} {
 		if !seen[want] {
 			t.Errorf("go list did not list %s; the test is not looking at what it should:\n%s", want, out)
