@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,20 +89,28 @@ func TestJSONLogFormat(t *testing.T) {
 		t.Errorf("no record from raft (module=raft); its lines must come through the same JSON log:\n%s", out)
 	}
 
-	// A node that cannot listen says so in JSON too, with the remedy.
+	// A node, or a store, that cannot listen says so in JSON too, with the
+	// remedy.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--data-dir", filepath.Join(dir, "data2"), "--listen", "999.1.1.1:1",
-		"--raft-listen", testutil.MustFreeAddr(t), "--log-format", "json")
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	var exit *exec.ExitError
-	if err := cmd.Run(); !errors.As(err, &exit) || exit.ExitCode() != 1 {
-		t.Fatalf("fenced on an unusable address: %v, want exit status 1\n%s", err, &stderr)
-	}
-	recs := jsonLines(t, stderr.Bytes())
-	last := recs[len(recs)-1]
-	if last["level"] != "ERROR" || !strings.Contains(last["err"].(string), "999.1.1.1:1") || !strings.Contains(last["hint"].(string), "--listen") {
-		t.Errorf("last record %v, want the error with its hint", last)
+	for _, args := range [][]string{
+		{"--data-dir", filepath.Join(dir, "data2"), "--listen", "999.1.1.1:1", "--raft-listen", testutil.MustFreeAddr(t), "--log-format", "json"},
+		{"store", "--data-dir", filepath.Join(dir, "store"), "--listen", "999.1.1.1:1", "--log-format", "json"},
+	} {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stderr, &stderr
+		var exit *exec.ExitError
+		if err := cmd.Run(); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("fenced %q: %v, want exit status 1\n%s", args, err, &stderr)
+		}
+		recs := jsonLines(t, stderr.Bytes())
+		if len(recs) == 0 {
+			t.Fatalf("fenced %q wrote nothing", args)
+		}
+		last := recs[len(recs)-1]
+		if last["level"] != "ERROR" || !strings.Contains(fmt.Sprint(last["err"]), "999.1.1.1:1") || !strings.Contains(fmt.Sprint(last["hint"]), "--listen") {
+			t.Errorf("fenced %q: last record %v, want the error with its hint", args, last)
+		}
 	}
 }
