@@ -81,7 +81,7 @@ func rootCmd() *cobra.Command {
 	cmd.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of text")
 	cmd.PersistentFlags().DurationVar(&g.timeout, "timeout", 5*time.Second, "timeout of one-shot requests")
 	cmd.AddCommand(acquireCmd(g), renewCmd(g), releaseCmd(g), getCmd(g), listCmd(g), watchCmd(g), benchCmd(g), demoCmd(), statusCmd(g), memberCmd(g), snapshotCmd(g))
-	cmd.AddCommand(tortureCmd(g), revokeCmd(g), rejectionsCmd(g), failoverBenchCmd(g), versionCmd(g))
+	cmd.AddCommand(tortureCmd(g), revokeCmd(g), rejectionsCmd(g), failoverBenchCmd(g), versionCmd(g), electCmd(g))
 	g.creds.register(cmd)
 	return cmd
 }
