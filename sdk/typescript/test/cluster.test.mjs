@@ -11,18 +11,18 @@ test("a 3-node cluster: the leader is killed; the lease and the watch carry on a
     const prefix = unique("cl") + "/";
     const ac = new AbortController();
     const seen = [];
+    const { revision } = await c.list(prefix);
     const watching = (async () => {
-      for await (const ev of c.watch(prefix, { signal: ac.signal })) {
+      for await (const ev of c.watch(prefix, { signal: ac.signal, after: revision })) {
         seen.push(ev);
         if (ev.type === "RELEASED") ac.abort();
       }
     })();
-    await new Promise((r) => setTimeout(r, 300));
-    const l = await c.acquire(prefix + "a", { ttl: 2000 });
+    const l = await c.acquire(prefix + "a", { ttl: 4000 });
     const leader = await leaderOf(cl.nodes);
     leader.proc.kill("SIGKILL");
     // Longer than the TTL: renewals must have found the new leader.
-    await new Promise((r) => setTimeout(r, 4000));
+    await new Promise((r) => setTimeout(r, 5000));
     assert.equal(l.held, true, String(l.signal.reason));
     assert.notEqual(await leaderOf(cl.nodes.filter((x) => x !== leader)), undefined);
     const { lease } = await c.get(l.key);
