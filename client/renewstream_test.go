@@ -140,11 +140,20 @@ func TestLeasesFallBackToUnaryRenew(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	start := time.Now()
-	renewedTimes(t, []*client.Lease{l}, 6, 200*time.Millisecond)
-	renews, streams := cs.count(fencedv1connect.LeaseServiceRenewProcedure), cs.count(fencedv1connect.LeaseServiceKeepAliveProcedure)
-	if renews < 6 {
-		t.Errorf("%d Renew calls, want at least 6", renews)
+	// Six renewals, counted where they arrive: how far the deadline moves
+	// says how much time passed, not how many renewals a loaded machine
+	// fitted in it.
+	for cs.count(fencedv1connect.LeaseServiceRenewProcedure) < 6 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%d Renew calls in 10s, want 6", cs.count(fencedv1connect.LeaseServiceRenewProcedure))
+		}
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost while renewing: %v", l.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
+	streams := cs.count(fencedv1connect.LeaseServiceKeepAliveProcedure)
 	// Pauses of 1s, 2s, 4s...: at most one attempt per started second
 	// doubling.
 	if elapsed := time.Since(start); streams < 1 || streams > 2+int(elapsed/(2*time.Second)) {
