@@ -121,7 +121,8 @@ type Config struct {
 	// last one. Default 3s.
 	ClusterFaultInterval time.Duration
 	// ClusterFaults restricts a cluster run to these kinds of faults
-	// (ClusterFaultKinds). Default: all of them.
+	// (ClusterFaultKinds). Default: all of them but disk-loss, which
+	// leaves the cluster unavailable for seconds each time.
 	ClusterFaults []string
 	// NodeMinTTL is the local node's --min-ttl. Default min(TTL, 1s).
 	NodeMinTTL time.Duration
