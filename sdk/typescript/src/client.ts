@@ -284,11 +284,7 @@ export class Client implements AsyncDisposable {
   }
 
   /** Renews over the stream when one is usable, else (or when it gives no answer) with unary Renew. */
-  #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string; token: bigint; ttlMs: number }> {
-    return traced({ kind: "renew", key, leaseId }, () => this.#renewEither(key, leaseId, by, timeoutMs), (r) => ({ leaseId, token: r.token, ttlMs: r.ttlMs }));
-  }
-
-  async #renewEither(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string; token: bigint; ttlMs: number }> {
+  async #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
     const t0 = performance.now();
     let limit = timeoutMs / 2;
     if (by > 0) {
@@ -297,8 +293,12 @@ export class Client implements AsyncDisposable {
     const s = this.#renewals.stream();
     if (s && limit > 0) {
       try {
-        const r = await s.renew(key, leaseId, limit);
-        return { signature: r.tokenSignature ?? "", token: r.lease?.token ?? 0n, ttlMs: Number(r.lease?.ttlMs ?? 0n) };
+        const r = await traced(
+          { kind: "renew", key, leaseId },
+          () => s.renew(key, leaseId, limit),
+          (r) => ({ leaseId, token: r.lease?.token, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
+        );
+        return { signature: r.tokenSignature ?? "" };
       } catch (err) {
         if (!(err instanceof NoAnswerError)) {
           throw err;
@@ -311,7 +311,7 @@ export class Client implements AsyncDisposable {
       throw new TimeoutError(`renew ${JSON.stringify(key)}: no answer within ${timeoutMs}ms`);
     }
     const info = await this.renew(key, leaseId, { timeoutMs: left });
-    return { signature: info.signature, token: info.token, ttlMs: info.ttlMs };
+    return { signature: info.signature };
   }
 
   #callSignal(options: { timeoutMs?: number; signal?: AbortSignal }): AbortSignal {
@@ -323,7 +323,13 @@ export class Client implements AsyncDisposable {
   async renew(key: string, leaseId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<LeaseInfo & { signature: string }> {
     const signal = this.#callSignal(options);
     try {
-      const r = await this.#eps.do(signal, (ep) => ep.rpc.renew({ key, leaseId }, { signal }));
+      const r = await this.#eps.do(signal, (ep) =>
+        traced(
+          { kind: "renew", key, leaseId },
+          () => ep.rpc.renew({ key, leaseId }, { signal }),
+          (r) => ({ leaseId, token: r.lease?.token, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
+        ),
+      );
       return { ...infoFrom(r.lease), signature: r.tokenSignature ?? "" };
     } catch (err) {
       throw callError(err, `renew ${JSON.stringify(key)}`, signal);
@@ -334,7 +340,7 @@ export class Client implements AsyncDisposable {
   async release(key: string, leaseId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<void> {
     const signal = this.#callSignal(options);
     try {
-      await traced({ kind: "release", key, leaseId }, () => this.#eps.do(signal, (ep) => ep.rpc.release({ key, leaseId }, { signal })), () => ({ leaseId }));
+      await this.#eps.do(signal, (ep) => traced({ kind: "release", key, leaseId }, () => ep.rpc.release({ key, leaseId }, { signal }), () => ({ leaseId })));
     } catch (err) {
       throw callError(err, `release ${JSON.stringify(key)}`, signal);
     }
@@ -343,10 +349,12 @@ export class Client implements AsyncDisposable {
   /** The current lease of key (undefined when free), the last token issued for it and the revision of the answer. */
   async get(key: string, options: { signal?: AbortSignal } = {}): Promise<{ lease?: LeaseInfo; lastToken: bigint; revision: bigint }> {
     try {
-      const r = await traced(
-        { kind: "get", key },
-        () => this.#eps.do(options.signal, (ep) => ep.rpc.get({ key }, { signal: options.signal })),
-        (r) => ({ hasLease: r.lease !== undefined, owner: r.lease?.owner, token: r.lease?.token, lastToken: r.lastToken }),
+      const r = await this.#eps.do(options.signal, (ep) =>
+        traced(
+          { kind: "get", key },
+          () => ep.rpc.get({ key }, { signal: options.signal }),
+          (r) => ({ hasLease: r.lease !== undefined, owner: r.lease?.owner, token: r.lease?.token, lastToken: r.lastToken }),
+        ),
       );
       return { lease: r.lease ? infoFrom(r.lease) : undefined, lastToken: r.lastToken, revision: r.revision };
     } catch (err) {

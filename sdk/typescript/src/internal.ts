@@ -26,9 +26,10 @@ export const internal = {
   /** Arms the local deadline from the answer instead of the send: a known bug, for the torture worker's mutant. */
   deadlineFromAnswer: false,
   /**
-   * Called just before every acquire attempt, renewal (once, however it
-   * travels), release and get is sent; the function it returns is called
-   * with the result.
+   * Called just before every attempt of an acquire, renewal, release or get
+   * is sent (once per endpoint tried; a renewal on the KeepAlive stream and
+   * its unary fallback are two attempts); the function it returns is
+   * called with the attempt's result.
    */
   trace: undefined as ((call: TraceCall) => (result: TraceResult) => void) | undefined,
 };

@@ -5,7 +5,7 @@ import { internal } from "./internal.js";
 export interface LeaseHost {
   readonly requestTimeoutMs: number;
   /** Renews once, over the stream or unary; by is the lease's local deadline (performance.now() ms) or 0. */
-  renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string; token: bigint }>;
+  renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }>;
   release(key: string, leaseId: string, options: { timeoutMs: number }): Promise<void>;
   holdRenewals(l: Lease): void;
   dropRenewals(l: Lease): void;
