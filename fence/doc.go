@@ -46,6 +46,22 @@
 // Equal tokens are accepted: the current holder writes many times with the
 // same token.
 //
+// # Sequences
+//
+// A write may also carry a sequence number (WithSequence): per scope a guard
+// keeps the last sequence accepted under the highest token. A higher token
+// starts a new epoch (any sequence accepted); under the same token a
+// sequence must be above the last one, and one at or below it is a
+// duplicate: not applied again, answered with an error matching
+// ErrDuplicate, never ErrStaleToken. With strict sequences
+// (WithStrictSequences, fencebolt.WithStrictSequences, ...) only last+1
+// passes and a gap is refused (ErrSequenceGap). A write without a sequence
+// is decided as before. Retry re-sends one write with the same sequence
+// after an unknown outcome and takes a duplicate for success, so a write is
+// applied at most once. Not covered: several writers using one lease's
+// sequences at once (a late lower sequence is then reported as a duplicate
+// although it was never applied); see docs/guard-spec.md, section 7.
+//
 // # Leases
 //
 // Lease is the holder's side of a lease (key, token, Lost); *client.Lease

@@ -63,6 +63,11 @@ type Decision struct {
 	// Highest is the highest token accepted for Scope before this check.
 	Highest  uint64
 	Accepted bool
+	// Sequence is the write's sequence (WithSequence), 0 when none came.
+	Sequence uint64
+	// Duplicate is set for a write refused as a duplicate of one already
+	// applied (ErrDuplicate): not accepted, and not stale either.
+	Duplicate bool
 	// Owner is the lease owner the mutation came with (WithOwner, a lease
 	// that is Owned, the Fencing-Owner header), "" when none came. It is
 	// informational: guards never check it.

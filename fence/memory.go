@@ -15,6 +15,7 @@ type Option func(*options)
 
 type options struct {
 	observer Observer
+	strict   bool
 }
 
 func newOptions(opts []Option) options {
@@ -33,6 +34,13 @@ func WithObserver(o Observer) Option {
 	return func(opts *options) { opts.observer = o }
 }
 
+// WithStrictSequences makes the guard refuse, with a *SequenceGapError, a
+// write whose sequence under the current token is not the last one plus 1.
+// Default: any sequence above the last is accepted.
+func WithStrictSequences() Option {
+	return func(opts *options) { opts.strict = true }
+}
+
 // shardCount spreads scopes over independent locks so that lookups of
 // unrelated scopes do not contend. A power of two, so a mask picks the shard.
 const shardCount = 64
@@ -46,6 +54,7 @@ const shardCount = 64
 type Memory struct {
 	seed     maphash.Seed
 	observer Observer
+	strict   bool
 	shards   [shardCount]memShard
 }
 
@@ -62,6 +71,7 @@ type memShard struct {
 type memScope struct {
 	sem     scopelock.Sem
 	highest atomic.Uint64 // written only while sem is held; read freely by Highest
+	last    uint64        // the last sequence accepted under highest; sem guards it
 }
 
 // NewMemory returns an empty in-memory guard.
@@ -70,7 +80,7 @@ type memScope struct {
 // them on start with Do and an apply that does nothing.
 func NewMemory(opts ...Option) *Memory {
 	o := newOptions(opts)
-	m := &Memory{seed: maphash.MakeSeed(), observer: o.observer}
+	m := &Memory{seed: maphash.MakeSeed(), observer: o.observer, strict: o.strict}
 	for i := range m.shards {
 		m.shards[i].scopes = make(map[string]*memScope)
 	}
@@ -80,14 +90,14 @@ func NewMemory(opts ...Option) *Memory {
 // Do implements Guard. It waits for earlier mutations of scope to finish and
 // returns ctx.Err() without calling apply if ctx ends first.
 func (m *Memory) Do(ctx context.Context, scope string, token uint64, apply func(ctx context.Context) error) error {
-	if err := Check(scope, token, 0); err != nil {
+	if err := CheckSequence(scope, token, SequenceFromContext(ctx), 0, 0, false); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s := m.scope(scope)
-	d, report, err := s.do(ctx, scope, token, apply)
+	d, report, err := s.do(ctx, scope, token, SequenceFromContext(ctx), m.strict, apply)
 	if report && m.observer != nil {
 		m.observer.Observe(ctx, withOwner(ctx, d))
 	}
@@ -97,22 +107,25 @@ func (m *Memory) Do(ctx context.Context, scope string, token uint64, apply func(
 // do returns the decision, whether to report it, and the error
 // for the caller. The lock is released before the caller reports, which
 // keeps slow observers from holding up the scope.
-func (s *memScope) do(ctx context.Context, scope string, token uint64, apply func(context.Context) error) (Decision, bool, error) {
+func (s *memScope) do(ctx context.Context, scope string, token, seq uint64, strict bool, apply func(context.Context) error) (Decision, bool, error) {
 	if err := s.sem.Lock(ctx); err != nil {
 		return Decision{}, false, err
 	}
 	defer s.sem.Unlock()
 	highest := s.highest.Load()
-	if err := Check(scope, token, highest); err != nil {
-		return Decision{Scope: scope, Presented: token, Highest: highest}, true, err
+	d := Decision{Scope: scope, Presented: token, Highest: highest, Sequence: seq}
+	if err := CheckSequence(scope, token, seq, highest, s.last, strict); err != nil {
+		return Rejected(d, err)
 	}
 	if err := apply(ctx); err != nil {
 		return Decision{}, false, err
 	}
+	s.last = NextLast(token, seq, highest, s.last)
 	if token > highest {
 		s.highest.Store(token)
 	}
-	return Decision{Scope: scope, Presented: token, Highest: highest, Accepted: true}, true, nil
+	d.Accepted = true
+	return d, true, nil
 }
 
 // Highest implements Guard. It does not wait for a mutation in progress; it

@@ -16,7 +16,9 @@ import (
 )
 
 // Bucket is the bucket in which a Guard keeps the highest token of each
-// scope: key = scope, value = token as 8 bytes, big-endian. Data kept in the
+// scope: key = scope, value = token as 8 bytes, big-endian, followed by the
+// last sequence accepted under it as 8 more once a write carried one
+// (fence.WithSequence). Data kept in the
 // same file (see Guard.DoTx) must live in other buckets.
 const Bucket = "fence.highest"
 
@@ -30,6 +32,13 @@ type Option func(*options)
 type options struct {
 	observer fence.Observer
 	bolt     *bbolt.Options
+	strict   bool
+}
+
+// WithStrictSequences refuses a sequence other than the last plus 1 under
+// the current token, as fence.WithStrictSequences does.
+func WithStrictSequences() Option {
+	return func(opts *options) { opts.strict = true }
 }
 
 // WithObserver makes the guard report every accepted and rejected mutation
@@ -81,6 +90,7 @@ type Guard struct {
 	db       *bbolt.DB
 	locks    *scopelock.Locks
 	observer fence.Observer
+	strict   bool
 
 	// Close waits for mutations in progress: closing the file between a
 	// successful apply and the recording of its token would lose the token.
@@ -121,7 +131,7 @@ func Open(path string, opts ...Option) (*Guard, error) {
 		db.Close()
 		return nil, fmt.Errorf("fencebolt: open %s: create bucket: %w", path, err)
 	}
-	g := &Guard{db: db, locks: scopelock.NewLocks(), observer: o.observer}
+	g := &Guard{db: db, locks: scopelock.NewLocks(), observer: o.observer, strict: o.strict}
 	g.idle.L = &g.mu
 	return g, nil
 }
@@ -164,32 +174,35 @@ func (b *Guard) Do(ctx context.Context, scope string, token uint64, apply func(c
 }
 
 func (b *Guard) do(ctx context.Context, scope string, token uint64, apply func(context.Context) error) (fence.Decision, bool, error) {
-	highest, err := b.loadHighest(scope)
+	st, err := b.load(scope)
 	if err != nil {
 		return fence.Decision{}, false, err
 	}
-	if err := fence.Check(scope, token, highest); err != nil {
-		return fence.Decision{Scope: scope, Presented: token, Highest: highest}, true, err
+	seq := fence.SequenceFromContext(ctx)
+	d := fence.Decision{Scope: scope, Presented: token, Highest: st.highest, Sequence: seq}
+	if err := fence.CheckSequence(scope, token, seq, st.highest, st.last, b.strict); err != nil {
+		return fence.Rejected(d, err)
 	}
 	if err := apply(ctx); err != nil {
 		return fence.Decision{}, false, err
 	}
-	if token > highest {
+	if next := st.next(token, seq); next != st {
 		err := b.db.Update(func(tx *bbolt.Tx) error {
 			// The scope lock keeps other guard calls out, so the stored value
-			// is still highest; comparing again costs nothing and keeps the
+			// is still st; comparing again costs nothing and keeps the
 			// token from ever going down.
-			cur, err := readHighest(tx, scope)
-			if err != nil || token <= cur {
+			cur, err := read(tx, scope)
+			if err != nil || token < cur.highest {
 				return err
 			}
-			return writeHighest(tx, scope, token)
+			return write(tx, scope, next)
 		})
 		if err != nil {
 			return fence.Decision{}, false, fmt.Errorf("fencebolt: record token %d of %q after applying: %w", token, scope, err)
 		}
 	}
-	return fence.Decision{Scope: scope, Presented: token, Highest: highest, Accepted: true}, true, nil
+	d.Accepted = true
+	return d, true, nil
 }
 
 // DoTx is Do with the mutation inside the bbolt write transaction that
@@ -203,7 +216,7 @@ func (b *Guard) do(ctx context.Context, scope string, token uint64, apply func(c
 // must not call back into the guard (that would deadlock).
 func (b *Guard) DoTx(ctx context.Context, scope string, token uint64, apply func(tx *bbolt.Tx) error) error {
 	d, report, err := b.run(ctx, scope, token, func() (fence.Decision, bool, error) {
-		return b.doTx(scope, token, apply)
+		return b.doTx(ctx, scope, token, apply)
 	})
 	if report && b.observer != nil {
 		b.observer.Observe(ctx, withOwner(ctx, d))
@@ -211,35 +224,37 @@ func (b *Guard) DoTx(ctx context.Context, scope string, token uint64, apply func
 	return err
 }
 
-func (b *Guard) doTx(scope string, token uint64, apply func(*bbolt.Tx) error) (fence.Decision, bool, error) {
+func (b *Guard) doTx(ctx context.Context, scope string, token uint64, apply func(*bbolt.Tx) error) (fence.Decision, bool, error) {
 	var (
-		highest uint64
-		stale   bool
+		refused error
+		d       = fence.Decision{Scope: scope, Presented: token, Sequence: fence.SequenceFromContext(ctx)}
 	)
 	err := b.db.Update(func(tx *bbolt.Tx) error {
-		var err error
-		if highest, err = readHighest(tx, scope); err != nil {
+		st, err := read(tx, scope)
+		if err != nil {
 			return err
 		}
-		if err := fence.Check(scope, token, highest); err != nil {
-			stale = true
+		d.Highest = st.highest
+		if err := fence.CheckSequence(scope, token, d.Sequence, st.highest, st.last, b.strict); err != nil {
+			refused = err
 			return err
 		}
 		if err := apply(tx); err != nil {
 			return err
 		}
-		if token > highest {
-			return writeHighest(tx, scope, token)
+		if next := st.next(token, d.Sequence); next != st {
+			return write(tx, scope, next)
 		}
 		return nil
 	})
 	switch {
-	case stale:
-		return fence.Decision{Scope: scope, Presented: token, Highest: highest}, true, err
+	case refused != nil:
+		return fence.Rejected(d, refused)
 	case err != nil:
 		return fence.Decision{}, false, err
 	}
-	return fence.Decision{Scope: scope, Presented: token, Highest: highest, Accepted: true}, true, nil
+	d.Accepted = true
+	return d, true, nil
 }
 
 // run validates the input and calls fn while holding the lock of scope. The
@@ -247,7 +262,7 @@ func (b *Guard) doTx(scope string, token uint64, apply func(*bbolt.Tx) error) (f
 // could commit while a Do with a lower one is between its check and its
 // apply.
 func (b *Guard) run(ctx context.Context, scope string, token uint64, fn func() (fence.Decision, bool, error)) (fence.Decision, bool, error) {
-	if err := fence.Check(scope, token, 0); err != nil {
+	if err := fence.CheckSequence(scope, token, fence.SequenceFromContext(ctx), 0, 0, false); err != nil {
 		return fence.Decision{}, false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -292,22 +307,22 @@ func (b *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	return b.loadHighest(scope)
+	st, err := b.load(scope)
+	return st.highest, err
 }
 
-// loadHighest reads the highest token recorded for scope in a read
-// transaction of its own.
-func (b *Guard) loadHighest(scope string) (uint64, error) {
-	var highest uint64
+// load reads the state recorded for scope in a read transaction of its own.
+func (b *Guard) load(scope string) (state, error) {
+	var st state
 	err := b.db.View(func(tx *bbolt.Tx) error {
 		var err error
-		highest, err = readHighest(tx, scope)
+		st, err = read(tx, scope)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("fencebolt: read highest token of %q: %w", scope, err)
+		return state{}, fmt.Errorf("fencebolt: read highest token of %q: %w", scope, err)
 	}
-	return highest, nil
+	return st, nil
 }
 
 // HighestTx returns the highest token recorded for scope as seen by tx, 0 if
@@ -319,11 +334,11 @@ func (b *Guard) HighestTx(tx *bbolt.Tx, scope string) (uint64, error) {
 	if err := fence.ValidateScope(scope); err != nil {
 		return 0, err
 	}
-	h, err := readHighest(tx, scope)
+	st, err := read(tx, scope)
 	if err != nil {
 		return 0, fmt.Errorf("fencebolt: read highest token of %q: %w", scope, err)
 	}
-	return h, nil
+	return st.highest, nil
 }
 
 // A valid scope always fits a bbolt key, so a scope is never found too long
@@ -332,27 +347,44 @@ var _ [bbolt.MaxKeySize - fence.MaxScopeBytes]struct{}
 
 var errNoBucket = errors.New("bucket " + Bucket + " is missing")
 
-func readHighest(tx *bbolt.Tx, scope string) (uint64, error) {
+// state is what the bucket holds for a scope: the highest token, and the
+// last sequence accepted under it (0 if none).
+type state struct{ highest, last uint64 }
+
+// next is the state after accepting token with seq (0: none).
+func (st state) next(token, seq uint64) state {
+	return state{highest: max(token, st.highest), last: fence.NextLast(token, seq, st.highest, st.last)}
+}
+
+func read(tx *bbolt.Tx, scope string) (state, error) {
 	bk := tx.Bucket([]byte(Bucket))
 	if bk == nil {
-		return 0, errNoBucket
+		return state{}, errNoBucket
 	}
 	v := bk.Get([]byte(scope))
 	switch len(v) {
 	case 0:
-		return 0, nil
+		return state{}, nil
 	case 8:
-		return binary.BigEndian.Uint64(v), nil
+		return state{highest: binary.BigEndian.Uint64(v)}, nil
+	case 16:
+		return state{highest: binary.BigEndian.Uint64(v), last: binary.BigEndian.Uint64(v[8:])}, nil
 	}
-	return 0, fmt.Errorf("corrupt token of %q: %d bytes", scope, len(v))
+	return state{}, fmt.Errorf("corrupt token of %q: %d bytes", scope, len(v))
 }
 
-func writeHighest(tx *bbolt.Tx, scope string, token uint64) error {
+// write stores st; without a sequence the value is the 8-byte token alone,
+// as guards without sequences have always written it.
+func write(tx *bbolt.Tx, scope string, st state) error {
 	bk := tx.Bucket([]byte(Bucket))
 	if bk == nil {
 		return errNoBucket
 	}
-	return bk.Put([]byte(scope), binary.BigEndian.AppendUint64(make([]byte, 0, 8), token))
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), st.highest)
+	if st.last != 0 {
+		v = binary.BigEndian.AppendUint64(v, st.last)
+	}
+	return bk.Put([]byte(scope), v)
 }
 
 // withOwner fills d.Owner from ctx before the decision is observed.

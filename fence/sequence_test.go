@@ -1,0 +1,197 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencebolt"
+	"go.etcd.io/bbolt"
+)
+
+// sequenceGuards opens each guard of this module, non-strict and strict.
+var sequenceGuards = []struct {
+	name string
+	open func(t *testing.T, strict bool, obs fence.Observer) fence.Guard
+}{
+	{"memory", func(t *testing.T, strict bool, obs fence.Observer) fence.Guard {
+		opts := []fence.Option{fence.WithObserver(obs)}
+		if strict {
+			opts = append(opts, fence.WithStrictSequences())
+		}
+		return fence.NewMemory(opts...)
+	}},
+	{"bolt", func(t *testing.T, strict bool, obs fence.Observer) fence.Guard {
+		opts := []fencebolt.Option{fencebolt.WithObserver(obs)}
+		if strict {
+			opts = append(opts, fencebolt.WithStrictSequences())
+		}
+		return openBolt(t, filepath.Join(t.TempDir(), "fence.db"), opts...)
+	}},
+	{"bolt-tx", func(t *testing.T, strict bool, obs fence.Observer) fence.Guard {
+		opts := []fencebolt.Option{fencebolt.WithObserver(obs)}
+		if strict {
+			opts = append(opts, fencebolt.WithStrictSequences())
+		}
+		return boltTx{openBolt(t, filepath.Join(t.TempDir(), "fence.db"), opts...)}
+	}},
+}
+
+// boltTx runs Do through DoTx.
+type boltTx struct{ *fencebolt.Guard }
+
+func (b boltTx) Do(ctx context.Context, scope string, token uint64, apply func(context.Context) error) error {
+	return b.DoTx(ctx, scope, token, func(*bbolt.Tx) error { return apply(ctx) })
+}
+
+// SequenceStep is one write of a sequence scenario and what it must give.
+type sequenceStep struct {
+	token, seq uint64
+	want       error // nil, fence.ErrDuplicate, fence.ErrSequenceGap, fence.ErrStaleToken
+}
+
+var sequenceScenarios = []struct {
+	name   string
+	strict bool
+	steps  []sequenceStep
+}{
+	{"no sequence", false, []sequenceStep{{5, 0, nil}, {5, 0, nil}, {4, 0, fence.ErrStaleToken}, {6, 0, nil}}},
+	{"in order", false, []sequenceStep{{5, 1, nil}, {5, 2, nil}, {5, 7, nil}, {5, 8, nil}}},
+	{"duplicate", false, []sequenceStep{{5, 1, nil}, {5, 2, nil}, {5, 2, fence.ErrDuplicate}, {5, 1, fence.ErrDuplicate}, {5, 3, nil}}},
+	{"new epoch", false, []sequenceStep{{5, 9, nil}, {6, 1, nil}, {6, 1, fence.ErrDuplicate}, {5, 10, fence.ErrStaleToken}, {7, 100, nil}}},
+	{"new epoch without sequence forgets the last", false, []sequenceStep{{5, 9, nil}, {6, 0, nil}, {6, 1, nil}}},
+	{"same epoch without sequence keeps the last", false, []sequenceStep{{5, 9, nil}, {5, 0, nil}, {5, 9, fence.ErrDuplicate}, {5, 10, nil}}},
+	{"gap refused when strict", true, []sequenceStep{{5, 4, nil}, {5, 6, fence.ErrSequenceGap}, {5, 5, nil}, {5, 5, fence.ErrDuplicate}, {5, 6, nil}, {6, 3, nil}, {6, 4, nil}}},
+	{"gap accepted when not strict", false, []sequenceStep{{5, 4, nil}, {5, 6, nil}, {5, 5, fence.ErrDuplicate}}},
+}
+
+func TestSequences(t *testing.T) {
+	for _, g := range sequenceGuards {
+		for _, sc := range sequenceScenarios {
+			t.Run(g.name+"/"+sc.name, func(t *testing.T) {
+				rec := &recorder{}
+				guard := g.open(t, sc.strict, rec)
+				ctx := context.Background()
+				applied := 0
+				for i, st := range sc.steps {
+					ran := false
+					err := guard.Do(fence.WithSequence(ctx, st.seq), "s", st.token, func(context.Context) error {
+						ran = true
+						return nil
+					})
+					if st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
+						t.Fatalf("step %d (token %d seq %d): %v, want %v", i, st.token, st.seq, err, st.want)
+					}
+					if ran != (st.want == nil) {
+						t.Fatalf("step %d (token %d seq %d): applied = %v, want %v", i, st.token, st.seq, ran, st.want == nil)
+					}
+					if ran {
+						applied++
+					}
+					if errors.Is(err, fence.ErrDuplicate) && errors.Is(err, fence.ErrStaleToken) {
+						t.Fatalf("step %d: a duplicate matches ErrStaleToken: %v", i, err)
+					}
+					var dup *fence.DuplicateError
+					if errors.As(err, &dup) && (dup.Token != st.token || dup.Sequence != st.seq || dup.Last < st.seq) {
+						t.Fatalf("step %d: %+v", i, dup)
+					}
+				}
+				var accepted, duplicates int
+				for _, d := range rec.get() {
+					if d.Accepted {
+						accepted++
+					}
+					if d.Duplicate {
+						duplicates++
+						if d.Accepted {
+							t.Errorf("decision both accepted and duplicate: %+v", d)
+						}
+					}
+				}
+				wantDup := 0
+				for _, st := range sc.steps {
+					if st.want == fence.ErrDuplicate {
+						wantDup++
+					}
+				}
+				if accepted != applied || duplicates != wantDup {
+					t.Errorf("observer saw %d accepted, %d duplicates; want %d, %d", accepted, duplicates, applied, wantDup)
+				}
+			})
+		}
+	}
+}
+
+func TestSequenceOutOfRange(t *testing.T) {
+	for _, g := range sequenceGuards {
+		t.Run(g.name, func(t *testing.T) {
+			guard := g.open(t, false, nil)
+			err := guard.Do(fence.WithSequence(context.Background(), fence.MaxSequence+1), "s", 1, nop)
+			if !errors.Is(err, fence.ErrInvalidSequence) {
+				t.Fatalf("Do: %v, want ErrInvalidSequence", err)
+			}
+			if h, err := guard.Highest(context.Background(), "s"); err != nil || h != 0 {
+				t.Fatalf("Highest = %d, %v; want 0 (nothing recorded)", h, err)
+			}
+		})
+	}
+}
+
+// A failed apply records neither the token nor the sequence.
+func TestSequenceNotRecordedOnError(t *testing.T) {
+	for _, g := range sequenceGuards {
+		t.Run(g.name, func(t *testing.T) {
+			guard := g.open(t, false, nil)
+			ctx := fence.WithSequence(context.Background(), 3)
+			boom := errors.New("boom")
+			if err := guard.Do(ctx, "s", 2, func(context.Context) error { return boom }); !errors.Is(err, boom) {
+				t.Fatalf("Do: %v", err)
+			}
+			if err := guard.Do(ctx, "s", 2, nop); err != nil {
+				t.Fatalf("retry after failed apply: %v", err)
+			}
+		})
+	}
+}
+
+type seqLease struct{ n uint64 }
+
+func (l *seqLease) NextSequence() uint64 { l.n++; return l.n }
+
+func TestRetry(t *testing.T) {
+	g := fence.NewMemory()
+	l := &seqLease{}
+	ctx := context.Background()
+	// The first attempt is applied but its answer lost; the retry is a
+	// duplicate, which Retry reports as success.
+	calls := 0
+	err := fence.Retry(ctx, l, 3, func(ctx context.Context) error {
+		calls++
+		err := g.Do(ctx, "s", 1, nop)
+		if calls == 1 {
+			return fmt.Errorf("lost answer (%v): %w", err, fence.ErrUnknownOutcome)
+		}
+		return err
+	})
+	if err != nil || calls != 2 {
+		t.Fatalf("Retry = %v after %d calls; want nil after 2", err, calls)
+	}
+	// A stale token is not retried.
+	if err := g.Do(ctx, "s", 9, nop); err != nil {
+		t.Fatal(err)
+	}
+	calls = 0
+	err = fence.Retry(ctx, l, 3, func(ctx context.Context) error { calls++; return g.Do(ctx, "s", 1, nop) })
+	if !errors.Is(err, fence.ErrStaleToken) || calls != 1 {
+		t.Fatalf("Retry = %v after %d calls; want stale after 1", err, calls)
+	}
+	// Unknown outcomes run out of attempts.
+	calls = 0
+	err = fence.Retry(ctx, l, 3, func(ctx context.Context) error { calls++; return fence.ErrUnknownOutcome })
+	if !errors.Is(err, fence.ErrUnknownOutcome) || calls != 3 {
+		t.Fatalf("Retry = %v after %d calls; want unknown after 3", err, calls)
+	}
+}
