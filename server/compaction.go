@@ -44,7 +44,11 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 // Raft paper says a follower must. The snapshot's own entry stays too:
 // raft's leader follows an install with an append whose previous entry is
 // the snapshot's, and a follower without it refuses and is sent the
-// snapshot again.
+// snapshot again. A log that starts right after the snapshot is kept
+// whole: it was appended after this snapshot was installed (or after the
+// node's own snapshot or compaction covered its index), so it follows the
+// snapshot's entry; a member added empty gets there when it is sent the
+// same snapshot twice.
 type monotonicLogStore struct {
 	raft.LogStore
 	restored *restoredSnapshot
@@ -53,6 +57,18 @@ type monotonicLogStore struct {
 
 func (monotonicLogStore) IsMonotonic() bool { return true }
 
+// StoreLog and StoreLogs end the install of a restored snapshot: a later
+// deletion is a conflicting suffix, which must go.
+func (s monotonicLogStore) StoreLog(l *raft.Log) error {
+	s.restored.forget()
+	return s.LogStore.StoreLog(l)
+}
+
+func (s monotonicLogStore) StoreLogs(logs []*raft.Log) error {
+	s.restored.forget()
+	return s.LogStore.StoreLogs(logs)
+}
+
 var _ raft.MonotonicLogStore = monotonicLogStore{}
 
 func (s monotonicLogStore) DeleteRange(min, max uint64) error {
@@ -60,6 +76,11 @@ func (s monotonicLogStore) DeleteRange(min, max uint64) error {
 		// Only raft's removeOldLogs gets here: compaction stops at a
 		// snapshot just created, and a conflicting suffix starts after
 		// the last entry committed, which a snapshot never passes.
+		if min == keep.Index+1 {
+			s.log.Warn("keeping the log that follows a restored snapshot (hashicorp/raft#697)",
+				"snapshot-index", keep.Index, "kept-from", min, "kept-to", max)
+			return nil
+		}
 		var at raft.Log
 		if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
 			s.log.Warn("keeping the log from a restored snapshot older than it (hashicorp/raft#697)",
@@ -74,10 +95,11 @@ func (s monotonicLogStore) DeleteRange(min, max uint64) error {
 }
 
 // restoredSnapshot remembers the last snapshot raft opened, from when it is
-// opened until the next snapshot is created or a deletion of the log head
-// past it. A follower installing a snapshot creates it, opens it to restore
-// the state machine, then deletes the log; a node that takes its own
-// snapshot creates it, then compacts up to it, with nothing remembered.
+// opened until the next snapshot is created, an entry is appended, or a
+// deletion of the log head past it. A follower installing a snapshot
+// creates it, opens it to restore the state machine, then deletes the log;
+// a node that takes its own snapshot creates it, then compacts up to it,
+// with nothing remembered.
 type restoredSnapshot struct {
 	mu    sync.Mutex
 	armed bool
@@ -97,11 +119,12 @@ func (r *restoredSnapshot) forget() {
 }
 
 // take returns the remembered snapshot's meta when deleting [min, max]
-// would remove entries after its last index, and forgets it.
+// would remove entries after its last index from a log that holds its
+// entry or starts right after it, and forgets it.
 func (r *restoredSnapshot) take(min, max uint64) (raft.SnapshotMeta, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.armed || max <= r.meta.Index || min > r.meta.Index {
+	if !r.armed || max <= r.meta.Index || min > r.meta.Index+1 {
 		return raft.SnapshotMeta{}, false
 	}
 	r.armed = false

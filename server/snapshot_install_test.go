@@ -85,6 +85,33 @@ func TestFollowerKeepsLogPastTwoInstalls(t *testing.T) {
 	}
 }
 
+// TestNewFollowerKeepsLogPastSecondInstall: a member added empty installs
+// the leader's snapshot, appends the entries after it, and may be sent the
+// same snapshot again. Its log then starts right after the snapshot, with
+// no entry of the snapshot's own; the second install must keep it too (the
+// member re-added after a disk loss crash-looped on "log not found" in a
+// cluster torture run).
+func TestNewFollowerKeepsLogPastSecondInstall(t *testing.T) {
+	dir := t.TempDir()
+	f := startFakeLeaderFollower(t, dir)
+	defer f.close(t)
+
+	f.installSnapshot(t, 12)
+	f.appendEntries(t, 12, 13, 20, 20)
+	f.fsm.waitApplied(t, 20)
+	f.installSnapshot(t, 12)
+	first, _ := f.logs.FirstIndex()
+	last, _ := f.logs.LastIndex()
+	if first != 13 || last != 20 {
+		t.Fatalf("log holds %d..%d after a second install at 12, want 13..20", first, last)
+	}
+	f.appendEntries(t, 20, 21, 22, 22)
+	f.fsm.waitApplied(t, 22)
+	if got, want := f.fsm.history(), "restore@12 13-20 restore@12 13-22"; got != want {
+		t.Errorf("state machine saw %s, want %s", got, want)
+	}
+}
+
 // fakeLeaderFollower is one raft node on the node's own log store chain,
 // driven by RPCs that a test writes as a leader would.
 type fakeLeaderFollower struct {
