@@ -143,20 +143,52 @@ func CreateTableSQL(d Dialect, table string) (string, error) {
 	switch d {
 	case Postgres:
 		return "CREATE TABLE IF NOT EXISTS " + t + " (\n" +
-			"    scope         varchar(512) PRIMARY KEY,\n" +
-			"    highest_token bigint NOT NULL CHECK (highest_token >= 0)\n" +
+			"    scope          varchar(512) PRIMARY KEY,\n" +
+			"    highest_token  bigint NOT NULL CHECK (highest_token >= 0),\n" +
+			"    sequence_token bigint NOT NULL DEFAULT 0,\n" +
+			"    last_sequence  bigint NOT NULL DEFAULT 0\n" +
 			")", nil
 	case MySQL:
 		return "CREATE TABLE IF NOT EXISTS " + t + " (\n" +
-			"    scope         VARBINARY(512) NOT NULL PRIMARY KEY,\n" +
-			"    highest_token BIGINT NOT NULL\n" +
+			"    scope          VARBINARY(512) NOT NULL PRIMARY KEY,\n" +
+			"    highest_token  BIGINT NOT NULL,\n" +
+			"    sequence_token BIGINT NOT NULL DEFAULT 0,\n" +
+			"    last_sequence  BIGINT NOT NULL DEFAULT 0\n" +
 			") ENGINE=InnoDB", nil
 	default: // SQLite
 		return "CREATE TABLE IF NOT EXISTS " + t + " (\n" +
-			"    scope         TEXT NOT NULL PRIMARY KEY,\n" +
-			"    highest_token BIGINT NOT NULL\n" +
+			"    scope          TEXT NOT NULL PRIMARY KEY,\n" +
+			"    highest_token  BIGINT NOT NULL,\n" +
+			"    sequence_token BIGINT NOT NULL DEFAULT 0,\n" +
+			"    last_sequence  BIGINT NOT NULL DEFAULT 0\n" +
 			") WITHOUT ROWID", nil
 	}
+}
+
+// SequenceColumns are the scope table's columns for sequences (see
+// MigrateSequenceSQL), in the order MigrateSequenceSQL adds them.
+var SequenceColumns = []string{"sequence_token", "last_sequence"}
+
+// MigrateSequenceSQL returns the statements that add the sequence columns
+// to a scope table created without them (before sequences existed), one
+// per column of SequenceColumns. Guard.Migrate runs them when needed.
+// Guards that know no sequences keep working on the migrated table.
+func MigrateSequenceSQL(d Dialect, table string) ([]string, error) {
+	if err := d.valid(); err != nil {
+		return nil, err
+	}
+	if table == "" {
+		table = DefaultTable
+	}
+	t, err := d.quoteTable(table)
+	if err != nil {
+		return nil, err
+	}
+	var stmts []string
+	for _, c := range SequenceColumns {
+		stmts = append(stmts, "ALTER TABLE "+t+" ADD COLUMN "+c+" BIGINT NOT NULL DEFAULT 0")
+	}
+	return stmts, nil
 }
 
 // AddTokenColumnSQL returns the ALTER TABLE statement that adds the

@@ -38,21 +38,40 @@
 //
 //	-- PostgreSQL
 //	CREATE TABLE IF NOT EXISTS "fence_scopes" (
-//	    scope         varchar(512) PRIMARY KEY,
-//	    highest_token bigint NOT NULL CHECK (highest_token >= 0)
+//	    scope          varchar(512) PRIMARY KEY,
+//	    highest_token  bigint NOT NULL CHECK (highest_token >= 0),
+//	    sequence_token bigint NOT NULL DEFAULT 0,
+//	    last_sequence  bigint NOT NULL DEFAULT 0
 //	)
 //
 //	-- MySQL / MariaDB
 //	CREATE TABLE IF NOT EXISTS `fence_scopes` (
-//	    scope         VARBINARY(512) NOT NULL PRIMARY KEY,
-//	    highest_token BIGINT NOT NULL
+//	    scope          VARBINARY(512) NOT NULL PRIMARY KEY,
+//	    highest_token  BIGINT NOT NULL,
+//	    sequence_token BIGINT NOT NULL DEFAULT 0,
+//	    last_sequence  BIGINT NOT NULL DEFAULT 0
 //	) ENGINE=InnoDB
 //
 //	-- SQLite
 //	CREATE TABLE IF NOT EXISTS "fence_scopes" (
-//	    scope         TEXT NOT NULL PRIMARY KEY,
-//	    highest_token BIGINT NOT NULL
+//	    scope          TEXT NOT NULL PRIMARY KEY,
+//	    highest_token  BIGINT NOT NULL,
+//	    sequence_token BIGINT NOT NULL DEFAULT 0,
+//	    last_sequence  BIGINT NOT NULL DEFAULT 0
 //	) WITHOUT ROWID
+//
+// The two sequence columns serve writes that carry a sequence
+// (fence.WithSequence; Config.StrictSequences): last_sequence is the last
+// sequence accepted under highest_token when sequence_token equals it, 0
+// otherwise. A sequence at or below it is a duplicate (fence.ErrDuplicate),
+// refused and not applied. Writes without a sequence run the statements
+// below and never touch these columns. Guard.Migrate adds them to a table
+// created before they existed (MigrateSequenceSQL), and a guard that knows
+// no sequences (an older Go, Python or TypeScript guard) keeps working on
+// the migrated table: its inserts get the defaults, and its raising of
+// highest_token leaves sequence_token behind, which ends the old epoch's
+// sequences as the rule does. Such a guard ignores sequences, so it would
+// apply a duplicate sent to it. See docs/guard-spec.md, section 7.
 //
 // On MySQL the scope is VARBINARY because the usual collations compare
 // case-insensitively and ignore trailing spaces, which would make "Orders/7"

@@ -1,6 +1,7 @@
 package fencesql
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -49,8 +50,8 @@ var ErrRowNotFound = errors.New("fencesql: row not found")
 // rule keeps NUL, which PostgreSQL text cannot hold, and scopes longer than
 // the column out) plus the token range of SQL storage, and converts the
 // token for binding.
-func validate(scope string, token uint64) (int64, error) {
-	if err := fence.Check(scope, token, 0); err != nil {
+func validate(ctx context.Context, scope string, token uint64) (int64, error) {
+	if err := fence.CheckSequence(scope, token, fence.SequenceFromContext(ctx), 0, 0, false); err != nil {
 		return 0, err
 	}
 	return tokenParam(token)

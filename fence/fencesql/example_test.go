@@ -221,7 +221,9 @@ func ExampleCreateTableSQL() {
 	fmt.Println(stmt)
 	// Output:
 	// CREATE TABLE IF NOT EXISTS "fence_scopes" (
-	//     scope         varchar(512) PRIMARY KEY,
-	//     highest_token bigint NOT NULL CHECK (highest_token >= 0)
+	//     scope          varchar(512) PRIMARY KEY,
+	//     highest_token  bigint NOT NULL CHECK (highest_token >= 0),
+	//     sequence_token bigint NOT NULL DEFAULT 0,
+	//     last_sequence  bigint NOT NULL DEFAULT 0
 	// )
 }

@@ -32,6 +32,11 @@ type Config struct {
 	// database is asked anything (see fence.NewSignedGuard). Default: none.
 	Verifier *fence.Verifier
 
+	// StrictSequences refuses a write whose sequence (fence.WithSequence)
+	// under the current token is not the last one plus 1, with a
+	// *fence.SequenceGapError. Default: any sequence above the last passes.
+	StrictSequences bool
+
 	// TxOptions are the options Do uses to begin its transactions. Default
 	// nil, the driver's default: READ COMMITTED on PostgreSQL, REPEATABLE
 	// READ on MySQL/MariaDB, a deferred transaction on SQLite. All three
@@ -156,6 +161,15 @@ type Guard struct {
 	readSQL    string // MySQL, SQLite: read the row (locked by ensureSQL)
 	raiseSQL   string
 	highestSQL string
+
+	// Sequenced writes (fence.WithSequence) read and write the sequence
+	// columns too; writes without a sequence run only the statements above.
+	seqLockSQL   string // PostgreSQL
+	seqInsertSQL string // PostgreSQL
+	seqReadSQL   string // MySQL, SQLite (after ensureSQL)
+	seqRaiseSQL  string
+	migrateSQL   []string
+	table        string // quoted
 }
 
 // New returns a Guard for the scope table in db. It does not touch the
@@ -173,12 +187,27 @@ func New(db *sql.DB, cfg Config) (*Guard, error) {
 	d := cfg.Dialect
 	t, _ := d.quoteTable(cfg.Table) // checked by Validate
 	create, _ := CreateTableSQL(d, cfg.Table)
+	migrate, _ := MigrateSequenceSQL(d, cfg.Table)
 	g := &Guard{
 		db:         db,
 		cfg:        cfg,
 		createSQL:  create,
 		raiseSQL:   "UPDATE " + t + " SET highest_token = " + d.placeholder(1) + " WHERE scope = " + d.placeholder(2),
 		highestSQL: "SELECT highest_token FROM " + t + " WHERE scope = " + d.placeholder(1),
+		seqRaiseSQL: "UPDATE " + t + " SET highest_token = " + d.placeholder(1) + ", sequence_token = " + d.placeholder(2) +
+			", last_sequence = " + d.placeholder(3) + " WHERE scope = " + d.placeholder(4),
+		table:      t,
+		migrateSQL: migrate,
+	}
+	seqCols := "highest_token, sequence_token, last_sequence"
+	if d == Postgres {
+		g.seqLockSQL = "SELECT " + seqCols + " FROM " + t + " WHERE scope = $1 FOR UPDATE"
+		g.seqInsertSQL = "INSERT INTO " + t + " (scope, " + seqCols + ") VALUES ($1, $2, $2, $3) ON CONFLICT (scope) DO NOTHING"
+	} else {
+		g.seqReadSQL = "SELECT " + seqCols + " FROM " + t + " WHERE scope = ?"
+		if d == MySQL {
+			g.seqReadSQL += " FOR UPDATE"
+		}
 	}
 	switch d {
 	case Postgres:
@@ -219,12 +248,35 @@ func (g *Guard) Table() string { return g.cfg.Table }
 // CreateTableSQL returns the statement Migrate runs.
 func (g *Guard) CreateTableSQL() string { return g.createSQL }
 
-// Migrate creates the scope table if it does not exist.
+// Migrate creates the scope table if it does not exist, and adds the
+// sequence columns to a table created without them (MigrateSequenceSQL). It
+// is safe to run from several processes at once, and while guards of any
+// version use the table (see the package documentation).
 func (g *Guard) Migrate(ctx context.Context) error {
 	if _, err := g.db.ExecContext(ctx, g.createSQL); err != nil {
 		return fmt.Errorf("fencesql: create table %s: %w", g.cfg.Table, err)
 	}
+	for i, stmt := range g.migrateSQL {
+		col := SequenceColumns[i]
+		if g.hasColumn(ctx, col) {
+			continue
+		}
+		// A concurrent Migrate may add the column first: then this one
+		// fails, and the column is there.
+		if _, err := g.db.ExecContext(ctx, stmt); err != nil && !g.hasColumn(ctx, col) {
+			return fmt.Errorf("fencesql: add column %s to %s: %w", col, g.cfg.Table, err)
+		}
+	}
 	return nil
+}
+
+// hasColumn reports whether the scope table has column col.
+func (g *Guard) hasColumn(ctx context.Context, col string) bool {
+	rows, err := g.db.QueryContext(ctx, "SELECT "+col+" FROM "+g.table+" WHERE 1 = 0")
+	if err != nil {
+		return false
+	}
+	return rows.Close() == nil
 }
 
 // Check decides, inside the caller's transaction tx, whether token may write
@@ -247,28 +299,30 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, scope string, token uint6
 	if err != nil {
 		return err
 	}
-	_, err = g.check(ctx, tx, scope, tok)
-	var stale *fence.StaleTokenError
-	if errors.As(err, &stale) {
-		g.observe(ctx, stale.Scope, stale.Presented, stale.Highest, false)
-	}
+	highest, err := g.check(ctx, tx, scope, tok)
+	g.observeRefusal(ctx, scope, uint64(tok), highest, err)
 	return err
 }
 
 // validate checks scope and token, and the token's signature with a
 // Verifier.
 func (g *Guard) validate(ctx context.Context, scope string, token uint64) (int64, error) {
-	tok, err := validate(scope, token)
+	tok, err := validate(ctx, scope, token)
 	if err != nil || g.cfg.Verifier == nil {
 		return tok, err
 	}
 	return tok, g.cfg.Verifier.Verify(scope, token, fence.SignatureFrom(ctx))
 }
 
-// check returns the highest token before this check.
+// check returns the highest token before this check. A write with a
+// sequence in ctx goes to checkSequence; one without runs the statements it
+// always has.
 func (g *Guard) check(ctx context.Context, tx *sql.Tx, scope string, tok int64) (uint64, error) {
 	if tx == nil {
 		return 0, errors.New("fencesql: nil *sql.Tx")
+	}
+	if seq := fence.SequenceFromContext(ctx); seq != 0 {
+		return g.checkSequence(ctx, tx, scope, tok, int64(seq))
 	}
 	if g.cfg.Dialect != Postgres {
 		if _, err := tx.ExecContext(ctx, g.ensureSQL, scope); err != nil {
@@ -305,6 +359,62 @@ func (g *Guard) check(ctx context.Context, tx *sql.Tx, scope string, tok int64) 
 		}
 	}
 	return 0, fmt.Errorf("fencesql: scope %q row keeps disappearing (deleted concurrently?)", scope)
+}
+
+// checkSequence is check for a write with sequence seq: the same locking
+// statements, reading and writing the sequence columns as well.
+func (g *Guard) checkSequence(ctx context.Context, tx *sql.Tx, scope string, tok, seq int64) (uint64, error) {
+	var h, st, last int64
+	if g.cfg.Dialect != Postgres {
+		if _, err := tx.ExecContext(ctx, g.ensureSQL, scope); err != nil {
+			return 0, fmt.Errorf("fencesql: lock scope %q: %w", scope, err)
+		}
+		if err := tx.QueryRowContext(ctx, g.seqReadSQL, scope).Scan(&h, &st, &last); err != nil {
+			return 0, fmt.Errorf("fencesql: read scope %q: %w", scope, err)
+		}
+		return g.raiseSequence(ctx, tx, scope, tok, seq, h, st, last)
+	}
+	for range 3 {
+		err := tx.QueryRowContext(ctx, g.seqLockSQL, scope).Scan(&h, &st, &last)
+		if err == nil {
+			return g.raiseSequence(ctx, tx, scope, tok, seq, h, st, last)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return 0, fmt.Errorf("fencesql: lock scope %q: %w", scope, err)
+		}
+		res, err := tx.ExecContext(ctx, g.seqInsertSQL, scope, tok, seq)
+		if err != nil {
+			return 0, fmt.Errorf("fencesql: create scope %q: %w", scope, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, fmt.Errorf("fencesql: create scope %q: %w", scope, err)
+		}
+		if n == 1 {
+			return 0, nil
+		}
+	}
+	return 0, fmt.Errorf("fencesql: scope %q row keeps disappearing (deleted concurrently?)", scope)
+}
+
+// raiseSequence decides a sequenced write over the locked row (highest h,
+// sequence token st, last sequence last) and records it. last counts only
+// when st == h: a guard without sequences raises h and leaves st behind.
+func (g *Guard) raiseSequence(ctx context.Context, tx *sql.Tx, scope string, tok, seq, h, st, last int64) (uint64, error) {
+	highest, err := tokenFromDB(h)
+	if err != nil {
+		return 0, err
+	}
+	if st != h || last < 0 {
+		last = 0
+	}
+	if err := fence.CheckSequence(scope, uint64(tok), uint64(seq), highest, uint64(last), g.cfg.StrictSequences); err != nil {
+		return highest, err
+	}
+	if _, err := tx.ExecContext(ctx, g.seqRaiseSQL, tok, tok, seq, scope); err != nil {
+		return highest, fmt.Errorf("fencesql: record scope %q token %d sequence %d: %w", scope, tok, seq, err)
+	}
+	return highest, nil
 }
 
 // raise compares tok with the locked row's highest h and raises it.
@@ -363,16 +473,16 @@ func (g *Guard) Do(ctx context.Context, scope string, token uint64, fn func(ctx 
 func (g *Guard) attempt(ctx context.Context, scope string, tok int64, fn func(context.Context, *sql.Tx) error) (called bool, err error) {
 	var (
 		highest uint64
-		stale   *fence.StaleTokenError
+		refused error // the check's refusal
 	)
 	defer func() {
 		// Deferred so that it runs after the rollback below: observers are
 		// told of a decision only once no lock is held.
 		switch {
 		case err == nil:
-			g.observe(ctx, scope, uint64(tok), highest, true)
-		case stale != nil:
-			g.observe(ctx, scope, uint64(tok), stale.Highest, false)
+			g.observe(ctx, fence.Decision{Scope: scope, Presented: uint64(tok), Highest: highest, Accepted: true})
+		case refused != nil:
+			g.observeRefusal(ctx, scope, uint64(tok), highest, refused)
 		}
 	}()
 	tx, err := g.db.BeginTx(ctx, g.cfg.TxOptions)
@@ -382,7 +492,8 @@ func (g *Guard) attempt(ctx context.Context, scope string, tok int64, fn func(co
 	defer tx.Rollback() //nolint:errcheck // after Commit it only reports sql.ErrTxDone
 	highest, err = g.check(ctx, tx, scope, tok)
 	if err != nil {
-		if errors.As(err, &stale) {
+		if refusal(err) {
+			refused = err
 			return false, err
 		}
 		return false, rolledBack(ctx, scope, tok, err)
@@ -446,11 +557,31 @@ func (g *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
 	return tokenFromDB(h)
 }
 
-func (g *Guard) observe(ctx context.Context, scope string, presented, highest uint64, accepted bool) {
+// refusal reports whether err is the check's decision (stale, duplicate,
+// gap) rather than a failure to decide.
+func refusal(err error) bool {
+	return errors.Is(err, fence.ErrStaleToken) || errors.Is(err, fence.ErrDuplicate) || errors.Is(err, fence.ErrSequenceGap)
+}
+
+func (g *Guard) observe(ctx context.Context, d fence.Decision) {
 	if g.cfg.Observer == nil {
 		return
 	}
-	g.cfg.Observer.Observe(ctx, fence.Decision{Scope: scope, Presented: presented, Highest: highest, Accepted: accepted, Owner: fence.OwnerFromContext(ctx)})
+	d.Owner = fence.OwnerFromContext(ctx)
+	d.Sequence = fence.SequenceFromContext(ctx)
+	g.cfg.Observer.Observe(ctx, d)
+}
+
+// observeRefusal reports err, a refusal of the check, as fence.Rejected
+// says (stale tokens and duplicates).
+func (g *Guard) observeRefusal(ctx context.Context, scope string, presented, highest uint64, err error) {
+	var stale *fence.StaleTokenError
+	if errors.As(err, &stale) {
+		highest = stale.Highest
+	}
+	if d, report, _ := fence.Rejected(fence.Decision{Scope: scope, Presented: presented, Highest: highest}, err); report {
+		g.observe(ctx, d)
+	}
 }
 
 // External returns a fence.Guard that keeps its highest tokens in g's table
@@ -478,7 +609,7 @@ var _ fence.Guard = (*ExternalGuard)(nil)
 // before apply runs is retried as Config.Retries allows; once apply has run,
 // never.
 func (e *ExternalGuard) Do(ctx context.Context, scope string, token uint64, apply func(ctx context.Context) error) error {
-	tok, err := validate(scope, token)
+	tok, err := validate(ctx, scope, token)
 	if err != nil {
 		return err
 	}

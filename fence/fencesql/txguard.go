@@ -45,7 +45,7 @@ func TxFromContext(ctx context.Context) (*sql.Tx, bool) {
 
 // Do implements fence.Guard; see Guard.TxGuard.
 func (t *TxContextGuard) Do(ctx context.Context, scope string, token uint64, apply func(ctx context.Context) error) error {
-	tok, err := validate(scope, token)
+	tok, err := validate(ctx, scope, token)
 	if err != nil {
 		return err
 	}

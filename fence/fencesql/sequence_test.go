@@ -1,0 +1,194 @@
+package fencesql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencesql"
+)
+
+type seqStep struct {
+	token, seq uint64
+	want       error
+}
+
+// seqScenarios are the cases of the guard spec's sequence rule (section 7).
+var seqScenarios = []struct {
+	name   string
+	strict bool
+	steps  []seqStep
+}{
+	{"no sequence", false, []seqStep{{5, 0, nil}, {5, 0, nil}, {4, 0, fence.ErrStaleToken}, {6, 0, nil}}},
+	{"in order", false, []seqStep{{5, 1, nil}, {5, 2, nil}, {5, 7, nil}}},
+	{"duplicate", false, []seqStep{{5, 1, nil}, {5, 2, nil}, {5, 2, fence.ErrDuplicate}, {5, 1, fence.ErrDuplicate}, {5, 3, nil}}},
+	{"new epoch", false, []seqStep{{5, 9, nil}, {6, 1, nil}, {6, 1, fence.ErrDuplicate}, {5, 10, fence.ErrStaleToken}}},
+	{"new epoch without sequence forgets the last", false, []seqStep{{5, 9, nil}, {6, 0, nil}, {6, 1, nil}}},
+	{"same epoch without sequence keeps the last", false, []seqStep{{5, 9, nil}, {5, 0, nil}, {5, 9, fence.ErrDuplicate}}},
+	{"first write of a scope", false, []seqStep{{5, 3, nil}, {5, 3, fence.ErrDuplicate}}},
+	{"gap refused when strict", true, []seqStep{{5, 4, nil}, {5, 6, fence.ErrSequenceGap}, {5, 5, nil}, {5, 5, fence.ErrDuplicate}, {5, 6, nil}, {6, 3, nil}}},
+}
+
+func TestSequences(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		db, _ := openDB(t, b)
+		for _, sc := range seqScenarios {
+			t.Run(sc.name, func(t *testing.T) {
+				var mu sync.Mutex
+				var dups, accepted int
+				obs := fence.ObserverFunc(func(_ context.Context, d fence.Decision) {
+					mu.Lock()
+					defer mu.Unlock()
+					if d.Duplicate {
+						dups++
+					}
+					if d.Accepted {
+						accepted++
+					}
+				})
+				g := newGuard(t, db, b.dialect, fencesql.Config{StrictSequences: sc.strict, Observer: obs})
+				w := newWritesTable(t, db, b.dialect)
+				wantApplied, wantDups := 0, 0
+				for i, st := range sc.steps {
+					ctx := fence.WithSequence(context.Background(), st.seq)
+					err := g.Do(ctx, "s", st.token, func(ctx context.Context, tx *sql.Tx) error {
+						return w.insert(ctx, tx, "s", st.token)
+					})
+					if st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
+						t.Fatalf("step %d (token %d seq %d): %v, want %v", i, st.token, st.seq, err, st.want)
+					}
+					if st.want == nil {
+						wantApplied++
+					}
+					if st.want == fence.ErrDuplicate {
+						wantDups++
+					}
+				}
+				if n := len(w.all(t, db)); n != wantApplied {
+					t.Errorf("%d writes committed, want %d", n, wantApplied)
+				}
+				if accepted != wantApplied || dups != wantDups {
+					t.Errorf("observer: %d accepted, %d duplicates; want %d, %d", accepted, dups, wantApplied, wantDups)
+				}
+			})
+		}
+	})
+}
+
+// oldDDL is the scope table as guards without sequences created it.
+func oldDDL(d fencesql.Dialect, table string) string {
+	switch d {
+	case fencesql.Postgres:
+		return `CREATE TABLE "` + table + `" (scope varchar(512) PRIMARY KEY, highest_token bigint NOT NULL CHECK (highest_token >= 0))`
+	case fencesql.MySQL:
+		return "CREATE TABLE `" + table + "` (scope VARBINARY(512) NOT NULL PRIMARY KEY, highest_token BIGINT NOT NULL) ENGINE=InnoDB"
+	}
+	return `CREATE TABLE "` + table + `" (scope TEXT NOT NULL PRIMARY KEY, highest_token BIGINT NOT NULL) WITHOUT ROWID`
+}
+
+// A table created before sequences: unsequenced writes work before the
+// migration, Migrate (run concurrently) adds the columns and keeps every
+// highest token, and a guard without sequences raising a token afterwards
+// (an old guard's UPDATE) ends the epoch's sequences.
+func TestMigrateOldTable(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		db, _ := openDB(t, b)
+		ctx := context.Background()
+		table := uniqueName("fence_scopes")
+		if _, err := db.ExecContext(ctx, oldDDL(b.dialect, table)); err != nil {
+			t.Fatal(err)
+		}
+		dropLater(t, db, b.dialect, table)
+		g, err := fencesql.New(db, fencesql.Config{Dialect: b.dialect, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nop := func(context.Context, *sql.Tx) error { return nil }
+		if err := g.Do(ctx, "s", 5, nop); err != nil {
+			t.Fatalf("unsequenced write on the old table: %v", err)
+		}
+		if err := g.Do(fence.WithSequence(ctx, 1), "s", 5, nop); err == nil {
+			t.Fatal("sequenced write on the old table succeeded before Migrate")
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- g.Migrate(ctx)
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("concurrent Migrate: %v", err)
+			}
+		}
+		if h := mustHighest(t, g, "s"); h != 5 {
+			t.Fatalf("highest after migrating = %d, want 5", h)
+		}
+		if err := g.Do(ctx, "s", 4, nop); !errors.Is(err, fence.ErrStaleToken) {
+			t.Fatalf("token 4 after migrating: %v, want stale", err)
+		}
+		seq := func(q uint64) context.Context { return fence.WithSequence(ctx, q) }
+		if err := g.Do(seq(7), "s", 5, nop); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Do(seq(7), "s", 5, nop); !errors.Is(err, fence.ErrDuplicate) {
+			t.Fatalf("repeated sequence: %v, want duplicate", err)
+		}
+		// An old guard raises the token with its own statement.
+		q := `UPDATE "` + table + `" SET highest_token = 6 WHERE scope = 's'`
+		if b.dialect == fencesql.MySQL {
+			q = "UPDATE `" + table + "` SET highest_token = 6 WHERE scope = 's'"
+		}
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Do(seq(1), "s", 6, nop); err != nil {
+			t.Fatalf("sequence 1 in the epoch an old guard opened: %v", err)
+		}
+		if err := g.Do(seq(1), "s", 6, nop); !errors.Is(err, fence.ErrDuplicate) {
+			t.Fatalf("repeated sequence: %v, want duplicate", err)
+		}
+		// Migrating again changes nothing.
+		if err := g.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Do(seq(1), "s", 6, nop); !errors.Is(err, fence.ErrDuplicate) {
+			t.Fatalf("after a second Migrate: %v, want duplicate", err)
+		}
+	})
+}
+
+// Check in the caller's transaction reads the sequence from its context.
+func TestCheckSequence(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		db, _ := openDB(t, b)
+		g := newGuard(t, db, b.dialect, fencesql.Config{})
+		ctx := fence.WithSequence(context.Background(), 3)
+		for i, want := range []error{nil, fence.ErrDuplicate} {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = g.Check(ctx, tx, "s", 2)
+			if want == nil && err != nil || want != nil && !errors.Is(err, want) {
+				t.Fatalf("Check %d: %v, want %v", i, err, want)
+			}
+			if err == nil {
+				err = tx.Commit()
+			} else {
+				err = tx.Rollback()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
