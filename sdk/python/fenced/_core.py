@@ -20,7 +20,7 @@ import ssl as _ssl
 import struct
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import AsyncIterator, Callable, Optional
 
 from . import errors as E
 

@@ -17,7 +17,6 @@ itself, so a lease is never reported live after its deadline.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from typing import Callable, Optional
 

@@ -139,7 +139,6 @@ def test_postgres_guard_serializes_one_scope(pg, pg_table):
     g = PostgresGuard(table=pg_table)
     g.migrate(pg)
     s = scope()
-    other = type(pg).connect if hasattr(type(pg), "connect") else None
     import conftest
 
     if "psycopg2" in type(pg).__module__:
@@ -177,7 +176,6 @@ def test_postgres_guard_serializes_one_scope(pg, pg_table):
     t2.join(5)
     conn2.close()
     assert result == ["stale"]
-    del other
 
 
 # ---------------------------------------------------------------- Redis

@@ -26,7 +26,7 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from .. import _scope
 from ..errors import (BadSignature, FencedError, InvalidArgument, InvalidScope, NoToken, StaleToken,
