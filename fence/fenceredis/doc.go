@@ -77,6 +77,23 @@
 // outcome key costs about 100 bytes plus the call's result for the whole
 // window.
 //
+// # Sequences
+//
+// A mutation whose context carries a sequence (fence.WithSequence) runs a
+// second form of the script that also keeps the scope's last sequence, in
+// Guard.SequenceKey ("<token>:<sequence>", in the scope's slot). A sequence
+// at or below the last one under the same token is a duplicate: nothing
+// runs, and the call returns a *fence.DuplicateError (fence.ErrDuplicate),
+// not a stale token. With WithStrictSequences a sequence other than last+1
+// is refused with fence.ErrSequenceGap. Mutations without a sequence run
+// the script they always did (same text and SHA-1) and leave the sequence
+// key alone; when they raise the token, the key's older token makes its
+// sequence count for nothing. With TokenTTL the sequence key expires with
+// the token key, but only sequenced mutations refresh it. An error that
+// leaves the outcome unknown (no reply) matches fence.ErrUnknownOutcome,
+// so fence.Retry can send the mutation again with its sequence after the
+// replay window has passed as well.
+//
 // # Guarantees
 //
 //   - Check, mutation and token record are atomic with respect to every other

@@ -63,6 +63,10 @@ type Config struct {
 	// asked anything (see fence.NewSignedGuard). Default: none, tokens are
 	// not checked for signatures.
 	Verifier *fence.Verifier
+	// StrictSequences refuses a write whose sequence (fence.WithSequence)
+	// under the current token is not the last one plus 1, with a
+	// *fence.SequenceGapError. Default: any sequence above the last passes.
+	StrictSequences bool
 }
 
 // DefaultReplayWindow is Config.ReplayWindow unless set otherwise.
@@ -100,6 +104,9 @@ func WithTokenTTL(d time.Duration) Option { return func(c *Config) { c.TokenTTL 
 // WithVerifier sets Config.Verifier.
 func WithVerifier(v *fence.Verifier) Option { return func(c *Config) { c.Verifier = v } }
 
+// WithStrictSequences sets Config.StrictSequences.
+func WithStrictSequences() Option { return func(c *Config) { c.StrictSequences = true } }
+
 // WithReplayWindow sets Config.ReplayWindow.
 func WithReplayWindow(d time.Duration) Option { return func(c *Config) { c.ReplayWindow = d } }
 
@@ -122,6 +129,7 @@ type Guard struct {
 	window   time.Duration
 	replay   string // ARGV[3] of the script
 	verifier *fence.Verifier
+	strict   string // ARGV[5] of the sequenced script
 }
 
 // New returns a Guard that keeps data and highest tokens in the Redis behind
@@ -146,6 +154,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Guard, error) {
 		window:   cfg.ReplayWindow,
 		replay:   strconv.FormatInt(cfg.ReplayWindow.Milliseconds(), 10),
 		verifier: cfg.Verifier,
+		strict:   map[bool]string{false: "0", true: "1"}[cfg.StrictSequences],
 	}, nil
 }
 
@@ -153,6 +162,13 @@ func New(client redis.UniversalClient, opts ...Option) (*Guard, error) {
 // writes it; mutations refuse it as a data key.
 func (g *Guard) TokenKey(scope string) string {
 	return g.prefix + "{" + HashTag(scope) + "}:highest"
+}
+
+// SequenceKey returns the key that holds scope's last sequence and the token
+// it was accepted under, "<token>:<sequence>". Only the guard writes it;
+// mutations refuse it as a data key.
+func (g *Guard) SequenceKey(scope string) string {
+	return g.prefix + "{" + HashTag(scope) + "}:sequence"
 }
 
 // outcomeKey returns a new key, in scope's hash slot, under which the script
@@ -251,9 +267,10 @@ func (g *Guard) Highest(ctx context.Context, scope string) (uint64, error) {
 }
 
 // run validates everything it can before talking to Redis, then runs s and
-// reports the decision.
+// reports the decision. A sequence in ctx runs s's sequenced script.
 func (g *Guard) run(ctx context.Context, op, scope string, token uint64, s *Script, keys []string, args ...any) (any, error) {
-	if err := fence.Check(scope, token, 0); err != nil {
+	seq := fence.SequenceFromContext(ctx)
+	if err := fence.CheckSequence(scope, token, seq, 0, 0, false); err != nil {
 		return nil, err
 	}
 	if g.verifier != nil {
@@ -261,16 +278,22 @@ func (g *Guard) run(ctx context.Context, op, scope string, token uint64, s *Scri
 			return nil, err
 		}
 	}
-	tokenKey := g.TokenKey(scope)
-	if err := checkKeys(scope, HashTag(scope), tokenKey, keys); err != nil {
+	tokenKey, seqKey := g.TokenKey(scope), g.SequenceKey(scope)
+	if err := checkKeys(scope, HashTag(scope), tokenKey, seqKey, keys); err != nil {
 		return nil, fmt.Errorf("fenceredis: %s: %w", op, err)
 	}
 
-	allKeys := make([]string, 0, 2+len(keys))
+	rs := s.rs
+	allKeys := make([]string, 0, 3+len(keys))
 	allKeys = append(allKeys, tokenKey, g.outcomeKey(scope))
-	allKeys = append(allKeys, keys...)
-	allArgs := make([]any, 0, 3+len(args))
+	allArgs := make([]any, 0, 5+len(args))
 	allArgs = append(allArgs, strconv.FormatUint(token, 10), g.ttlArg, g.replay)
+	if seq != 0 {
+		rs = s.seqRS
+		allKeys = append(allKeys, seqKey)
+		allArgs = append(allArgs, strconv.FormatUint(seq, 10), g.strict)
+	}
+	allKeys = append(allKeys, keys...)
 	allArgs = append(allArgs, args...)
 
 	// Every command go-redis sends for this call, retries included, leaves
@@ -280,44 +303,69 @@ func (g *Guard) run(ctx context.Context, op, scope string, token uint64, s *Scri
 	defer cancel()
 	// Run sends EVALSHA and falls back to EVAL when Redis answers NOSCRIPT
 	// (after a restart, a failover or SCRIPT FLUSH).
-	reply, err := s.rs.Run(callCtx, g.client, allKeys, allArgs...).Slice()
+	reply, err := rs.Run(callCtx, g.client, allKeys, allArgs...).Slice()
 	if err != nil {
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			// Redis answered with an error: nothing was decided.
+			return nil, fmt.Errorf("fenceredis: %s scope %q token %d: %w", op, scope, token, err)
+		}
 		// A network error or timeout leaves the outcome unknown: the script
 		// may have run (once: copies sent by go-redis's retries get the
 		// first outcome back).
-		return nil, fmt.Errorf("fenceredis: %s scope %q token %d: %w", op, scope, token, err)
+		return nil, fmt.Errorf("fenceredis: %s scope %q token %d: %w: %w", op, scope, token, fence.ErrUnknownOutcome, err)
 	}
-	accepted, highest, result, err := decodeReply(reply)
+	flag, highest, result, err := decodeReply(reply)
 	if err != nil {
 		return nil, fmt.Errorf("fenceredis: %s scope %q token %d: %w", op, scope, token, err)
 	}
-	if g.observer != nil {
-		g.observer.Observe(ctx, fence.Decision{Scope: scope, Presented: token, Highest: highest, Accepted: accepted, Owner: fence.OwnerFromContext(ctx)})
+	d := fence.Decision{Scope: scope, Presented: token, Highest: highest, Accepted: flag == 1, Sequence: seq, Owner: fence.OwnerFromContext(ctx)}
+	var refusal error
+	switch flag {
+	case 0:
+		refusal = &fence.StaleTokenError{Scope: scope, Presented: token, Highest: highest}
+	case 2:
+		// The reply's second element is the last sequence, not a token.
+		refusal = &fence.DuplicateError{Scope: scope, Token: token, Sequence: seq, Last: highest}
+		d.Highest = token
+	case 3:
+		refusal = &fence.SequenceGapError{Scope: scope, Token: token, Sequence: seq, Last: highest}
+		d.Highest = token
 	}
-	if !accepted {
-		return nil, &fence.StaleTokenError{Scope: scope, Presented: token, Highest: highest}
+	report := refusal == nil
+	if refusal != nil {
+		d, report, _ = fence.Rejected(d, refusal)
+	}
+	if report && g.observer != nil {
+		g.observer.Observe(ctx, d)
+	}
+	if refusal != nil {
+		return nil, refusal
 	}
 	return result, nil
 }
 
-func decodeReply(reply []any) (accepted bool, highest uint64, result any, err error) {
+// decodeReply returns the reply's flag (0 stale, 1 accepted, 2 duplicate, 3
+// gap), its second element as a number (the highest token, or the last
+// sequence for 2 and 3) and the body's result.
+func decodeReply(reply []any) (flag int64, n uint64, result any, err error) {
 	if len(reply) < 2 {
-		return false, 0, nil, fmt.Errorf("malformed script reply %v", reply)
+		return 0, 0, nil, fmt.Errorf("malformed script reply %v", reply)
 	}
 	flag, ok1 := reply[0].(int64)
 	h, ok2 := reply[1].(string)
-	if !ok1 || !ok2 || (flag != 0 && flag != 1) {
-		return false, 0, nil, fmt.Errorf("malformed script reply %v", reply)
+	if !ok1 || !ok2 || flag < 0 || flag > 3 {
+		return 0, 0, nil, fmt.Errorf("malformed script reply %v", reply)
 	}
-	if h != "0" { // "0": the scope had no highest token yet
-		if highest, err = parseToken(h); err != nil {
-			return false, 0, nil, err
+	if h != "0" { // "0": the scope had no highest token (or sequence) yet
+		if n, err = parseToken(h); err != nil {
+			return 0, 0, nil, err
 		}
 	}
 	if len(reply) > 2 {
 		result = reply[2]
 	}
-	return flag == 1, highest, result, nil
+	return flag, n, result, nil
 }
 
 func parseToken(s string) (uint64, error) {

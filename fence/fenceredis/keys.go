@@ -57,11 +57,14 @@ func hashTag(key string) (tag string, ok bool) {
 }
 
 // checkKeys refuses keys that do not belong to scope's hash slot, and the
-// token key itself, which only the guard may write.
-func checkKeys(scope, tag, tokenKey string, keys []string) error {
+// token and sequence keys, which only the guard may write.
+func checkKeys(scope, tag, tokenKey, seqKey string, keys []string) error {
 	for _, k := range keys {
 		if k == tokenKey {
 			return fmt.Errorf("key %q is the highest-token key of scope %q: %w", k, scope, ErrKeyOutsideScope)
+		}
+		if k == seqKey {
+			return fmt.Errorf("key %q is the sequence key of scope %q: %w", k, scope, ErrKeyOutsideScope)
 		}
 		got, ok := hashTag(k)
 		if !ok {

@@ -40,14 +40,15 @@ import (
 // checks the key names, not what the body does with them). The body is
 // trusted code: it runs with the same rights as the guard.
 type Script struct {
-	body string
-	rs   *redis.Script
+	body  string
+	rs    *redis.Script
+	seqRS *redis.Script // for writes with a sequence (fence.WithSequence)
 }
 
 // NewScript wraps body in the guard's check-and-record script. See Script
 // for what body can use.
 func NewScript(body string) *Script {
-	return &Script{body: body, rs: redis.NewScript(wrapBody(body))}
+	return &Script{body: body, rs: redis.NewScript(wrapBody(body, bodyTail)), seqRS: redis.NewScript(wrapBody(body, seqTail))}
 }
 
 // Body returns the Lua body given to NewScript.
@@ -127,13 +128,116 @@ return reply
 `
 )
 
+// seqTail replaces bodyTail for a write with a sequence (docs/guard-spec.md,
+// section 7). Its calling convention:
+//
+//	KEYS[1]   the scope's highest-token key
+//	KEYS[2]   the call's outcome key
+//	KEYS[3]   the scope's sequence key, "<token>:<last sequence>"
+//	KEYS[4..] the mutation's keys, seen by the body as KEYS[1..]
+//	ARGV[1]   the presented token
+//	ARGV[2]   milliseconds to keep the highest-token and sequence keys, "0" for ever
+//	ARGV[3]   milliseconds to keep the outcome key
+//	ARGV[4]   the sequence, decimal digits without leading zeros
+//	ARGV[5]   "1" to refuse gaps (strict), "0" otherwise
+//	ARGV[6..] the mutation's arguments, seen by the body as ARGV[1..]
+//
+// Replies as bodyTail's, plus {2, last} for a duplicate and {3, last} for a
+// gap, both stored at the outcome key. The last sequence counts only when
+// the sequence key's token equals the highest token: the script without
+// sequences raises the token and leaves the sequence key behind. Sequences
+// are compared and incremented as decimal strings, like tokens.
+const seqTail = `
+end
+
+local function __fence_less(a, b)
+	if #a ~= #b then return #a < #b end
+	for i = 1, #a do
+		local x, y = string.byte(a, i), string.byte(b, i)
+		if x ~= y then return x < y end
+	end
+	return false
+end
+
+local function __fence_succ(a)
+	local i = #a
+	while i > 0 and string.byte(a, i) == 57 do i = i - 1 end
+	if i == 0 then return '1' .. string.rep('0', #a) end
+	return string.sub(a, 1, i - 1) .. string.char(string.byte(a, i) + 1) .. string.rep('0', #a - i)
+end
+
+local done = redis.call('GET', KEYS[2])
+if done then
+	return cmsgpack.unpack(done)
+end
+
+local token = ARGV[1]
+local highest = redis.call('GET', KEYS[1])
+if highest then
+	if not string.find(highest, '^[1-9]%d*$') or __fence_less('18446744073709551615', highest) then
+		return redis.error_reply('fenceredis: highest-token key ' .. KEYS[1] .. ' holds ' ..
+			string.format('%q', string.sub(highest, 1, 40)) .. ', not a token')
+	end
+	if __fence_less(token, highest) then
+		local reply = {0, highest}
+		redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+		return reply
+	end
+end
+
+local seq = ARGV[4]
+if token == highest then
+	local last = '0'
+	local stored = redis.call('GET', KEYS[3])
+	if stored then
+		local t, q = string.match(stored, '^([1-9]%d*):([1-9]%d*)$')
+		if not t then
+			return redis.error_reply('fenceredis: sequence key ' .. KEYS[3] .. ' holds ' ..
+				string.format('%q', string.sub(stored, 1, 60)) .. ', not a token and a sequence')
+		end
+		if t == highest then last = q end
+	end
+	local reply
+	if not __fence_less(last, seq) then
+		reply = {2, last}
+	elseif ARGV[5] == '1' and seq ~= __fence_succ(last) then
+		reply = {3, last}
+	end
+	if reply then
+		redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+		return reply
+	end
+end
+
+local keys, argv = {}, {}
+for i = 4, #KEYS do keys[i - 3] = KEYS[i] end
+for i = 6, #ARGV do argv[i - 5] = ARGV[i] end
+local result = __fence_body(keys, argv, token)
+if type(result) == 'table' and result.err then
+	return result
+end
+
+if ARGV[2] ~= '0' then
+	redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+	redis.call('SET', KEYS[3], token .. ':' .. seq, 'PX', ARGV[2])
+else
+	if token ~= highest then
+		redis.call('SET', KEYS[1], token)
+	end
+	redis.call('SET', KEYS[3], token .. ':' .. seq)
+end
+local reply = {1, highest or '0', result}
+redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+return reply
+`
+
 // wrapBody puts body first, so that it cannot refer to the wrapper's locals.
-func wrapBody(body string) string {
+func wrapBody(body, tail string) string {
 	var b strings.Builder
-	b.Grow(len(bodyHead) + len(body) + len(bodyTail))
+	b.Grow(len(bodyHead) + len(body) + len(tail))
 	b.WriteString(bodyHead)
 	b.WriteString(body)
-	b.WriteString(bodyTail)
+	b.WriteString(tail)
 	return b.String()
 }
 

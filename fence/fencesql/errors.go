@@ -38,8 +38,16 @@ var ErrCorruptToken = errors.New("fencesql: negative fencing token stored in the
 // the context ended while COMMIT ran (the error then matches the
 // context's error too). The writes and the new highest token are either
 // both committed or both not; read them back to know. Do does not retry
-// it.
-var ErrCommitUnknown = errors.New("fencesql: commit outcome unknown")
+// it; with a sequence (fence.WithSequence), fence.Retry can, since it
+// matches fence.ErrUnknownOutcome.
+var ErrCommitUnknown error = &unknownCommit{}
+
+type unknownCommit struct{}
+
+func (*unknownCommit) Error() string { return "fencesql: commit outcome unknown" }
+
+// Is makes ErrCommitUnknown match fence.ErrUnknownOutcome.
+func (*unknownCommit) Is(target error) bool { return target == fence.ErrUnknownOutcome }
 
 // ErrRowNotFound is returned by RowFence.Update when no row has the given id.
 // It is not a stale-token rejection: the caller decides whether a missing
