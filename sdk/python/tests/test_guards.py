@@ -37,10 +37,29 @@ def scope():
 
 def test_create_table_sql_is_go_s():
     assert create_table_sql() == ('CREATE TABLE IF NOT EXISTS "fence_scopes" (\n'
-                                  "    scope         varchar(512) PRIMARY KEY,\n"
-                                  "    highest_token bigint NOT NULL CHECK (highest_token >= 0)\n)")
+                                  "    scope          varchar(512) PRIMARY KEY,\n"
+                                  "    highest_token  bigint NOT NULL CHECK (highest_token >= 0),\n"
+                                  "    sequence_token bigint NOT NULL DEFAULT 0,\n"
+                                  "    last_sequence  bigint NOT NULL DEFAULT 0\n)")
     with pytest.raises(fenced.InvalidArgument):
         PostgresGuard(table="x; drop table y")
+
+
+def test_migrate_adds_the_sequence_columns_to_an_old_table(pg, pg_table):
+    with pg.cursor() as cur:
+        cur.execute(f'CREATE TABLE "{pg_table}" (scope varchar(512) PRIMARY KEY, '
+                    "highest_token bigint NOT NULL CHECK (highest_token >= 0))")
+        cur.execute(f'INSERT INTO "{pg_table}" VALUES (%s, 3)', ("old",))
+    pg.commit()
+    g = PostgresGuard(table=pg_table)
+    g.migrate(pg)
+    g.migrate(pg)  # again: nothing to do
+    with pg.cursor() as cur:
+        cur.execute(f'SELECT scope, highest_token, sequence_token, last_sequence FROM "{pg_table}"')
+        assert cur.fetchall() == [("old", 3, 0, 0)]
+    pg.rollback()
+    g.do(pg, "old", 4, lambda cur: None)
+    assert g.highest(pg, "old") == 4
 
 
 def test_postgres_guard_accepts_equal_and_higher_refuses_lower(pg, pg_table):

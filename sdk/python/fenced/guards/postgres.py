@@ -56,9 +56,23 @@ def quote_column(name: str) -> str:
 def create_table_sql(table: str = DEFAULT_TABLE) -> str:
     """The CREATE TABLE of Go's fencesql.CreateTableSQL(Postgres, table), byte for byte."""
     return ("CREATE TABLE IF NOT EXISTS " + quote_table(table) + " (\n"
-            "    scope         varchar(512) PRIMARY KEY,\n"
-            "    highest_token bigint NOT NULL CHECK (highest_token >= 0)\n"
+            "    scope          varchar(512) PRIMARY KEY,\n"
+            "    highest_token  bigint NOT NULL CHECK (highest_token >= 0),\n"
+            "    sequence_token bigint NOT NULL DEFAULT 0,\n"
+            "    last_sequence  bigint NOT NULL DEFAULT 0\n"
             ")")
+
+
+SEQUENCE_COLUMNS = ("sequence_token", "last_sequence")
+
+
+def migrate_sequence_sql(table: str = DEFAULT_TABLE) -> list:
+    """Go's fencesql.MigrateSequenceSQL: the columns a table made before sequences lacks.
+
+    This guard writes no sequences (docs/guard-spec.md, section 7); it keeps
+    the table Go's guards share in the shape they expect."""
+    t = quote_table(table)
+    return ["ALTER TABLE " + t + " ADD COLUMN " + c + " BIGINT NOT NULL DEFAULT 0" for c in SEQUENCE_COLUMNS]
 
 
 def sql_token(token: int) -> int:
@@ -110,10 +124,32 @@ class PostgresGuard:
         return create_table_sql(self.table)
 
     def migrate(self, conn) -> None:
-        """Create the table if it does not exist, and commit."""
+        """Create the table if it does not exist, add the sequence columns to one made
+        before them (as Go's Guard.Migrate does, safe to run concurrently), and commit."""
         with conn.cursor() as cur:
             cur.execute(self.create_table_sql())
         conn.commit()
+        for col, stmt in zip(SEQUENCE_COLUMNS, migrate_sequence_sql(self.table)):
+            if self._has_column(conn, col):
+                continue
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(stmt)
+                conn.commit()
+            except Exception:
+                conn.rollback()
+                if not self._has_column(conn, col):  # a concurrent migration may have added it
+                    raise
+
+    def _has_column(self, conn, col: str) -> bool:
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT " + col + " FROM " + quote_table(self.table) + " WHERE 1 = 0")
+            conn.rollback()
+            return True
+        except Exception:
+            conn.rollback()
+            return False
 
     def _observe(self, scope, presented, highest, accepted, owner):
         if self.observer is not None:
