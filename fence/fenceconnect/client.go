@@ -2,6 +2,7 @@ package fenceconnect
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -22,7 +23,10 @@ type Lease = fence.Lease
 // its owner as fencing-owner when the lease is fence.Owned) on every call (unary and streaming), replacing values set by the caller, and
 // calls lease.Lost with the *fence.StaleTokenError when an answer is a
 // stale-token rejection (see StaleFromError). The error is still returned to
-// the caller. It never retries.
+// the caller. It never retries. A call whose context carries a sequence
+// (fence.WithSequence, fence.Retry) sends it as fencing-sequence, and a
+// unary call of it that fails without a known outcome returns an error
+// matching fence.ErrUnknownOutcome; SequenceFromError tells a duplicate.
 //
 // For a stream, Lost is called at most once, for the first stale error any
 // of its methods returns. Calls are not stopped after Lost; make them with
@@ -45,10 +49,14 @@ func (c *clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		if !req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		c.attach(req.Header())
+		seq := fence.SequenceFromContext(ctx)
+		c.attach(req.Header(), seq)
 		resp, err := next(ctx, req)
 		if stale, ok := StaleFromError(err); ok {
 			c.lease.Lost(stale)
+		}
+		if seq != 0 && unknownOutcome(err) {
+			err = fmt.Errorf("%w: %w", fence.ErrUnknownOutcome, err)
 		}
 		return resp, err
 	}
@@ -58,7 +66,7 @@ func (c *clientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		conn := next(ctx, spec)
 		// Headers go out with the first Send, which the caller has not made yet.
-		c.attach(conn.RequestHeader())
+		c.attach(conn.RequestHeader(), fence.SequenceFromContext(ctx))
 		return &clientConn{StreamingClientConn: conn, lease: c.lease}
 	}
 }
@@ -67,7 +75,23 @@ func (c *clientInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 	return next
 }
 
-func (c *clientInterceptor) attach(h http.Header) {
+// unknownOutcome reports whether a sequenced unary call that failed with
+// err may have been applied: the answer was lost (unavailable, unknown,
+// deadline_exceeded, canceled, internal). Sending it again with its
+// sequence cannot apply it twice.
+func unknownOutcome(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeDeadlineExceeded, connect.CodeCanceled, connect.CodeInternal:
+		return err != nil
+	}
+	return false
+}
+
+func (c *clientInterceptor) attach(h http.Header, seq uint64) {
+	h.Del(fencehttp.HeaderSequence)
+	if seq != 0 {
+		h.Set(fencehttp.HeaderSequence, strconv.FormatUint(seq, 10))
+	}
 	h.Set(fencehttp.HeaderScope, c.lease.Key())
 	h.Set(fencehttp.HeaderToken, strconv.FormatUint(c.lease.Token(), 10))
 	h.Del(fencehttp.HeaderSignature)

@@ -20,6 +20,9 @@ const (
 	detailScope     = "scope"
 	detailPresented = "presentedToken"
 	detailHighest   = "highestToken"
+	detailToken     = "token"
+	detailSequence  = "sequence"
+	detailLast      = "lastSequence"
 )
 
 // NewError maps an error from fencehttp.FromHeader or a fence.Guard to the
@@ -27,6 +30,9 @@ const (
 // fencing errors get RPC codes:
 //
 //	*fence.StaleTokenError                 failed_precondition, with detail
+//	*fence.DuplicateError                  already_exists, with detail
+//	*fence.SequenceGapError                failed_precondition, with detail
+//	fence.ErrInvalidSequence               invalid_argument
 //	fence.ErrNoToken                       invalid_argument
 //	fencehttp.ErrInvalidToken              invalid_argument
 //	fence.ErrTokenOutOfRange               invalid_argument
@@ -52,11 +58,20 @@ func NewError(err error) *connect.Error {
 		}
 		return ce
 	}
+	if dup, ok := errors.AsType[*fence.DuplicateError](err); ok {
+		return withDetail(connect.NewError(connect.CodeAlreadyExists, err),
+			sequenceDetail(fencehttp.ProblemDuplicate, dup.Scope, dup.Token, dup.Sequence, dup.Last))
+	}
+	if gap, ok := errors.AsType[*fence.SequenceGapError](err); ok {
+		return withDetail(connect.NewError(connect.CodeFailedPrecondition, err),
+			sequenceDetail(fencehttp.ProblemSequenceGap, gap.Scope, gap.Token, gap.Sequence, gap.Last))
+	}
 	if ce, ok := errors.AsType[*connect.Error](err); ok {
 		return ce
 	}
 	switch {
-	case errors.Is(err, fence.ErrNoToken),
+	case errors.Is(err, fence.ErrInvalidSequence),
+		errors.Is(err, fence.ErrNoToken),
 		errors.Is(err, fencehttp.ErrInvalidToken),
 		errors.Is(err, fence.ErrTokenOutOfRange),
 		errors.Is(err, fence.ErrInvalidScope):
@@ -86,6 +101,74 @@ func staleDetail(e *fence.StaleTokenError) *structpb.Struct {
 		detailPresented: structpb.NewStringValue(strconv.FormatUint(e.Presented, 10)),
 		detailHighest:   structpb.NewStringValue(strconv.FormatUint(e.Highest, 10)),
 	}}
+}
+
+func sequenceDetail(typ, scope string, token, seq, last uint64) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		detailType:     structpb.NewStringValue(typ),
+		detailScope:    structpb.NewStringValue(scope),
+		detailToken:    structpb.NewStringValue(strconv.FormatUint(token, 10)),
+		detailSequence: structpb.NewStringValue(strconv.FormatUint(seq, 10)),
+		detailLast:     structpb.NewStringValue(strconv.FormatUint(last, 10)),
+	}}
+}
+
+func withDetail(ce *connect.Error, s *structpb.Struct) *connect.Error {
+	if d, err := connect.NewErrorDetail(s); err == nil {
+		ce.AddDetail(d)
+	}
+	return ce
+}
+
+// SequenceFromError returns the duplicate (*fence.DuplicateError, matching
+// fence.ErrDuplicate: the call was applied before, and not again) or the
+// gap (*fence.SequenceGapError) that err reports, recognised on a client by
+// its code (already_exists, failed_precondition) and a Struct detail whose
+// "type" is fencehttp.ProblemDuplicate or ProblemSequenceGap; nil for any
+// other error.
+func SequenceFromError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if dup, ok := errors.AsType[*fence.DuplicateError](err); ok {
+		return dup
+	}
+	if gap, ok := errors.AsType[*fence.SequenceGapError](err); ok {
+		return gap
+	}
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !ok {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		v, err := d.Value()
+		if err != nil {
+			continue
+		}
+		s, ok := v.(*structpb.Struct)
+		if !ok {
+			continue
+		}
+		f := s.GetFields()
+		num := func(k string) (uint64, bool) {
+			n, err := strconv.ParseUint(f[k].GetStringValue(), 10, 64)
+			return n, err == nil
+		}
+		token, ok1 := num(detailToken)
+		seq, ok2 := num(detailSequence)
+		last, ok3 := num(detailLast)
+		if !ok1 || !ok2 || !ok3 {
+			continue
+		}
+		scope := f[detailScope].GetStringValue()
+		switch {
+		case ce.Code() == connect.CodeAlreadyExists && f[detailType].GetStringValue() == fencehttp.ProblemDuplicate:
+			return &fence.DuplicateError{Scope: scope, Token: token, Sequence: seq, Last: last}
+		case ce.Code() == connect.CodeFailedPrecondition && f[detailType].GetStringValue() == fencehttp.ProblemSequenceGap:
+			return &fence.SequenceGapError{Scope: scope, Token: token, Sequence: seq, Last: last}
+		}
+	}
+	return nil
 }
 
 // StaleFromError reports whether err is a stale-token rejection and returns

@@ -28,6 +28,8 @@ func WithProcedures(fenced func(procedure string) bool) Option {
 //
 // Missing or malformed headers fail with invalid_argument, a stale token
 // with failed_precondition carrying a detail that StaleFromError decodes,
+// a duplicate fencing-sequence with already_exists and a gap with
+// failed_precondition, each with a detail that SequenceFromError decodes,
 // and a failing guard with unavailable; in all these cases the handler is
 // not called. An error returned by the handler is passed on unchanged and
 // the token is not recorded.
@@ -104,6 +106,13 @@ func (i *serverInterceptor) do(ctx context.Context, h http.Header, handler func(
 	scope, token, err := fencehttp.FromHeader(h)
 	if err != nil {
 		return NewError(err)
+	}
+	seq, err := fencehttp.SequenceFromHeader(h)
+	if err != nil {
+		return NewError(err)
+	}
+	if seq != 0 {
+		ctx = fence.WithSequence(ctx, seq)
 	}
 	ctx = fence.WithOwner(ctx, fencehttp.OwnerFromHeader(h))
 	if sig := h.Get(fencehttp.HeaderSignature); sig != "" {

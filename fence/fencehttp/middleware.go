@@ -64,7 +64,9 @@ func WithLogger(l *slog.Logger) Option {
 // Answers given without calling the handler (all application/problem+json):
 // 428 when the token is missing, 400 when the token or scope is malformed
 // or the token is above what the guard can store (fence.ErrTokenOutOfRange),
-// 409 when the token is stale, 503 when the guard fails or the request ends
+// 409 when the token is stale, 409 of its own type for a duplicate or a
+// gap in Fencing-Sequence (see ProblemFor), 400 for an invalid sequence,
+// 503 when the guard fails or the request ends
 // while waiting for it.
 //
 // A panic in the handler is recovered inside g.Do, so the guard records
@@ -105,8 +107,16 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteProblem(w, ProblemFor(err))
 		return
 	}
+	seq, err := SequenceFromHeader(r.Header)
+	if err != nil {
+		WriteProblem(w, ProblemFor(err))
+		return
+	}
 	rec := &statusRecorder{ResponseWriter: w}
 	ctx := fence.WithOwner(r.Context(), OwnerFromHeader(r.Header))
+	if seq != 0 {
+		ctx = fence.WithSequence(ctx, seq)
+	}
 	if sig := r.Header.Get(HeaderSignature); sig != "" {
 		ctx = fence.WithSignature(ctx, sig)
 	}

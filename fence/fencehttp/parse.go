@@ -22,7 +22,36 @@ const (
 	// observers, logs and rejection reports of the resource. Optional and
 	// informational: it never takes part in the fencing decision.
 	HeaderOwner = "Fencing-Owner"
+	// HeaderSequence carries the write's sequence under its token
+	// (fence.WithSequence), 1 to fence.MaxSequence in decimal. Optional.
+	HeaderSequence = "Fencing-Sequence"
 )
+
+// SequenceFromHeader returns the Fencing-Sequence of a request, 0 when
+// absent. A value that is not 1*DIGIT, is 0, is above fence.MaxSequence or
+// is given more than once matches fence.ErrInvalidSequence.
+func SequenceFromHeader(h http.Header) (uint64, error) {
+	v, err := single(h, HeaderSequence)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", fence.ErrInvalidSequence, err)
+	}
+	if v == "" {
+		if len(h.Values(HeaderSequence)) != 0 {
+			return 0, fmt.Errorf("%w: %s is empty", fence.ErrInvalidSequence, HeaderSequence)
+		}
+		return 0, nil
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, fmt.Errorf("%w: %s is not a decimal number", fence.ErrInvalidSequence, quote(v))
+		}
+	}
+	q, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || q == 0 || q > fence.MaxSequence {
+		return 0, fmt.Errorf("%w: %s is not between 1 and %d", fence.ErrInvalidSequence, quote(v), uint64(fence.MaxSequence))
+	}
+	return q, nil
+}
 
 // OwnerFromHeader returns the Fencing-Owner of a request, or "" when it is
 // absent, given more than once, or not a valid owner (fence.ValidOwner). A

@@ -27,6 +27,14 @@ const (
 	ProblemInvalidScope     = "urn:fenced:problem:invalid-scope"
 	ProblemGuardUnavailable = "urn:fenced:problem:guard-unavailable"
 	ProblemBadSignature     = "urn:fenced:problem:bad-signature"
+	// ProblemDuplicate answers a write whose Fencing-Sequence was already
+	// applied under its token (fence.ErrDuplicate): the write, or an earlier
+	// attempt of it, took effect; it was not applied again. 409 and not 200:
+	// the middleware cannot replay the first attempt's answer, and a 200
+	// would pass for it.
+	ProblemDuplicate       = "urn:fenced:problem:duplicate-write"
+	ProblemSequenceGap     = "urn:fenced:problem:sequence-gap"
+	ProblemInvalidSequence = "urn:fenced:problem:invalid-sequence"
 )
 
 // maxProblemBytes bounds how much of a response body the client side reads
@@ -50,6 +58,11 @@ type Problem struct {
 	// PresentedToken and HighestToken are set on stale-token problems.
 	PresentedToken uint64 `json:"presentedToken,omitempty"`
 	HighestToken   uint64 `json:"highestToken,omitempty"`
+	// Token, Sequence and LastSequence are set on duplicate-write and
+	// sequence-gap problems.
+	Token        uint64 `json:"token,omitempty"`
+	Sequence     uint64 `json:"sequence,omitempty"`
+	LastSequence uint64 `json:"lastSequence,omitempty"`
 }
 
 // StaleProblem returns the 409 answer for a stale token.
@@ -71,6 +84,9 @@ func StaleProblem(e *fence.StaleTokenError) *Problem {
 // nil error.
 //
 //	*fence.StaleTokenError    409 Conflict
+//	*fence.DuplicateError     409 Conflict (duplicate-write)
+//	*fence.SequenceGapError   409 Conflict (sequence-gap)
+//	fence.ErrInvalidSequence  400 Bad Request
 //	fence.ErrNoToken          428 Precondition Required
 //	ErrInvalidToken           400 Bad Request
 //	fence.ErrTokenOutOfRange  400 Bad Request (invalid-token; detail says why)
@@ -87,7 +103,22 @@ func ProblemFor(err error) *Problem {
 	if stale, ok := errors.AsType[*fence.StaleTokenError](err); ok {
 		return StaleProblem(stale)
 	}
+	if dup, ok := errors.AsType[*fence.DuplicateError](err); ok {
+		return &Problem{Type: ProblemDuplicate, Title: "Duplicate write", Status: http.StatusConflict, Detail: dup.Error(),
+			Scope: dup.Scope, Token: dup.Token, Sequence: dup.Sequence, LastSequence: dup.Last}
+	}
+	if gap, ok := errors.AsType[*fence.SequenceGapError](err); ok {
+		return &Problem{Type: ProblemSequenceGap, Title: "Fencing sequence gap", Status: http.StatusConflict, Detail: gap.Error(),
+			Scope: gap.Scope, Token: gap.Token, Sequence: gap.Sequence, LastSequence: gap.Last}
+	}
 	switch {
+	case errors.Is(err, fence.ErrInvalidSequence):
+		return &Problem{
+			Type:   ProblemInvalidSequence,
+			Title:  "Invalid fencing sequence",
+			Status: http.StatusBadRequest,
+			Detail: err.Error(),
+		}
 	case errors.Is(err, fence.ErrNoToken):
 		return &Problem{
 			Type:   ProblemMissingToken,
@@ -168,6 +199,24 @@ func (p *Problem) Stale() (*fence.StaleTokenError, bool) {
 	return &fence.StaleTokenError{Scope: p.Scope, Presented: p.PresentedToken, Highest: p.HighestToken}, true
 }
 
+// Err returns the fencing outcome p describes as an error: a
+// *fence.StaleTokenError, *fence.DuplicateError or *fence.SequenceGapError,
+// nil for any other problem.
+func (p *Problem) Err() error {
+	if stale, ok := p.Stale(); ok {
+		return stale
+	}
+	switch {
+	case p == nil:
+		return nil
+	case p.Type == ProblemDuplicate:
+		return &fence.DuplicateError{Scope: p.Scope, Token: p.Token, Sequence: p.Sequence, Last: p.LastSequence}
+	case p.Type == ProblemSequenceGap:
+		return &fence.SequenceGapError{Scope: p.Scope, Token: p.Token, Sequence: p.Sequence, Last: p.LastSequence}
+	}
+	return nil
+}
+
 // StaleFromResponse reports whether resp is a stale-token rejection (409
 // with an application/problem+json body of type ProblemStaleToken) and
 // returns it as a *fence.StaleTokenError, which matches fence.ErrStaleToken.
@@ -177,6 +226,38 @@ func (p *Problem) Stale() (*fence.StaleTokenError, bool) {
 // stays the caller's job. A body that cannot be read or decoded is not
 // reported as stale.
 func StaleFromResponse(resp *http.Response) (*fence.StaleTokenError, bool) {
+	p, ok := conflictProblem(resp)
+	if !ok {
+		return nil, false
+	}
+	return p.Stale()
+}
+
+// ErrorFromResponse returns the fencing outcome of a 409 answer: a
+// *fence.StaleTokenError (fence.ErrStaleToken), *fence.DuplicateError
+// (fence.ErrDuplicate: the write was applied before) or
+// *fence.SequenceGapError (fence.ErrSequenceGap); nil for any other
+// answer. It reads the body as StaleFromResponse does and puts it back.
+// Inside fence.Retry, return it for the answer:
+//
+//	err := fence.Retry(ctx, lease, 3, func(ctx context.Context) error {
+//		resp, err := client.Do(newRequest(ctx)) // a Transport sends the sequence
+//		if err != nil {
+//			return err // a lost answer matches fence.ErrUnknownOutcome
+//		}
+//		defer resp.Body.Close()
+//		return fencehttp.ErrorFromResponse(resp)
+//	})
+func ErrorFromResponse(resp *http.Response) error {
+	p, ok := conflictProblem(resp)
+	if !ok {
+		return nil
+	}
+	return p.Err()
+}
+
+// conflictProblem decodes the problem of a 409 problem+json answer.
+func conflictProblem(resp *http.Response) (*Problem, bool) {
 	if resp == nil || resp.StatusCode != http.StatusConflict || resp.Body == nil || resp.Body == http.NoBody {
 		return nil, false
 	}
@@ -198,7 +279,7 @@ func StaleFromResponse(resp *http.Response) (*fence.StaleTokenError, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return p.Stale()
+	return p, true
 }
 
 // replayBody serves the peeked bytes, then the rest of the original body,

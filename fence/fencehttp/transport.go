@@ -2,6 +2,7 @@ package fencehttp
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -25,7 +26,9 @@ type Signed interface {
 //
 // It sets Fencing-Scope to Lease.Key() and Fencing-Token to Lease.Token() (and
 // Fencing-Owner to the lease's owner when the lease is fence.Owned) on
-// every request, replacing any values the caller set: servers fence only
+// every request, and Fencing-Sequence when the request's context carries a
+// sequence (fence.WithSequence, fence.Retry), replacing any values the
+// caller set: servers fence only
 // mutating methods, and sending the headers on reads too keeps a server
 // that fences some POST-for-read endpoint working. It does not modify the
 // caller's request.
@@ -35,6 +38,11 @@ type Signed interface {
 // the caller unchanged (the body is still readable from the start). It never
 // retries: a stale request must not be sent again, with this token or with a
 // newer one, by anything but a new decision of the caller.
+//
+// A failure to carry a request with a sequence matches
+// fence.ErrUnknownOutcome (the request may have arrived); the failures of
+// requests without one are returned as they are. ErrorFromResponse tells a
+// duplicate answer from a stale one.
 //
 // Transport does not stop requests after the lease is lost; make requests
 // with the lease's context so that they are cancelled.
@@ -66,6 +74,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.Header.Set(HeaderToken, strconv.FormatUint(t.Lease.Token(), 10))
 	out.Header.Del(HeaderSignature)
 	out.Header.Del(HeaderOwner)
+	out.Header.Del(HeaderSequence)
+	seq := fence.SequenceFromContext(req.Context())
+	if seq != 0 {
+		out.Header.Set(HeaderSequence, strconv.FormatUint(seq, 10))
+	}
 	if o, ok := t.Lease.(fence.Owned); ok && o.Owner() != "" {
 		out.Header.Set(HeaderOwner, o.Owner())
 	}
@@ -78,6 +91,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := base.RoundTrip(out)
 	if err != nil {
+		if seq != 0 {
+			// The request may have arrived; with its sequence, sending it
+			// again (fence.Retry) cannot apply it twice.
+			err = fmt.Errorf("%w: %w", fence.ErrUnknownOutcome, err)
+		}
 		return resp, err
 	}
 	if stale, ok := StaleFromResponse(resp); ok {
