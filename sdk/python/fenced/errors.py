@@ -127,6 +127,35 @@ class BadSignature(FencedError):
     code = "bad_signature"
 
 
+class Duplicate(FencedError):
+    """A write whose sequence was already accepted under its token: not applied again,
+    and not a loss of the lease (Go: fence.ErrDuplicate, docs/guard-spec.md section 7)."""
+
+    code = "duplicate"
+
+    def __init__(self, scope: str, token: int, sequence: int, last: int):
+        super().__init__(f"duplicate write for scope {scope!r}: token {token} sequence {sequence}, "
+                         f"last sequence accepted {last} (already applied)")
+        self.scope, self.token, self.sequence, self.last = scope, token, sequence, last
+
+
+class SequenceGap(FencedError):
+    """A strict guard's refusal of a sequence other than last + 1 (Go: fence.ErrSequenceGap)."""
+
+    code = "sequence_gap"
+
+    def __init__(self, scope: str, token: int, sequence: int, last: int):
+        super().__init__(f"fencing sequence gap for scope {scope!r}: token {token} sequence {sequence}, "
+                         f"last sequence accepted {last}")
+        self.scope, self.token, self.sequence, self.last = scope, token, sequence, last
+
+
+class InvalidSequence(FencedError):
+    """A sequence outside 1..2**63-1 (Go: fence.ErrInvalidSequence)."""
+
+    code = "invalid_sequence"
+
+
 class NoToken(FencedError):
     """Token 0 (or none) was presented (Go: fence.ErrNoToken)."""
 

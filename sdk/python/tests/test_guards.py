@@ -405,3 +405,27 @@ def test_reporter_reaches_fenced(client, key):
     (rej,) = rejections
     assert (rej["scope"], rej["resource"], rej["presentedToken"], rej["highestToken"], rej["reportedOwner"]) == (
         key, "py-memory", "7", "8", "old")
+
+
+def test_postgres_sequences(pg, pg_table):
+    decisions = []
+    g = PostgresGuard(table=pg_table, observer=decisions.append)
+    g.migrate(pg)
+    strict = PostgresGuard(table=pg_table, strict_sequences=True)
+    s = scope()
+    g.do(pg, s, 3, lambda cur: None, sequence=4)
+    with pytest.raises(fenced.Duplicate) as e:
+        g.do(pg, s, 3, lambda cur: pytest.fail("applied twice"), sequence=4)
+    assert (e.value.sequence, e.value.last) == (4, 4)
+    assert decisions[-1].duplicate and not decisions[-1].accepted
+    with pytest.raises(fenced.SequenceGap):
+        strict.do(pg, s, 3, lambda cur: None, sequence=6)
+    strict.do(pg, s, 3, lambda cur: None, sequence=5)
+    g.do(pg, s, 4, lambda cur: None)  # a new epoch without a sequence ends the old one's sequences
+    g.do(pg, s, 4, lambda cur: None, sequence=1)
+    with pytest.raises(fenced.InvalidSequence):
+        g.do(pg, s, 4, lambda cur: None, sequence=2**63)
+    lease = FakeLease(s, 4)
+    with pytest.raises(fenced.Duplicate):
+        g.do_lease(pg, lease, lambda cur: None, sequence=1)
+    assert not lease.lost  # a duplicate does not lose the lease

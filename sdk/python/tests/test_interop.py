@@ -53,3 +53,21 @@ def test_redis_go_and_python_share_the_script_and_keys(bindir, redis_client):
     assert redis_client.get(k) == b"py"
     assert py.highest(s) == 12
     redis_client.delete(k, py.token_key(s))
+
+
+def test_postgres_go_and_python_share_sequences(bindir, pg, pg_table):
+    """Sequences (docs/guard-spec.md, section 7): each guard refuses the other's duplicates."""
+    s = "interop-seq/" + uuid.uuid4().hex[:8]
+    py = PostgresGuard(table=pg_table)
+    py.migrate(pg)
+    py.do(pg, s, 5, lambda cur: None, sequence=1)
+    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, 5, 1) == "duplicate 1"
+    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, 5, 2) == "ok"
+    with pytest.raises(fenced.Duplicate) as e:
+        py.do(pg, s, 5, lambda cur: pytest.fail("applied twice"), sequence=2)
+    assert e.value.last == 2
+    py.do(pg, s, 5, lambda cur: None, sequence=3)
+    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, 6, 1) == "ok"  # a new epoch: any sequence
+    py.do(pg, s, 6, lambda cur: None)  # unsequenced, same token: accepted, last unchanged
+    with pytest.raises(fenced.Duplicate):
+        py.do(pg, s, 6, lambda cur: None, sequence=1)

@@ -26,6 +26,7 @@ class Decision(NamedTuple):
     highest: int  # the highest before this check
     accepted: bool
     owner: str = ""
+    duplicate: bool = False  # refused as a duplicate sequence, not as stale
 
 
 def lease_owner(lease) -> str:

@@ -29,7 +29,8 @@ from typing import Any, Callable, Optional
 
 from .. import _scope
 from ..sign import verify
-from ..errors import CorruptToken, FencedError, InvalidArgument, RowNotFound, StaleToken, TokenOutOfRange
+from ..errors import (CorruptToken, Duplicate, FencedError, InvalidArgument, InvalidSequence, RowNotFound,
+                      SequenceGap, StaleToken, TokenOutOfRange)
 from . import Decision, lease_owner, lost
 
 DEFAULT_TABLE = "fence_scopes"
@@ -110,15 +111,23 @@ class PostgresGuard:
     """The scope table guard (Go: fencesql.Guard with the Postgres dialect). Stateless; thread-safe."""
 
     def __init__(self, table: str = DEFAULT_TABLE, observer: Optional[Callable[[Decision], None]] = None,
-                 retries: int = 0, verifier=None):
+                 retries: int = 0, verifier=None, strict_sequences: bool = False):
         t = quote_table(table)
         if retries < 0:
             raise InvalidArgument(f"fencesql: retries is {retries}, must not be negative")
         self.table, self.observer, self.retries, self.verifier = table, observer, retries, verifier
+        self.strict_sequences = strict_sequences
         self.lock_sql = "SELECT highest_token FROM " + t + " WHERE scope = %s FOR UPDATE"
         self.insert_sql = "INSERT INTO " + t + " (scope, highest_token) VALUES (%s, %s) ON CONFLICT (scope) DO NOTHING"
         self.raise_sql = "UPDATE " + t + " SET highest_token = %s WHERE scope = %s"
         self.highest_sql = "SELECT highest_token FROM " + t + " WHERE scope = %s"
+        # Sequenced writes (docs/guard-spec.md, section 7) also read and write the sequence columns.
+        cols = "highest_token, sequence_token, last_sequence"
+        self.seq_lock_sql = "SELECT " + cols + " FROM " + t + " WHERE scope = %s FOR UPDATE"
+        self.seq_insert_sql = ("INSERT INTO " + t + " (scope, " + cols + ") VALUES (%(s)s, %(t)s, %(t)s, %(q)s)"
+                               " ON CONFLICT (scope) DO NOTHING")
+        self.seq_raise_sql = ("UPDATE " + t + " SET highest_token = %s, sequence_token = %s, last_sequence = %s"
+                              " WHERE scope = %s")
 
     def create_table_sql(self) -> str:
         return create_table_sql(self.table)
@@ -155,8 +164,10 @@ class PostgresGuard:
         if self.observer is not None:
             self.observer(Decision(scope, presented, highest, accepted, owner))
 
-    def _check(self, cur, scope: str, tok: int) -> int:
+    def _check(self, cur, scope: str, tok: int, seq: int = 0) -> int:
         """Lock the scope's row, compare, raise; return the highest before."""
+        if seq:
+            return self._check_sequence(cur, scope, tok, seq)
         for _ in range(3):
             cur.execute(self.lock_sql, (scope,))
             row = cur.fetchone()
@@ -174,7 +185,36 @@ class PostgresGuard:
                 return 0
         raise FencedError(f"fencesql: scope {scope!r} row keeps disappearing (deleted concurrently?)")
 
-    def check(self, cur, scope: str, token: int, owner: str = "", signature: str = "") -> None:
+    def _check_sequence(self, cur, scope: str, tok: int, seq: int) -> int:
+        for _ in range(3):
+            cur.execute(self.seq_lock_sql, (scope,))
+            row = cur.fetchone()
+            if row is not None:
+                h, st, last = (int(x) for x in row)
+                if h < 0:
+                    raise CorruptToken(f"fencesql: scope {scope!r} holds the token {h}, which no guard writes")
+                if st != h or last < 0:
+                    last = 0  # a guard without sequences raised the token: a new epoch
+                if tok < h:
+                    raise StaleToken(scope, tok, h)
+                if tok == h and seq <= last:
+                    raise Duplicate(scope, tok, seq, last)
+                if tok == h and self.strict_sequences and seq != last + 1:
+                    raise SequenceGap(scope, tok, seq, last)
+                cur.execute(self.seq_raise_sql, (tok, tok, seq, scope))
+                return h
+            cur.execute(self.seq_insert_sql, {"s": scope, "t": tok, "q": seq})
+            if cur.rowcount == 1:
+                return 0
+        raise FencedError(f"fencesql: scope {scope!r} row keeps disappearing (deleted concurrently?)")
+
+    @staticmethod
+    def _sequence(seq: int) -> int:
+        if seq < 0 or seq > MAX_SQL_TOKEN:
+            raise InvalidSequence(f"invalid fencing sequence: {seq} is outside 1..{MAX_SQL_TOKEN}")
+        return seq
+
+    def check(self, cur, scope: str, token: int, owner: str = "", signature: str = "", sequence: int = 0) -> None:
         """Check token for scope inside the caller's transaction (cur: a cursor of it).
 
         On success the scope's row stays locked until the transaction ends and
@@ -183,51 +223,68 @@ class PostgresGuard:
         """
         _scope.check(scope, token, 0)
         tok = sql_token(token)
+        seq = self._sequence(sequence)
         verify(self.verifier, scope, token, signature)
         try:
-            self._check(cur, scope, tok)
+            self._check(cur, scope, tok, seq)
         except StaleToken as e:
             self._observe(scope, tok, e.highest, False, owner)
             raise
+        except Duplicate as e:
+            self._observe_duplicate(scope, tok, owner)
+            raise
 
-    def do(self, conn, scope: str, token: int, fn: Callable[[Any], Any], owner: str = "", signature: str = "") -> Any:
+    def do(self, conn, scope: str, token: int, fn: Callable[[Any], Any], owner: str = "", signature: str = "",
+           sequence: int = 0) -> Any:
         """Begin, check, fn(cursor), commit; roll back on any error. Returns fn's result.
 
         fn must write through the cursor it is given and must not commit.
         """
         _scope.check(scope, token, 0)
         tok = sql_token(token)
+        seq = self._sequence(sequence)
         verify(self.verifier, scope, token, signature)
         attempt = 0
         while True:
             try:
-                return self._attempt(conn, scope, tok, fn, owner)
-            except StaleToken:
+                return self._attempt(conn, scope, tok, fn, owner, seq)
+            except (StaleToken, Duplicate, SequenceGap):
                 raise
             except Exception as e:
                 if not retryable(e) or attempt >= self.retries:
                     raise
                 attempt += 1
 
-    def _attempt(self, conn, scope, tok, fn, owner):
+    def _observe_duplicate(self, scope, tok, owner):
+        if self.observer is not None:
+            self.observer(Decision(scope, tok, tok, False, owner, duplicate=True))
+
+    def _attempt(self, conn, scope, tok, fn, owner, seq=0):
         highest = None
         if _is_psycopg3(conn):
             try:
                 with conn.transaction(), conn.cursor() as cur:
-                    highest = self._check(cur, scope, tok)
+                    highest = self._check(cur, scope, tok, seq)
                     result = fn(cur)
             except StaleToken as e:
                 self._observe(scope, tok, e.highest, False, owner)
                 raise
+            except Duplicate:
+                self._observe_duplicate(scope, tok, owner)
+                raise
         else:
             try:
                 with conn.cursor() as cur:
-                    highest = self._check(cur, scope, tok)
+                    highest = self._check(cur, scope, tok, seq)
                     result = fn(cur)
                 conn.commit()
             except StaleToken as e:
                 conn.rollback()
                 self._observe(scope, tok, e.highest, False, owner)
+                raise
+            except Duplicate:
+                conn.rollback()
+                self._observe_duplicate(scope, tok, owner)
                 raise
             except BaseException:
                 conn.rollback()
@@ -235,11 +292,12 @@ class PostgresGuard:
         self._observe(scope, tok, highest, True, owner)
         return result
 
-    def do_lease(self, conn, lease, fn: Callable[[Any], Any]) -> Any:
-        """do() with the lease's key and token; a stale rejection loses the lease first."""
+    def do_lease(self, conn, lease, fn: Callable[[Any], Any], sequence: int = 0) -> Any:
+        """do() with the lease's key and token; a stale rejection loses the lease first
+        (a Duplicate does not: the write was applied before)."""
         try:
             return self.do(conn, lease.key, lease.token, fn, owner=lease_owner(lease),
-                           signature=getattr(lease, "signature", ""))
+                           signature=getattr(lease, "signature", ""), sequence=sequence)
         except StaleToken as e:
             lost(lease, e)
             raise

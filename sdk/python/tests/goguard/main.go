@@ -2,11 +2,12 @@
 // interoperability tests: a Go guard and a Python guard on one scope must
 // refuse each other's stale tokens.
 //
-//	goguard pg DSN TABLE SCOPE TOKEN
+//	goguard pg DSN TABLE SCOPE TOKEN [SEQUENCE]
 //	goguard redis ADDR SCOPE TOKEN KEY VALUE
 //
 // It prints "ok" when the write was accepted, "stale HIGHEST" when the
-// token was refused as stale, and exits 1 on any other error.
+// token was refused as stale, "duplicate LAST" for a sequence already
+// accepted, and exits 1 on any other error.
 package main
 
 import (
@@ -36,12 +37,23 @@ func run(args []string) error {
 	ctx := context.Background()
 	var err error
 	switch {
-	case len(args) == 5 && args[0] == "pg":
+	case (len(args) == 5 || len(args) == 6) && args[0] == "pg":
+		if len(args) == 6 {
+			seq, perr := strconv.ParseUint(args[5], 10, 64)
+			if perr != nil {
+				return perr
+			}
+			ctx = fence.WithSequence(ctx, seq)
+		}
 		err = pg(ctx, args[1], args[2], args[3], args[4])
 	case len(args) == 6 && args[0] == "redis":
 		err = rds(ctx, args[1], args[2], args[3], args[4], args[5])
 	default:
-		return errors.New("usage: goguard pg DSN TABLE SCOPE TOKEN | goguard redis ADDR SCOPE TOKEN KEY VALUE")
+		return errors.New("usage: goguard pg DSN TABLE SCOPE TOKEN [SEQUENCE] | goguard redis ADDR SCOPE TOKEN KEY VALUE")
+	}
+	if dup, ok := errors.AsType[*fence.DuplicateError](err); ok {
+		fmt.Println("duplicate", dup.Last)
+		return nil
 	}
 	if stale, ok := errors.AsType[*fence.StaleTokenError](err); ok {
 		fmt.Println("stale", stale.Highest)
