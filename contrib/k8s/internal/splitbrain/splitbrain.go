@@ -1,0 +1,301 @@
+// Package splitbrain shows the split brain of client-go's leader election
+// and how a fencing token prevents it, with two electors on a fenced Lock:
+// leader A, a child process, is paused (SIGSTOP) between its check of
+// leadership and its write, past its lease; B is elected and writes; A
+// resumes and its write goes out late. Without a guard on the resource both
+// writes land, the older last; with one, A's is refused.
+//
+// The test of contrib/k8s and examples/splitbrain both run it.
+package splitbrain
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fencedio/fenced/client"
+	fencek8s "github.com/fencedio/fenced/contrib/k8s"
+	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/internal/fencedtest"
+	"k8s.io/client-go/tools/leaderelection"
+)
+
+// Election is the name both electors campaign for.
+const Election = "controllers/orders"
+
+const (
+	childEnv    = "FENCED_SPLITBRAIN_CHILD"
+	endpointEnv = "FENCED_SPLITBRAIN_ENDPOINT"
+	resourceEnv = "FENCED_SPLITBRAIN_RESOURCE"
+)
+
+// Write is one write the resource applied.
+type Write struct {
+	Value string
+	Token uint64
+}
+
+// Result is what a run saw.
+type Result struct {
+	// TokenA and TokenB are the two leaders' fencing tokens.
+	TokenA, TokenB uint64
+	// StatusA is the HTTP status of A's late write, StatusB of B's.
+	StatusA, StatusB int
+	// Landed are the writes the resource applied, in order.
+	Landed []Write
+}
+
+// MaybeChild runs leader A and exits if this process was started as A by
+// Run; otherwise it returns at once. Call it first in main (or TestMain).
+func MaybeChild() {
+	if os.Getenv(childEnv) == "" {
+		return
+	}
+	if err := child(); err != nil {
+		fmt.Fprintln(os.Stderr, "leader A:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// timing is both electors' client-go timing: a 1s lease (the fenced TTL).
+var timing = struct{ lease, renew, retry time.Duration }{time.Second, 500 * time.Millisecond, 100 * time.Millisecond}
+
+// elect runs a client-go elector on lock until ctx ends.
+func elect(ctx context.Context, lock *fencek8s.Lock, cb leaderelection.LeaderCallbacks) error {
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: timing.lease, RenewDeadline: timing.renew, RetryPeriod: timing.retry,
+		Callbacks: cb, Name: Election,
+	})
+	if err != nil {
+		return err
+	}
+	go le.Run(ctx)
+	return nil
+}
+
+// child is leader A. Elected, it checks that it leads, prints "elected
+// TOKEN", and then waits for a line on stdin before it writes: Run pauses
+// it there. Its stop hook blocks, as in the report of operators that kept
+// acting as leaders.
+func child() error {
+	c, err := client.New(client.Config{Endpoint: os.Getenv(endpointEnv)})
+	if err != nil {
+		return err
+	}
+	resource := os.Getenv(resourceEnv)
+	lock, err := fencek8s.New(c, Election, "leader-a")
+	if err != nil {
+		return err
+	}
+	err = elect(context.Background(), lock, leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(ctx context.Context) {
+			token := lock.Token()
+			if ctx.Err() != nil || token == 0 {
+				fmt.Println("not leading")
+				return
+			}
+			fmt.Println("elected", token)
+			// Leadership checked; now the write. Run stops the process here.
+			bufio.NewReader(os.Stdin).ReadString('\n')
+			status, err := put(resource, "leader-a", token)
+			if err != nil {
+				fmt.Println("write failed:", err)
+				return
+			}
+			fmt.Println("wrote", status)
+		},
+		OnStoppedLeading: func() {
+			fmt.Println("stopped leading")
+			select {} // a stop hook that never returns
+		},
+	})
+	if err != nil {
+		return err
+	}
+	select {}
+}
+
+// put writes value to the resource with the election's scope and token,
+// and returns the answer's status.
+func put(resource, value string, token uint64) (int, error) {
+	req, err := http.NewRequest(http.MethodPut, resource+"/v1/config", strings.NewReader(value))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Fencing-Scope", Election)
+	req.Header.Set("Fencing-Token", strconv.FormatUint(token, 10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// Run plays the scenario against an in-process fenced node and a resource
+// on loopback, guarded by fence.Memory or not, and narrates it to log.
+func Run(ctx context.Context, guarded bool, log io.Writer) (res Result, err error) {
+	tb := &fencedtest.ExampleTB{}
+	defer tb.Close()
+	defer func() {
+		if r := recover(); r != nil { // fencedtest's Fatalf
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	srv := fencedtest.Start(tb)
+
+	var mu sync.Mutex
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		token, _ := strconv.ParseUint(r.Header.Get("Fencing-Token"), 10, 64)
+		mu.Lock()
+		res.Landed = append(res.Landed, Write{Value: string(body), Token: token})
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	if guarded {
+		h = fencehttp.Middleware(fence.NewMemory())(h)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	resource := &http.Server{Handler: h}
+	go resource.Serve(ln)
+	defer resource.Close()
+	resourceURL := "http://" + ln.Addr().String()
+
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+
+	// Leader A: a child process.
+	self, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Env = append(os.Environ(), childEnv+"=1", endpointEnv+"="+srv.URL, resourceEnv+"="+resourceURL)
+	cmd.Stderr = io.Discard
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return res, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, err
+	}
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	lines := make(chan string, 10)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	next := func(prefix string) (string, error) {
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					return "", errors.New("leader A exited")
+				}
+				if rest, ok := strings.CutPrefix(l, prefix); ok {
+					return rest, nil
+				}
+				fmt.Fprintln(log, "  A says:", l)
+			case <-ctx.Done():
+				return "", fmt.Errorf("waiting for leader A to say %q: %w", prefix, ctx.Err())
+			}
+		}
+	}
+	line, err := next("elected ")
+	if err != nil {
+		return res, err
+	}
+	if res.TokenA, err = strconv.ParseUint(line, 10, 64); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(log, "A (pid %d) is elected with token %d and checks that it leads\n", cmd.Process.Pid, res.TokenA)
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(log, "A is paused (SIGSTOP) before its write; its lease is no longer renewed\n")
+
+	// Leader B, in this process.
+	c, err := client.New(client.Config{Endpoint: srv.URL})
+	if err != nil {
+		return res, err
+	}
+	bctx, stopB := context.WithCancel(ctx)
+	defer stopB()
+	type wrote struct {
+		token  uint64
+		status int
+		err    error
+	}
+	bWrote := make(chan wrote, 1)
+	lockB, err := fencek8s.New(c, Election, "leader-b")
+	if err != nil {
+		return res, err
+	}
+	err = elect(bctx, lockB, leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(ctx context.Context) {
+			token := lockB.Token()
+			status, err := put(resourceURL, "leader-b", token)
+			bWrote <- wrote{token, status, err}
+		},
+		OnStoppedLeading: func() {},
+	})
+	if err != nil {
+		return res, err
+	}
+	var b wrote
+	select {
+	case b = <-bWrote:
+	case <-ctx.Done():
+		return res, fmt.Errorf("waiting for B to be elected: %w", ctx.Err())
+	}
+	if b.err != nil {
+		return res, b.err
+	}
+	res.TokenB, res.StatusB = b.token, b.status
+	fmt.Fprintf(log, "fenced expired A's lease; B is elected with token %d and writes: %d %s\n", b.token, b.status, http.StatusText(b.status))
+
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return res, err
+	}
+	fmt.Fprintln(stdin, "write")
+	line, err = next("wrote ")
+	if err != nil {
+		return res, err
+	}
+	if res.StatusA, err = strconv.Atoi(line); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(log, "A resumes and writes with token %d: %d %s\n", res.TokenA, res.StatusA, http.StatusText(res.StatusA))
+	mu.Lock()
+	defer mu.Unlock()
+	res.Landed = append([]Write(nil), res.Landed...)
+	return res, nil
+}
