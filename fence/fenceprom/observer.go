@@ -18,7 +18,9 @@ import (
 )
 
 // NewObserver returns a fence.Observer that counts decisions in
-// fenced_guard_decisions_total{guard, result="accepted"|"rejected"} and
+// fenced_guard_decisions_total{guard, result="accepted"|"rejected"|"duplicate"}
+// (a duplicate, fence.ErrDuplicate, is a write already applied, not a stale
+// token, and is counted apart) and
 // records, for each rejection, how far the presented token was behind the
 // highest one in the histogram fenced_guard_token_gap{guard}.
 //
@@ -38,7 +40,7 @@ func NewObserver(reg prometheus.Registerer, guard string) (fence.Observer, error
 	labels := prometheus.Labels{"guard": guard}
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name:        "fenced_guard_decisions_total",
-		Help:        "Mutations checked by a fencing guard, by result (accepted or rejected).",
+		Help:        "Mutations checked by a fencing guard, by result (accepted, rejected, or duplicate: already applied under its sequence).",
 		ConstLabels: labels,
 	}, []string{"result"})
 	gap := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -59,9 +61,10 @@ func NewObserver(reg prometheus.Registerer, guard string) (fence.Observer, error
 	}
 	return &promObserver{
 		// Resolved once: With on every decision would hash the label value.
-		accepted: decisions.WithLabelValues("accepted"),
-		rejected: decisions.WithLabelValues("rejected"),
-		gap:      gap,
+		accepted:  decisions.WithLabelValues("accepted"),
+		rejected:  decisions.WithLabelValues("rejected"),
+		duplicate: decisions.WithLabelValues("duplicate"),
+		gap:       gap,
 	}, nil
 }
 
@@ -82,14 +85,19 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c *C) (bool, er
 }
 
 type promObserver struct {
-	accepted prometheus.Counter
-	rejected prometheus.Counter
-	gap      prometheus.Histogram
+	accepted  prometheus.Counter
+	rejected  prometheus.Counter
+	duplicate prometheus.Counter
+	gap       prometheus.Histogram
 }
 
 func (o *promObserver) Observe(_ context.Context, d fence.Decision) {
 	if d.Accepted {
 		o.accepted.Inc()
+		return
+	}
+	if d.Duplicate {
+		o.duplicate.Inc()
 		return
 	}
 	IncWithOwner(o.rejected, d.Owner)

@@ -39,16 +39,23 @@ func TestObserver(t *testing.T) {
 	}
 	_ = mem2.Do(ctx, "b", 100, nop)
 	_ = mem2.Do(ctx, "b", 50, nop) // gap 50
+	// Duplicates are counted apart, and never in the token gap.
+	seq := fence.WithSequence(ctx, 7)
+	_ = mem2.Do(seq, "b", 100, nop)
+	_ = mem2.Do(seq, "b", 100, nop)
+	_ = mem.Do(seq, "a", 11, nop) // the first sequence under 11: accepted
 	// A decision on another scope would never add a label: only guard and
 	// result exist.
 	boltObs.Observe(ctx, fence.Decision{Scope: "c", Presented: 3, Highest: 3, Accepted: true})
 
 	const want = `
-# HELP fenced_guard_decisions_total Mutations checked by a fencing guard, by result (accepted or rejected).
+# HELP fenced_guard_decisions_total Mutations checked by a fencing guard, by result (accepted, rejected, or duplicate: already applied under its sequence).
 # TYPE fenced_guard_decisions_total counter
 fenced_guard_decisions_total{guard="bolt",result="accepted"} 1
+fenced_guard_decisions_total{guard="bolt",result="duplicate"} 0
 fenced_guard_decisions_total{guard="bolt",result="rejected"} 0
-fenced_guard_decisions_total{guard="memory",result="accepted"} 4
+fenced_guard_decisions_total{guard="memory",result="accepted"} 6
+fenced_guard_decisions_total{guard="memory",result="duplicate"} 1
 fenced_guard_decisions_total{guard="memory",result="rejected"} 3
 # HELP fenced_guard_token_gap For rejected mutations, the highest accepted token minus the presented one.
 # TYPE fenced_guard_token_gap histogram

@@ -99,7 +99,7 @@ type Reporter struct {
 	stop chan struct{} // closed by Close
 	done chan struct{} // closed when run returns
 
-	sent, dropped atomic.Uint64
+	sent, dropped, duplicates atomic.Uint64
 }
 
 var _ fence.Observer = (*Reporter)(nil)
@@ -116,8 +116,14 @@ func New(cfg Config) (*Reporter, error) {
 	return r, nil
 }
 
-// Observe queues d if it is a rejection. It never blocks on the network.
+// Observe queues d if it is a stale rejection. A duplicate (a write
+// already applied under its sequence, fence.ErrDuplicate) is not one: it is
+// only counted (Duplicates). It never blocks on the network.
 func (r *Reporter) Observe(_ context.Context, d fence.Decision) {
+	if d.Duplicate {
+		r.duplicates.Add(1)
+		return
+	}
 	if d.Accepted || d.Presented >= d.Highest {
 		return
 	}
@@ -149,6 +155,10 @@ func (r *Reporter) Sent() uint64 { return r.sent.Load() }
 // Dropped returns how many rejections r did not deliver: the queue was
 // full, or fenced did not accept their batch.
 func (r *Reporter) Dropped() uint64 { return r.dropped.Load() }
+
+// Duplicates returns how many duplicate writes r observed. They are not
+// sent to fenced: the lease behind them was not fenced off.
+func (r *Reporter) Duplicates() uint64 { return r.duplicates.Load() }
 
 // Pending returns how many entries wait to be sent (at most QueueSize).
 func (r *Reporter) Pending() int {

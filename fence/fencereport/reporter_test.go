@@ -170,3 +170,30 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A duplicate write is counted apart and never reported as stale, even when
+// an observer is handed one with the tokens of a stale decision.
+func TestReporterCountsDuplicatesApart(t *testing.T) {
+	rec := &recorder{}
+	rep, err := fencereport.New(fencereport.Config{Resource: "ledger-http", Sender: rec, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := fence.NewMemory(fence.WithObserver(rep))
+	ctx := fence.WithSequence(context.Background(), 5)
+	if err := g.Do(ctx, "jobs/1", 64, nop); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := g.Do(ctx, "jobs/1", 64, nop); !errors.Is(err, fence.ErrDuplicate) {
+			t.Fatalf("repeated write: %v", err)
+		}
+	}
+	rep.Observe(ctx, fence.Decision{Scope: "jobs/1", Presented: 1, Highest: 64, Duplicate: true, Sequence: 5})
+	if err := rep.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Duplicates() != 4 || rep.Sent() != 0 || rep.Dropped() != 0 || len(rec.batches) != 0 {
+		t.Fatalf("duplicates %d sent %d dropped %d batches %d; want 4, 0, 0, 0", rep.Duplicates(), rep.Sent(), rep.Dropped(), len(rec.batches))
+	}
+}
