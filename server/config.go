@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"runtime/debug"
 	"time"
 
 	"github.com/fencedio/fenced/internal/httplimit"
@@ -81,6 +83,20 @@ type Config struct {
 	// instance needs, low enough that one runaway client cannot fill
 	// MaxLeases alone.
 	MaxLeasesPerOwner, MaxWaitersPerOwner int
+	// MaxWaiters caps the acquisitions waiting in line on this server, in
+	// all; more are refused with resource_exhausted naming max-waiters.
+	// A waiting acquisition costs about WaiterCost of memory (its handler
+	// goroutine, its HTTP/2 stream and its timer). Default: enough for an
+	// eighth of the machine's memory (GOMEMLIMIT's, when set lower), at
+	// least 1,000 (defaultMaxWaiters).
+	MaxWaiters int
+	// MaxWaitersPerClient and MaxLeasesPerClient are the share of
+	// waiting acquisitions and of current leases one client IP address may
+	// take, whatever owners it names (clientlimits.go); more are refused
+	// with resource_exhausted naming the limit. Defaults a tenth of
+	// MaxWaiters and of MaxLeases: one client cannot take the service from
+	// the others alone. Clients behind one NAT or proxy share them.
+	MaxWaitersPerClient, MaxLeasesPerClient int
 	// MaxIdleKeys bounds how many freed keys remember their last token
 	// (lease.New). Every node must use the same value. Default 100,000.
 	MaxIdleKeys int
@@ -135,7 +151,9 @@ type Config struct {
 	// Default 10s.
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long.
-	// Default 2m.
+	// Default 60s (httplimit.DefaultIdleTimeout): below nginx's 75s, so
+	// that idle connections do not hold their slots for minutes, and long
+	// enough that a client's pooled connections outlive its pauses.
 	IdleTimeout time.Duration
 	// BodyReadTimeout bounds the time to receive the body of a unary call;
 	// a slower body fails. Streams are bounded by StreamWriteTimeout
@@ -145,6 +163,11 @@ type Config struct {
 	// Default: three quarters of the file descriptor limit (RLIMIT_NOFILE),
 	// at least 64, so that the raft log and peers keep descriptors.
 	MaxConns int
+	// MaxConnsPerClient caps the open API connections from one client IP
+	// address: a connection beyond it is closed as soon as it is accepted,
+	// unanswered. Default a tenth of MaxConns, at least 64 (at most
+	// MaxConns).
+	MaxConnsPerClient int
 
 	// HeartbeatTimeout is raft's heartbeat and election timeout. Lower
 	// values fail over faster and start a single node sooner.
@@ -233,6 +256,9 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxLeases, 2_000_000)
 	setDefault(&c.MaxLeasesPerOwner, 100_000)
 	setDefault(&c.MaxWaitersPerOwner, 10_000)
+	setDefault(&c.MaxWaiters, defaultMaxWaiters())
+	setDefault(&c.MaxWaitersPerClient, max(1, c.MaxWaiters/10))
+	setDefault(&c.MaxLeasesPerClient, max(1, c.MaxLeases/10))
 	setDefault(&c.MaxIdleKeys, lease.DefaultMaxIdleKeys)
 	setDefault(&c.ListLimit, 10_000)
 	setDefault(&c.WatchBuffer, 1024)
@@ -246,10 +272,9 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.FanoutShare, 0.1)
 	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
 	setDefault(&c.ApplyStallTimeout, 10*time.Second)
-	limits := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
-		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}.WithDefaults()
+	limits := c.httpLimits().WithDefaults()
 	c.MaxHeaderBytes, c.ReadHeaderTimeout, c.IdleTimeout = limits.MaxHeaderBytes, limits.ReadHeaderTimeout, limits.IdleTimeout
-	c.BodyReadTimeout, c.MaxConns = limits.BodyTimeout, limits.MaxConns
+	c.BodyReadTimeout, c.MaxConns, c.MaxConnsPerClient = limits.BodyTimeout, limits.MaxConns, limits.MaxConnsPerClient
 	setDefault(&c.SnapshotThreshold, 16384)
 	setDefault(&c.SnapshotInterval, 10*time.Second)
 	setDefault(&c.TrailingLogs, c.SnapshotThreshold)
@@ -278,9 +303,7 @@ func (c Config) Validate() error {
 		return errors.New("config: Gatherer set without Registerer")
 	}
 
-	limits := httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
-		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}
-	errs := []error{limits.Validate()}
+	errs := []error{c.httpLimits().Validate()}
 	if c.MinTTL < time.Millisecond {
 		errs = append(errs, fmt.Errorf("config: MinTTL %v is below 1ms", c.MinTTL))
 	}
@@ -308,6 +331,8 @@ func (c Config) Validate() error {
 		"MaxEventSubscribers": int64(c.MaxEventSubscribers), "MaxEventSubscribersPerClient": int64(c.MaxEventSubscribersPerClient),
 		"StreamWriteTimeout": int64(c.StreamWriteTimeout),
 		"MaxLeasesPerOwner":  int64(c.MaxLeasesPerOwner), "MaxWaitersPerOwner": int64(c.MaxWaitersPerOwner),
+		"MaxWaiters": int64(c.MaxWaiters), "MaxWaitersPerClient": int64(c.MaxWaitersPerClient),
+		"MaxLeasesPerClient": int64(c.MaxLeasesPerClient),
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))
@@ -334,6 +359,31 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.TLS.Validate(), c.PeerTLS.validatePeer())
 	return errors.Join(errs...)
+}
+
+// httpLimits are the limits of the API's HTTP server.
+func (c Config) httpLimits() httplimit.Limits {
+	return httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns, MaxConnsPerClient: c.MaxConnsPerClient}
+}
+
+// WaiterCost is the memory one waiting acquisition holds, measured over
+// HTTP/2 (TestWaiterCost): its handler's goroutine and stack, the
+// stream's buffers and state, and its timers.
+const WaiterCost = 40 << 10
+
+// defaultMaxWaiters is Config.MaxWaiters' default: as many waiters as fit
+// in an eighth of the memory (GOMEMLIMIT, or the machine's when lower or
+// unset), at least 1,000.
+func defaultMaxWaiters() int {
+	mem := physicalMemory()
+	if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 && (mem == 0 || uint64(lim) < mem) {
+		mem = uint64(lim)
+	}
+	if mem == 0 {
+		return 10_000
+	}
+	return int(max(1_000, min(mem/8/WaiterCost, 1<<30)))
 }
 
 func setDefault[T comparable](p *T, def T) {

@@ -16,6 +16,8 @@ var (
 	errInvalid = errors.New("invalid argument")
 	// errTooManyLeases refuses grants beyond Config.MaxLeases.
 	errTooManyLeases = errors.New("too many leases")
+	// errTooManyWaiters refuses waits beyond Config.MaxWaiters.
+	errTooManyWaiters = errors.New("too many waiting acquisitions")
 	// errNotReady is returned while this node cannot serve: no leader yet,
 	// not the leader, or shutting down.
 	errNotReady = errors.New("not ready to serve: not the leader, or no leader yet")
@@ -78,7 +80,7 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeUnauthenticated, err)
 	case errors.Is(err, errPermissionDenied):
 		return connect.NewError(connect.CodePermissionDenied, err)
-	case errors.Is(err, errTooManyLeases), errors.Is(err, errTooManyStreams), errors.Is(err, errQuotaExceeded):
+	case errors.Is(err, errTooManyLeases), errors.Is(err, errTooManyWaiters), errors.Is(err, errTooManyStreams), errors.Is(err, errQuotaExceeded):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),

@@ -19,19 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// httpLimits are the limits of the API's HTTP server, from the Config.
-func (s *Server) httpLimits() httplimit.Limits {
-	return httplimit.Limits{MaxHeaderBytes: s.cfg.MaxHeaderBytes, IdleTimeout: s.cfg.IdleTimeout,
-		BodyTimeout: s.cfg.BodyReadTimeout, MaxConns: s.cfg.MaxConns, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout}
-}
-
 // newHTTPServer is the API's HTTP server: HTTP/1.1 and HTTP/2 without TLS,
 // with the limits of httpLimits. Serve it on limitListener.
 func (s *Server) newHTTPServer() *http.Server {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	srv := s.httpLimits().Server(failstore.WrapAckHandler(s.Handler()))
+	srv := s.cfg.httpLimits().Server(failstore.WrapAckHandler(s.Handler()))
 	srv.Protocols = protocols
 	srv.BaseContext = func(net.Listener) context.Context { return s.baseContext() }
 	srv.ErrorLog = s.httpErrorLog()
@@ -45,9 +39,13 @@ func (s *Server) httpErrorLog() *log.Logger {
 	return slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)
 }
 
-// limitListener caps the API's open connections (Config.MaxConns).
+// limitListener caps the API's open connections (Config.MaxConns and
+// MaxConnsPerClient).
 func (s *Server) limitListener(ln net.Listener) net.Listener {
-	return httplimit.Listener(bufferedListener{ln}, s.cfg.MaxConns)
+	return s.cfg.httpLimits().Listener(bufferedListener{ln}, func(c net.Conn) {
+		s.metrics.refused("max-conns-per-client")
+		s.refusedConns.log(s.log, clientIP(c.RemoteAddr().String()), s.cfg.MaxConnsPerClient)
+	})
 }
 
 // limitRPC applies the per-request limits to the lease API: a read deadline
@@ -95,7 +93,7 @@ func (s *Server) handler(peer bool) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return s.protectDashboard(mux, peer)
+	return withClientAddr(s.protectDashboard(mux, peer), peer)
 }
 
 // maxConcurrentSnapshots bounds the dashboard snapshots built at once; one

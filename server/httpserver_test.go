@@ -30,6 +30,7 @@ func readResponse(t *testing.T, c net.Conn, br *bufio.Reader, d time.Duration) (
 	c.SetReadDeadline(time.Now().Add(d))
 	resp, err := http.ReadResponse(br, nil)
 	if err == nil {
+		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
 	return resp, err
@@ -87,6 +88,15 @@ func TestSlowBodyCut(t *testing.T) {
 	if took := time.Since(start); took < 300*time.Millisecond {
 		t.Fatalf("cut after %v, before the 300ms deadline", took)
 	}
+	// Whatever the client sends next would be read as the rest of the
+	// body: the connection closes at once, not after the idle timeout.
+	if err == nil && !resp.Close {
+		t.Error("the answer to a slow body keeps the connection (no Connection: close)")
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the answer to a slow body: %v, want the connection closed", err)
+	}
 }
 
 func TestConnectionCapHolds(t *testing.T) {
@@ -131,6 +141,40 @@ func TestHugeMessageClaimRefusedUnread(t *testing.T) {
 		if err != nil {
 			t.Fatalf("2 GiB claim: %v, read %q; want resource_exhausted before the body", err, got.String())
 		}
+	}
+}
+
+// The same claim in a chunked HTTP/1.1 body, of a silent client, is
+// refused as promptly, and the connection closed.
+func TestHugeMessageClaimChunkedRefused(t *testing.T) {
+	s := newTestServer(t, Config{})
+	base := serveTest(t, s)
+	c := rawConn(t, base)
+	br := bufio.NewReader(c)
+	fmt.Fprint(c, "POST /fenced.v1.LeaseService/Watch HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n\x00\x80\x00\x00\x00\r\n")
+	resp, err := readResponse(t, c, br, 20*time.Second)
+	if err != nil {
+		t.Fatalf("a chunked 2 GiB claim: %v, want an answer", err)
+	}
+	if !resp.Close {
+		t.Errorf("the answer to a 2 GiB claim keeps the connection (no Connection: close)")
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the answer to a 2 GiB claim: %v, want the connection closed", err)
+	}
+}
+
+// A client that never finishes its request headers is cut after
+// ReadHeaderTimeout, unanswered.
+func TestSlowHeadersCut(t *testing.T) {
+	s := newTestServer(t, Config{ReadHeaderTimeout: 200 * time.Millisecond})
+	base := serveTest(t, s)
+	c := rawConn(t, base)
+	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bufio.NewReader(c).ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("headers never finished: %v, want the connection closed", err)
 	}
 }
 

@@ -25,6 +25,9 @@ func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.
 	if err == nil && l.Owner != holder {
 		s.overrides.add(holder, l.Key, l.ID, s.fsm)
 	}
+	if err == nil {
+		s.clientLeases.add(clientAddr(ctx), l.Key, l.ID, s.fsm)
+	}
 	return l, err
 }
 
@@ -41,10 +44,15 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 	if err := s.checkLeaseQuota(owner, holder); err != nil {
 		return lease.Lease{}, err
 	}
+	addr := clientAddr(ctx)
+	if err := s.checkClientLeases(addr); err != nil {
+		return lease.Lease{}, err
+	}
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w, err := s.waiters.enqueueLimited(key, &c, holder, s.holderKind(), s.cfg.MaxWaitersPerOwner)
+	w, err := s.waiters.enqueueLimited(key, &c, waitLimits{holder: holder, of: s.holderKind(), addr: addr,
+		perHolder: s.cfg.MaxWaitersPerOwner, perAddr: s.cfg.MaxWaitersPerClient, total: s.cfg.MaxWaiters})
 	if err != nil {
 		return lease.Lease{}, err
 	}
@@ -131,6 +139,9 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
 	}
 	if err := s.checkLeaseQuota(c.Owner, holder); err != nil {
+		return lease.Lease{}, err
+	}
+	if err := s.checkClientLeases(clientAddr(ctx)); err != nil {
 		return lease.Lease{}, err
 	}
 	c.ID = newLeaseID()

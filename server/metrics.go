@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"github.com/fencedio/fenced/lease"
@@ -24,6 +25,30 @@ type metrics struct {
 	requests     *prometheus.HistogramVec // method
 	apply        prometheus.Histogram     // submit to applied, for writes of this node
 	fsync        prometheus.Histogram     // one raft log write, including fsync
+	refusals     *prometheus.CounterVec   // limit: the flag of the limit that refused
+}
+
+// limitNames are the limits fenced_limit_refusals_total counts, by the
+// flag that sets each.
+var limitNames = []string{"max-leases", "max-leases-per-owner", "max-leases-per-client", "max-waiters",
+	"max-waiters-per-owner", "max-waiters-per-client", "max-conns-per-client", "max-watchers",
+	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client"}
+
+// refused counts a refusal by the limit named (one of limitNames).
+func (m *metrics) refused(limit string) { m.refusals.WithLabelValues(limit).Inc() }
+
+// countRefusal counts err if a limit refused it.
+func (m *metrics) countRefusal(err error) {
+	var q *quotaError
+	switch {
+	case err == nil:
+	case errors.As(err, &q):
+		m.refused(q.Quota)
+	case errors.Is(err, errTooManyLeases):
+		m.refused("max-leases")
+	case errors.Is(err, errTooManyWaiters):
+		m.refused("max-waiters")
+	}
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
@@ -45,6 +70,9 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "fenced_raft_log_write_duration_seconds", Help: "Time to write a batch of raft log entries, fsync included.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fenced_limit_refusals_total", Help: "Requests and connections refused by a limit, by the flag that sets it.",
+		}, []string{"limit"}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fenced_request_duration_seconds",
 			Help:    "Lease API request latency by method.",
@@ -57,6 +85,9 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, r := range []string{"not_found", "invalid", "error"} {
 		m.renewals.WithLabelValues(r)
 		m.releases.WithLabelValues(r)
+	}
+	for _, l := range limitNames {
+		m.refusals.WithLabelValues(l)
 	}
 	m.renewed = m.renewals.WithLabelValues("renewed")
 	m.releases.WithLabelValues("released")
@@ -86,7 +117,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_waiters", Help: "Acquisitions waiting for a held key.",
 	}, func() float64 { return float64(s.waiters.len()) })
-	collectors := []prometheus.Collector{m.acquisitions, m.renewals, m.releases, expirations, takeovers,
+	collectors := []prometheus.Collector{m.refusals, m.acquisitions, m.renewals, m.releases, expirations, takeovers,
 		tokens, m.requests, m.apply, m.fsync, leaderGauge, active, waiters}
 	for _, c := range append(collectors, raftCollectors(s)...) {
 		if err := reg.Register(c); err != nil {

@@ -94,6 +94,7 @@ func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T
 	req := connect.NewRequest(msg)
 	req.Header().Set(forwardedHeader, s.cfg.NodeID)
 	s.forwardPrincipal(ctx, req.Header())
+	forwardClient(ctx, req.Header())
 	return req
 }
 

@@ -115,6 +115,11 @@ type Server struct {
 
 	// overrides counts leases granted under another owner's name (quota.go).
 	overrides ownerOverrides
+	// clientLeases counts the leases granted per client address
+	// (clientlimits.go).
+	clientLeases *clientLeases
+	// refusedConns logs the connections closed by MaxConnsPerClient.
+	refusedConns refusalLog
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
@@ -129,14 +134,16 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		fsm:     newFSM(cfg.MaxIdleKeys),
 		waiters: newWaitQueues(),
+
+		clientLeases: newClientLeases(),
 		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:    make(chan struct{}),
 
 		raftDown: make(chan struct{}),
 
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
-		watchers:      newStreamLimiter("watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
-		subscribers:   newStreamLimiter("event subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
+		watchers:      newStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
+		subscribers:   newStreamLimiter("event subscribers", "max-event-subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
 
 		closeEnd: make(chan struct{}),
 	}
@@ -153,6 +160,7 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	s.watchers.refused, s.subscribers.refused = s.metrics.refused, s.metrics.refused
 	s.fsm.onEvents = s.appliedBatch
 	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
 	s.fsm.onRestore = s.restored

@@ -71,6 +71,7 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 		l, err = v.s.Acquire(ctx, m.GetKey(), owner, ttl, wait)
 	}
 	v.s.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
+	v.s.metrics.countRefusal(err)
 	if err != nil {
 		return nil, connectError(err)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/fencedio/fenced/lease"
@@ -23,16 +24,18 @@ type waitQueues struct {
 	mu     sync.Mutex
 	queues map[string][]*waiter
 	count  int
-	// byHolder counts the waiters of each quota holder (quota.go).
-	byHolder map[string]int
+	// byHolder counts the waiters of each quota holder (quota.go), and
+	// byAddr those of each client address.
+	byHolder, byAddr map[string]int
 }
 
 type waiter struct {
 	ready chan struct{}
 	// want is what the waiter asks for, and what a handover grants it.
 	want *lease.Command
-	// holder is whose waiter quota it counts against, if it has a want.
-	holder string
+	// holder is whose waiter quota it counts against, if it has a want,
+	// and addr the client address it counts against ("" for none).
+	holder, addr string
 
 	// Guarded by waitQueues.mu.
 	claimed bool         // a handover to this waiter is being applied
@@ -41,7 +44,7 @@ type waiter struct {
 }
 
 func newWaitQueues() *waitQueues {
-	return &waitQueues{queues: make(map[string][]*waiter), byHolder: make(map[string]int)}
+	return &waitQueues{queues: make(map[string][]*waiter), byHolder: make(map[string]int), byAddr: make(map[string]int)}
 }
 
 func (w *waiter) signal() {
@@ -58,23 +61,42 @@ func (q *waitQueues) enqueue(key string, want *lease.Command) *waiter {
 	if want != nil {
 		owner = want.Owner
 	}
-	wt, _ := q.enqueueLimited(key, want, owner, "owner", 0)
+	wt, _ := q.enqueueLimited(key, want, waitLimits{holder: owner, of: "owner"})
 	return wt
 }
 
-// enqueueLimited is enqueue counted against holder, who is the owner or
-// the principal (of), refused with a quotaError when holder already has
-// maxPerHolder waiters (0: no limit).
-func (q *waitQueues) enqueueLimited(key string, want *lease.Command, holder, of string, maxPerHolder int) (*waiter, error) {
+// waitLimits are whom a waiter counts against and the limits that apply
+// (0: none).
+type waitLimits struct {
+	holder, of string // the quota holder: the owner or the principal (of)
+	addr       string // the client's address; "" is not counted
+	perHolder  int    // Config.MaxWaitersPerOwner
+	perAddr    int    // Config.MaxWaitersPerClient
+	total      int    // Config.MaxWaiters
+}
+
+// enqueueLimited is enqueue counted against lim's holder and address,
+// refused with a quotaError when either already has its limit of waiters,
+// or with errTooManyWaiters when the queues hold lim.total.
+func (q *waitQueues) enqueueLimited(key string, want *lease.Command, lim waitLimits) (*waiter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if want != nil {
-		if n := q.byHolder[holder]; maxPerHolder > 0 && n >= maxPerHolder {
-			return nil, &quotaError{Quota: "max-waiters-per-owner", Of: of, Owner: holder, Used: n, Limit: maxPerHolder}
+		if n := q.byHolder[lim.holder]; lim.perHolder > 0 && n >= lim.perHolder {
+			return nil, &quotaError{Quota: "max-waiters-per-owner", Of: lim.of, Owner: lim.holder, Used: n, Limit: lim.perHolder}
 		}
-		q.byHolder[holder]++
+		if n := q.byAddr[lim.addr]; lim.addr != "" && lim.perAddr > 0 && n >= lim.perAddr {
+			return nil, &quotaError{Quota: "max-waiters-per-client", Of: "client address", Owner: lim.addr, Used: n, Limit: lim.perAddr}
+		}
+		if lim.total > 0 && q.count >= lim.total {
+			return nil, fmt.Errorf("%w: %d acquisitions wait on this server (limit max-waiters %d)", errTooManyWaiters, q.count, lim.total)
+		}
+		q.byHolder[lim.holder]++
+		if lim.addr != "" {
+			q.byAddr[lim.addr]++
+		}
 	}
-	wt := &waiter{ready: make(chan struct{}, 1), want: want, holder: holder}
+	wt := &waiter{ready: make(chan struct{}, 1), want: want, holder: lim.holder, addr: lim.addr}
 	q.queues[key] = append(q.queues[key], wt)
 	q.count++
 	return wt, nil
@@ -180,6 +202,11 @@ func (q *waitQueues) remove(key string, wt *waiter) {
 		if wt.want != nil {
 			if q.byHolder[wt.holder]--; q.byHolder[wt.holder] <= 0 {
 				delete(q.byHolder, wt.holder)
+			}
+			if wt.addr != "" {
+				if q.byAddr[wt.addr]--; q.byAddr[wt.addr] <= 0 {
+					delete(q.byAddr, wt.addr)
+				}
 			}
 		}
 		if len(ws) == 0 {

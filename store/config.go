@@ -33,17 +33,28 @@ type Config struct {
 	// Default DefaultMaxValueBytes (1 MiB).
 	MaxValueBytes int64
 
-	// MaxHeaderBytes, ReadHeaderTimeout, IdleTimeout, BodyReadTimeout and
-	// MaxConns limit Serve's HTTP server: headers above MaxHeaderBytes get
-	// 431, keep-alive connections idle for IdleTimeout are closed, a body not
-	// received within BodyReadTimeout fails, and at most MaxConns
-	// connections are open at once. Defaults 64 KiB, 10s, 2m, 30s, and
-	// three quarters of the file descriptor limit.
+	// MaxInFlightBytes bounds the request body bytes that PUTs over HTTP
+	// hold at once, from before their body is read until their write is
+	// done: each reserves its Content-Length, or MaxValueBytes when the
+	// length is not given. A PUT that would go beyond it is refused with
+	// 503 and Retry-After before its body is read (ErrBusy). Default
+	// DefaultMaxInFlightBytes (32 MiB); at least MaxValueBytes.
+	MaxInFlightBytes int64
+
+	// MaxHeaderBytes, ReadHeaderTimeout, IdleTimeout, BodyReadTimeout,
+	// MaxConns and MaxConnsPerClient limit Serve's HTTP server: headers
+	// above MaxHeaderBytes get 431, keep-alive connections idle for
+	// IdleTimeout are closed, a body not received within BodyReadTimeout
+	// fails, and at most MaxConns connections are open at once, at most
+	// MaxConnsPerClient from one IP address. Defaults 64 KiB, 10s, 60s,
+	// 30s, three quarters of the file descriptor limit, and a tenth of
+	// MaxConns (at least 64) (see httplimit).
 	MaxHeaderBytes    int
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
 	BodyReadTimeout   time.Duration
 	MaxConns          int
+	MaxConnsPerClient int
 
 	// Logger receives stale rejections (Warn) and accepted writes (Debug).
 	// Default slog.Default().
@@ -88,6 +99,9 @@ func (c Config) Validate() error {
 	if c.MaxValueBytes < 0 {
 		return fmt.Errorf("store: MaxValueBytes %d is negative", c.MaxValueBytes)
 	}
+	if d := c.withDefaults(); c.MaxInFlightBytes < 0 || d.MaxInFlightBytes < d.MaxValueBytes {
+		return fmt.Errorf("store: MaxInFlightBytes %d is negative or below MaxValueBytes %d", c.MaxInFlightBytes, d.MaxValueBytes)
+	}
 	if err := c.httpLimits().Validate(); err != nil {
 		return fmt.Errorf("store: %w", err)
 	}
@@ -97,13 +111,17 @@ func (c Config) Validate() error {
 // httpLimits are Serve's limits, with defaults filled in.
 func (c Config) httpLimits() httplimit.Limits {
 	return httplimit.Limits{MaxHeaderBytes: c.MaxHeaderBytes, ReadHeaderTimeout: c.ReadHeaderTimeout,
-		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns}.WithDefaults()
+		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns,
+		MaxConnsPerClient: c.MaxConnsPerClient}.WithDefaults()
 }
 
 // withDefaults returns c with each zero field set to its default.
 func (c Config) withDefaults() Config {
 	if c.MaxValueBytes == 0 {
 		c.MaxValueBytes = DefaultMaxValueBytes
+	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = max(DefaultMaxInFlightBytes, c.MaxValueBytes)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -139,6 +139,12 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request, op Op, name s
 	}
 	var value []byte
 	if op == OpPut {
+		release, err := s.reserveBody(r)
+		if err != nil {
+			s.writeError(w, r, op, err)
+			return
+		}
+		defer release()
 		if value, err = s.readValue(w, r); err != nil {
 			s.writeError(w, r, op, err)
 			return
@@ -165,6 +171,22 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request, op Op, name s
 // errReadBody is a request body that ended early or broke; the client's
 // problem, not the store's.
 var errReadBody = errors.New("reading request body")
+
+// reserveBody reserves the bytes r's body may take against
+// MaxInFlightBytes, or refuses with ErrBusy. The returned func gives them
+// back.
+func (s *Store) reserveBody(r *http.Request) (func(), error) {
+	n := s.cfg.MaxValueBytes
+	if r.ContentLength >= 0 && r.ContentLength < n {
+		n = r.ContentLength
+	}
+	if held := s.inFlight.Add(n); held > s.cfg.MaxInFlightBytes {
+		s.inFlight.Add(-n)
+		return nil, fmt.Errorf("%w: %d body bytes held by PUTs in flight, this one may take %d (limit %d)",
+			ErrBusy, held-n, n, s.cfg.MaxInFlightBytes)
+	}
+	return func() { s.inFlight.Add(-n) }, nil
+}
 
 func (s *Store) readValue(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	limit := s.cfg.MaxValueBytes
@@ -217,6 +239,10 @@ func (s *Store) writeError(w http.ResponseWriter, r *http.Request, op Op, err er
 	case errors.Is(err, ErrNotFound):
 		// Counted by write for deletes; reads are not writes.
 		p = &fencehttp.Problem{Status: http.StatusNotFound, Detail: err.Error()}
+	case errors.Is(err, ErrBusy):
+		reason = reasonBusy
+		w.Header().Set("Retry-After", "1")
+		p = &fencehttp.Problem{Status: http.StatusServiceUnavailable, Detail: err.Error()}
 	case errors.Is(err, ErrClosed):
 		p = &fencehttp.Problem{Status: http.StatusServiceUnavailable, Detail: err.Error()}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -324,7 +350,7 @@ func (s *Store) Serve(ctx context.Context, ln net.Listener) error {
 	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(httplimit.Listener(ln, limits.MaxConns)) }()
+	go func() { errc <- srv.Serve(limits.Listener(ln, nil)) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("store: serve: %w", err)

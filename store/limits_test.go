@@ -91,3 +91,62 @@ func TestServeLimits(t *testing.T) {
 		}
 	})
 }
+
+// PUTs whose bodies are still arriving hold at most MaxInFlightBytes; one
+// more is refused with 503 and Retry-After before its body is read, and a
+// PUT fits again once they are done.
+func TestInFlightBytesCap(t *testing.T) {
+	addr := serveStore(t, store.Config{MaxValueBytes: 1 << 20, MaxInFlightBytes: 2 << 20, BodyReadTimeout: 10 * time.Second})
+	put := func(name string, body io.Reader, length int64) (*http.Response, error) {
+		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/objects/"+name, body)
+		req.ContentLength = length
+		req.Header.Set("Fencing-Scope", "s")
+		req.Header.Set("Fencing-Token", "1")
+		return http.DefaultClient.Do(req)
+	}
+	// Two PUTs of 1 MiB that send nothing yet.
+	var stalled []*io.PipeWriter
+	done := make(chan struct{}, 2)
+	for i := range 2 {
+		pr, pw := io.Pipe()
+		stalled = append(stalled, pw)
+		go func() {
+			if resp, err := put(fmt.Sprint("slow", i), pr, 1<<20); err == nil {
+				resp.Body.Close()
+			}
+			done <- struct{}{}
+		}()
+	}
+	// Wait until both hold their bytes: then a third is refused.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := put("third", strings.NewReader("x"), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			if resp.Header.Get("Retry-After") == "" {
+				t.Error("503 without Retry-After")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a PUT while 2 MiB of bodies are in flight (limit 2 MiB): %d, want 503", resp.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond) // the stalled PUTs reserve once their headers arrive
+	}
+	for _, pw := range stalled {
+		pw.CloseWithError(errors.New("gone"))
+	}
+	<-done
+	<-done
+	resp, err := put("fourth", strings.NewReader("x"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("a PUT once the others ended: %d, want 204", resp.StatusCode)
+	}
+}

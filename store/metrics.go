@@ -14,6 +14,7 @@ const (
 	reasonBadSignature = "bad_signature" // 403
 	reasonDenied       = "denied"        // 401, 403 by Config.Authorize
 	reasonNotFound     = "not_found"     // 404 on DELETE
+	reasonBusy         = "busy"          // 503 by MaxInFlightBytes
 )
 
 type metrics struct {
@@ -32,7 +33,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_store_writes_rejected_total",
-			Help: "Writes refused with nothing applied, by operation and reason (stale, missing_token, malformed, too_large, bad_signature, denied, not_found).",
+			Help: "Writes refused with nothing applied, by operation and reason (stale, missing_token, malformed, too_large, bad_signature, denied, not_found, busy).",
 		}, []string{"op", "reason"}),
 		staleAccepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenced_store_stale_writes_accepted_total",
@@ -63,5 +64,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	m.rejected.WithLabelValues(string(OpDelete), reasonNotFound)
+	m.rejected.WithLabelValues(string(OpPut), reasonBusy)
 	return m, nil
 }

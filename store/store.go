@@ -25,6 +25,15 @@ const FileName = "store.db"
 // DefaultMaxValueBytes is the default limit on an object's value.
 const DefaultMaxValueBytes = 1 << 20
 
+// DefaultMaxInFlightBytes is the default limit on the request body bytes
+// held at once by PUTs over HTTP.
+const DefaultMaxInFlightBytes = 32 << 20
+
+// ErrBusy refuses a PUT over HTTP whose body would take the bodies held at
+// once beyond Config.MaxInFlightBytes: 503 with Retry-After, nothing read
+// or applied.
+var ErrBusy = errors.New("too many request bytes in flight")
+
 // MaxNameBytes bounds object names, the same bound as lease keys and scopes.
 const MaxNameBytes = fence.MaxScopeBytes
 
@@ -120,6 +129,7 @@ type Store struct {
 	closed  atomic.Bool
 
 	rejections atomic.Uint64 // stale rejections since Open
+	inFlight   atomic.Int64  // body bytes reserved by PUTs over HTTP
 }
 
 // Open opens (creating if needed) the store in cfg.DataDir.

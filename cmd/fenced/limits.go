@@ -3,6 +3,7 @@ package main
 import (
 	"time"
 
+	"github.com/fencedio/fenced/internal/httplimit"
 	"github.com/fencedio/fenced/server"
 	"github.com/spf13/pflag"
 )
@@ -24,14 +25,22 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 		"share of time each fan-out slot may spend sending to watchers and dashboards while writes wait (1: no limit)")
 	f.IntVar(&cfg.MaxLeasesPerOwner, "max-leases-per-owner", 100_000, "refuse new leases for an owner holding this many (resource_exhausted)")
 	f.IntVar(&cfg.MaxWaitersPerOwner, "max-waiters-per-owner", 10_000, "refuse waiting acquisitions beyond this many per owner (resource_exhausted)")
-	registerHTTPFlags(f, &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns)
+	f.IntVar(&cfg.MaxWaiters, "max-waiters", 0,
+		"refuse waiting acquisitions beyond this many on this server (resource_exhausted; 0: as many as fit in an eighth of the memory, at about 40 KiB each)")
+	f.IntVar(&cfg.MaxWaitersPerClient, "max-waiters-per-client", 0,
+		"refuse waiting acquisitions beyond this many from one client IP (resource_exhausted; 0: a tenth of --max-waiters)")
+	f.IntVar(&cfg.MaxLeasesPerClient, "max-leases-per-client", 0,
+		"refuse new leases for a client IP holding this many (resource_exhausted; 0: a tenth of --max-leases)")
+	registerHTTPFlags(f, &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns, &cfg.MaxConnsPerClient)
 }
 
 // registerHTTPFlags adds the HTTP server limits shared by fenced and fenced
 // store.
-func registerHTTPFlags(f *pflag.FlagSet, maxHeaderBytes *int, idle, body *time.Duration, maxConns *int) {
+func registerHTTPFlags(f *pflag.FlagSet, maxHeaderBytes *int, idle, body *time.Duration, maxConns, maxConnsPerClient *int) {
 	f.IntVar(maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block accepted (431 above; also the HTTP/2 header list size)")
-	f.DurationVar(idle, "idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
+	f.DurationVar(idle, "idle-timeout", httplimit.DefaultIdleTimeout, "close keep-alive connections idle this long")
 	f.DurationVar(body, "body-read-timeout", 30*time.Second, "fail a request body not received within this time (streams exempt)")
 	f.IntVar(maxConns, "max-conns", 0, "open connections allowed (0: three quarters of the file descriptor limit)")
+	f.IntVar(maxConnsPerClient, "max-conns-per-client", 0,
+		"open connections allowed from one client IP; more are closed unanswered (0: a tenth of --max-conns, at least 64)")
 }

@@ -12,16 +12,26 @@
 //     request's start fails the read; streaming calls are exempt (their
 //     sends are bounded by the server's per-send write deadline instead).
 //   - At most MaxConns connections are open at once; further connections
-//     wait in the kernel's accept queue until one closes.
+//     wait in the kernel's accept queue until one closes. At most
+//     MaxConnsPerClient of them come from one IP address: a connection
+//     beyond that is closed as soon as it is accepted, so that one client
+//     cannot keep the others waiting.
 //   - A gRPC or Connect-streaming message whose length prefix exceeds
 //     MaxMessageBytes fails the read right after its 5-byte prefix, before
 //     any of its payload is read.
+//   - Over HTTP/1.x, an answer given after a request body failed to read
+//     (a deadline, an oversized message, a broken chunk) closes the
+//     connection (Connection: close): whatever the client sends next cannot
+//     be told apart from the rest of that body.
 //
-// Non-guarantees: MaxConns does not count connections per client, so one
-// client can take every slot; front the server with a proxy for that.
+// Non-guarantees: clients are told apart by the connection's remote IP
+// address only, never by a forwarded header; every client behind one NAT
+// or proxy shares one MaxConnsPerClient. A refused connection gets no
+// answer, only its close: no HTTP has been spoken on it yet.
 package httplimit
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -30,6 +40,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -44,7 +55,9 @@ type Limits struct {
 	// Default 10s.
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long.
-	// Default 2m.
+	// Default 60s: below the 75s of nginx, above the 5s of Apache httpd,
+	// so that a client's pooled connections outlive short pauses without
+	// one idle client holding its slots for minutes.
 	IdleTimeout time.Duration
 	// BodyTimeout bounds the time to receive a non-streaming request body.
 	// Default 30s.
@@ -53,6 +66,9 @@ type Limits struct {
 	// process's file descriptor limit (RLIMIT_NOFILE), at least 64, so that
 	// files, raft peers and the log keep descriptors to spare.
 	MaxConns int
+	// MaxConnsPerClient caps the open connections from one IP address.
+	// Default a tenth of MaxConns, at least 64 (at most MaxConns).
+	MaxConnsPerClient int
 }
 
 // WithDefaults returns l with each zero field set to its default.
@@ -66,10 +82,13 @@ func (l Limits) WithDefaults() Limits {
 		l.MaxHeaderBytes = 64 << 10
 	}
 	def(&l.ReadHeaderTimeout, 10*time.Second)
-	def(&l.IdleTimeout, 2*time.Minute)
+	def(&l.IdleTimeout, DefaultIdleTimeout)
 	def(&l.BodyTimeout, 30*time.Second)
 	if l.MaxConns == 0 {
 		l.MaxConns = DefaultMaxConns()
+	}
+	if l.MaxConnsPerClient == 0 {
+		l.MaxConnsPerClient = min(l.MaxConns, max(64, l.MaxConns/10))
 	}
 	return l
 }
@@ -77,11 +96,14 @@ func (l Limits) WithDefaults() Limits {
 // Validate checks the limits; zero fields stand for their defaults. It
 // does not change l.
 func (l Limits) Validate() error {
-	if l.MaxHeaderBytes < 0 || l.ReadHeaderTimeout < 0 || l.IdleTimeout < 0 || l.BodyTimeout < 0 || l.MaxConns < 0 {
+	if l.MaxHeaderBytes < 0 || l.ReadHeaderTimeout < 0 || l.IdleTimeout < 0 || l.BodyTimeout < 0 || l.MaxConns < 0 || l.MaxConnsPerClient < 0 {
 		return errors.New("http limits: negative value")
 	}
 	return nil
 }
+
+// DefaultIdleTimeout is Limits.IdleTimeout's default.
+const DefaultIdleTimeout = 60 * time.Second
 
 // DefaultMaxConns is three quarters of RLIMIT_NOFILE, at least 64.
 func DefaultMaxConns() int {
@@ -93,41 +115,90 @@ func DefaultMaxConns() int {
 }
 
 // Server returns an http.Server for h with the limits applied (call
-// WithDefaults first). Serve it on Listener(ln, l.MaxConns).
+// WithDefaults first). Serve it on l.Listener.
 func (l Limits) Server(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           CloseOnBodyError(h),
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
 	}
 }
 
-// Listener returns ln limited to max open connections: Accept waits while
-// max accepted connections are still open.
-func Listener(ln net.Listener, max int) net.Listener {
-	return &limitListener{Listener: ln, sem: make(chan struct{}, max), done: make(chan struct{})}
+// Listener returns ln limited to MaxConns open connections, at most
+// MaxConnsPerClient of them from one IP address (call WithDefaults first).
+// Accept waits while MaxConns accepted connections are still open; a
+// connection from an address that already has MaxConnsPerClient open is
+// closed at once and handed to refused (which may be nil), not returned.
+func (l Limits) Listener(ln net.Listener, refused func(net.Conn)) net.Listener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, max(1, l.MaxConns)), perClient: l.MaxConnsPerClient,
+		byIP: make(map[string]int), refused: refused, done: make(chan struct{})}
 }
 
 type limitListener struct {
 	net.Listener
 	sem       chan struct{}
+	perClient int
+	refused   func(net.Conn)
 	closeOnce sync.Once
 	done      chan struct{}
+
+	mu   sync.Mutex
+	byIP map[string]int
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+	for {
+		select {
+		case l.sem <- struct{}{}:
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.sem
+			return nil, err
+		}
+		ip := remoteIP(c)
+		if !l.take(ip) {
+			c.Close()
+			<-l.sem
+			if l.refused != nil {
+				l.refused(c)
+			}
+			continue
+		}
+		return &limitConn{Conn: c, release: func() { l.give(ip); <-l.sem }}, nil
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
+}
+
+// take counts a connection from ip, unless ip has perClient open.
+func (l *limitListener) take(ip string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.perClient > 0 && l.byIP[ip] >= l.perClient {
+		return false
 	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+	l.byIP[ip]++
+	return true
+}
+
+func (l *limitListener) give(ip string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byIP[ip]--; l.byIP[ip] <= 0 {
+		delete(l.byIP, ip)
+	}
+}
+
+// remoteIP is the IP address of c's peer, or its whole address when that
+// has no port.
+func remoteIP(c net.Conn) string {
+	addr := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 func (l *limitListener) Close() error {
@@ -146,6 +217,109 @@ func (c *limitConn) Close() error {
 	c.once.Do(c.release)
 	return err
 }
+
+// CloseOnBodyError makes an HTTP/1.x answer close its connection
+// (Connection: close) when it is written after a read of the request body
+// failed with anything but EOF: a read deadline, an oversized streamed
+// message, a broken chunk. net/http would otherwise try to read the rest
+// of the body before the next request, and with a silent client (a chunked
+// body, or one whose remaining length is small) wait for it until the
+// client leaves. HTTP/2 requests pass unchanged: their streams end alone.
+// Server applies it.
+func CloseOnBodyError(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 1 || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		st := &bodyState{rc: http.NewResponseController(w)}
+		r = r.WithContext(context.WithValue(r.Context(), bodyStateKey{}, st))
+		r.Body = &watchedBody{ReadCloser: r.Body, st: st}
+		cw := &closingWriter{ResponseWriter: w, failed: &st.failed}
+		next.ServeHTTP(cw, r)
+		if st.failed.Load() {
+			cw.send()
+		}
+	})
+}
+
+// bodyState is what CloseOnBodyError knows of a request's body. It rides
+// in the request's context, so that readers above the body (EnvelopeLimit)
+// can report a failure of their own.
+type bodyState struct {
+	failed atomic.Bool
+	rc     *http.ResponseController
+}
+
+type bodyStateKey struct{}
+
+// fail notes that the body failed. net/http reads what is left of a body
+// when it is closed, and again once the handler returns, to reuse the
+// connection; the client may never send it, so reads end now.
+func (st *bodyState) fail() {
+	if !st.failed.Swap(true) {
+		_ = st.rc.SetReadDeadline(time.Now())
+	}
+}
+
+// bodyFailed reports a failure of r's body to CloseOnBodyError, if r went
+// through it.
+func bodyFailed(r *http.Request) {
+	if st, ok := r.Context().Value(bodyStateKey{}).(*bodyState); ok {
+		st.fail()
+	}
+}
+
+// watchedBody notes a failed read. Reads may come from any goroutine.
+type watchedBody struct {
+	io.ReadCloser
+	st *bodyState
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.st.fail()
+	}
+	return n, err
+}
+
+// closingWriter adds Connection: close to the answer's header when it is
+// sent after the body failed.
+type closingWriter struct {
+	http.ResponseWriter
+	failed *atomic.Bool
+	sent   bool
+}
+
+func (w *closingWriter) send() {
+	if !w.sent {
+		w.sent = true
+		if w.failed.Load() {
+			w.Header().Set("Connection", "close")
+		}
+	}
+}
+
+func (w *closingWriter) WriteHeader(code int) {
+	if code >= 200 {
+		w.send()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closingWriter) Write(p []byte) (int, error) {
+	w.send()
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush keeps streaming answers working (connect-go needs http.Flusher).
+func (w *closingWriter) Flush() {
+	w.send()
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *closingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // BodyDeadline sets a read deadline of timeout on the body of every request
 // for which stream returns false, and clears it once the body has been read
@@ -192,7 +366,7 @@ func EnvelopeLimit(next http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ct := r.Header.Get("Content-Type")
 		if r.Body != nil && (strings.HasPrefix(ct, "application/grpc") || strings.HasPrefix(ct, "application/connect+")) {
-			r.Body = &envelopeBody{ReadCloser: r.Body, max: max}
+			r.Body = &envelopeBody{ReadCloser: r.Body, max: max, failed: func() { bodyFailed(r) }}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -207,6 +381,7 @@ type envelopeBody struct {
 	have    int   // bytes of the current prefix read
 	payload int64 // bytes of the current payload still to come
 	err     error
+	failed  func() // told of a refused message
 }
 
 func (b *envelopeBody) Read(p []byte) (int, error) {
@@ -236,6 +411,7 @@ func (b *envelopeBody) Read(p []byte) (int, error) {
 			b.payload = int64(binary.BigEndian.Uint32(b.prefix[1:]))
 			if b.payload > b.max {
 				b.err = fmt.Errorf("%w: a message claims %d bytes, the limit is %d", ErrMessageTooLarge, b.payload, b.max)
+				b.failed()
 				return n, err
 			}
 		}

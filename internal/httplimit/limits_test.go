@@ -1,6 +1,13 @@
 package httplimit
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
 	"testing"
 	"time"
 )
@@ -8,6 +15,9 @@ import (
 // TestLimitsDefaultsAndValidate: WithDefaults fills only zero fields,
 // Validate refuses negative values and changes nothing.
 func TestLimitsDefaultsAndValidate(t *testing.T) {
+	if d := (Limits{}).WithDefaults(); d.IdleTimeout != 60*time.Second || d.MaxConnsPerClient != min(d.MaxConns, max(64, d.MaxConns/10)) {
+		t.Errorf("defaults: idle timeout %v, %d connections per client of %d", d.IdleTimeout, d.MaxConnsPerClient, d.MaxConns)
+	}
 	l := Limits{IdleTimeout: time.Second}
 	d := l.WithDefaults()
 	if l != (Limits{IdleTimeout: time.Second}) {
@@ -26,5 +36,107 @@ func TestLimitsDefaultsAndValidate(t *testing.T) {
 	}
 	if bad != (Limits{BodyTimeout: -time.Second}) {
 		t.Errorf("Validate changed its receiver: %+v", bad)
+	}
+}
+
+// serve serves h with l's limits on a loopback port and returns its
+// address.
+func serve(t *testing.T, l Limits, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := l.Server(h)
+	go srv.Serve(l.Listener(ln, nil))
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// dialFrom connects to addr from the loopback address ip.
+func dialFrom(t *testing.T, ip, addr string) net.Conn {
+	t.Helper()
+	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// get sends GET / on c and returns the answer, or the error reading it
+// within d.
+func get(c net.Conn, d time.Duration) (*http.Response, error) {
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(d))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return resp, err
+}
+
+// One address holding MaxConnsPerClient connections gets no more, while
+// another address is still served; a closed connection gives its slot back.
+func TestConnsPerClient(t *testing.T) {
+	l := Limits{MaxConns: 10, MaxConnsPerClient: 2}.WithDefaults()
+	addr := serve(t, l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	a1, a2 := dialFrom(t, "127.0.0.2", addr), dialFrom(t, "127.0.0.2", addr)
+	for _, c := range []net.Conn{a1, a2} {
+		if _, err := get(c, 5*time.Second); err != nil {
+			t.Fatalf("connection within the limit: %v", err)
+		}
+	}
+	if _, err := get(dialFrom(t, "127.0.0.2", addr), 5*time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("third connection from one address: %v, want it closed unanswered", err)
+	}
+	if _, err := get(dialFrom(t, "127.0.0.3", addr), 5*time.Second); err != nil {
+		t.Fatalf("a connection from another address: %v", err)
+	}
+	a1.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := get(dialFrom(t, "127.0.0.2", addr), 5*time.Second)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a connection once one of the address's closed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // the server sees the close when it reads
+	}
+}
+
+// An HTTP/1.1 answer given after the body failed closes the connection:
+// a body cut by its deadline, and a silent chunked stream whose first
+// message claims more than the limit.
+func TestBodyErrorClosesConnection(t *testing.T) {
+	l := Limits{BodyTimeout: 200 * time.Millisecond}.WithDefaults()
+	h := EnvelopeLimit(BodyDeadline(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusGatewayTimeout)
+		}
+	}), l.BodyTimeout, func(r *http.Request) bool { return r.URL.Path == "/stream" }), 1<<16)
+	addr := serve(t, l, h)
+	for name, req := range map[string]string{
+		"short body":      "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789",
+		"chunked claim":   "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n\x00\x80\x00\x00\x00\r\n",
+		"length of claim": "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nContent-Length: 10\r\n\r\n\x00\x80\x00\x00\x00",
+	} {
+		c := dialFrom(t, "127.0.0.1", addr)
+		fmt.Fprint(c, req)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v, want an answer", name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if !resp.Close {
+			t.Errorf("%s: answered %d without Connection: close", name, resp.StatusCode)
+		}
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("%s: after the answer %v, want the connection closed (EOF)", name, err)
+		}
 	}
 }
