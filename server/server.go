@@ -136,8 +136,8 @@ func New(cfg Config) (*Server, error) {
 		waiters: newWaitQueues(),
 
 		clientLeases: newClientLeases(),
-		hub:     newHub(cfg.WatchHistory, cfg.WatchBuffer),
-		done:    make(chan struct{}),
+		hub:          newHub(cfg.WatchHistory, cfg.WatchBuffer),
+		done:         make(chan struct{}),
 
 		raftDown: make(chan struct{}),
 
