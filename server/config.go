@@ -94,8 +94,9 @@ type Config struct {
 	// waiting acquisitions and of current leases one client IP address may
 	// take, whatever owners it names (clientlimits.go); more are refused
 	// with resource_exhausted naming the limit. Defaults a tenth of
-	// MaxWaiters and of MaxLeases: one client cannot take the service from
-	// the others alone. Clients behind one NAT or proxy share them.
+	// MaxWaiters and of MaxLeases, at least 1,000 (all of it when that is
+	// less): one client cannot take the service from the others alone.
+	// Clients behind one NAT or proxy share them.
 	MaxWaitersPerClient, MaxLeasesPerClient int
 	// MaxIdleKeys bounds how many freed keys remember their last token
 	// (lease.New). Every node must use the same value. Default 100,000.
@@ -257,8 +258,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxLeasesPerOwner, 100_000)
 	setDefault(&c.MaxWaitersPerOwner, 10_000)
 	setDefault(&c.MaxWaiters, defaultMaxWaiters())
-	setDefault(&c.MaxWaitersPerClient, max(1, c.MaxWaiters/10))
-	setDefault(&c.MaxLeasesPerClient, max(1, c.MaxLeases/10))
+	setDefault(&c.MaxWaitersPerClient, clientShare(c.MaxWaiters))
+	setDefault(&c.MaxLeasesPerClient, clientShare(c.MaxLeases))
 	setDefault(&c.MaxIdleKeys, lease.DefaultMaxIdleKeys)
 	setDefault(&c.ListLimit, 10_000)
 	setDefault(&c.WatchBuffer, 1024)
@@ -360,6 +361,10 @@ func (c Config) Validate() error {
 	errs = append(errs, c.TLS.Validate(), c.PeerTLS.validatePeer())
 	return errors.Join(errs...)
 }
+
+// clientShare is the default share of total one client address may take:
+// a tenth, at least 1,000 (total when that is less).
+func clientShare(total int) int { return max(total/10, min(total, 1000)) }
 
 // httpLimits are the limits of the API's HTTP server.
 func (c Config) httpLimits() httplimit.Limits {

@@ -28,9 +28,9 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 	f.IntVar(&cfg.MaxWaiters, "max-waiters", 0,
 		"refuse waiting acquisitions beyond this many on this server (resource_exhausted; 0: as many as fit in an eighth of the memory, at about 40 KiB each)")
 	f.IntVar(&cfg.MaxWaitersPerClient, "max-waiters-per-client", 0,
-		"refuse waiting acquisitions beyond this many from one client IP (resource_exhausted; 0: a tenth of --max-waiters)")
+		"refuse waiting acquisitions beyond this many from one client IP (resource_exhausted; 0: a tenth of --max-waiters, at least 1000)")
 	f.IntVar(&cfg.MaxLeasesPerClient, "max-leases-per-client", 0,
-		"refuse new leases for a client IP holding this many (resource_exhausted; 0: a tenth of --max-leases)")
+		"refuse new leases for a client IP holding this many (resource_exhausted; 0: a tenth of --max-leases, at least 1000)")
 	registerHTTPFlags(f, &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns, &cfg.MaxConnsPerClient)
 }
 
