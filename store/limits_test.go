@@ -104,20 +104,18 @@ func TestInFlightBytesCap(t *testing.T) {
 		req.Header.Set("Fencing-Token", "1")
 		return http.DefaultClient.Do(req)
 	}
-	// Two PUTs of 1 MiB that send nothing yet.
-	var stalled []*io.PipeWriter
-	done := make(chan struct{}, 2)
+	// Two PUTs of 1 MiB that send their headers and a byte, then stall.
+	var stalled []net.Conn
 	for i := range 2 {
-		pr, pw := io.Pipe()
-		stalled = append(stalled, pw)
-		go func() {
-			if resp, err := put(fmt.Sprint("slow", i), pr, 1<<20); err == nil {
-				resp.Body.Close()
-			}
-			done <- struct{}{}
-		}()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "PUT /v1/objects/slow%d HTTP/1.1\r\nHost: x\r\nFencing-Scope: s\r\nFencing-Token: 1\r\nContent-Length: %d\r\n\r\nx", i, 1<<20)
+		stalled = append(stalled, c)
 	}
-	// Wait until both hold their bytes: then a third is refused.
+	// Once both hold their bytes, a third is refused.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := put("third", strings.NewReader("x"), 1)
@@ -136,17 +134,21 @@ func TestInFlightBytesCap(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // the stalled PUTs reserve once their headers arrive
 	}
-	for _, pw := range stalled {
-		pw.CloseWithError(errors.New("gone"))
+	for _, c := range stalled {
+		c.Close()
 	}
-	<-done
-	<-done
-	resp, err := put("fourth", strings.NewReader("x"), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("a PUT once the others ended: %d, want 204", resp.StatusCode)
+	// Their bytes are given back once the store sees them gone.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := put("fourth", strings.NewReader("x"), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusNoContent {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a PUT once the others ended: %d, want 204", resp.StatusCode)
+		}
 	}
 }
