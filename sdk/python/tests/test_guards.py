@@ -429,3 +429,23 @@ def test_postgres_sequences(pg, pg_table):
     with pytest.raises(fenced.Duplicate):
         g.do_lease(pg, lease, lambda cur: None, sequence=1)
     assert not lease.lost  # a duplicate does not lose the lease
+
+
+def test_redis_sequences(redis_client):
+    g = RedisGuard(redis_client, token_ttl=60)
+    strict = RedisGuard(redis_client, token_ttl=60, strict_sequences=True)
+    s = scope()
+    k = RedisGuard.key(s, "v")
+    g.set(s, 3, k, "a", sequence=18446744073709551615 >> 1)  # 2**63-1: the largest
+    with pytest.raises(fenced.Duplicate):
+        g.set(s, 3, k, "again", sequence=5)
+    g.set(s, 4, k, "b", sequence=1)
+    with pytest.raises(fenced.SequenceGap):
+        strict.set(s, 4, k, "c", sequence=3)
+    strict.set(s, 4, k, "c", sequence=2)
+    g.set(s, 4, k, "unsequenced")  # same token, no sequence: accepted, the last sequence stays
+    with pytest.raises(fenced.Duplicate):
+        g.set(s, 4, k, "x", sequence=2)
+    with pytest.raises(fenced.KeyOutsideScope):
+        g.set(s, 5, g.sequence_key(s), "x")
+    assert redis_client.get(k) == b"unsequenced"

@@ -71,3 +71,21 @@ def test_postgres_go_and_python_share_sequences(bindir, pg, pg_table):
     py.do(pg, s, 6, lambda cur: None)  # unsequenced, same token: accepted, last unchanged
     with pytest.raises(fenced.Duplicate):
         py.do(pg, s, 6, lambda cur: None, sequence=1)
+
+
+def test_redis_go_and_python_share_sequences(bindir, redis_client):
+    s = "interop-seq/" + uuid.uuid4().hex[:8]
+    py = RedisGuard(redis_client)
+    k = RedisGuard.key(s, "obj")
+    addr = conftest.REDIS
+    redis_client.script_flush()
+    assert goguard(bindir, "redis", addr, s, 5, k, "go", 1) == "ok"
+    sha = hashlib.sha1(wrap(SET_BODY, sequenced=True).encode()).hexdigest()
+    assert redis_client.script_exists(sha) == [True]  # the sequenced script, the same text
+    with pytest.raises(fenced.Duplicate) as e:
+        py.set(s, 5, k, "py", sequence=1)
+    assert e.value.last == 1
+    py.set(s, 5, k, "py", sequence=2)
+    assert goguard(bindir, "redis", addr, s, 5, k, "go again", 2) == "duplicate 2"
+    assert redis_client.get(k) == b"py"
+    redis_client.delete(k, py.token_key(s), py.sequence_key(s))

@@ -21,7 +21,8 @@ from typing import Any, Callable, Optional
 
 from .. import _scope
 from ..sign import verify
-from ..errors import CorruptToken, FencedError, InvalidArgument, KeyOutsideScope, StaleToken
+from ..errors import (CorruptToken, Duplicate, FencedError, InvalidArgument, InvalidSequence, KeyOutsideScope,
+                      SequenceGap, StaleToken)
 from . import Decision, lease_owner, lost
 
 DEFAULT_PREFIX = "fence:"
@@ -77,6 +78,95 @@ redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
 return reply
 """
 
+# TAIL_SEQ replaces TAIL for a write with a sequence (docs/guard-spec.md,
+# section 7): KEYS[3] is the sequence key, the mutation's keys start at
+# KEYS[4]; ARGV[4] is the sequence, ARGV[5] "1" for a strict guard, the
+# mutation's arguments start at ARGV[6]; {2, last} is a duplicate and
+# {3, last} a gap. Go's seqTail, byte for byte.
+TAIL_SEQ = """
+end
+
+local function __fence_less(a, b)
+	if #a ~= #b then return #a < #b end
+	for i = 1, #a do
+		local x, y = string.byte(a, i), string.byte(b, i)
+		if x ~= y then return x < y end
+	end
+	return false
+end
+
+local function __fence_succ(a)
+	local i = #a
+	while i > 0 and string.byte(a, i) == 57 do i = i - 1 end
+	if i == 0 then return '1' .. string.rep('0', #a) end
+	return string.sub(a, 1, i - 1) .. string.char(string.byte(a, i) + 1) .. string.rep('0', #a - i)
+end
+
+local done = redis.call('GET', KEYS[2])
+if done then
+	return cmsgpack.unpack(done)
+end
+
+local token = ARGV[1]
+local highest = redis.call('GET', KEYS[1])
+if highest then
+	if not string.find(highest, '^[1-9]%d*$') or __fence_less('18446744073709551615', highest) then
+		return redis.error_reply('fenceredis: highest-token key ' .. KEYS[1] .. ' holds ' ..
+			string.format('%q', string.sub(highest, 1, 40)) .. ', not a token')
+	end
+	if __fence_less(token, highest) then
+		local reply = {0, highest}
+		redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+		return reply
+	end
+end
+
+local seq = ARGV[4]
+if token == highest then
+	local last = '0'
+	local stored = redis.call('GET', KEYS[3])
+	if stored then
+		local t, q = string.match(stored, '^([1-9]%d*):([1-9]%d*)$')
+		if not t then
+			return redis.error_reply('fenceredis: sequence key ' .. KEYS[3] .. ' holds ' ..
+				string.format('%q', string.sub(stored, 1, 60)) .. ', not a token and a sequence')
+		end
+		if t == highest then last = q end
+	end
+	local reply
+	if not __fence_less(last, seq) then
+		reply = {2, last}
+	elseif ARGV[5] == '1' and seq ~= __fence_succ(last) then
+		reply = {3, last}
+	end
+	if reply then
+		redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+		return reply
+	end
+end
+
+local keys, argv = {}, {}
+for i = 4, #KEYS do keys[i - 3] = KEYS[i] end
+for i = 6, #ARGV do argv[i - 5] = ARGV[i] end
+local result = __fence_body(keys, argv, token)
+if type(result) == 'table' and result.err then
+	return result
+end
+
+if ARGV[2] ~= '0' then
+	redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+	redis.call('SET', KEYS[3], token .. ':' .. seq, 'PX', ARGV[2])
+else
+	if token ~= highest then
+		redis.call('SET', KEYS[1], token)
+	end
+	redis.call('SET', KEYS[3], token .. ':' .. seq)
+end
+local reply = {1, highest or '0', result}
+redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+return reply
+"""
+
 SET_BODY = """
 local mode = ARGV[2]
 if mode == '' then
@@ -104,9 +194,9 @@ return n
 """
 
 
-def wrap(body: str) -> str:
-    """The full script for a mutation body: HEAD + body + TAIL."""
-    return HEAD + body + TAIL
+def wrap(body: str, sequenced: bool = False) -> str:
+    """The full script for a mutation body: HEAD + body + TAIL (TAIL_SEQ with a sequence)."""
+    return HEAD + body + (TAIL_SEQ if sequenced else TAIL)
 
 
 def hash_tag(scope: str) -> str:
@@ -134,7 +224,7 @@ class RedisGuard:
 
     def __init__(self, client, prefix: str = DEFAULT_PREFIX, token_ttl: float = 0,
                  replay_window: float = DEFAULT_REPLAY_WINDOW, observer: Optional[Callable[[Decision], None]] = None,
-                 verifier=None):
+                 verifier=None, strict_sequences: bool = False):
         if client is None:
             raise InvalidArgument("fenceredis: nil client")
         if "{" in prefix or "}" in prefix:
@@ -144,6 +234,7 @@ class RedisGuard:
         if replay_window < 0.002:
             raise InvalidArgument(f"fenceredis: replay window {replay_window}s is below 2ms")
         self.client, self.prefix, self.observer, self.verifier = client, prefix, observer, verifier
+        self.strict_arg = "1" if strict_sequences else "0"
         self.ttl_arg = str(int(token_ttl * 1000))
         self.replay_arg = str(int(replay_window * 1000))
         self._scripts: dict = {}
@@ -156,18 +247,22 @@ class RedisGuard:
     def token_key(self, scope: str) -> str:
         return self.prefix + "{" + hash_tag(scope) + "}:highest"
 
+    def sequence_key(self, scope: str) -> str:
+        """Where scope's last sequence lives, "<token>:<sequence>"; only the guard writes it."""
+        return self.prefix + "{" + hash_tag(scope) + "}:sequence"
+
     def _outcome_key(self, scope: str) -> str:
         rid = base64.b32encode(os.urandom(17)).decode()[:26]
         return self.prefix + "{" + hash_tag(scope) + "}:call:" + rid
 
-    def script(self, body: str):
+    def script(self, body: str, sequenced: bool = False):
         """Register a user body (see docs/guard-spec.md for what it may use)."""
-        s = self._scripts.get(body)
+        s = self._scripts.get((body, sequenced))
         if s is None:
-            s = self._scripts[body] = self.client.register_script(wrap(body))
+            s = self._scripts[(body, sequenced)] = self.client.register_script(wrap(body, sequenced))
         return s
 
-    def set(self, scope: str, token: int, key: str, value, ttl=None, owner: str = "", signature: str = "") -> Any:
+    def set(self, scope: str, token: int, key: str, value, ttl=None, owner: str = "", signature: str = "", sequence: int = 0) -> Any:
         """SET key value, fenced. ttl: None (no expiry), "keep" (KEEPTTL) or seconds (>= 1ms)."""
         if ttl is None:
             mode = ""
@@ -177,21 +272,21 @@ class RedisGuard:
             mode = str(int(ttl * 1000))
         else:
             raise InvalidArgument(f"fenceredis: set {key!r}: ttl {ttl!r} is neither None, 'keep' nor at least 1ms")
-        return self._run(scope, token, SET_BODY, [key], [value, mode], owner, signature)
+        return self._run(scope, token, SET_BODY, [key], [value, mode], owner, signature, sequence)
 
-    def delete(self, scope: str, token: int, *keys: str, owner: str = "", signature: str = "") -> int:
+    def delete(self, scope: str, token: int, *keys: str, owner: str = "", signature: str = "", sequence: int = 0) -> int:
         if not keys:
             raise InvalidArgument("fenceredis: del: no keys")
-        return int(self._run(scope, token, DEL_BODY, list(keys), [], owner, signature))
+        return int(self._run(scope, token, DEL_BODY, list(keys), [], owner, signature, sequence))
 
-    def hset(self, scope: str, token: int, key: str, mapping: dict, owner: str = "", signature: str = "") -> int:
+    def hset(self, scope: str, token: int, key: str, mapping: dict, owner: str = "", signature: str = "", sequence: int = 0) -> int:
         if not mapping:
             raise InvalidArgument(f"fenceredis: hset {key!r}: no fields")
         args = [x for kv in mapping.items() for x in kv]
-        return int(self._run(scope, token, HSET_BODY, [key], args, owner, signature))
+        return int(self._run(scope, token, HSET_BODY, [key], args, owner, signature, sequence))
 
-    def eval(self, scope: str, token: int, body: str, keys: list, args: list = (), owner: str = "", signature: str = "") -> Any:
-        return self._run(scope, token, body, list(keys), list(args), owner, signature)
+    def eval(self, scope: str, token: int, body: str, keys: list, args: list = (), owner: str = "", signature: str = "", sequence: int = 0) -> Any:
+        return self._run(scope, token, body, list(keys), list(args), owner, signature, sequence)
 
     def highest(self, scope: str) -> int:
         _scope.validate_scope(scope)
@@ -200,30 +295,41 @@ class RedisGuard:
             return 0
         return _parse_token(_s(v), self.token_key(scope))
 
-    def _run(self, scope, token, body, keys, args, owner, signature=""):
+    def _run(self, scope, token, body, keys, args, owner, signature="", sequence=0):
         _scope.check(scope, token, 0)
         if token > _scope.MAX_TOKEN:
             raise InvalidArgument(f"fencing token {token} exceeds the uint64 range")
+        if sequence < 0 or sequence > 2**63 - 1:
+            raise InvalidSequence(f"invalid fencing sequence: {sequence} is outside 1..{2**63 - 1}")
         verify(self.verifier, scope, token, signature)
-        tk, tag = self.token_key(scope), hash_tag(scope)
+        tk, sk, tag = self.token_key(scope), self.sequence_key(scope), hash_tag(scope)
         for k in keys:
-            if k == tk:
-                raise KeyOutsideScope(f"key {k!r} is the highest-token key of scope {scope!r}")
+            if k in (tk, sk):
+                raise KeyOutsideScope(f"key {k!r} is a key of the guard's own for scope {scope!r}")
             got = _tag_of(k)
             if got != tag:
                 raise KeyOutsideScope(f"key {k!r} has hash tag {{{got}}}, want {{{tag}}} for scope {scope!r}"
                                       " (build keys with RedisGuard.key)")
-        reply = self.script(body)(keys=[tk, self._outcome_key(scope)] + keys,
-                                  args=[str(token), self.ttl_arg, self.replay_arg] + args)
-        if not isinstance(reply, list) or len(reply) < 2 or reply[0] not in (0, 1):
+        all_keys = [tk, self._outcome_key(scope)]
+        all_args = [str(token), self.ttl_arg, self.replay_arg]
+        if sequence:
+            all_keys.append(sk)
+            all_args += [str(sequence), self.strict_arg]
+        reply = self.script(body, bool(sequence))(keys=all_keys + keys, args=all_args + args)
+        if not isinstance(reply, list) or len(reply) < 2 or reply[0] not in (0, 1, 2, 3):
             raise FencedError(f"fenceredis: scope {scope!r} token {token}: malformed script reply {reply!r}")
-        h = _s(reply[1])
-        highest = 0 if h == "0" else _parse_token(h, tk)
-        accepted = reply[0] == 1
+        flag, h = reply[0], _s(reply[1])
+        n = 0 if h == "0" else _parse_token(h, tk)  # the highest token, or the last sequence (2, 3)
+        if flag == 2:
+            if self.observer is not None:
+                self.observer(Decision(scope, token, token, False, owner, duplicate=True))
+            raise Duplicate(scope, token, sequence, n)
+        if flag == 3:
+            raise SequenceGap(scope, token, sequence, n)
         if self.observer is not None:
-            self.observer(Decision(scope, token, highest, accepted, owner))
-        if not accepted:
-            raise StaleToken(scope, token, highest)
+            self.observer(Decision(scope, token, n, flag == 1, owner))
+        if flag == 0:
+            raise StaleToken(scope, token, n)
         return reply[2] if len(reply) > 2 else None
 
     def lease(self, lease) -> "LeaseRedis":
@@ -243,8 +349,8 @@ class LeaseRedis:
             lost(self.l, e)
             raise
 
-    def set(self, key, value, ttl=None):
-        return self._do(self.g.set, key, value, ttl)
+    def set(self, key, value, ttl=None, sequence: int = 0):
+        return self._do(self.g.set, key, value, ttl, sequence=sequence)
 
     def delete(self, *keys):
         return self._do(self.g.delete, *keys)

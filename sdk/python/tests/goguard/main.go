@@ -3,7 +3,7 @@
 // refuse each other's stale tokens.
 //
 //	goguard pg DSN TABLE SCOPE TOKEN [SEQUENCE]
-//	goguard redis ADDR SCOPE TOKEN KEY VALUE
+//	goguard redis ADDR SCOPE TOKEN KEY VALUE [SEQUENCE]
 //
 // It prints "ok" when the write was accepted, "stale HIGHEST" when the
 // token was refused as stale, "duplicate LAST" for a sequence already
@@ -38,18 +38,17 @@ func run(args []string) error {
 	var err error
 	switch {
 	case (len(args) == 5 || len(args) == 6) && args[0] == "pg":
-		if len(args) == 6 {
-			seq, perr := strconv.ParseUint(args[5], 10, 64)
-			if perr != nil {
-				return perr
-			}
-			ctx = fence.WithSequence(ctx, seq)
+		if ctx, err = withSequence(ctx, args[5:]); err != nil {
+			return err
 		}
 		err = pg(ctx, args[1], args[2], args[3], args[4])
-	case len(args) == 6 && args[0] == "redis":
+	case (len(args) == 6 || len(args) == 7) && args[0] == "redis":
+		if ctx, err = withSequence(ctx, args[6:]); err != nil {
+			return err
+		}
 		err = rds(ctx, args[1], args[2], args[3], args[4], args[5])
 	default:
-		return errors.New("usage: goguard pg DSN TABLE SCOPE TOKEN [SEQUENCE] | goguard redis ADDR SCOPE TOKEN KEY VALUE")
+		return errors.New("usage: goguard pg DSN TABLE SCOPE TOKEN [SEQUENCE] | goguard redis ADDR SCOPE TOKEN KEY VALUE [SEQUENCE]")
 	}
 	if dup, ok := errors.AsType[*fence.DuplicateError](err); ok {
 		fmt.Println("duplicate", dup.Last)
@@ -97,4 +96,16 @@ func rds(ctx context.Context, addr, scope, token, key, value string) error {
 		return err
 	}
 	return g.Set(ctx, scope, tok, key, value, 0)
+}
+
+// withSequence puts the optional sequence argument in ctx.
+func withSequence(ctx context.Context, arg []string) (context.Context, error) {
+	if len(arg) == 0 {
+		return ctx, nil
+	}
+	seq, err := strconv.ParseUint(arg[0], 10, 64)
+	if err != nil {
+		return ctx, err
+	}
+	return fence.WithSequence(ctx, seq), nil
 }
