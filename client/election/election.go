@@ -84,10 +84,11 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // published with it (at most 256 bytes, the limit of a lease's owner);
 // empty means the client's owner (Config.Owner, by default hostname/pid).
 //
-// Campaign waits in line on the server, and queues again while the
-// election stays taken, the servers cannot be reached for a while
-// (client.ErrUnavailable) or an earlier attempt of its own may hold the
-// key (client.ErrAcquireUncertain: it waits that grant out). It returns
+// Campaign waits in line on the server, 30 seconds per request (a server
+// whose --max-wait is shorter refuses it: client.ErrInvalid), and queues
+// again while the election stays taken, the servers cannot be reached for
+// a while (client.ErrUnavailable) or an earlier attempt of its own may hold
+// the key (client.ErrAcquireUncertain: it waits that grant out). It returns
 // when ctx ends, with an error matching ctx.Err(), or on any other error,
 // invalid input included.
 func (e *Elections) Campaign(ctx context.Context, name, value string) (*Leadership, error) {

@@ -92,7 +92,7 @@ Examples:
 				return err
 			}
 			if !g.json {
-				fmt.Fprintf(os.Stderr, "leading %q (ttl %s); Ctrl-C resigns\n", name, human(ttl))
+				fmt.Fprintf(os.Stderr, "leading %q as %s (ttl %s); Ctrl-C resigns\n", name, l.Value(), human(l.Lease().TTL()))
 			}
 			select {
 			case <-ctx.Done():
