@@ -39,8 +39,8 @@ type ClusterFaultStats struct {
 	// lease was frozen past its TTL as the leader woke: a renewal the
 	// deposed leader acknowledged on waking is then its holder's last.
 	// RenewalsOnWaking counts the pauses after which the woken leader was
-	// seen (from its own reports) acknowledging a renewal: those holders
-	// are always frozen.
+	// seen (from its own reports) answering a renewal, itself or by
+	// forwarding it: those holders are always frozen.
 	LeaderPauses     int `json:"leaderPauses"`
 	HoldersFrozen    int `json:"holdersFrozen"`
 	RenewalsOnWaking int `json:"renewalsOnWaking"`

@@ -176,7 +176,8 @@ func (e *engine) pauseLeader(ctx context.Context, leader int) string {
 	_ = p.signal(sigCont)
 	// A renewal the woken leader acknowledges before it finds out that it
 	// was deposed is what the holders are frozen for; with the nodes'
-	// reports, they are frozen as soon as one is seen.
+	// reports, they are frozen as soon as the woken node answers one
+	// (the reports do not tell its own answers from forwarded ones).
 	woke, late := time.Now(), int64(0)
 	for e.acks != nil && late == 0 && time.Since(woke) < e.electionTimeout()/4 {
 		time.Sleep(time.Millisecond)
@@ -184,7 +185,7 @@ func (e *engine) pauseLeader(ctx context.Context, leader int) string {
 	}
 	frozen := ""
 	if late > 0 {
-		frozen = fmt.Sprintf(", which acknowledged a renewal %v after waking", time.Since(woke).Round(time.Millisecond))
+		frozen = fmt.Sprintf(", which answered a renewal (itself or forwarded) %v after waking", time.Since(woke).Round(time.Millisecond))
 		e.countCluster(func(s *ClusterFaultStats) { s.RenewalsOnWaking++ })
 	}
 	if late > 0 || e.chance(0.5) {
