@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +29,8 @@ type Lease struct {
 	renewal  *time.Timer // fires when the next renewal is due and sends it; nil until start
 	stopped  bool
 	sig      string // latest token signature; guarded by mu
+
+	seq atomic.Uint64 // the last sequence NextSequence handed out
 }
 
 func newLease(c *Client, info Info, interval, window time.Duration) *Lease {
@@ -56,6 +59,14 @@ func (l *Lease) Key() string { return l.info.Key }
 
 // Token returns the fencing token to present with every write.
 func (l *Lease) Token() uint64 { return l.info.Token }
+
+// NextSequence returns the sequence for the next write under the lease's
+// token: 1 on the first call, then 2, 3, ... (a Lease has one token for
+// life; a new acquisition is a new Lease and starts at 1 again). Put it in
+// the write's context with fence.WithSequence, or let fence.Retry or a
+// fence.Sequenced lease do it; guards then refuse a second copy of the
+// write as a duplicate (see docs/guard-spec.md, section 7).
+func (l *Lease) NextSequence() uint64 { return l.seq.Add(1) }
 
 // ID returns the lease ID.
 func (l *Lease) ID() string { return l.info.ID }

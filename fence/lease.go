@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 )
 
 // Lease is the holder's side of a lease, as the guards' lease-taking calls
@@ -34,6 +35,63 @@ func ReportStale(l Lease, err error) error {
 		l.Lost(err)
 	}
 	return err
+}
+
+// Sequenced returns l numbering its writes: every lease-taking call of the
+// guards (DoLease, fencebolt's DoTxLease, fencesql's DoLease and CheckLease,
+// fenceredis's WithLease) and every request of the fencehttp and
+// fenceconnect client halves made with it carries the next sequence of l
+// (its NextSequence when l is a Sequencer, as *client.Lease is, a counter
+// from 1 otherwise), unless the context already has one (WithSequence,
+// Retry). Guards then refuse a copy of a write as a duplicate.
+//
+// Use it for one writer at a time: two calls in flight at once take
+// sequences n and n+1, and if n+1 lands first, n is refused as a duplicate
+// although it was never applied.
+func Sequenced(l Lease) Lease {
+	if s, ok := l.(*sequencedLease); ok {
+		return s
+	}
+	return &sequencedLease{Lease: l}
+}
+
+type sequencedLease struct {
+	Lease
+	n atomic.Uint64 // when Lease is not a Sequencer
+}
+
+// NextSequence implements Sequencer.
+func (s *sequencedLease) NextSequence() uint64 {
+	if q, ok := s.Lease.(Sequencer); ok {
+		return q.NextSequence()
+	}
+	return s.n.Add(1)
+}
+
+// Owner passes the inner lease's owner on (Owned).
+func (s *sequencedLease) Owner() string {
+	if o, ok := s.Lease.(Owned); ok {
+		return o.Owner()
+	}
+	return ""
+}
+
+// Signature passes the inner lease's token signature on.
+func (s *sequencedLease) Signature() string {
+	if o, ok := s.Lease.(interface{ Signature() string }); ok {
+		return o.Signature()
+	}
+	return ""
+}
+
+// SequenceContext returns ctx with the next sequence of l when l comes from
+// Sequenced and ctx carries none; otherwise ctx. LeaseContext calls it; the
+// client transports call it for each request.
+func SequenceContext(ctx context.Context, l Lease) context.Context {
+	if s, ok := l.(*sequencedLease); ok && SequenceFromContext(ctx) == 0 {
+		return WithSequence(ctx, s.NextSequence())
+	}
+	return ctx
 }
 
 // DoLease runs g.Do with the lease's key as the scope and its token, and

@@ -52,9 +52,11 @@ func ValidOwner(owner string) bool {
 }
 
 // LeaseContext returns ctx carrying the owner of l when l knows it (see
-// Owned). Every lease-taking call of the guards uses it; so can guards of
-// your own.
+// Owned), and the next sequence of l when l comes from Sequenced and ctx has
+// no sequence yet (SequenceContext). Every lease-taking call of the guards
+// uses it; so can guards of your own.
 func LeaseContext(ctx context.Context, l Lease) context.Context {
+	ctx = SequenceContext(ctx, l)
 	if o, ok := l.(Owned); ok {
 		return WithOwner(ctx, o.Owner())
 	}

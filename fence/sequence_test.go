@@ -195,3 +195,51 @@ func TestRetry(t *testing.T) {
 		t.Fatalf("Retry = %v after %d calls; want unknown after 3", err, calls)
 	}
 }
+
+type plainLease struct {
+	lost []error
+}
+
+func (l *plainLease) Key() string       { return "s" }
+func (l *plainLease) Token() uint64     { return 3 }
+func (l *plainLease) Lost(err error)    { l.lost = append(l.lost, err) }
+func (l *plainLease) Owner() string     { return "worker-a" }
+func (l *plainLease) Signature() string { return "k.sig" }
+
+// A Sequenced lease numbers every lease-taking write from 1 (a lease that
+// is not a Sequencer gets a counter), keeps its owner and signature, and a
+// sequence already in the context wins.
+func TestSequencedLease(t *testing.T) {
+	g := fence.NewMemory()
+	l := fence.Sequenced(&plainLease{})
+	if fence.Sequenced(l) != l {
+		t.Fatal("Sequenced of a Sequenced lease wraps it again")
+	}
+	if o, ok := l.(fence.Owned); !ok || o.Owner() != "worker-a" {
+		t.Fatal("the owner is lost")
+	}
+	if s, ok := l.(interface{ Signature() string }); !ok || s.Signature() != "k.sig" {
+		t.Fatal("the signature is lost")
+	}
+	ctx := context.Background()
+	var seen []uint64
+	record := func(ctx context.Context) error {
+		seen = append(seen, fence.SequenceFromContext(ctx))
+		if fence.OwnerFromContext(ctx) != "worker-a" {
+			t.Error("owner missing from the write's context")
+		}
+		return nil
+	}
+	for range 3 {
+		if err := fence.DoLease(ctx, g, l, record); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := fence.DoLease(fence.WithSequence(ctx, 2), g, l, record)
+	if !errors.Is(err, fence.ErrDuplicate) {
+		t.Fatalf("explicit sequence 2 after 1..3: %v, want duplicate", err)
+	}
+	if fmt.Sprint(seen) != "[1 2 3]" {
+		t.Fatalf("sequences applied %v, want [1 2 3]", seen)
+	}
+}

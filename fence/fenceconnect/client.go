@@ -24,7 +24,8 @@ type Lease = fence.Lease
 // calls lease.Lost with the *fence.StaleTokenError when an answer is a
 // stale-token rejection (see StaleFromError). The error is still returned to
 // the caller. It never retries. A call whose context carries a sequence
-// (fence.WithSequence, fence.Retry) sends it as fencing-sequence, and a
+// (fence.WithSequence, fence.Retry), or whose lease numbers its writes
+// (fence.Sequenced), sends the sequence as fencing-sequence, and a
 // unary call of it that fails without a known outcome returns an error
 // matching fence.ErrUnknownOutcome; SequenceFromError tells a duplicate.
 //
@@ -49,7 +50,7 @@ func (c *clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		if !req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		seq := fence.SequenceFromContext(ctx)
+		seq := fence.SequenceFromContext(fence.SequenceContext(ctx, c.lease))
 		c.attach(req.Header(), seq)
 		resp, err := next(ctx, req)
 		if stale, ok := StaleFromError(err); ok {
@@ -66,7 +67,7 @@ func (c *clientInterceptor) WrapStreamingClient(next connect.StreamingClientFunc
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		conn := next(ctx, spec)
 		// Headers go out with the first Send, which the caller has not made yet.
-		c.attach(conn.RequestHeader(), fence.SequenceFromContext(ctx))
+		c.attach(conn.RequestHeader(), fence.SequenceFromContext(fence.SequenceContext(ctx, c.lease)))
 		return &clientConn{StreamingClientConn: conn, lease: c.lease}
 	}
 }

@@ -3,6 +3,7 @@ package fencehttp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -167,3 +168,26 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 type counterSeq struct{ n uint64 }
 
 func (c *counterSeq) NextSequence() uint64 { c.n++; return c.n }
+
+// A Transport over a fence.Sequenced lease numbers its requests; a request
+// whose context has a sequence keeps it.
+func TestTransportSequencedLease(t *testing.T) {
+	var got []string
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		got = append(got, r.Header.Get(fencehttp.HeaderSequence))
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}}, nil
+	})
+	hc := &http.Client{Transport: fencehttp.NewTransport(fence.Sequenced(&fakeLease{key: "s", token: 1}), base)}
+	for _, ctx := range []context.Context{context.Background(), context.Background(), fence.WithSequence(context.Background(), 9)} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:1/", nil)
+		req.Header.Set(fencehttp.HeaderSequence, "77") // replaced
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if fmt.Sprint(got) != "[1 2 9]" {
+		t.Fatalf("Fencing-Sequence sent %q, want [1 2 9]", got)
+	}
+}

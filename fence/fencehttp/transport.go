@@ -27,7 +27,8 @@ type Signed interface {
 // It sets Fencing-Scope to Lease.Key() and Fencing-Token to Lease.Token() (and
 // Fencing-Owner to the lease's owner when the lease is fence.Owned) on
 // every request, and Fencing-Sequence when the request's context carries a
-// sequence (fence.WithSequence, fence.Retry), replacing any values the
+// sequence (fence.WithSequence, fence.Retry) or the lease numbers its
+// writes (fence.Sequenced), replacing any values the
 // caller set: servers fence only
 // mutating methods, and sending the headers on reads too keeps a server
 // that fences some POST-for-read endpoint working. It does not modify the
@@ -75,7 +76,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.Header.Del(HeaderSignature)
 	out.Header.Del(HeaderOwner)
 	out.Header.Del(HeaderSequence)
-	seq := fence.SequenceFromContext(req.Context())
+	seq := fence.SequenceFromContext(fence.SequenceContext(req.Context(), t.Lease))
 	if seq != 0 {
 		out.Header.Set(HeaderSequence, strconv.FormatUint(seq, 10))
 	}
