@@ -184,7 +184,7 @@ func (c *Config) advertisedRaftAddress() string {
 // newTransport listens on the peer port: raft's connections and forwarded
 // API calls share it (peermux.go).
 func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
-	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.peer, s.log)
+	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.peer, s.log, s)
 	if err != nil {
 		return nil, fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
 	}
@@ -194,7 +194,6 @@ func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
 			"keep it on a network only the nodes reach, or set --peer-cert-file, --peer-key-file and --peer-trusted-ca-file",
 			"raft_listen", mux.ln.Addr().String())
 	}
-	mux.self = s
 	return newContactTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mux, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
 	}), s.ident.votes.Load), nil

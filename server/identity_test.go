@@ -34,11 +34,10 @@ func peerMuxOf(t *testing.T, cluster string) *peerMux {
 
 func peerMuxLogging(t *testing.T, cluster string, log *slog.Logger) *peerMux {
 	t.Helper()
-	m, err := listenPeers("127.0.0.1:0", "", nil, log)
+	m, err := listenPeers("127.0.0.1:0", "", nil, log, &fakeSelf{peerHello{Cluster: cluster, Node: "node-" + cluster}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.self = &fakeSelf{peerHello{Cluster: cluster, Node: "node-" + cluster}}
 	t.Cleanup(func() { m.Close() })
 	return m
 }

@@ -163,8 +163,10 @@ var _ raft.StreamLayer = (*peerMux)(nil)
 // listenPeers listens on addr; peers are told to dial advertise, or the
 // address listened on if advertise is empty. With tls set, connections in
 // both directions are mutual TLS (peertls.go); log receives refused
-// handshakes.
-func listenPeers(addr, advertise string, tls *TLSReloader, log *slog.Logger) (*peerMux, error) {
+// handshakes. self answers for the node from the first connection on: a
+// peer that asked before it was set was told nothing of the node (an empty
+// name), which a forming member took for a wrong --initial-cluster.
+func listenPeers(addr, advertise string, tls *TLSReloader, log *slog.Logger, self peerSelf) (*peerMux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -180,7 +182,8 @@ func listenPeers(addr, advertise string, tls *TLSReloader, log *slog.Logger) (*p
 		ln.Close()
 		return nil, fmt.Errorf("raft address %s: peers cannot dial an unspecified address", adv)
 	}
-	m := &peerMux{ln: ln, advertise: adv, local: dialSource(ln.Addr()), tls: tls, log: log, raftConns: make(chan net.Conn), apiConns: make(chan net.Conn), done: make(chan struct{})}
+	m := &peerMux{ln: ln, advertise: adv, local: dialSource(ln.Addr()), tls: tls, log: log, self: self,
+		raftConns: make(chan net.Conn), apiConns: make(chan net.Conn), done: make(chan struct{})}
 	go m.acceptLoop()
 	return m, nil
 }

@@ -45,7 +45,7 @@ func peerMuxWithTLS(t *testing.T, files TLSFiles) (*peerMux, *TLSReloader) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := listenPeers("127.0.0.1:0", "", r, slog.New(slog.DiscardHandler))
+	m, err := listenPeers("127.0.0.1:0", "", r, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
