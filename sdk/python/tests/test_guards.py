@@ -449,3 +449,40 @@ def test_redis_sequences(redis_client):
     with pytest.raises(fenced.KeyOutsideScope):
         g.set(s, 5, g.sequence_key(s), "x")
     assert redis_client.get(k) == b"unsequenced"
+
+
+def test_sequences_over_http_through_the_wsgi_middleware(key):
+    """send(sequence=) to a WSGI service fenced by MemoryGuard: a duplicate is refused with
+    409 duplicate-write, raised as Duplicate, and the lease is not lost."""
+    import wsgiref.simple_server
+
+    writes = []
+
+    def app(environ, start_response):
+        writes.append(environ["fenced.token"])
+        start_response("204 No Content", [])
+        return []
+
+    class Quiet(wsgiref.simple_server.WSGIRequestHandler):
+        def log_message(self, *a):
+            pass
+
+    srv = wsgiref.simple_server.make_server("127.0.0.1", 0, WSGIMiddleware(app, MemoryGuard(strict_sequences=True)),
+                                            handler_class=Quiet)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_port}/x"
+    lease = FakeLease(key, 5)
+    try:
+        assert send(lease, "PUT", url, b"1", sequence=1)[0] == 204
+        with pytest.raises(fenced.Duplicate) as e:
+            send(lease, "PUT", url, b"1 again", sequence=1)  # a retry after an unknown outcome
+        assert (e.value.sequence, e.value.last, e.value.response.code) == (1, 1, 409)
+        with pytest.raises(fenced.SequenceGap):
+            send(lease, "PUT", url, b"3", sequence=3)
+        assert send(lease, "PUT", url, b"2", sequence=2)[0] == 204
+        for bad in ("01", "0", str(2**63), "1,2"):
+            status, _, body = send(lease, "PUT", url, b"x", headers={"Fencing-Sequence": bad})
+            assert status == 400 and json.loads(body)["type"] == "urn:fenced:problem:invalid-sequence", bad
+        assert not lease.lost and writes == [5, 5]
+    finally:
+        srv.shutdown()

@@ -29,7 +29,7 @@ import urllib.request
 from typing import Callable, Optional
 
 from .. import _scope
-from ..errors import (BadSignature, FencedError, InvalidArgument, InvalidScope, NoToken, StaleToken,
+from ..errors import (BadSignature, Duplicate, FencedError, InvalidSequence, SequenceGap, InvalidArgument, InvalidScope, NoToken, StaleToken,
                       TokenOutOfRange)
 from . import lease_owner, lost
 
@@ -37,15 +37,21 @@ HEADER_SCOPE = "Fencing-Scope"
 HEADER_TOKEN = "Fencing-Token"
 HEADER_OWNER = "Fencing-Owner"
 HEADER_SIGNATURE = "Fencing-Token-Signature"
+HEADER_SEQUENCE = "Fencing-Sequence"
 CONTENT_TYPE_PROBLEM = "application/problem+json"
 PROBLEM_STALE = "urn:fenced:problem:stale-token"
+PROBLEM_DUPLICATE = "urn:fenced:problem:duplicate-write"
+PROBLEM_GAP = "urn:fenced:problem:sequence-gap"
+MAX_SEQUENCE = 2**63 - 1
 MAX_PROBLEM_BYTES = 64 << 10
 SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
 
 
-def fencing_headers(lease) -> dict:
-    """The headers a fenced write carries."""
+def fencing_headers(lease, sequence: int = 0) -> dict:
+    """The headers a fenced write carries (with its sequence, if any: docs/guard-spec.md section 7)."""
     h = {HEADER_SCOPE: lease.key, HEADER_TOKEN: str(lease.token)}
+    if sequence:
+        h[HEADER_SEQUENCE] = str(sequence)
     owner = lease_owner(lease)
     if owner:
         h[HEADER_OWNER] = owner
@@ -53,6 +59,24 @@ def fencing_headers(lease) -> dict:
     if sig:
         h[HEADER_SIGNATURE] = sig
     return h
+
+
+def refusal_from(status: int, content_type: Optional[str], body: bytes):
+    """StaleToken, Duplicate or SequenceGap for a 409 problem answer, else None."""
+    stale = stale_from(status, content_type, body)
+    if stale is not None or status != 409 or not content_type:
+        return stale
+    if content_type.split(";")[0].strip().lower() != CONTENT_TYPE_PROBLEM or len(body) > MAX_PROBLEM_BYTES:
+        return None
+    try:
+        p = json.loads(body)
+        cls = {PROBLEM_DUPLICATE: Duplicate, PROBLEM_GAP: SequenceGap}.get(p.get("type"))
+        if cls is None:
+            return None
+        return cls(str(p.get("scope", "")), int(p.get("token", 0)), int(p.get("sequence", 0)),
+                   int(p.get("lastSequence", 0)))
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def stale_from(status: int, content_type: Optional[str], body: bytes) -> Optional[StaleToken]:
@@ -73,27 +97,30 @@ def stale_from(status: int, content_type: Optional[str], body: bytes) -> Optiona
         return None
 
 
-def _refused(lease, stale: StaleToken, response) -> StaleToken:
-    stale.response = response
-    lost(lease, stale)
-    return stale
+def _refused(lease, refusal, response):
+    """Attach the response; a stale token loses the lease, a duplicate or a gap does not."""
+    refusal.response = response
+    if isinstance(refusal, StaleToken):
+        lost(lease, refusal)
+    return refusal
 
 
 class RequestsAuth:
-    """requests auth: adds the headers and raises StaleToken (after losing the lease) on a stale answer."""
+    """requests auth: adds the headers and raises StaleToken (after losing the lease) on a stale
+    answer, Duplicate or SequenceGap on those (a write with sequence=)."""
 
-    def __init__(self, lease):
-        self.lease = lease
+    def __init__(self, lease, sequence: int = 0):
+        self.lease, self.sequence = lease, sequence
 
     def __call__(self, r):
-        r.headers.update(fencing_headers(self.lease))
+        r.headers.update(fencing_headers(self.lease, self.sequence))
         r.register_hook("response", self._response)
         return r
 
     def _response(self, resp, *args, **kwargs):
-        stale = stale_from(resp.status_code, resp.headers.get("Content-Type"), resp.content)
-        if stale is not None:
-            raise _refused(self.lease, stale, resp)
+        refusal = refusal_from(resp.status_code, resp.headers.get("Content-Type"), resp.content)
+        if refusal is not None:
+            raise _refused(self.lease, refusal, resp)
         return resp
 
 
@@ -106,9 +133,9 @@ def httpx_hooks(lease) -> dict:
     def response(resp):
         if resp.status_code == 409:
             resp.read()
-            stale = stale_from(resp.status_code, resp.headers.get("Content-Type"), resp.content)
-            if stale is not None:
-                raise _refused(lease, stale, resp)
+            refusal = refusal_from(resp.status_code, resp.headers.get("Content-Type"), resp.content)
+            if refusal is not None:
+                raise _refused(lease, refusal, resp)
 
     return {"request": [request], "response": [response]}
 
@@ -122,27 +149,28 @@ def httpx_async_hooks(lease) -> dict:
     async def response(resp):
         if resp.status_code == 409:
             await resp.aread()
-            stale = stale_from(resp.status_code, resp.headers.get("Content-Type"), resp.content)
-            if stale is not None:
-                raise _refused(lease, stale, resp)
+            refusal = refusal_from(resp.status_code, resp.headers.get("Content-Type"), resp.content)
+            if refusal is not None:
+                raise _refused(lease, refusal, resp)
 
     return {"request": [request], "response": [response]}
 
 
 def send(lease, method: str, url: str, body: Optional[bytes] = None, headers: Optional[dict] = None,
-         timeout: float = 10.0):
-    """One request with urllib. Returns (status, headers, body) for every answer but a stale one."""
+         timeout: float = 10.0, sequence: int = 0):
+    """One request with urllib. Returns (status, headers, body) for every answer but a refusal:
+    StaleToken (the lease is lost), Duplicate, SequenceGap."""
     h = dict(headers or {})
-    h.update(fencing_headers(lease))
+    h.update(fencing_headers(lease, sequence))
     req = urllib.request.Request(url, data=body, method=method, headers=h)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.headers, resp.read()
     except urllib.error.HTTPError as e:
         data = e.read()
-        stale = stale_from(e.code, e.headers.get("Content-Type"), data)
-        if stale is not None:
-            raise _refused(lease, stale, e) from None
+        refusal = refusal_from(e.code, e.headers.get("Content-Type"), data)
+        if refusal is not None:
+            raise _refused(lease, refusal, e) from None
         return e.code, e.headers, data
 
 
@@ -173,6 +201,14 @@ def problem_for(err: BaseException) -> dict:
     if isinstance(err, (InvalidArgument, TokenOutOfRange)):
         return {"type": "urn:fenced:problem:invalid-token", "title": "Invalid fencing token", "status": 400,
                 "detail": str(err)}
+    if isinstance(err, (Duplicate, SequenceGap)):
+        dup = isinstance(err, Duplicate)
+        return {"type": PROBLEM_DUPLICATE if dup else PROBLEM_GAP,
+                "title": "Duplicate write" if dup else "Fencing sequence gap", "status": 409, "detail": str(err),
+                "scope": err.scope, "token": err.token, "sequence": err.sequence, "lastSequence": err.last}
+    if isinstance(err, InvalidSequence):
+        return {"type": "urn:fenced:problem:invalid-sequence", "title": "Invalid fencing sequence", "status": 400,
+                "detail": str(err)}
     if isinstance(err, BadSignature):
         return {"type": "urn:fenced:problem:bad-signature", "title": "Invalid fencing token signature", "status": 403,
                 "detail": str(err)}
@@ -198,7 +234,14 @@ def _credentials(get: Callable[[str], list]) -> tuple:
     owners = get(HEADER_OWNER)
     owner = owners[0] if len(owners) == 1 and _scope.valid_owner(owners[0]) else ""
     sigs = get(HEADER_SIGNATURE)
-    return scopes[0], token, owner, sigs[0] if len(sigs) == 1 else ""
+    extra = {"signature": sigs[0]} if len(sigs) == 1 and sigs[0] else {}
+    seqs = get(HEADER_SEQUENCE)
+    if seqs:
+        s = seqs[0]
+        if len(seqs) > 1 or not s.isascii() or not s.isdigit() or s.startswith("0") or int(s) > MAX_SEQUENCE:
+            raise InvalidSequence(f"invalid fencing sequence: {HEADER_SEQUENCE} {','.join(seqs)[:40]!r}")
+        extra["sequence"] = int(s)
+    return scopes[0], token, owner, extra
 
 
 class _HandlerFailed(Exception):
@@ -219,12 +262,12 @@ class WSGIMiddleware:
             v = environ.get("HTTP_" + name.upper().replace("-", "_"))
             if v is None:
                 return []
-            # WSGI servers join a repeated header with ","; a token has no
-            # comma, so a repeated token shows. A scope may hold commas.
-            return [x.strip() for x in v.split(",")] if name == HEADER_TOKEN else [v]
+            # WSGI servers join a repeated header with ","; a token or a
+            # sequence has no comma, so a repeated one shows. A scope may hold commas.
+            return [x.strip() for x in v.split(",")] if name in (HEADER_TOKEN, HEADER_SEQUENCE) else [v]
 
         try:
-            scope, token, owner, sig = _credentials(get)
+            scope, token, owner, extra = _credentials(get)
         except FencedError as e:
             return self._problem(start_response, e)
         environ["fenced.scope"], environ["fenced.token"] = scope, token
@@ -248,7 +291,7 @@ class WSGIMiddleware:
             return None
 
         try:
-            self.guard.do(scope, token, apply, owner=owner, **({"signature": sig} if sig else {}))
+            self.guard.do(scope, token, apply, owner=owner, **extra)
         except _HandlerFailed:
             pass
         except Exception as e:
@@ -287,7 +330,7 @@ class ASGIMiddleware:
         for k, v in scope.get("headers") or []:
             headers.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
         try:
-            fscope, token, owner, sig = _credentials(lambda n: headers.get(n.lower(), []))
+            fscope, token, owner, extra = _credentials(lambda n: headers.get(n.lower(), []))
         except FencedError as e:
             return await self._problem(send, e)
         scope = dict(scope)
@@ -305,8 +348,7 @@ class ASGIMiddleware:
                 raise _HandlerFailed()
 
         try:
-            await asyncio.to_thread(lambda: self.guard.do(fscope, token, apply, owner=owner,
-                                                          **({"signature": sig} if sig else {})))
+            await asyncio.to_thread(lambda: self.guard.do(fscope, token, apply, owner=owner, **extra))
         except _HandlerFailed:
             pass
         except Exception as e:
