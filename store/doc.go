@@ -30,7 +30,12 @@
 //	GET    /metrics                                -> Prometheus exposition
 //
 // PUT and DELETE need the headers Fencing-Scope (the lease key) and
-// Fencing-Token (a decimal uint64 above 0); they are parsed and rejected by
+// Fencing-Token (a decimal uint64 above 0), and may carry Fencing-Sequence
+// (docs/guard-spec.md, section 7): a write whose sequence is at or below the
+// last one accepted under its token is a duplicate, answered 409 with the
+// problem type urn:fenced:problem:duplicate-write, not applied, not
+// audited, and not counted as a stale rejection; the audit record of every
+// write carries its sequence (0: none); they are parsed and rejected by
 // package fence/fencehttp, so the store answers exactly like the fencehttp
 // middleware. An absent or empty Fencing-Token gives 428 Precondition
 // Required; a malformed token, or a missing or malformed scope, gives 400 Bad

@@ -150,9 +150,17 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request, op Op, name s
 			return
 		}
 	}
+	seq, err := fencehttp.SequenceFromHeader(r.Header)
+	if err != nil {
+		s.writeError(w, r, op, err)
+		return
+	}
 	ctx := fence.WithOwner(r.Context(), fencehttp.OwnerFromHeader(r.Header))
 	if sig := r.Header.Get(fencehttp.HeaderSignature); sig != "" {
 		ctx = fence.WithSignature(ctx, sig)
+	}
+	if seq != 0 {
+		ctx = fence.WithSequence(ctx, seq)
 	}
 	var rec AuditRecord
 	if op == OpPut {
@@ -209,8 +217,11 @@ func (s *Store) writeError(w http.ResponseWriter, r *http.Request, op Op, err er
 	var p *fencehttp.Problem
 	reason := ""
 	switch {
-	case errors.Is(err, fence.ErrStaleToken):
+	case errors.Is(err, fence.ErrStaleToken), errors.Is(err, fence.ErrDuplicate), errors.Is(err, fence.ErrSequenceGap):
 		// Counted and logged by write, for HTTP and Go callers alike.
+		p = fencehttp.ProblemFor(err)
+	case errors.Is(err, fence.ErrInvalidSequence):
+		reason = reasonMalformed
 		p = fencehttp.ProblemFor(err)
 	case errors.Is(err, fence.ErrNoToken):
 		reason = reasonMissingToken

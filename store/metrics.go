@@ -15,6 +15,8 @@ const (
 	reasonDenied       = "denied"        // 401, 403 by Config.Authorize
 	reasonNotFound     = "not_found"     // 404 on DELETE
 	reasonBusy         = "busy"          // 503 by MaxInFlightBytes
+	reasonDuplicate    = "duplicate"     // 409: applied before under its Fencing-Sequence
+	reasonSequenceGap  = "sequence_gap"  // 409 by a strict store
 )
 
 type metrics struct {
@@ -33,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_store_writes_rejected_total",
-			Help: "Writes refused with nothing applied, by operation and reason (stale, missing_token, malformed, too_large, bad_signature, denied, not_found, busy).",
+			Help: "Writes refused with nothing applied, by operation and reason (stale, missing_token, malformed, too_large, bad_signature, denied, not_found, busy, duplicate, sequence_gap).",
 		}, []string{"op", "reason"}),
 		staleAccepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fenced_store_stale_writes_accepted_total",

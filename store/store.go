@@ -102,6 +102,10 @@ type AuditRecord struct {
 	// Owner is the lease owner the write came with (Fencing-Owner,
 	// fence.WithOwner); empty when none came.
 	Owner string `json:"owner,omitempty"`
+	// Sequence is the write's sequence under Token (Fencing-Sequence,
+	// fence.WithSequence); 0 when none came. A (Scope, Token, Sequence)
+	// with a sequence appears at most once in the audit.
+	Sequence uint64 `json:"sequence,omitempty"`
 }
 
 // Stale reports whether the write presented a token below the scope's
@@ -294,7 +298,7 @@ func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, na
 
 	var rec AuditRecord
 	apply := func(tx *bbolt.Tx) (err error) {
-		rec, err = s.apply(tx, op, scope, token, name, value, fence.OwnerFromContext(ctx))
+		rec, err = s.apply(tx, op, scope, token, name, value, fence.OwnerFromContext(ctx), fence.SequenceFromContext(ctx))
 		return err
 	}
 	err = s.guard.DoTx(ctx, scope, token, apply)
@@ -310,6 +314,19 @@ func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, na
 	case errors.Is(err, ErrNotFound):
 		s.metrics.rejected.WithLabelValues(string(op), reasonNotFound).Inc()
 		return AuditRecord{}, err
+	case errors.Is(err, fence.ErrDuplicate):
+		// Applied before under this sequence: not a stale rejection.
+		s.metrics.rejected.WithLabelValues(string(op), reasonDuplicate).Inc()
+		s.log.InfoContext(ctx, "duplicate write not applied again", "scope", scope, "token", token,
+			"sequence", fence.SequenceFromContext(ctx), "object", name, "op", string(op))
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.Observe(ctx, fence.Decision{Scope: scope, Presented: token, Highest: token,
+				Sequence: fence.SequenceFromContext(ctx), Duplicate: true, Owner: fence.OwnerFromContext(ctx)})
+		}
+		return AuditRecord{}, err
+	case errors.Is(err, fence.ErrSequenceGap):
+		s.metrics.rejected.WithLabelValues(string(op), reasonSequenceGap).Inc()
+		return AuditRecord{}, err
 	case err != nil:
 		return AuditRecord{}, s.txError(err)
 	}
@@ -319,7 +336,7 @@ func (s *Store) write(ctx context.Context, op Op, scope string, token uint64, na
 
 // apply writes the object and its audit record inside tx. The guard's token
 // bucket, read here for HighestBefore, is not written: DoTx raises it.
-func (s *Store) apply(tx *bbolt.Tx, op Op, scope string, token uint64, name string, value []byte, owner string) (AuditRecord, error) {
+func (s *Store) apply(tx *bbolt.Tx, op Op, scope string, token uint64, name string, value []byte, owner string, sequence uint64) (AuditRecord, error) {
 	highest, err := s.guard.HighestTx(tx, scope)
 	if err != nil {
 		return AuditRecord{}, err
@@ -343,6 +360,7 @@ func (s *Store) apply(tx *bbolt.Tx, op Op, scope string, token uint64, name stri
 		Time:          s.cfg.Now().UTC(),
 		ValueLength:   int64(len(value)),
 		Owner:         owner,
+		Sequence:      sequence,
 	}
 	if op == OpPut {
 		err = objects.Put([]byte(name), encodeObject(rec, value))
