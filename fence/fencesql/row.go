@@ -36,6 +36,17 @@ type RowConfig struct {
 	// TokenColumn holds the highest token that wrote each row. Default
 	// DefaultTokenColumn ("fence_token"); see AddTokenColumnSQL.
 	TokenColumn string
+	// SequenceColumn, if set, holds the last sequence accepted under each
+	// row's token (fence.WithSequence; docs/guard-spec.md, section 7): an
+	// update whose sequence is at or below it, under the row's token, is a
+	// duplicate (fence.ErrDuplicate) and changes nothing. Add it with
+	// AddTokenColumnSQL(dialect, table, column), like the token column. An
+	// update without a sequence resets it when it raises the row's token.
+	// Default "": sequences are ignored.
+	SequenceColumn string
+	// StrictSequences refuses, with a *fence.SequenceGapError, a sequence
+	// other than the row's last plus 1 under the same token.
+	StrictSequences bool
 	// Observer, if set, is told of every rejection. Acceptances are not
 	// reported: when Update runs in the caller's transaction, only the
 	// caller knows whether it commits. Default: none.
@@ -58,7 +69,7 @@ func (c RowConfig) withDefaults() RowConfig {
 	return c
 }
 
-type quotedNames struct{ table, id, token string }
+type quotedNames struct{ table, id, token, seq string }
 
 func (c RowConfig) quoted() (q quotedNames, err error) {
 	if err := c.Dialect.valid(); err != nil {
@@ -78,6 +89,14 @@ func (c RowConfig) quoted() (q quotedNames, err error) {
 	}
 	if c.IDColumn == c.TokenColumn {
 		return q, fmt.Errorf("%w: id and token column are both %q", ErrInvalidIdentifier, c.IDColumn)
+	}
+	if c.SequenceColumn != "" {
+		if q.seq, err = c.Dialect.quoteColumn(c.SequenceColumn); err != nil {
+			return q, err
+		}
+		if c.SequenceColumn == c.IDColumn || c.SequenceColumn == c.TokenColumn {
+			return q, fmt.Errorf("%w: sequence column %q is also the id or token column", ErrInvalidIdentifier, c.SequenceColumn)
+		}
 	}
 	return q, nil
 }
@@ -110,7 +129,11 @@ func NewRowFence(cfg RowConfig) (*RowFence, error) {
 	if err != nil {
 		return nil, err
 	}
-	read := "SELECT " + q.token + " FROM " + q.table + " WHERE " + q.id + " = " + cfg.Dialect.placeholder(1)
+	cols := q.token
+	if q.seq != "" {
+		cols += ", " + q.seq
+	}
+	read := "SELECT " + cols + " FROM " + q.table + " WHERE " + q.id + " = " + cfg.Dialect.placeholder(1)
 	if cfg.Dialect != SQLite {
 		// A locking read sees the latest committed row even under
 		// REPEATABLE READ, where a plain read would see the transaction's
@@ -151,12 +174,25 @@ func (r *RowFence) AddColumnSQL() string {
 // it already carries, affects 0 rows. Update recognizes that case by the
 // token it reads back and returns nil; the DSN option clientFoundRows=true
 // makes the first answer exact and saves the second statement.
+//
+// With RowConfig.SequenceColumn and a sequence in ctx (fence.WithSequence),
+// the update also needs the sequence above the row's last one when the
+// token equals the row's, and records it; otherwise it returns a
+// *fence.DuplicateError (or, strict, a *fence.SequenceGapError) and changes
+// nothing.
 func (r *RowFence) Update(ctx context.Context, q Querier, id any, token uint64, set ...Assignment) error {
 	tok, err := tokenParam(token)
 	if err != nil {
 		return err
 	}
-	query, args, err := r.updateSQL(id, tok, set)
+	var seq uint64
+	if r.names.seq != "" {
+		seq = fence.SequenceFromContext(ctx)
+		if err := fence.CheckSequence("-", token, seq, 0, 0, false); err != nil {
+			return err
+		}
+	}
+	query, args, err := r.updateSQL(id, tok, int64(seq), set)
 	if err != nil {
 		return err
 	}
@@ -175,8 +211,12 @@ func (r *RowFence) Update(ctx context.Context, q Querier, id any, token uint64, 
 		if n > 0 {
 			return nil
 		}
-		var h int64
-		err = q.QueryRowContext(ctx, r.readSQL, id).Scan(&h)
+		var h, last int64
+		dest := []any{&h}
+		if r.names.seq != "" {
+			dest = append(dest, &last)
+		}
+		err = q.QueryRowContext(ctx, r.readSQL, id).Scan(dest...)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: %s", ErrRowNotFound, scope())
 		}
@@ -194,48 +234,80 @@ func (r *RowFence) Update(ctx context.Context, q Querier, id any, token uint64, 
 			}
 			return stale
 		}
-		if highest == token && r.cfg.Dialect == MySQL {
+		if seq != 0 && highest == token {
+			err := fence.CheckSequence(scope(), token, seq, highest, uint64(max(last, 0)), r.cfg.StrictSequences)
+			if errors.Is(err, fence.ErrDuplicate) && r.cfg.Observer != nil {
+				r.cfg.Observer.Observe(ctx, fence.Decision{Scope: scope(), Presented: token, Highest: highest,
+					Sequence: seq, Duplicate: true, Owner: fence.OwnerFromContext(ctx)})
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if highest == token && r.cfg.Dialect == MySQL && seq == 0 {
 			return nil // matched but unchanged; see above
 		}
 	}
 	return fmt.Errorf("fencesql: update %s: row changed concurrently on every attempt", scope())
 }
 
-func (r *RowFence) updateSQL(id any, tok int64, set []Assignment) (string, []any, error) {
+func (r *RowFence) updateSQL(id any, tok, seq int64, set []Assignment) (string, []any, error) {
 	d := r.cfg.Dialect
 	var b strings.Builder
-	args := make([]any, 0, len(set)+3)
+	args := make([]any, 0, len(set)+8)
 	seen := make(map[string]bool, len(set))
+	// bind adds v and returns its placeholder. Every value is bound where it
+	// is used (MySQL and SQLite cannot refer to a parameter twice).
+	bind := func(v any) string {
+		args = append(args, v)
+		return d.placeholder(len(args))
+	}
+	// On PostgreSQL the token is bound once and its $n reused.
+	var tokPH string
+	bindTok := func() string {
+		if d == Postgres && tokPH != "" {
+			return tokPH
+		}
+		tokPH = bind(tok)
+		return tokPH
+	}
 	b.WriteString("UPDATE " + r.names.table + " SET ")
 	for _, a := range set {
 		c, err := d.quoteColumn(a.Column)
 		if err != nil {
 			return "", nil, err
 		}
-		if a.Column == r.cfg.TokenColumn {
-			return "", nil, fmt.Errorf("fencesql: %q is the token column; Update sets it", a.Column)
+		if a.Column == r.cfg.TokenColumn || a.Column == r.cfg.SequenceColumn {
+			return "", nil, fmt.Errorf("fencesql: %q is the token or sequence column; Update sets it", a.Column)
 		}
 		if seen[a.Column] {
 			return "", nil, fmt.Errorf("fencesql: column %q assigned twice", a.Column)
 		}
 		seen[a.Column] = true
-		args = append(args, a.Value)
-		b.WriteString(c + " = " + d.placeholder(len(args)) + ", ")
+		b.WriteString(c + " = " + bind(a.Value) + ", ")
 	}
-	args = append(args, tok)
-	tokenArg := d.placeholder(len(args))
-	args = append(args, id)
+	t, sq := r.names.token, r.names.seq
+	// The sequence column comes before the token column: MySQL evaluates
+	// assignments left to right, with the new values of earlier ones.
+	switch {
+	case sq != "" && seq != 0:
+		b.WriteString(sq + " = " + bind(seq) + ", ")
+	case sq != "":
+		b.WriteString(sq + " = CASE WHEN " + t + " < " + bindTok() + " THEN 0 ELSE " + sq + " END, ")
+	}
 	// "token_column >= 0": a negative token was not written by a guard
 	// (ErrCorruptToken); the row is not matched, and the read that follows
 	// reports it.
-	b.WriteString(r.names.token + " = " + tokenArg +
-		" WHERE " + r.names.id + " = " + d.placeholder(len(args)) +
-		" AND " + r.names.token + " >= 0 AND " + r.names.token + " <= ")
-	if d == Postgres {
-		b.WriteString(tokenArg) // $n can be used twice
+	b.WriteString(t + " = " + bindTok() + " WHERE " + r.names.id + " = " + bind(id) + " AND " + t + " >= 0 AND ")
+	if sq == "" || seq == 0 {
+		b.WriteString(t + " <= " + bindTok())
+		return b.String(), args, nil
+	}
+	b.WriteString("(" + t + " < " + bindTok() + " OR (" + t + " = " + bindTok() + " AND " + sq)
+	if r.cfg.StrictSequences {
+		b.WriteString(" = " + bind(seq-1) + "))")
 	} else {
-		args = append(args, tok)
-		b.WriteString("?")
+		b.WriteString(" < " + bind(seq) + "))")
 	}
 	return b.String(), args, nil
 }

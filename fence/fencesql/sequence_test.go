@@ -192,3 +192,58 @@ func TestCheckSequence(t *testing.T) {
 		}
 	})
 }
+
+// RowFence with a sequence column: per-row sequences, as the scope table
+// keeps them per scope.
+func TestRowFenceSequences(t *testing.T) {
+	for _, b := range rowBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db, _ := openDB(t, b)
+			for _, sc := range seqScenarios {
+				t.Run(sc.name, func(t *testing.T) {
+					ctx := context.Background()
+					plain := newItemsTable(t, db, b.dialect)
+					table := plain.Config().Table
+					stmt, err := fencesql.AddTokenColumnSQL(b.dialect, table, "fence_sequence")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := db.ExecContext(ctx, stmt); err != nil {
+						t.Fatal(err)
+					}
+					rf, err := fencesql.NewRowFence(fencesql.RowConfig{Dialect: b.dialect, Table: table,
+						SequenceColumn: "fence_sequence", StrictSequences: sc.strict})
+					if err != nil {
+						t.Fatal(err)
+					}
+					applied := int64(0)
+					for i, st := range sc.steps {
+						err := rf.Update(fence.WithSequence(ctx, st.seq), db, 1, st.token, fencesql.Set("qty", applied+1))
+						if st.want == nil && err != nil || st.want != nil && !errors.Is(err, st.want) {
+							t.Fatalf("step %d (token %d seq %d): %v, want %v", i, st.token, st.seq, err, st.want)
+						}
+						if err == nil {
+							applied++
+						}
+						var dup *fence.DuplicateError
+						if errors.As(err, &dup) && dup.Scope != table+"/1" {
+							t.Fatalf("duplicate scope %q", dup.Scope)
+						}
+					}
+					if it := readItem(t, db, b.dialect, table); it.qty != applied {
+						t.Fatalf("qty %d, want %d updates applied", it.qty, applied)
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestRowFenceSequenceColumnConfig(t *testing.T) {
+	for _, col := range []string{"id", "fence_token", "bad name"} {
+		if _, err := fencesql.NewRowFence(fencesql.RowConfig{Dialect: fencesql.Postgres, Table: "t", SequenceColumn: col}); !errors.Is(err, fencesql.ErrInvalidIdentifier) {
+			t.Errorf("SequenceColumn %q: %v", col, err)
+		}
+	}
+}
