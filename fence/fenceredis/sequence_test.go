@@ -3,11 +3,16 @@ package fenceredis_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fenceredis"
+	"github.com/fencedio/fenced/internal/seqstress"
+	"github.com/redis/go-redis/v9"
 )
 
 type seqStep struct {
@@ -109,4 +114,60 @@ func TestSequenceKey(t *testing.T) {
 		t.Fatalf("corrupt sequence key: %v", err)
 	}
 	c.Del(ctx, fenceredis.Key(scope, "v"), g.TokenKey(scope), g.SequenceKey(scope))
+}
+
+// seqAuditScript appends "token sequence" to the scope's log: Redis's own
+// record of every application.
+var seqAuditScript = fenceredis.NewScript(`
+redis.call('RPUSH', KEYS[1], TOKEN .. ' ' .. ARGV[1])
+return 1
+`)
+
+// The guard stress with sequences: writers retry, with the same sequence,
+// every write whose answer a connection kill or their own cut deadline
+// lost; each (token, sequence) lands at most once, each acknowledged one
+// exactly once.
+func TestSequenceStress(t *testing.T) {
+	duration := 3 * time.Second
+	if os.Getenv("FENCED_LONG") == "1" {
+		duration = 30 * time.Second
+	}
+	p, g, _, direct, run := proxied(t, redis.Options{PoolSize: 8})
+	scope := run + "/seqstress"
+	logKey := fenceredis.Key(scope, "log")
+	write := func(ctx context.Context, token uint64) error {
+		_, err := g.Eval(ctx, scope, token, seqAuditScript, []string{logKey}, fence.SequenceFromContext(ctx))
+		return err
+	}
+	applied := func() map[seqstress.Key]int {
+		m := map[seqstress.Key]int{}
+		for _, e := range logOf(t, direct, logKey) {
+			var k seqstress.Key
+			if _, err := fmt.Sscanf(e, "%d %d", &k.Token, &k.Seq); err != nil {
+				t.Fatalf("log entry %q: %v", e, err)
+			}
+			m[k]++
+		}
+		return m
+	}
+	kill := func(ctx context.Context) int {
+		n := 0
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return n
+			case <-tick.C:
+				n += p.killAll()
+			}
+		}
+	}
+	res := seqstress.Run(t, seqstress.Config{Writers: 6, Duration: duration, CutShare: 0.2, Cut: 300 * time.Microsecond,
+		Timeout: 5 * time.Second, Attempts: 20, Reacquire: 20 * time.Millisecond, Fault: kill}, write, applied)
+	t.Log(res)
+	if res.Faults == 0 || res.Duplicates == 0 {
+		t.Errorf("the stress exercised nothing: %v", res)
+	}
+	direct.Del(context.Background(), logKey)
 }
