@@ -372,9 +372,10 @@ func (c Config) httpLimits() httplimit.Limits {
 		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns, MaxConnsPerClient: c.MaxConnsPerClient}
 }
 
-// WaiterCost is the memory one waiting acquisition holds, measured over
-// HTTP/2 (TestWaiterCost): its handler's goroutine and stack, the
-// stream's buffers and state, and its timers.
+// WaiterCost is the memory one waiting acquisition holds over HTTP/2: its
+// handler's goroutine and stack, the stream's buffers and state, and its
+// timers. TestAbuseProbe in cmd/fenced measures about 25 KiB of resident
+// memory per waiter; the rest is room for the garbage collector's headroom.
 const WaiterCost = 40 << 10
 
 // defaultMaxWaiters is Config.MaxWaiters' default: as many waiters as fit

@@ -36,9 +36,11 @@ type Config struct {
 	// MaxInFlightBytes bounds the request body bytes that PUTs over HTTP
 	// hold at once, from before their body is read until their write is
 	// done: each reserves its Content-Length, or MaxValueBytes when the
-	// length is not given. A PUT that would go beyond it is refused with
-	// 503 and Retry-After before its body is read (ErrBusy). Default
-	// DefaultMaxInFlightBytes (32 MiB); at least MaxValueBytes.
+	// length is not given. One client IP address may hold a quarter of
+	// it (at least MaxValueBytes), so that a client stalling its bodies
+	// leaves room for the others. A PUT that would go beyond either is
+	// refused with 503 and Retry-After before its body is read (ErrBusy).
+	// Default DefaultMaxInFlightBytes (32 MiB); at least MaxValueBytes.
 	MaxInFlightBytes int64
 
 	// MaxHeaderBytes, ReadHeaderTimeout, IdleTimeout, BodyReadTimeout,

@@ -181,19 +181,42 @@ func (s *Store) serveWrite(w http.ResponseWriter, r *http.Request, op Op, name s
 var errReadBody = errors.New("reading request body")
 
 // reserveBody reserves the bytes r's body may take against
-// MaxInFlightBytes, or refuses with ErrBusy. The returned func gives them
-// back.
+// MaxInFlightBytes, and against a quarter of it for r's client address, or
+// refuses with ErrBusy. The returned func gives them back.
 func (s *Store) reserveBody(r *http.Request) (func(), error) {
 	n := s.cfg.MaxValueBytes
 	if r.ContentLength >= 0 && r.ContentLength < n {
 		n = r.ContentLength
 	}
-	if held := s.inFlight.Add(n); held > s.cfg.MaxInFlightBytes {
-		s.inFlight.Add(-n)
-		return nil, fmt.Errorf("%w: %d body bytes held by PUTs in flight, this one may take %d (limit %d)",
-			ErrBusy, held-n, n, s.cfg.MaxInFlightBytes)
+	addr := r.RemoteAddr
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		addr = host
 	}
-	return func() { s.inFlight.Add(-n) }, nil
+	perAddr := max(s.cfg.MaxInFlightBytes/4, s.cfg.MaxValueBytes)
+	f := &s.inFlight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.total+n > s.cfg.MaxInFlightBytes:
+		return nil, fmt.Errorf("%w: %d body bytes held by PUTs in flight, this one may take %d (limit %d)",
+			ErrBusy, f.total, n, s.cfg.MaxInFlightBytes)
+	case f.byAddr[addr]+n > perAddr:
+		return nil, fmt.Errorf("%w: %d body bytes held by PUTs in flight from %s, this one may take %d (limit %d per client)",
+			ErrBusy, f.byAddr[addr], addr, n, perAddr)
+	}
+	if f.byAddr == nil {
+		f.byAddr = make(map[string]int64)
+	}
+	f.total += n
+	f.byAddr[addr] += n
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.total -= n
+		if f.byAddr[addr] -= n; f.byAddr[addr] <= 0 {
+			delete(f.byAddr, addr)
+		}
+	}, nil
 }
 
 func (s *Store) readValue(w http.ResponseWriter, r *http.Request) ([]byte, error) {

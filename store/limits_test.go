@@ -92,63 +92,65 @@ func TestServeLimits(t *testing.T) {
 	})
 }
 
-// PUTs whose bodies are still arriving hold at most MaxInFlightBytes; one
-// more is refused with 503 and Retry-After before its body is read, and a
-// PUT fits again once they are done.
+// PUTs whose bodies are still arriving hold at most MaxInFlightBytes, and
+// those of one address a quarter of it; one more is refused with 503 and
+// Retry-After before its body is read, and a PUT fits again once they are
+// done.
 func TestInFlightBytesCap(t *testing.T) {
-	addr := serveStore(t, store.Config{MaxValueBytes: 1 << 20, MaxInFlightBytes: 2 << 20, BodyReadTimeout: 10 * time.Second})
-	put := func(name string, body io.Reader, length int64) (*http.Response, error) {
-		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/objects/"+name, body)
-		req.ContentLength = length
-		req.Header.Set("Fencing-Scope", "s")
-		req.Header.Set("Fencing-Token", "1")
-		return http.DefaultClient.Do(req)
-	}
-	// Two PUTs of 1 MiB that send their headers and a byte, then stall.
-	var stalled []net.Conn
-	for i := range 2 {
-		c, err := net.Dial("tcp", addr)
+	addr := serveStore(t, store.Config{MaxValueBytes: 1 << 20, MaxInFlightBytes: 4 << 20, BodyReadTimeout: 10 * time.Second})
+	// start sends a PUT of length bytes from ip, headers and body.
+	start := func(ip, name string, length int, body string) net.Conn {
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		fmt.Fprintf(c, "PUT /v1/objects/slow%d HTTP/1.1\r\nHost: x\r\nFencing-Scope: s\r\nFencing-Token: 1\r\nContent-Length: %d\r\n\r\nx", i, 1<<20)
-		stalled = append(stalled, c)
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "PUT /v1/objects/%s HTTP/1.1\r\nHost: x\r\nFencing-Scope: s\r\nFencing-Token: 1\r\nContent-Length: %d\r\n\r\n%s", name, length, body)
+		return c
 	}
-	// Once both hold their bytes, a third is refused.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := put("third", strings.NewReader("x"), 1)
+	// put makes a 1-byte PUT from ip, and returns its status and
+	// Retry-After.
+	put := func(ip string) (int, string) {
+		c := start(ip, "small", 1, "x")
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("PUT from %s: %v", ip, err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			if resp.Header.Get("Retry-After") == "" {
-				t.Error("503 without Retry-After")
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a PUT while 2 MiB of bodies are in flight (limit 2 MiB): %d, want 503", resp.StatusCode)
-		}
-		time.Sleep(10 * time.Millisecond) // the stalled PUTs reserve once their headers arrive
+		return resp.StatusCode, resp.Header.Get("Retry-After")
 	}
+	// until waits for put from ip to answer code: stalled PUTs reserve
+	// once their headers arrive, and give back once the store sees them
+	// gone.
+	until := func(ip string, code int, why string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			got, retry := put(ip)
+			if got == code {
+				if code == http.StatusServiceUnavailable && retry == "" {
+					t.Errorf("%s: 503 without Retry-After", why)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: PUT from %s answered %d, want %d", why, ip, got, code)
+			}
+		}
+	}
+	// A stalled PUT of 1 MiB (headers and a byte) fills 127.0.0.2's share.
+	stalled := []net.Conn{start("127.0.0.2", "slow2", 1<<20, "x")}
+	until("127.0.0.2", http.StatusServiceUnavailable, "its share held")
+	until("127.0.0.1", http.StatusNoContent, "another address meanwhile")
+	// Three more addresses fill the 4 MiB.
+	for _, ip := range []string{"127.0.0.3", "127.0.0.4", "127.0.0.5"} {
+		stalled = append(stalled, start(ip, "slow", 1<<20, "x"))
+	}
+	until("127.0.0.1", http.StatusServiceUnavailable, "4 MiB of bodies in flight")
 	for _, c := range stalled {
 		c.Close()
 	}
-	// Their bytes are given back once the store sees them gone.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		resp, err := put("fourth", strings.NewReader("x"), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusNoContent {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a PUT once the others ended: %d, want 204", resp.StatusCode)
-		}
-	}
+	until("127.0.0.1", http.StatusNoContent, "once the stalled PUTs are gone")
+	until("127.0.0.2", http.StatusNoContent, "once the stalled PUTs are gone")
 }

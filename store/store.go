@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,7 +134,15 @@ type Store struct {
 	closed  atomic.Bool
 
 	rejections atomic.Uint64 // stale rejections since Open
-	inFlight   atomic.Int64  // body bytes reserved by PUTs over HTTP
+	inFlight   inFlight      // body bytes reserved by PUTs over HTTP
+}
+
+// inFlight counts the body bytes reserved by PUTs over HTTP, in all and
+// per client IP address.
+type inFlight struct {
+	mu     sync.Mutex
+	total  int64
+	byAddr map[string]int64
 }
 
 // Open opens (creating if needed) the store in cfg.DataDir.

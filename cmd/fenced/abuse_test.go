@@ -51,6 +51,7 @@ func TestAbuseProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 		const n = 20_000
+		base := residentMiB(p)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		good := runWellBehaved(p.url)
@@ -87,8 +88,8 @@ func TestAbuseProbe(t *testing.T) {
 		time.Sleep(5 * time.Second)
 		res := good.stop()
 		rss := residentMiB(p)
-		t.Logf("%d waiters sent: %d waiting, %d refused (resource_exhausted), %d other errors (last: %v); server RSS %d MiB",
-			n, waiting, refused.Load(), other.Load(), otherErr.Load(), rss)
+		t.Logf("%d waiters sent: %d waiting, %d refused (resource_exhausted), %d other errors (last: %v); server RSS %d MiB (%d before: %.1f KiB a waiter)",
+			n, waiting, refused.Load(), other.Load(), otherErr.Load(), rss, base, float64((rss-base)<<10)/float64(max(waiting, 1)))
 		t.Logf("well-behaved while the %d arrive: %v", n, ramp)
 		t.Logf("well-behaved while they wait: %v", res)
 		cancel()

@@ -53,7 +53,7 @@ in one transaction of one embedded database.`,
 	fl.BoolVar(&f.tlsFiles.ClientCertAuth, "client-cert-auth", false, "require a client certificate from --trusted-ca-file")
 	fl.StringVar(&f.keysFile, "trusted-keys-file", "", "key set (as served on fenced's /v1/keys) whose signatures writes must carry; refuses unsigned tokens")
 	fl.Int64Var(&f.cfg.MaxInFlightBytes, "max-in-flight-bytes", store.DefaultMaxInFlightBytes,
-		"request body bytes PUTs may hold at once; more are refused with 503 and Retry-After before their body is read")
+		"request body bytes PUTs may hold at once, a quarter of it per client IP; more are refused with 503 and Retry-After before their body is read")
 	registerHTTPFlags(fl, &f.cfg.MaxHeaderBytes, &f.cfg.IdleTimeout, &f.cfg.BodyReadTimeout, &f.cfg.MaxConns, &f.cfg.MaxConnsPerClient)
 	f.logs.register(cmd)
 	return cmd
