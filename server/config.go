@@ -374,7 +374,7 @@ func (c Config) httpLimits() httplimit.Limits {
 
 // WaiterCost is the memory one waiting acquisition holds over HTTP/2: its
 // handler's goroutine and stack, the stream's buffers and state, and its
-// timers. TestAbuseProbe in cmd/fenced measures about 25 KiB of resident
+// timers. TestAbuseProbe in cmd/fenced measures 25 to 32 KiB of resident
 // memory per waiter; the rest is room for the garbage collector's headroom.
 const WaiterCost = 40 << 10
 
