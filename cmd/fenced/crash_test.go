@@ -203,10 +203,20 @@ func (p *fencedProcess) kill(t *testing.T) {
 	<-p.exited
 }
 
-// buildFenced returns the fenced binary, built once per test run (TestMain
-// removes it): a build costs seconds on a busy machine.
+// buildFenced returns the fenced binary the process tests start: this
+// test binary itself, which runs fenced's main when asFencedEnv is set
+// (TestMain), so no build is needed. Under the race detector, where every
+// node would run instrumented and several share two cores, it is a plain
+// go build instead, made once per run (TestMain removes it).
 func buildFenced(t *testing.T) string {
 	t.Helper()
+	if !raceEnabled {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatalf("the test binary: %v", err)
+		}
+		return exe
+	}
 	built.once.Do(func() {
 		goTool, err := exec.LookPath("go")
 		if err != nil {
@@ -237,7 +247,16 @@ var built struct {
 	err            error
 }
 
+// asFencedEnv set to 1 makes this test binary run fenced's main instead of
+// the tests. TestMain sets it for the processes the tests start.
+const asFencedEnv = "FENCED_TEST_BINARY_IS_FENCED"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(asFencedEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Setenv(asFencedEnv, "1")
 	code := m.Run()
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
