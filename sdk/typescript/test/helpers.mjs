@@ -23,6 +23,18 @@ export function fencedBin() {
   return process.env.FENCED_BIN;
 }
 
+/** The fencectl binary: FENCED_FENCECTL (set by test/run.mjs), else built once into a temp dir. */
+export function fencectlBin() {
+  if (!process.env.FENCED_FENCECTL) {
+    const dir = mkdtempSync(join(tmpdir(), "fenced-ts-"));
+    const bin = join(dir, "fencectl");
+    const b = spawnSync("go", ["build", "-o", bin, "./cmd/fencectl"], { cwd: repo, stdio: "inherit" });
+    if (b.status !== 0) throw new Error("go build ./cmd/fencectl failed");
+    process.env.FENCED_FENCECTL = bin;
+  }
+  return process.env.FENCED_FENCECTL;
+}
+
 /** Runs the Go guards once (test/gointerop): {accepted: true} or {stale: true, highest}. */
 export function goInterop(...args) {
   if (!process.env.FENCED_GOINTEROP) {

@@ -24,6 +24,14 @@ if (!process.env.FENCED_BIN) {
     process.exit(1);
   }
 }
+if (!process.env.FENCED_FENCECTL && dir) {
+  process.env.FENCED_FENCECTL = join(dir, "fencectl");
+  const c = spawnSync("go", ["build", "-o", process.env.FENCED_FENCECTL, "./cmd/fencectl"], { cwd: repo, stdio: "inherit" });
+  if (c.status !== 0) {
+    console.error("go build ./cmd/fencectl failed");
+    process.exit(1);
+  }
+}
 const only = process.argv.slice(2);
 const files = only.length > 0 ? only : readdirSync(here).filter((f) => f.endsWith(".test.mjs")).sort().map((f) => join(here, f));
 const r = spawnSync(process.execPath, ["--test", "--test-concurrency=1", ...files], { stdio: "inherit", env: process.env });
