@@ -22,6 +22,7 @@ const (
 	NameLinearizability = "lease-linearizable"
 	NameExclusion       = "lease-exclusion"
 	NameRenewals        = "renewals-honoured"
+	NameSequences       = "sequenced-writes-at-most-once"
 	// NameProcesses fails for every worker, node or store process that
 	// exited on its own (a panic in the client library, say) or with an
 	// error when asked to stop (a data race under -race, say).
@@ -136,6 +137,32 @@ func CheckStoreOrder(audit []store.AuditRecord) CheckResult {
 		if rec.Token > h {
 			highest[rec.Scope], by[rec.Scope] = rec.Token, rec.Seq
 		}
+	}
+	return r
+}
+
+// CheckSequences checks the store's audit log: a write that carried a
+// sequence is applied at most once per (scope, token, sequence); a copy of
+// it must have been refused as a duplicate.
+func CheckSequences(audit []store.AuditRecord) CheckResult {
+	r := CheckResult{Name: NameSequences}
+	type key struct {
+		scope      string
+		token, seq uint64
+	}
+	first := map[key]uint64{}
+	for _, rec := range audit {
+		if rec.Sequence == 0 {
+			continue
+		}
+		r.Checked++
+		k := key{rec.Scope, rec.Token, rec.Sequence}
+		if seq, dup := first[k]; dup {
+			r.violation("scope %q token %d sequence %d applied twice: audit seq %d (object %q) and %d",
+				rec.Scope, rec.Token, rec.Sequence, rec.Seq, rec.Object, seq)
+			continue
+		}
+		first[k] = rec.Seq
 	}
 	return r
 }

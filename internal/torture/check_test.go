@@ -259,3 +259,22 @@ func TestClusterTimingFromTTL(t *testing.T) {
 		t.Errorf("a single node may keep a longer heartbeat: %v", err)
 	}
 }
+
+func TestCheckSequences(t *testing.T) {
+	rec := func(seq uint64, scope string, token, sequence uint64) store.AuditRecord {
+		return store.AuditRecord{Seq: seq, Scope: scope, Token: token, Sequence: sequence, Object: fmt.Sprintf("o%d", seq)}
+	}
+	for _, tc := range []struct {
+		name  string
+		audit []store.AuditRecord
+		want  int
+	}{
+		{"distinct", []store.AuditRecord{rec(1, "a", 3, 1), rec(2, "a", 3, 2), rec(3, "a", 4, 1), rec(4, "b", 3, 1)}, 0},
+		{"unsequenced repeats are not checked", []store.AuditRecord{rec(1, "a", 3, 0), rec(2, "a", 3, 0)}, 0},
+		{"applied twice", []store.AuditRecord{rec(1, "a", 3, 1), rec(2, "a", 3, 2), rec(3, "a", 3, 2), rec(4, "a", 3, 1)}, 2},
+	} {
+		if got := CheckSequences(tc.audit); got.Violations != tc.want {
+			t.Errorf("%s: %d violations, want %d: %v", tc.name, got.Violations, tc.want, got.Examples)
+		}
+	}
+}

@@ -62,6 +62,12 @@ type Config struct {
 	// DelayShare is the share of store writes sent through the delaying
 	// proxy. Default 0.1; negative disables the proxy.
 	DelayShare float64
+	// SequenceShare is the share of direct store writes and SQL writes that
+	// carry the lease's next sequence (fence.WithSequence), so that a copy
+	// of one is refused as a duplicate; the checker
+	// "sequenced-writes-at-most-once" audits them. Default 0.3; negative
+	// disables.
+	SequenceShare float64
 	// DelayMin and DelayMax bound how long the proxy holds a request; both
 	// must exceed TTL. Defaults 1.5×TTL and 3×TTL.
 	DelayMin, DelayMax time.Duration
@@ -215,6 +221,7 @@ func (c *Config) setDefaults() error {
 	setDefault(&c.PauseMin, c.TTL*3/2)
 	setDefault(&c.PauseMax, 3*c.TTL)
 	setDefault(&c.DelayShare, 0.1)
+	setDefault(&c.SequenceShare, 0.3)
 	setDefault(&c.DelayMin, c.TTL*3/2)
 	setDefault(&c.DelayMax, 3*c.TTL)
 	setDefault(&c.CrashInterval, 8*time.Second)
@@ -272,7 +279,7 @@ func (c *Config) check() error {
 		bad("WritesMin %d and WritesMax %d must satisfy 1 <= WritesMin <= WritesMax", c.WritesMin, c.WritesMax)
 	}
 	for name, p := range map[string]float64{"GetProbability": c.GetProbability, "TryProbability": c.TryProbability, "AbandonProbability": c.AbandonProbability,
-		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare, "LongHoldShare": c.LongHoldShare, "AfterAckShare": c.AfterAckShare, "SnapshotBeforeCrash": c.SnapshotBeforeCrash, "FollowerReadShare": c.FollowerReadShare} {
+		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare, "SequenceShare": c.SequenceShare, "LongHoldShare": c.LongHoldShare, "AfterAckShare": c.AfterAckShare, "SnapshotBeforeCrash": c.SnapshotBeforeCrash, "FollowerReadShare": c.FollowerReadShare} {
 		if p > 1 {
 			bad("%s %v is above 1", name, p)
 		}

@@ -67,6 +67,9 @@
 //   - store-no-stale-overwrite, postgres-no-stale-overwrite: per scope, in
 //     commit order, no accepted write carries a token below one accepted
 //     before it.
+//   - sequenced-writes-at-most-once: a store write that carried a sequence
+//     (Config.SequenceShare) is in the audit at most once per (scope,
+//     token, sequence); a duplicate answer counts as acknowledged.
 //   - token-provenance: every accepted write carries a token that the lease
 //     service granted, for that key, to the worker that sent it.
 //   - tokens-unique-and-ordered: no token was granted twice (restarts

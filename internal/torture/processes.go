@@ -160,6 +160,7 @@ func (e *engine) workerSpec(id int, history string) WorkerSpec {
 		FollowerReadShare:   enabled(cfg.FollowerReadShare),
 		LongHoldShare:       enabled(cfg.LongHoldShare),
 		DelayShare:          enabled(cfg.DelayShare),
+		SequenceShare:       enabled(cfg.SequenceShare),
 		AbandonProbability:  enabled(cfg.AbandonProbability),
 		WriteTimeout:        max(2*time.Second, 2*cfg.TTL),
 		DelayedWriteTimeout: cfg.TTL / 2,

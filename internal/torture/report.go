@@ -173,7 +173,7 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 	}
 	s.StaleRejections = s.StoreWrites.Refused + s.SQLWrites.Refused + s.DelayedWrites.Stale
 
-	s.Checks = append(s.Checks, CheckStoreOrder(ev.Audit))
+	s.Checks = append(s.Checks, CheckStoreOrder(ev.Audit), CheckSequences(ev.Audit))
 	if ev.HasSQL {
 		s.Checks = append(s.Checks, CheckSQLOrder(ev.SQLRows))
 	} else {
@@ -293,12 +293,12 @@ func writeCheck(w io.Writer, c CheckResult, noFencing bool) {
 	case c.Violations > 0:
 		status = "FAIL"
 	}
-	line := fmt.Sprintf("    %-5s %-28s %d checked, %d violations", status, c.Name, c.Checked, c.Violations)
+	line := fmt.Sprintf("    %-5s %-29s %d checked, %d violations", status, c.Name, c.Checked, c.Violations)
 	if status == "FAIL*" {
 		line += " (expected without fencing)"
 	}
 	if c.Skipped != "" {
-		line = fmt.Sprintf("    %-5s %-28s %s", status, c.Name, c.Skipped)
+		line = fmt.Sprintf("    %-5s %-29s %s", status, c.Name, c.Skipped)
 	}
 	fmt.Fprintln(w, line)
 	if c.Note != "" {

@@ -58,6 +58,9 @@ type WorkerSpec struct {
 	LongHoldShare  float64 `json:"longHoldShare,omitempty"`
 	TryProbability float64 `json:"tryProbability"`
 	DelayShare     float64 `json:"delayShare"`
+	// SequenceShare is the share of direct store writes and SQL writes
+	// sent with the lease's next sequence.
+	SequenceShare float64 `json:"sequenceShare,omitempty"`
 	// AbandonProbability is the chance that a worker drops a lease without
 	// releasing it, so that it expires on the server.
 	AbandonProbability float64       `json:"abandonProbability"`
@@ -319,6 +322,9 @@ func (w *worker) put(l *client.Lease, delayed bool) writeResult {
 		Deadline: l.Deadline().UnixNano()}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if !delayed {
+		ctx = w.sequenced(ctx, l)
+	}
 	hc := &http.Client{Transport: fencehttp.NewTransport(l, w.store)}
 	w.rec.begin(op)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut,
@@ -336,10 +342,13 @@ func (w *worker) put(l *client.Lease, delayed bool) writeResult {
 		}
 		return writeFailed
 	}
+	fenced := fencehttp.ErrorFromResponse(resp)
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
 	switch {
-	case resp.StatusCode/100 == 2:
+	case resp.StatusCode/100 == 2, errors.Is(fenced, fence.ErrDuplicate):
+		// A duplicate: a copy of this very write (same object, token and
+		// sequence) was applied, and this one was not.
 		w.rec.end(op, OK, "", nil)
 		return writeOK
 	case resp.StatusCode == http.StatusConflict:
@@ -369,10 +378,10 @@ func (w *worker) sql(l *client.Lease) writeResult {
 	if w.spec.NoFencing {
 		err = unfencedTx(ctx, w.db, insert)
 	} else {
-		err = w.guard.Do(ctx, op.Key, op.Token, insert)
+		err = w.guard.Do(w.sequenced(ctx, l), op.Key, op.Token, insert)
 	}
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, fence.ErrDuplicate):
 		w.rec.end(op, OK, "", nil)
 		return writeOK
 	case errors.Is(err, fence.ErrStaleToken):
@@ -383,6 +392,15 @@ func (w *worker) sql(l *client.Lease) writeResult {
 	// The commit may have happened before the connection broke.
 	w.rec.end(op, Unknown, CodeTransport, err)
 	return writeFailed
+}
+
+// sequenced returns ctx with the lease's next sequence for a share of the
+// writes (WorkerSpec.SequenceShare).
+func (w *worker) sequenced(ctx context.Context, l *client.Lease) context.Context {
+	if w.spec.SequenceShare > 0 && w.rng.Float64() < w.spec.SequenceShare {
+		return fence.WithSequence(ctx, l.NextSequence())
+	}
+	return ctx
 }
 
 func unfencedTx(ctx context.Context, db *sql.DB, fn func(context.Context, *sql.Tx) error) error {
