@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +124,28 @@ func TestLeasesPerClient(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("max-leases-per-client")); got != 2 {
 		t.Errorf("fenced_limit_refusals_total{limit=max-leases-per-client} = %v, want 2", got)
+	}
+}
+
+// The forwarded client address counts only on the peer port, where the
+// calls other nodes forward arrive; on the public port the header is
+// dropped and the connection's address counts.
+func TestClientAddrForwardedOnlyOverPeerPort(t *testing.T) {
+	for _, peer := range []bool{false, true} {
+		var got, header string
+		h := withClientAddr(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got, header = clientAddr(r.Context()), r.Header.Get(forwardedClientHeader)
+		}), peer)
+		r := httptest.NewRequest("POST", "/", nil)
+		r.RemoteAddr = "127.0.0.2:4000"
+		r.Header.Set(forwardedClientHeader, "192.0.2.9")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		want := "127.0.0.2"
+		if peer {
+			want = "192.0.2.9"
+		}
+		if got != want || (!peer && header != "") {
+			t.Errorf("peer port %v: client address %q (header left %q), want %q", peer, got, header, want)
+		}
 	}
 }
