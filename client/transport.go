@@ -30,7 +30,10 @@ func newTransport(streams bool) *http.Transport {
 		HTTP2:               &http.HTTP2Config{SendPingTimeout: 3 * time.Second, PingTimeout: 2 * time.Second},
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 100,
-		IdleConnTimeout:     90 * time.Second,
+		// Below the server's idle timeout (60s by default), so the client
+		// closes an idle connection before the server does and never sends
+		// a call on a connection the server is closing.
+		IdleConnTimeout: 50 * time.Second,
 	}
 }
 

@@ -365,9 +365,13 @@ func (r wellBehavedResult) String() string {
 	return s
 }
 
+// check asserts that the well-behaved client was served: every call
+// answered, none refused. Its latency is logged as a figure, not asserted:
+// speed is measured in benchmarks, and this probe runs beside other work
+// (and under the race detector in CI).
 func (r wellBehavedResult) check(t *testing.T) {
 	t.Helper()
-	if r.acquires == 0 || r.errors > 0 || r.p99 >= 100*time.Millisecond {
+	if r.acquires == 0 || r.errors > 0 {
 		t.Errorf("the well-behaved client was not served: %v", r)
 	}
 }
