@@ -40,7 +40,7 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 // and commit index, then applies from the snapshot's index + 1: the
 // entries it needs are gone and the node panics with "log not found" on
 // every start. DeleteRange therefore keeps the log from a snapshot that
-// was just restored when the log holds the snapshot's last entry, as the
+// was just installed when the log holds the snapshot's last entry, as the
 // Raft paper says a follower must. The snapshot's own entry stays too:
 // raft's leader follows an install with an append whose previous entry is
 // the snapshot's, and a follower without it refuses and is sent the
@@ -49,6 +49,11 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 // node's own snapshot or compaction covered its index), so it follows the
 // snapshot's entry; a member added empty gets there when it is sent the
 // same snapshot twice.
+//
+// Only the deletion of the whole log right after an install is cut short.
+// Raft's other deletions go through whole: compaction, and a conflicting
+// suffix, which starts after the commit index and so after any snapshot;
+// keeping that suffix made raft's next append out of order.
 type monotonicLogStore struct {
 	raft.LogStore
 	restored *restoredSnapshot
@@ -57,8 +62,7 @@ type monotonicLogStore struct {
 
 func (monotonicLogStore) IsMonotonic() bool { return true }
 
-// StoreLog and StoreLogs end the install of a restored snapshot: a later
-// deletion is a conflicting suffix, which must go.
+// StoreLog and StoreLogs end the install of a restored snapshot.
 func (s monotonicLogStore) StoreLog(l *raft.Log) error {
 	s.restored.forget()
 	return s.LogStore.StoreLog(l)
@@ -72,43 +76,71 @@ func (s monotonicLogStore) StoreLogs(logs []*raft.Log) error {
 var _ raft.MonotonicLogStore = monotonicLogStore{}
 
 func (s monotonicLogStore) DeleteRange(min, max uint64) error {
-	if keep, ok := s.restored.take(min, max); ok {
-		// Only raft's removeOldLogs gets here: compaction stops at a
-		// snapshot just created, and a conflicting suffix starts after
-		// the last entry committed, which a snapshot never passes.
-		if min == keep.Index+1 {
-			s.log.Warn("keeping the log that follows a restored snapshot (hashicorp/raft#697)",
-				"snapshot-index", keep.Index, "kept-from", min, "kept-to", max)
-			return nil
-		}
-		var at raft.Log
-		if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
-			s.log.Warn("keeping the log from a restored snapshot older than it (hashicorp/raft#697)",
-				"snapshot-index", keep.Index, "kept-from", keep.Index, "kept-to", max)
-			if keep.Index <= min {
-				return nil
-			}
-			max = keep.Index - 1
-		}
+	keep, ok := s.restored.take()
+	if !ok || max <= keep.Index {
+		return s.LogStore.DeleteRange(min, max)
+	}
+	first, err := s.LogStore.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := s.LogStore.LastIndex()
+	if err != nil {
+		return err
+	}
+	// After an install raft's removeOldLogs deletes the whole log. A
+	// conflicting suffix starts past the snapshot, so past the first
+	// entry of a log that holds the snapshot's; compaction ends before
+	// the last entry.
+	if min > first || max < last || first > keep.Index+1 {
+		return s.LogStore.DeleteRange(min, max)
+	}
+	if first == keep.Index+1 {
+		s.log.Warn("keeping the log that follows a restored snapshot (hashicorp/raft#697)",
+			"snapshot-index", keep.Index, "kept-from", first, "kept-to", max)
+		return nil
+	}
+	var at raft.Log
+	if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
+		s.log.Warn("keeping the log from a restored snapshot older than it (hashicorp/raft#697)",
+			"snapshot-index", keep.Index, "kept-from", keep.Index, "kept-to", max)
+		max = keep.Index - 1
 	}
 	return s.LogStore.DeleteRange(min, max)
 }
 
-// restoredSnapshot remembers the last snapshot raft opened, from when it is
-// opened until the next snapshot is created, an entry is appended, or a
-// deletion of the log head past it. A follower installing a snapshot
-// creates it, opens it to restore the state machine, then deletes the log;
-// a node that takes its own snapshot creates it, then compacts up to it,
-// with nothing remembered.
+// restoredSnapshot remembers a snapshot that this process created and then
+// opened for the first time, until the next deletion from the log, append,
+// or snapshot created. A follower installing a snapshot creates it, opens
+// it to restore the state machine, then deletes the log. A node that takes
+// its own snapshot creates it, then compacts up to it, with nothing
+// remembered; it may open it later to send it, and a deletion after that
+// is a conflicting suffix, which goes through as its log holds the
+// snapshot's entry. A snapshot restored at start, or installed and then
+// sent, is not opened for the first time: nothing is remembered, though
+// the log may start right after it and conflict from there.
 type restoredSnapshot struct {
-	mu    sync.Mutex
-	armed bool
-	meta  raft.SnapshotMeta
+	mu sync.Mutex
+	// created holds the last two snapshots created and not opened since:
+	// a node may take its own while it copies one sent by the leader.
+	created [2]string
+	armed   bool
+	meta    raft.SnapshotMeta
 }
 
-func (r *restoredSnapshot) set(meta *raft.SnapshotMeta) {
+func (r *restoredSnapshot) create(id string) {
 	r.mu.Lock()
-	r.armed, r.meta = true, *meta
+	r.armed, r.created = false, [2]string{r.created[1], id}
+	r.mu.Unlock()
+}
+
+func (r *restoredSnapshot) open(meta *raft.SnapshotMeta) {
+	r.mu.Lock()
+	for i, id := range r.created {
+		if id != "" && id == meta.ID {
+			r.armed, r.meta, r.created[i] = true, *meta, ""
+		}
+	}
 	r.mu.Unlock()
 }
 
@@ -118,21 +150,17 @@ func (r *restoredSnapshot) forget() {
 	r.mu.Unlock()
 }
 
-// take returns the remembered snapshot's meta when deleting [min, max]
-// would remove entries after its last index from a log that holds its
-// entry or starts right after it, and forgets it.
-func (r *restoredSnapshot) take(min, max uint64) (raft.SnapshotMeta, bool) {
+// take returns the remembered snapshot's meta, and forgets it.
+func (r *restoredSnapshot) take() (raft.SnapshotMeta, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.armed || max <= r.meta.Index || min > r.meta.Index+1 {
-		return raft.SnapshotMeta{}, false
-	}
+	armed := r.armed
 	r.armed = false
-	return r.meta, true
+	return r.meta, armed
 }
 
-// restoreTrackingSnapshots tells monotonicLogStore which snapshot raft
-// opened last, and when it created one since.
+// restoreTrackingSnapshots tells monotonicLogStore which snapshots raft
+// created and opened.
 type restoreTrackingSnapshots struct {
 	raft.SnapshotStore
 	restored *restoredSnapshot
@@ -140,14 +168,19 @@ type restoreTrackingSnapshots struct {
 
 func (s restoreTrackingSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
 	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
-	s.restored.forget()
-	return s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil {
+		s.restored.forget()
+		return nil, err
+	}
+	s.restored.create(sink.ID())
+	return sink, nil
 }
 
 func (s restoreTrackingSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.SnapshotStore.Open(id)
 	if err == nil {
-		s.restored.set(meta)
+		s.restored.open(meta)
 	}
 	return meta, rc, err
 }

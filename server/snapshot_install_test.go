@@ -112,6 +112,62 @@ func TestNewFollowerKeepsLogPastSecondInstall(t *testing.T) {
 	}
 }
 
+// TestRestartedFollowerTruncatesConflictAfterSnapshot: a node that restarts
+// restores its last snapshot, at S, and may hold entries after it that were
+// never committed. A new leader's entries conflict with them from S+1, and
+// raft deletes the log from there before appending its own. That deletion
+// must happen: the raft#697 workaround took the snapshot restored at start
+// for one just installed, kept the log, and the append that followed was
+// refused as out of order, which stops the node on every start (found with
+// the cluster torture: "delete of entries 7 to 7: only suffix or prefix
+// ranges may be deleted").
+func TestRestartedFollowerTruncatesConflictAfterSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	f := startFakeLeaderFollower(t, dir)
+	f.appendEntries(t, 0, 1, 20, 12) // 13..20 are not committed
+	f.fsm.waitApplied(t, 12)
+	f.installSnapshot(t, 12) // a snapshot at 12 on disk, the log 12..20 kept
+	f.close(t)
+
+	f = startFakeLeaderFollower(t, dir)
+	defer f.close(t)
+	f.appendInTerm(t, 2, 12, 13, 15, 15)
+	f.fsm.waitApplied(t, 15)
+	if got, want := f.fsm.history(), "restore@12 13-15"; got != want {
+		t.Errorf("state machine saw %s, want %s", got, want)
+	}
+	first, _ := f.logs.FirstIndex()
+	last, _ := f.logs.LastIndex()
+	if first != 12 || last != 15 {
+		t.Errorf("log holds %d..%d, want 12..15", first, last)
+	}
+	var l raft.Log
+	if err := f.logs.GetLog(13, &l); err != nil || l.Term != 2 {
+		t.Errorf("entry 13: term %d (%v), want the new leader's term 2", l.Term, err)
+	}
+}
+
+// TestFollowerTruncatesConflictAfterOlderSnapshot: after installing a
+// snapshot older than its log, a follower keeps the entries after it; a
+// leader's append that conflicts with them replaces them.
+func TestFollowerTruncatesConflictAfterOlderSnapshot(t *testing.T) {
+	f := startFakeLeaderFollower(t, t.TempDir())
+	defer f.close(t)
+	f.appendEntries(t, 0, 1, 20, 12)
+	f.fsm.waitApplied(t, 12)
+	f.installSnapshot(t, 12)
+	f.appendInTerm(t, 2, 12, 13, 15, 15)
+	f.fsm.waitApplied(t, 15)
+	if got, want := f.fsm.history(), "1-12 restore@12 13-15"; got != want {
+		t.Errorf("state machine saw %s, want %s", got, want)
+	}
+	first, _ := f.logs.FirstIndex()
+	last, _ := f.logs.LastIndex()
+	if first != 12 || last != 15 {
+		t.Errorf("log holds %d..%d, want 12..15", first, last)
+	}
+}
+
 // fakeLeaderFollower is one raft node on the node's own log store chain,
 // driven by RPCs that a test writes as a leader would.
 type fakeLeaderFollower struct {
@@ -165,13 +221,19 @@ var fakeLeaderHeader = raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, 
 
 func (f *fakeLeaderFollower) appendEntries(t *testing.T, prev, from, to, commit uint64) {
 	t.Helper()
-	req := &raft.AppendEntriesRequest{RPCHeader: fakeLeaderHeader, Term: 1,
+	f.appendInTerm(t, 1, prev, from, to, commit)
+}
+
+// appendInTerm appends entries of term after prev, an entry of term 1.
+func (f *fakeLeaderFollower) appendInTerm(t *testing.T, term, prev, from, to, commit uint64) {
+	t.Helper()
+	req := &raft.AppendEntriesRequest{RPCHeader: fakeLeaderHeader, Term: term,
 		PrevLogEntry: prev, LeaderCommitIndex: commit}
 	if prev > 0 {
 		req.PrevLogTerm = 1
 	}
 	for i := from; i <= to; i++ {
-		req.Entries = append(req.Entries, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("x")})
+		req.Entries = append(req.Entries, &raft.Log{Index: i, Term: term, Type: raft.LogCommand, Data: []byte("x")})
 	}
 	var resp raft.AppendEntriesResponse
 	if err := f.leader.AppendEntries("follower", "follower", req, &resp); err != nil || !resp.Success {
@@ -271,47 +333,96 @@ func (m *indexFSM) waitApplied(t *testing.T, index uint64) {
 	}
 }
 
-// TestRestoredSnapshotKeepsOnlyAfterARestore: a snapshot that a leader opens
-// to send, followed by its own snapshot and compaction, leaves compaction
-// alone; only a deletion past a snapshot opened since the last one created
-// is cut short.
-func TestRestoredSnapshotKeepsOnlyAfterARestore(t *testing.T) {
-	restored := new(restoredSnapshot)
-	snaps := restoreTrackingSnapshots{raft.NewInmemSnapshotStore(), restored}
-	create := func(index uint64) string {
-		sink, err := snaps.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := sink.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return sink.ID()
+// TestOnlyAnInstallKeepsTheLog: the log store cuts short only the deletion
+// of the whole log right after an install; the snapshot a node restores at
+// start, or opens to send, changes no deletion.
+func TestOnlyAnInstallKeepsTheLog(t *testing.T) {
+	// Each leaves a snapshot at 12 opened.
+	install := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+		openSnapshot(t, tracked, createSnapshot(t, tracked, 12))
 	}
-	open := func(id string) {
-		_, rc, err := snaps.Open(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc.Close()
+	restoredAtStart := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+		openSnapshot(t, tracked, createSnapshot(t, snaps, 12)) // created by the process before
 	}
+	installWhileTaking := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+		installed := createSnapshot(t, tracked, 12)
+		createSnapshot(t, tracked, 11) // the node's own, taken while it copies
+		openSnapshot(t, tracked, installed)
+	}
+	installedThenSent := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+		installed := createSnapshot(t, tracked, 12)
+		openSnapshot(t, tracked, installed)
+		tracked.restored.forget() // as the next append does
+		openSnapshot(t, tracked, installed)
+	}
+	sentThenTaken := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+		openSnapshot(t, tracked, createSnapshot(t, tracked, 12))
+		createSnapshot(t, tracked, 30)
+	}
+	for _, tc := range []struct {
+		name           string
+		snapshots      func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots)
+		from, to       uint64 // the log
+		delFrom, delTo uint64
+		want           string // the log after the deletion
+	}{
+		{"install, log from before", install, 1, 20, 1, 20, "12..20"},
+		{"install, log from after", install, 13, 20, 13, 20, "13..20"},
+		{"install, log past a gap", install, 14, 20, 14, 20, "0..0"},
+		{"install, log before", install, 1, 12, 1, 12, "0..0"},
+		{"install while taking one", installWhileTaking, 1, 20, 1, 20, "12..20"},
+		// An install, or a snapshot of the node's own opened to send.
+		{"opened, conflict", install, 1, 20, 13, 20, "1..12"},
+		{"restored at start, conflict", restoredAtStart, 13, 20, 13, 20, "0..0"},
+		{"installed then sent, conflict", installedThenSent, 13, 20, 13, 20, "0..0"},
+		{"sent, then a newer taken and compacted", sentThenTaken, 1, 40, 1, 25, "26..40"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			restored := new(restoredSnapshot)
+			snaps, err := raft.NewFileSnapshotStore(t.TempDir(), 2, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.snapshots(t, snaps, restoreTrackingSnapshots{snaps, restored})
+			store := raft.NewInmemStore()
+			for i := tc.from; i <= tc.to; i++ {
+				if err := store.StoreLog(&raft.Log{Index: i, Term: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			logs := monotonicLogStore{LogStore: store, restored: restored, log: hclog.NewNullLogger()}
+			if err := logs.DeleteRange(tc.delFrom, tc.delTo); err != nil {
+				t.Fatal(err)
+			}
+			first, _ := logs.FirstIndex()
+			last, _ := logs.LastIndex()
+			if got := fmt.Sprintf("%d..%d", first, last); got != tc.want {
+				t.Errorf("deleting %d..%d of %d..%d left %s, want %s", tc.delFrom, tc.delTo, tc.from, tc.to, got, tc.want)
+			}
+			if _, ok := restored.take(); ok {
+				t.Error("the snapshot is still remembered after a deletion")
+			}
+		})
+	}
+}
 
-	sent := create(10)
-	open(sent) // a leader sends its snapshot at 10
-	create(30) // then takes one at 30 and compacts
-	if _, ok := restored.take(1, 25); ok {
-		t.Error("a compaction after the node's own snapshot was cut short")
+func createSnapshot(t *testing.T, snaps raft.SnapshotStore, index uint64) string {
+	t.Helper()
+	sink, err := snaps.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return sink.ID()
+}
 
-	installed := create(12) // a follower installs a snapshot at 12
-	open(installed)
-	if _, ok := restored.take(1, 12); ok {
-		t.Error("a deletion up to the snapshot was cut short")
+func openSnapshot(t *testing.T, snaps raft.SnapshotStore, id string) {
+	t.Helper()
+	_, rc, err := snaps.Open(id)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if meta, ok := restored.take(1, 20); !ok || meta.Index != 12 {
-		t.Errorf("deleting past the restored snapshot at 12: kept %v (%d)", ok, meta.Index)
-	}
-	if _, ok := restored.take(1, 20); ok {
-		t.Error("the restored snapshot cut short a second deletion")
-	}
+	rc.Close()
 }
