@@ -108,6 +108,37 @@ func TestInFlightBytesCap(t *testing.T) {
 		fmt.Fprintf(c, "PUT /v1/objects/%s HTTP/1.1\r\nHost: x\r\nFencing-Scope: s\r\nFencing-Token: 1\r\nContent-Length: %d\r\n\r\n%s", name, length, body)
 		return c
 	}
+	// stall starts a PUT of 1 MiB from ip that sends one byte of its body
+	// and stops, once the store has reserved its bytes: with Expect, the
+	// store asks for the body (100 Continue) only after reserving it.
+	// Without that wait a probe sent next may be reserved first. A stall
+	// refused busy is tried again: a probe's reservation is given back
+	// only after its answer is sent.
+	stall := func(ip, name string) net.Conn {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			fmt.Fprintf(c, "PUT /v1/objects/%s HTTP/1.1\r\nHost: x\r\nFencing-Scope: s\r\nFencing-Token: 1\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", name, 1<<20)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("stalled PUT from %s: %v", ip, err)
+			}
+			if resp.StatusCode == http.StatusContinue {
+				c.SetReadDeadline(time.Time{})
+				io.WriteString(c, "x")
+				return c
+			}
+			c.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				t.Fatalf("stalled PUT from %s answered %d, want 100 Continue", ip, resp.StatusCode)
+			}
+		}
+	}
 	// put makes a 1-byte PUT from ip, and returns its status and
 	// Retry-After.
 	put := func(ip string) (int, string) {
@@ -140,12 +171,12 @@ func TestInFlightBytesCap(t *testing.T) {
 		}
 	}
 	// A stalled PUT of 1 MiB (headers and a byte) fills 127.0.0.2's share.
-	stalled := []net.Conn{start("127.0.0.2", "slow2", 1<<20, "x")}
+	stalled := []net.Conn{stall("127.0.0.2", "slow2")}
 	until("127.0.0.2", http.StatusServiceUnavailable, "its share held")
 	until("127.0.0.1", http.StatusNoContent, "another address meanwhile")
 	// Three more addresses fill the 4 MiB.
 	for _, ip := range []string{"127.0.0.3", "127.0.0.4", "127.0.0.5"} {
-		stalled = append(stalled, start(ip, "slow", 1<<20, "x"))
+		stalled = append(stalled, stall(ip, "slow"))
 	}
 	until("127.0.0.1", http.StatusServiceUnavailable, "4 MiB of bodies in flight")
 	for _, c := range stalled {
