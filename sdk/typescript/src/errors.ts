@@ -122,6 +122,38 @@ export class StaleTokenError extends FencedError {
   }
 }
 
+/**
+ * A write whose sequence is at or below the last one accepted under its
+ * token (guard spec, section 7): it, or an earlier attempt of it, was
+ * applied, and it was not applied again. Not a stale token: the lease is
+ * still held.
+ */
+export class DuplicateError extends FencedError {
+  constructor(
+    readonly scope: string,
+    readonly token: bigint,
+    readonly sequence: bigint,
+    readonly last: bigint,
+  ) {
+    super(`duplicate write for scope ${JSON.stringify(scope)}: token ${token} sequence ${sequence}, last sequence accepted ${last} (already applied)`);
+  }
+}
+
+/** A strict guard's refusal of a sequence other than last+1 under the same token. Nothing applied. */
+export class SequenceGapError extends FencedError {
+  constructor(
+    readonly scope: string,
+    readonly token: bigint,
+    readonly sequence: bigint,
+    readonly last: bigint,
+  ) {
+    super(`fencing sequence gap for scope ${JSON.stringify(scope)}: token ${token} sequence ${sequence}, expected ${last + 1n}`);
+  }
+}
+
+/** A sequence outside 1..2^63-1. */
+export class InvalidSequenceError extends FencedError {}
+
 /** A guard was given no token (0 or absent). */
 export class NoTokenError extends FencedError {
   constructor() {

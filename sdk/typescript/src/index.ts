@@ -5,6 +5,6 @@ export type { LeaseInfo } from "./lease.js";
 export { parseEndpoints } from "./endpoints.js";
 export type { TLSOptions } from "./endpoints.js";
 export * from "./errors.js";
-export { checkToken, validateScope, toToken, MAX_SCOPE_BYTES, MAX_TOKEN } from "./scope.js";
+export { checkToken, checkSequence, validateScope, toToken, MAX_SCOPE_BYTES, MAX_TOKEN, MAX_SEQUENCE } from "./scope.js";
 export { MemoryGuard, reportStale, withLease } from "./guards/guard.js";
 export type { Decision, FenceLease, Guard, Observer } from "./guards/guard.js";

@@ -113,6 +113,20 @@ export class Lease implements AsyncDisposable {
    * Marks the lease lost, for example after a resource rejected its token as
    * stale. The lease stops renewing and is released in the background.
    */
+  #sequence = 0n;
+
+  /**
+   * The sequence for the next write under this lease's token: 1n on the
+   * first call, then 2n, 3n... (a lease has one token; a new one starts at
+   * 1n). Pass it to a guard's write as options.sequence, and the same one
+   * again when retrying that write: guards refuse a copy of it as a
+   * DuplicateError (guard spec, section 7).
+   */
+  nextSequence(): bigint {
+    this.#sequence += 1n;
+    return this.#sequence;
+  }
+
   markLost(cause?: unknown): void {
     this.#lose("reported lost", cause);
   }

@@ -1,4 +1,4 @@
-import { InvalidScopeError, NoTokenError, StaleTokenError } from "./errors.js";
+import { DuplicateError, InvalidScopeError, InvalidSequenceError, NoTokenError, SequenceGapError, StaleTokenError } from "./errors.js";
 
 /** The longest scope (and lease key), in bytes of UTF-8. */
 export const MAX_SCOPE_BYTES = 512;
@@ -43,6 +43,32 @@ export function checkToken(scope: string, token: bigint, highest: bigint): void 
   if (token < highest) {
     throw new StaleTokenError(scope, token, highest);
   }
+}
+
+/** The largest sequence a write may carry (the SQL guards keep it in a bigint). */
+export const MAX_SEQUENCE = (1n << 63n) - 1n;
+
+/**
+ * checkToken for a write that may carry a sequence (0n: none), given the
+ * last sequence accepted under highest (guard spec, section 7): a higher
+ * token starts a new epoch; under the same token a sequence at or below
+ * last is a DuplicateError, and with strict anything but last+1 a
+ * SequenceGapError.
+ */
+export function checkSequence(scope: string, token: bigint, seq: bigint, highest: bigint, last: bigint, strict = false): void {
+  checkToken(scope, token, highest);
+  if (seq < 0n || seq > MAX_SEQUENCE) {
+    throw new InvalidSequenceError(`fencing sequence ${seq} is not in 1..2^63-1`);
+  }
+  if (seq === 0n || token > highest) return;
+  if (seq <= last) throw new DuplicateError(scope, token, seq, last);
+  if (strict && seq !== last + 1n) throw new SequenceGapError(scope, token, seq, last);
+}
+
+/** The last sequence to record after accepting token with seq over highest and last. */
+export function nextLast(token: bigint, seq: bigint, highest: bigint, last: bigint): bigint {
+  if (seq !== 0n) return seq;
+  return token > highest ? 0n : last;
 }
 
 /** Converts a token given as bigint, number or decimal string to a bigint in 1..2^64-1. */

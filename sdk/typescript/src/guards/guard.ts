@@ -1,8 +1,8 @@
 // What every guard shares: the decision it reports to observers, the lease
 // it may be given, and the in-memory guard.
 
-import { StaleTokenError } from "../errors.js";
-import { checkToken } from "../scope.js";
+import { DuplicateError, StaleTokenError } from "../errors.js";
+import { checkSequence, nextLast } from "../scope.js";
 
 /** One decision of a guard, as observers see it. */
 export interface Decision {
@@ -13,6 +13,17 @@ export interface Decision {
   accepted: boolean;
   /** The owner the write came with, when known (Fencing-Owner, or the lease's). */
   owner?: string;
+  /** The write's sequence (guard spec, section 7), when it had one. */
+  sequence?: bigint;
+  /** A duplicate of a write already applied: not accepted, and not stale either. */
+  duplicate?: boolean;
+}
+
+/** Per-write options of the guards: the owner (informational) and the write's sequence. */
+export interface WriteOptions {
+  owner?: string;
+  /** The write's sequence under its token (1..2^63-1); absent or 0n: none. */
+  sequence?: bigint;
 }
 
 /** Told of a guard's decisions. observe must not throw or block. */
@@ -27,6 +38,8 @@ export interface FenceLease {
   readonly owner?: string;
   readonly signature?: string;
   markLost(cause?: unknown): void;
+  /** The next sequence for a write under this lease (1, 2, ...), when the lease numbers its writes. */
+  nextSequence?(): bigint;
 }
 
 /**
@@ -36,7 +49,7 @@ export interface FenceLease {
  * C is what apply gets: for PgGuard the client of the open transaction.
  */
 export interface Guard<C = void> {
-  do<T>(scope: string, token: bigint, apply: (ctx: C) => Promise<T>, options?: { owner?: string }): Promise<T>;
+  do<T>(scope: string, token: bigint, apply: (ctx: C) => Promise<T>, options?: WriteOptions): Promise<T>;
   highest(scope: string): Promise<bigint>;
 }
 
@@ -64,12 +77,18 @@ export async function withLease<T>(lease: FenceLease, fn: () => Promise<T>): Pro
  */
 export class MemoryGuard implements Guard<void> {
   readonly #highest = new Map<string, bigint>();
+  readonly #last = new Map<string, bigint>();
   readonly #tails = new Map<string, Promise<unknown>>();
 
-  constructor(private readonly observer?: Observer) {}
+  /** strictSequences: refuse a sequence other than last+1 under the same token (SequenceGapError). */
+  constructor(
+    private readonly observer?: Observer,
+    private readonly options: { strictSequences?: boolean } = {},
+  ) {}
 
-  async do<T>(scope: string, token: bigint, apply: () => Promise<T>, options: { owner?: string } = {}): Promise<T> {
-    checkToken(scope, token, 0n);
+  async do<T>(scope: string, token: bigint, apply: () => Promise<T>, options: WriteOptions = {}): Promise<T> {
+    const seq = options.sequence ?? 0n;
+    checkSequence(scope, token, seq, 0n, 0n);
     const prev = this.#tails.get(scope) ?? Promise.resolve();
     let release!: () => void;
     const mine = new Promise<void>((r) => (release = r));
@@ -78,17 +97,24 @@ export class MemoryGuard implements Guard<void> {
     await prev;
     try {
       const highest = this.#highest.get(scope) ?? 0n;
+      const last = this.#last.get(scope) ?? 0n;
+      const d: Decision = { scope, presented: token, highest, accepted: false, owner: options.owner };
+      if (seq !== 0n) d.sequence = seq;
       try {
-        checkToken(scope, token, highest);
+        checkSequence(scope, token, seq, highest, last, this.options.strictSequences);
       } catch (err) {
-        this.observer?.observe({ scope, presented: token, highest, accepted: false, owner: options.owner });
+        if (err instanceof StaleTokenError || err instanceof DuplicateError) {
+          if (err instanceof DuplicateError) d.duplicate = true;
+          this.observer?.observe(d);
+        }
         throw err;
       }
       const result = await apply();
+      this.#last.set(scope, nextLast(token, seq, highest, last));
       if (token > highest) {
         this.#highest.set(scope, token);
       }
-      this.observer?.observe({ scope, presented: token, highest, accepted: true, owner: options.owner });
+      this.observer?.observe({ ...d, accepted: true });
       return result;
     } finally {
       release();

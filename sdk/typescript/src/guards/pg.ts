@@ -6,9 +6,14 @@
 // accepted for it,
 //
 //   CREATE TABLE IF NOT EXISTS "fence_scopes" (
-//       scope         varchar(512) PRIMARY KEY,
-//       highest_token bigint NOT NULL CHECK (highest_token >= 0)
+//       scope          varchar(512) PRIMARY KEY,
+//       highest_token  bigint NOT NULL CHECK (highest_token >= 0),
+//       sequence_token bigint NOT NULL DEFAULT 0,
+//       last_sequence  bigint NOT NULL DEFAULT 0
 //   )
+//
+// (the sequence columns serve writes with options.sequence, guard spec
+// section 7; writes without one run only the statements below),
 //
 // check runs inside the caller's transaction:
 //
@@ -31,9 +36,9 @@
 // again.
 
 import type { ClientBase, Pool, PoolClient, QueryResult } from "pg";
-import { CorruptTokenError, RowNotFoundError, StaleTokenError, TokenOutOfRangeError } from "../errors.js";
-import { checkToken } from "../scope.js";
-import { type FenceLease, type Guard, type Observer, reportStale } from "./guard.js";
+import { CorruptTokenError, DuplicateError, RowNotFoundError, StaleTokenError, TokenOutOfRangeError } from "../errors.js";
+import { checkSequence, checkToken } from "../scope.js";
+import { type Decision, type FenceLease, type Guard, type Observer, reportStale, type WriteOptions } from "./guard.js";
 
 /** The scope table's default name. */
 export const DEFAULT_TABLE = "fence_scopes";
@@ -84,6 +89,8 @@ export interface PgGuardOptions {
   table?: string;
   /** Told of every rejection, and of the acceptances of do (after its commit). */
   observer?: Observer;
+  /** Refuse a sequence other than last+1 under the same token (SequenceGapError). */
+  strictSequences?: boolean;
 }
 
 /**
@@ -99,6 +106,13 @@ export class PgGuard implements Guard<PoolClient> {
   readonly #insert: string;
   readonly #raise: string;
   readonly #highest: string;
+  readonly #strict: boolean;
+  // Sequenced writes (guard spec, section 7) read and write the sequence
+  // columns too; writes without a sequence run only the statements above.
+  readonly #seqLock: string;
+  readonly #seqInsert: string;
+  readonly #seqRaise: string;
+  readonly #migrate: string[];
 
   constructor(
     private readonly pool: Pool,
@@ -107,20 +121,35 @@ export class PgGuard implements Guard<PoolClient> {
     this.table = options.table ?? DEFAULT_TABLE;
     this.#observer = options.observer;
     const t = quoteTable(this.table);
+    this.#strict = options.strictSequences ?? false;
     this.createTableSQL =
       `CREATE TABLE IF NOT EXISTS ${t} (\n` +
-      "    scope         varchar(512) PRIMARY KEY,\n" +
-      "    highest_token bigint NOT NULL CHECK (highest_token >= 0)\n" +
+      "    scope          varchar(512) PRIMARY KEY,\n" +
+      "    highest_token  bigint NOT NULL CHECK (highest_token >= 0),\n" +
+      "    sequence_token bigint NOT NULL DEFAULT 0,\n" +
+      "    last_sequence  bigint NOT NULL DEFAULT 0\n" +
       ")";
+    this.#seqLock = `SELECT highest_token, sequence_token, last_sequence FROM ${t} WHERE scope = $1 FOR UPDATE`;
+    this.#seqInsert = `INSERT INTO ${t} (scope, highest_token, sequence_token, last_sequence) VALUES ($1, $2, $2, $3) ON CONFLICT (scope) DO NOTHING`;
+    this.#seqRaise = `UPDATE ${t} SET highest_token = $1, sequence_token = $2, last_sequence = $3 WHERE scope = $4`;
+    // PostgreSQL's IF NOT EXISTS makes concurrent migrations safe.
+    this.#migrate = ["sequence_token", "last_sequence"].map((c) => `ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS ${c} BIGINT NOT NULL DEFAULT 0`);
     this.#lock = `SELECT highest_token FROM ${t} WHERE scope = $1 FOR UPDATE`;
     this.#insert = `INSERT INTO ${t} (scope, highest_token) VALUES ($1, $2) ON CONFLICT (scope) DO NOTHING`;
     this.#raise = `UPDATE ${t} SET highest_token = $1 WHERE scope = $2`;
     this.#highest = `SELECT highest_token FROM ${t} WHERE scope = $1`;
   }
 
-  /** Creates the scope table if it does not exist. */
+  /**
+   * Creates the scope table if it does not exist, and adds the sequence
+   * columns to one created without them; guards without sequences keep
+   * working on the migrated table (guard spec, section 7).
+   */
   async migrate(): Promise<void> {
     await this.pool.query(this.createTableSQL);
+    for (const stmt of this.#migrate) {
+      await this.pool.query(stmt);
+    }
   }
 
   /**
@@ -130,19 +159,32 @@ export class PgGuard implements Guard<PoolClient> {
    * when a higher token was accepted. After any error the caller must roll
    * back.
    */
-  async check(client: Queryable, scope: string, token: bigint, options: { owner?: string } = {}): Promise<bigint> {
+  async check(client: Queryable, scope: string, token: bigint, options: WriteOptions = {}): Promise<bigint> {
     try {
-      return await this.#check(client, scope, token);
+      return await this.#check(client, scope, token, options.sequence ?? 0n);
     } catch (err) {
-      if (err instanceof StaleTokenError) {
-        this.#observer?.observe({ scope, presented: token, highest: err.highest, accepted: false, owner: options.owner });
-      }
+      this.#refused(err, scope, token, options);
       throw err;
     }
   }
 
-  async #check(client: Queryable, scope: string, token: bigint): Promise<bigint> {
+  /** Tells the observer of a stale or duplicate refusal. */
+  #refused(err: unknown, scope: string, token: bigint, options: WriteOptions): void {
+    const d: Decision = { scope, presented: token, highest: 0n, accepted: false, owner: options.owner };
+    if (options.sequence) d.sequence = options.sequence;
+    if (err instanceof StaleTokenError) {
+      this.#observer?.observe({ ...d, highest: err.highest });
+    } else if (err instanceof DuplicateError) {
+      this.#observer?.observe({ ...d, highest: token, duplicate: true });
+    }
+  }
+
+  async #check(client: Queryable, scope: string, token: bigint, seq: bigint): Promise<bigint> {
     const tok = tokenParam(scope, token);
+    checkSequence(scope, token, seq, 0n, 0n);
+    if (seq !== 0n) {
+      return this.#checkSequence(client, scope, token, tok, seq);
+    }
     for (let i = 0; i < 3; i++) {
       const r = await client.query(this.#lock, [scope]);
       if (r.rows.length > 0) {
@@ -161,10 +203,32 @@ export class PgGuard implements Guard<PoolClient> {
     throw new Error(`fencing scope ${JSON.stringify(scope)}: row keeps disappearing (deleted concurrently?)`);
   }
 
+  async #checkSequence(client: Queryable, scope: string, token: bigint, tok: string, seq: bigint): Promise<bigint> {
+    for (let i = 0; i < 3; i++) {
+      const r = await client.query(this.#seqLock, [scope]);
+      if (r.rows.length > 0) {
+        const highest = tokenFromDB(r.rows[0].highest_token);
+        // last_sequence counts only under the token it was recorded with: a
+        // guard without sequences raises highest_token and leaves it behind.
+        const st = BigInt(r.rows[0].sequence_token);
+        let last = BigInt(r.rows[0].last_sequence);
+        if (st !== highest || last < 0n) last = 0n;
+        checkSequence(scope, token, seq, highest, last, this.#strict);
+        await client.query(this.#seqRaise, [tok, tok, seq.toString(), scope]);
+        return highest;
+      }
+      const ins = await client.query(this.#seqInsert, [scope, tok, seq.toString()]);
+      if (ins.rowCount === 1) {
+        return 0n;
+      }
+    }
+    throw new Error(`fencing scope ${JSON.stringify(scope)}: row keeps disappearing (deleted concurrently?)`);
+  }
+
   /** check for a lease: its key is the scope; a stale rejection marks it lost. */
-  async checkLease(client: Queryable, lease: FenceLease): Promise<bigint> {
+  async checkLease(client: Queryable, lease: FenceLease, options: { sequence?: bigint } = {}): Promise<bigint> {
     try {
-      return await this.check(client, lease.key, lease.token, { owner: lease.owner });
+      return await this.check(client, lease.key, lease.token, { owner: lease.owner, ...options });
     } catch (err) {
       throw reportStale(lease, err);
     }
@@ -175,26 +239,28 @@ export class PgGuard implements Guard<PoolClient> {
    * commits; rolls back if the check, fn or the commit fails, and rethrows.
    * fn must write through the client it is given and must not commit.
    */
-  async do<T>(scope: string, token: bigint, fn: (client: PoolClient) => Promise<T>, options: { owner?: string } = {}): Promise<T> {
+  async do<T>(scope: string, token: bigint, fn: (client: PoolClient) => Promise<T>, options: WriteOptions = {}): Promise<T> {
     tokenParam(scope, token);
+    const seq = options.sequence ?? 0n;
+    checkSequence(scope, token, seq, 0n, 0n);
     const client = await this.pool.connect();
     let highest = 0n;
     let done = false;
     try {
       await client.query("BEGIN");
-      highest = await this.#check(client, scope, token);
+      highest = await this.#check(client, scope, token, seq);
       const result = await fn(client);
       await client.query("COMMIT");
       done = true;
-      this.#observer?.observe({ scope, presented: token, highest, accepted: true, owner: options.owner });
+      const d: Decision = { scope, presented: token, highest, accepted: true, owner: options.owner };
+      if (seq !== 0n) d.sequence = seq;
+      this.#observer?.observe(d);
       return result;
     } catch (err) {
       if (!done) {
         await client.query("ROLLBACK").catch(() => {});
       }
-      if (err instanceof StaleTokenError) {
-        this.#observer?.observe({ scope, presented: token, highest: err.highest, accepted: false, owner: options.owner });
-      }
+      this.#refused(err, scope, token, options);
       throw err;
     } finally {
       client.release();
@@ -202,9 +268,9 @@ export class PgGuard implements Guard<PoolClient> {
   }
 
   /** do for a lease: its key is the scope and its token the token; a stale rejection (the check's or fn's) marks it lost. */
-  async doLease<T>(lease: FenceLease, fn: (client: PoolClient) => Promise<T>): Promise<T> {
+  async doLease<T>(lease: FenceLease, fn: (client: PoolClient) => Promise<T>, options: { sequence?: bigint } = {}): Promise<T> {
     try {
-      return await this.do(lease.key, lease.token, fn, { owner: lease.owner });
+      return await this.do(lease.key, lease.token, fn, { owner: lease.owner, ...options });
     } catch (err) {
       throw reportStale(lease, err);
     }

@@ -20,9 +20,9 @@
 
 import { createHash, randomBytes } from "node:crypto";
 import type { Cluster, Redis } from "ioredis";
-import { FencedError, StaleTokenError } from "../errors.js";
-import { checkToken } from "../scope.js";
-import { type FenceLease, type Observer, reportStale } from "./guard.js";
+import { DuplicateError, FencedError, SequenceGapError, StaleTokenError } from "../errors.js";
+import { checkSequence, checkToken } from "../scope.js";
+import { type Decision, type FenceLease, type Observer, reportStale, type WriteOptions } from "./guard.js";
 
 /** Thrown when a mutation's key does not carry the scope's hash tag, or is the token key. Nothing is sent. */
 export class KeyOutsideScopeError extends FencedError {}
@@ -77,6 +77,95 @@ redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
 return reply
 `;
 
+// For writes with a sequence (guard spec, section 7): fenceredis's seqTail
+// byte for byte. KEYS[3] is the sequence key ("<token>:<sequence>"), the
+// mutation's keys start at KEYS[4]; ARGV[4] is the sequence, ARGV[5] "1" for
+// strict, the mutation's arguments start at ARGV[6]; replies {2, last}
+// (duplicate) and {3, last} (gap) are added.
+const seqTail = `
+end
+
+local function __fence_less(a, b)
+	if #a ~= #b then return #a < #b end
+	for i = 1, #a do
+		local x, y = string.byte(a, i), string.byte(b, i)
+		if x ~= y then return x < y end
+	end
+	return false
+end
+
+local function __fence_succ(a)
+	local i = #a
+	while i > 0 and string.byte(a, i) == 57 do i = i - 1 end
+	if i == 0 then return '1' .. string.rep('0', #a) end
+	return string.sub(a, 1, i - 1) .. string.char(string.byte(a, i) + 1) .. string.rep('0', #a - i)
+end
+
+local done = redis.call('GET', KEYS[2])
+if done then
+	return cmsgpack.unpack(done)
+end
+
+local token = ARGV[1]
+local highest = redis.call('GET', KEYS[1])
+if highest then
+	if not string.find(highest, '^[1-9]%d*$') or __fence_less('18446744073709551615', highest) then
+		return redis.error_reply('fenceredis: highest-token key ' .. KEYS[1] .. ' holds ' ..
+			string.format('%q', string.sub(highest, 1, 40)) .. ', not a token')
+	end
+	if __fence_less(token, highest) then
+		local reply = {0, highest}
+		redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+		return reply
+	end
+end
+
+local seq = ARGV[4]
+if token == highest then
+	local last = '0'
+	local stored = redis.call('GET', KEYS[3])
+	if stored then
+		local t, q = string.match(stored, '^([1-9]%d*):([1-9]%d*)$')
+		if not t then
+			return redis.error_reply('fenceredis: sequence key ' .. KEYS[3] .. ' holds ' ..
+				string.format('%q', string.sub(stored, 1, 60)) .. ', not a token and a sequence')
+		end
+		if t == highest then last = q end
+	end
+	local reply
+	if not __fence_less(last, seq) then
+		reply = {2, last}
+	elseif ARGV[5] == '1' and seq ~= __fence_succ(last) then
+		reply = {3, last}
+	end
+	if reply then
+		redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+		return reply
+	end
+end
+
+local keys, argv = {}, {}
+for i = 4, #KEYS do keys[i - 3] = KEYS[i] end
+for i = 6, #ARGV do argv[i - 5] = ARGV[i] end
+local result = __fence_body(keys, argv, token)
+if type(result) == 'table' and result.err then
+	return result
+end
+
+if ARGV[2] ~= '0' then
+	redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+	redis.call('SET', KEYS[3], token .. ':' .. seq, 'PX', ARGV[2])
+else
+	if token ~= highest then
+		redis.call('SET', KEYS[1], token)
+	end
+	redis.call('SET', KEYS[3], token .. ':' .. seq)
+end
+local reply = {1, highest or '0', result}
+redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
+return reply
+`;
+
 /**
  * A Lua body run after the token check, inside the guard's script: KEYS and
  * ARGV are the mutation's own, TOKEN the presented token as decimal digits
@@ -87,10 +176,15 @@ return reply
 export class Script {
   readonly text: string;
   readonly sha: string;
+  /** The script for writes with a sequence. */
+  readonly seqText: string;
+  readonly seqSha: string;
 
   constructor(readonly body: string) {
     this.text = bodyHead + body + bodyTail;
     this.sha = createHash("sha1").update(this.text).digest("hex");
+    this.seqText = bodyHead + body + seqTail;
+    this.seqSha = createHash("sha1").update(this.seqText).digest("hex");
   }
 }
 
@@ -150,6 +244,8 @@ export interface RedisGuardOptions {
   replayWindowMs?: number;
   /** Told of every decision. */
   observer?: Observer;
+  /** Refuse a sequence other than last+1 under the same token (SequenceGapError). */
+  strictSequences?: boolean;
 }
 
 /** Enforces fencing tokens on data kept in Redis. Safe for concurrent use. */
@@ -158,6 +254,7 @@ export class RedisGuard {
   readonly #ttlArg: string;
   readonly #replayArg: string;
   readonly #observer?: Observer;
+  readonly #strict: string;
 
   constructor(
     private readonly redis: Redis | Cluster,
@@ -174,6 +271,12 @@ export class RedisGuard {
     this.#ttlArg = String(ttl);
     this.#replayArg = String(replay);
     this.#observer = options.observer;
+    this.#strict = options.strictSequences ? "1" : "0";
+  }
+
+  /** The key holding scope's last sequence and the token it was accepted under, "<token>:<sequence>". */
+  sequenceKey(scope: string): string {
+    return `${this.prefix}{${hashTag(scope)}}:sequence`;
   }
 
   /** The key holding scope's highest token. */
@@ -182,9 +285,9 @@ export class RedisGuard {
   }
 
   /** SET key value, with px milliseconds of expiry or "keep" for KEEPTTL. */
-  async set(scope: string, token: bigint, k: string, value: string | number, options: { px?: number | "keep"; owner?: string } = {}): Promise<void> {
+  async set(scope: string, token: bigint, k: string, value: string | number, options: { px?: number | "keep" } & WriteOptions = {}): Promise<void> {
     const mode = options.px === undefined ? "" : options.px === "keep" ? "keep" : String(options.px);
-    await this.#run("set", scope, token, setScript, [k], [String(value), mode], options.owner);
+    await this.#run("set", scope, token, setScript, [k], [String(value), mode], options);
   }
 
   /** DEL keys; returns how many existed. */
@@ -206,8 +309,8 @@ export class RedisGuard {
   }
 
   /** Runs script's body after the token check, in the same script; returns the body's result. */
-  async eval(scope: string, token: bigint, script: Script, keys: string[], args: (string | number)[] = []): Promise<unknown> {
-    return this.#run("eval", scope, token, script, keys, args.map(String));
+  async eval(scope: string, token: bigint, script: Script, keys: string[], args: (string | number)[] = [], options: WriteOptions = {}): Promise<unknown> {
+    return this.#run("eval", scope, token, script, keys, args.map(String), options);
   }
 
   /** The highest token accepted for scope, 0 if none. */
@@ -224,12 +327,15 @@ export class RedisGuard {
     return new LeaseRedisGuard(this, lease);
   }
 
-  async #run(op: string, scope: string, token: bigint, s: Script, keys: string[], args: string[], owner?: string): Promise<unknown> {
-    checkToken(scope, token, 0n);
+  async #run(op: string, scope: string, token: bigint, s: Script, keys: string[], args: string[], options: WriteOptions = {}): Promise<unknown> {
+    const seq = options.sequence ?? 0n;
+    checkSequence(scope, token, seq, 0n, 0n);
     const tag = hashTag(scope);
     const tk = this.tokenKey(scope);
+    const sk = this.sequenceKey(scope);
     for (const k of keys) {
       if (k === tk) throw new KeyOutsideScopeError(`fenceredis: ${op}: key ${JSON.stringify(k)} is the highest-token key of scope ${JSON.stringify(scope)}`);
+      if (k === sk) throw new KeyOutsideScopeError(`fenceredis: ${op}: key ${JSON.stringify(k)} is the sequence key of scope ${JSON.stringify(scope)}`);
       const got = tagOf(k);
       if (got !== tag) {
         throw new KeyOutsideScopeError(
@@ -237,24 +343,37 @@ export class RedisGuard {
         );
       }
     }
-    const allKeys = [tk, `${this.prefix}{${tag}}:call:${randomBytes(16).toString("hex")}`, ...keys];
-    const allArgs = [token.toString(), this.#ttlArg, this.#replayArg, ...args];
+    const call = `${this.prefix}{${tag}}:call:${randomBytes(16).toString("hex")}`;
+    const sequenced = seq !== 0n;
+    const allKeys = sequenced ? [tk, call, sk, ...keys] : [tk, call, ...keys];
+    const allArgs = sequenced
+      ? [token.toString(), this.#ttlArg, this.#replayArg, seq.toString(), this.#strict, ...args]
+      : [token.toString(), this.#ttlArg, this.#replayArg, ...args];
+    const [sha, text] = sequenced ? [s.seqSha, s.seqText] : [s.sha, s.text];
     let reply: unknown;
     try {
-      reply = await this.redis.evalsha(s.sha, allKeys.length, ...allKeys, ...allArgs);
+      reply = await this.redis.evalsha(sha, allKeys.length, ...allKeys, ...allArgs);
     } catch (err) {
       if (!(err instanceof Error) || !err.message.startsWith("NOSCRIPT")) throw err;
-      reply = await this.redis.eval(s.text, allKeys.length, ...allKeys, ...allArgs);
+      reply = await this.redis.eval(text, allKeys.length, ...allKeys, ...allArgs);
     }
-    if (!Array.isArray(reply) || reply.length < 2 || (reply[0] !== 0 && reply[0] !== 1) || typeof reply[1] !== "string") {
+    if (!Array.isArray(reply) || reply.length < 2 || ![0, 1, 2, 3].includes(reply[0]) || typeof reply[1] !== "string") {
       throw new Error(`fenceredis: ${op} scope ${JSON.stringify(scope)} token ${token}: malformed script reply ${JSON.stringify(reply)}`);
     }
-    const highest = BigInt(reply[1]);
-    const accepted = reply[0] === 1;
-    this.#observer?.observe({ scope, presented: token, highest, accepted, owner });
-    if (!accepted) {
-      throw new StaleTokenError(scope, token, highest);
+    const n = BigInt(reply[1]); // the highest token; the last sequence for 2 and 3
+    const d: Decision = { scope, presented: token, highest: reply[0] >= 2 ? token : n, accepted: reply[0] === 1, owner: options.owner };
+    if (sequenced) d.sequence = seq;
+    switch (reply[0]) {
+      case 0:
+        this.#observer?.observe(d);
+        throw new StaleTokenError(scope, token, n);
+      case 2:
+        this.#observer?.observe({ ...d, duplicate: true });
+        throw new DuplicateError(scope, token, seq, n);
+      case 3:
+        throw new SequenceGapError(scope, token, seq, n);
     }
+    this.#observer?.observe(d);
     return reply[2];
   }
 }

@@ -5,8 +5,9 @@
 //	gointerop pg DSN TABLE SCOPE TOKEN
 //	gointerop redis ADDR PREFIX SCOPE TOKEN KEY VALUE
 //
-// It prints {"accepted":true} or {"stale":true,"highest":"N"}, and exits 1
-// on any other error.
+// TOKEN may be TOKEN:SEQUENCE, a write with a sequence (fence.WithSequence).
+// It prints {"accepted":true}, {"stale":true,"highest":"N"} or
+// {"duplicate":true,"last":"N"}, and exits 1 on any other error.
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
@@ -47,14 +49,27 @@ func run(args []string) error {
 	out := map[string]any{"accepted": true}
 	if stale, ok := errors.AsType[*fence.StaleTokenError](err); ok {
 		out = map[string]any{"stale": true, "highest": strconv.FormatUint(stale.Highest, 10)}
+	} else if dup, ok := errors.AsType[*fence.DuplicateError](err); ok {
+		out = map[string]any{"duplicate": true, "last": strconv.FormatUint(dup.Last, 10)}
 	} else if err != nil {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
-func pg(ctx context.Context, dsn, table, scope, tok string) error {
+// parseToken reads TOKEN or TOKEN:SEQUENCE, and puts the sequence in ctx.
+func parseToken(ctx context.Context, tok string) (context.Context, uint64, error) {
+	tok, seq, sequenced := strings.Cut(tok, ":")
 	token, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil || !sequenced {
+		return ctx, token, err
+	}
+	q, err := strconv.ParseUint(seq, 10, 64)
+	return fence.WithSequence(ctx, q), token, err
+}
+
+func pg(ctx context.Context, dsn, table, scope, tok string) error {
+	ctx, token, err := parseToken(ctx, tok)
 	if err != nil {
 		return err
 	}
@@ -74,7 +89,7 @@ func pg(ctx context.Context, dsn, table, scope, tok string) error {
 }
 
 func rds(ctx context.Context, addr, prefix, scope, tok, key, value string) error {
-	token, err := strconv.ParseUint(tok, 10, 64)
+	ctx, token, err := parseToken(ctx, tok)
 	if err != nil {
 		return err
 	}
