@@ -159,7 +159,14 @@ func checkLoad(t *testing.T, h *history, url string) {
 	h.checkRealTimeOrder(t)
 	obs := newClient(url)
 	for key := range h.keys {
+		// A read is safe to repeat: one refused unavailable (the leader
+		// stepped down meanwhile, as a loaded machine makes it do) is
+		// asked again until a leader answers.
 		g, err := obs.Get(context.Background(), connect.NewRequest(&fencedv1.GetRequest{Key: key}))
+		for deadline := time.Now().Add(10 * time.Second); connect.CodeOf(err) == connect.CodeUnavailable && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			g, err = obs.Get(context.Background(), connect.NewRequest(&fencedv1.GetRequest{Key: key}))
+		}
 		if err != nil {
 			t.Fatalf("get %q: %v", key, err)
 		}
