@@ -120,3 +120,41 @@ test("RedisGuard: Go and TypeScript share the sequence key", async (t) => {
   await assert.rejects(g.set(scope, 7n, k, "late", { sequence: 5n }), (e) => e instanceof DuplicateError && e.last === 5n);
   assert.equal(await redis.get(k), "go");
 });
+
+test("HTTP: Fencing-Sequence through fencedFetch and the middleware; a duplicate is 409 duplicate-write and keeps the lease", async () => {
+  const { createServer } = await import("node:http");
+  const { fencedFetch, fencingHandler, PROBLEM_DUPLICATE, PROBLEM_SEQUENCE_GAP, PROBLEM_INVALID_SEQUENCE } = await import("../dist/guards/http.js");
+  const applied = [];
+  const srv = createServer(
+    fencingHandler(new MemoryGuard(undefined, { strictSequences: true }), (req, res) => {
+      applied.push(req.fencing.sequence);
+      res.end("ok");
+    }),
+  );
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  const url = `http://127.0.0.1:${srv.address().port}/x`;
+  let n = 0n;
+  const lost = [];
+  const lease = { key: "orders/7", token: 5n, markLost: (e) => lost.push(e), nextSequence: () => ++n };
+  try {
+    const f = fencedFetch(lease, fetch, { sequences: true });
+    assert.equal((await f(url, { method: "PUT" })).status, 200); // sequence 1
+    assert.equal((await f(url, { method: "PUT" })).status, 200); // sequence 2
+    const dup = await f(url, { method: "PUT", headers: { "Fencing-Sequence": "2" } });
+    assert.equal(dup.status, 409);
+    const p = await dup.json();
+    assert.equal(p.type, PROBLEM_DUPLICATE);
+    assert.equal(p.lastSequence, 2);
+    const gap = await f(url, { method: "PUT", headers: { "Fencing-Sequence": "9" } });
+    assert.equal(gap.status, 409);
+    assert.equal((await gap.json()).type, PROBLEM_SEQUENCE_GAP);
+    const bad = await f(url, { method: "PUT", headers: { "Fencing-Sequence": "0" } });
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).type, PROBLEM_INVALID_SEQUENCE);
+    assert.equal((await fencedFetch(lease)(url, { method: "PUT" })).status, 200); // no sequence
+    assert.deepEqual(applied, [1n, 2n, undefined]);
+    assert.equal(lost.length, 0);
+  } finally {
+    await new Promise((r) => srv.close(r));
+  }
+});

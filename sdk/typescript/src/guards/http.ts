@@ -19,6 +19,9 @@
 //   malformed token, missing/malformed scope  400
 //   token above what the guard can store      400
 //   token below the highest accepted          409, with scope, presentedToken, highestToken
+//   Fencing-Sequence already applied          409 duplicate-write, with scope, token, sequence, lastSequence
+//   Fencing-Sequence skipped (strict guard)   409 sequence-gap, the same members
+//   malformed Fencing-Sequence                400 invalid-sequence
 //   guard failure                             503
 //
 // Non-guarantees: safe methods are neither checked nor serialized; a
@@ -27,8 +30,18 @@
 // and the failure is only logged.
 
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { FencedError, InvalidScopeError, InvalidTokenError, NoTokenError, StaleTokenError, TokenOutOfRangeError } from "../errors.js";
-import { MAX_TOKEN, validateScope } from "../scope.js";
+import {
+  DuplicateError,
+  FencedError,
+  InvalidScopeError,
+  InvalidSequenceError,
+  InvalidTokenError,
+  NoTokenError,
+  SequenceGapError,
+  StaleTokenError,
+  TokenOutOfRangeError,
+} from "../errors.js";
+import { MAX_SEQUENCE, MAX_TOKEN, validateScope } from "../scope.js";
 import type { FenceLease, Guard } from "./guard.js";
 
 export const HEADER_SCOPE = "Fencing-Scope";
@@ -42,6 +55,19 @@ export const PROBLEM_MISSING_TOKEN = "urn:fenced:problem:missing-token";
 export const PROBLEM_INVALID_TOKEN = "urn:fenced:problem:invalid-token";
 export const PROBLEM_INVALID_SCOPE = "urn:fenced:problem:invalid-scope";
 export const PROBLEM_GUARD_UNAVAILABLE = "urn:fenced:problem:guard-unavailable";
+export const HEADER_SEQUENCE = "Fencing-Sequence";
+export const PROBLEM_DUPLICATE = "urn:fenced:problem:duplicate-write";
+export const PROBLEM_SEQUENCE_GAP = "urn:fenced:problem:sequence-gap";
+export const PROBLEM_INVALID_SEQUENCE = "urn:fenced:problem:invalid-sequence";
+
+/** Parses a Fencing-Sequence value: absent is 0n (none); else 1*DIGIT in 1..2^63-1. */
+export function parseSequence(s: string | undefined): bigint {
+  if (s === undefined) return 0n;
+  if (!/^[0-9]+$/.test(s)) throw new InvalidSequenceError(`invalid fencing sequence: ${JSON.stringify(s.slice(0, 40))} is not a decimal number`);
+  const q = BigInt(s);
+  if (q === 0n || q > MAX_SEQUENCE) throw new InvalidSequenceError(`invalid fencing sequence: ${s.slice(0, 40)} is not in 1..2^63-1`);
+  return q;
+}
 
 const printable = /^[\p{L}\p{M}\p{N}\p{P}\p{S}\p{Zs}]*$/u;
 
@@ -64,6 +90,10 @@ export interface Problem {
   scope?: string;
   presentedToken?: bigint;
   highestToken?: bigint;
+  /** Set on duplicate-write and sequence-gap problems. */
+  token?: bigint;
+  sequence?: bigint;
+  lastSequence?: bigint;
 }
 
 /** The answer the middleware gives for an error of the headers or the guard. */
@@ -78,6 +108,22 @@ export function problemFor(err: unknown): Problem {
       presentedToken: err.presented,
       highestToken: err.highest,
     };
+  }
+  if (err instanceof DuplicateError || err instanceof SequenceGapError) {
+    const dup = err instanceof DuplicateError;
+    return {
+      type: dup ? PROBLEM_DUPLICATE : PROBLEM_SEQUENCE_GAP,
+      title: dup ? "Duplicate write" : "Fencing sequence gap",
+      status: 409,
+      detail: err.message,
+      scope: err.scope,
+      token: err.token,
+      sequence: err.sequence,
+      lastSequence: err.last,
+    };
+  }
+  if (err instanceof InvalidSequenceError) {
+    return { type: PROBLEM_INVALID_SEQUENCE, title: "Invalid fencing sequence", status: 400, detail: err.message };
   }
   if (err instanceof NoTokenError) {
     return {
@@ -108,6 +154,9 @@ export function problemJSON(p: Problem): string {
   if (p.scope) parts.push(`"scope":${JSON.stringify(p.scope)}`);
   if (p.presentedToken) parts.push(`"presentedToken":${p.presentedToken}`);
   if (p.highestToken) parts.push(`"highestToken":${p.highestToken}`);
+  if (p.token) parts.push(`"token":${p.token}`);
+  if (p.sequence) parts.push(`"sequence":${p.sequence}`);
+  if (p.lastSequence !== undefined && p.sequence) parts.push(`"lastSequence":${p.lastSequence}`);
   return `{${parts.join(",")}}\n`;
 }
 
@@ -158,10 +207,22 @@ export async function staleFromResponse(resp: Response): Promise<{ stale?: Stale
  * and marks the lease lost when a resource answers that its token is stale.
  * The response is returned with its body unread (a 409 problem is read
  * and handed on as a copy). It never retries.
+ *
+ * A Fencing-Sequence the caller set is sent as it is (send the same one
+ * again to retry a write: a copy already applied is answered 409
+ * duplicate-write, which does not lose the lease); with { sequences: true }
+ * a request without one gets lease.nextSequence().
  */
-export function fencedFetch(lease: FenceLease & { readonly signal?: AbortSignal }, base: typeof fetch = globalThis.fetch): typeof fetch {
+export function fencedFetch(
+  lease: FenceLease & { readonly signal?: AbortSignal },
+  base: typeof fetch = globalThis.fetch,
+  options: { sequences?: boolean } = {},
+): typeof fetch {
   return async (input, init = {}) => {
     const headers = new Headers(init.headers ?? (input instanceof Request ? input.headers : undefined));
+    if (options.sequences && !headers.has(HEADER_SEQUENCE) && lease.nextSequence) {
+      headers.set(HEADER_SEQUENCE, lease.nextSequence().toString());
+    }
     headers.set(HEADER_SCOPE, lease.key);
     headers.set(HEADER_TOKEN, lease.token.toString());
     headers.delete(HEADER_OWNER);
@@ -186,6 +247,8 @@ export function fencedFetch(lease: FenceLease & { readonly signal?: AbortSignal 
 export interface Fencing<C> {
   scope: string;
   token: bigint;
+  /** The request's Fencing-Sequence, when it had one. */
+  sequence?: bigint;
   owner?: string;
   signature?: string;
   /** What the guard gave apply: for PgGuard the client of the open transaction. */
@@ -224,8 +287,12 @@ async function runFenced<C>(
   let scope: string;
   let token: bigint;
   let owner: string | undefined;
+  let sequence: bigint;
   try {
     token = parseToken(single(req, HEADER_TOKEN));
+    const qs = req.headersDistinct[HEADER_SEQUENCE.toLowerCase()];
+    if (qs && qs.length > 1) throw new InvalidSequenceError(`${HEADER_SEQUENCE} given ${qs.length} times`);
+    sequence = parseSequence(qs?.[0]);
     if (options.scope) {
       try {
         scope = options.scope(req);
@@ -251,12 +318,13 @@ async function runFenced<C>(
       async (context) => {
         ran = true;
         req.fencing = { scope, token, owner, signature: single(req, HEADER_SIGNATURE), context };
+        if (sequence !== 0n) req.fencing.sequence = sequence;
         await run();
         if (failed(res.statusCode)) {
           throw new HandlerFailed(`handler answered ${res.statusCode}`);
         }
       },
-      { owner },
+      { owner, sequence },
     );
   } catch (err) {
     if (!ran) {
