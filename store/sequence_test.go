@@ -1,11 +1,19 @@
 package store_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/internal/faultproxy"
+	"github.com/fencedio/fenced/internal/seqstress"
 	"github.com/fencedio/fenced/store"
 )
 
@@ -51,5 +59,72 @@ func TestSequences(t *testing.T) {
 	}
 	if n := e.s.RejectionCount(); n != 0 {
 		t.Fatalf("%d stale rejections counted for a duplicate", n)
+	}
+}
+
+// The guard stress with sequences against the store over HTTP, through a
+// proxy that resets every connection every 20 ms: writers send each write
+// again with its sequence when its answer was lost (or cut by their own
+// deadline); the audit shows each (token, sequence) at most once and every
+// acknowledged write exactly once.
+func TestSequenceStress(t *testing.T) {
+	duration := 3 * time.Second
+	if os.Getenv("FENCED_LONG") == "1" {
+		duration = 30 * time.Second
+	}
+	e := newEnv(t, store.Config{})
+	p, err := faultproxy.Listen("127.0.0.1:0", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	hc := &http.Client{}
+	write := func(ctx context.Context, token uint64) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+p.Addr()+"/v1/objects/o", strings.NewReader("v"))
+		if err != nil {
+			return err
+		}
+		req.Header.Set(fencehttp.HeaderScope, "s")
+		req.Header.Set(fencehttp.HeaderToken, strconv.FormatUint(token, 10))
+		req.Header.Set(fencehttp.HeaderSequence, strconv.FormatUint(fence.SequenceFromContext(ctx), 10))
+		resp, err := hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("%w: %w", fence.ErrUnknownOutcome, err)
+		}
+		defer resp.Body.Close()
+		if err := fencehttp.ErrorFromResponse(resp); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusNoContent {
+			return fmt.Errorf("%w: HTTP %d", fence.ErrUnknownOutcome, resp.StatusCode)
+		}
+		return nil
+	}
+	applied := func() map[seqstress.Key]int {
+		m := map[seqstress.Key]int{}
+		for _, r := range e.audit() {
+			m[seqstress.Key{Token: r.Token, Seq: r.Sequence}]++
+		}
+		return m
+	}
+	reset := func(ctx context.Context) int {
+		n := 0
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return n
+			case <-tick.C:
+				p.Reset()
+				n++
+			}
+		}
+	}
+	res := seqstress.Run(t, seqstress.Config{Writers: 4, Duration: duration, CutShare: 0.2, Cut: time.Millisecond,
+		Timeout: 5 * time.Second, Attempts: 20, Reacquire: 20 * time.Millisecond, Fault: reset}, write, applied)
+	t.Log(res)
+	if res.Faults == 0 || res.Cut == 0 {
+		t.Errorf("the stress exercised nothing: %v", res)
 	}
 }
