@@ -335,3 +335,51 @@ func TestSequenceStress(t *testing.T) {
 		}
 	})
 }
+
+// Migrate while a guard that knows no sequences holds a scope row locked in
+// an open transaction (an old guard mid-write): the ALTER waits for that
+// transaction, both succeed, and the old guard's write stands.
+func TestMigrateWhileOldGuardWrites(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		if b.dialect == fencesql.SQLite {
+			t.Skip("SQLite serializes the two writers outright (busy timeout)")
+		}
+		db, _ := openDB(t, b)
+		ctx := context.Background()
+		table := uniqueName("fence_scopes")
+		if _, err := db.ExecContext(ctx, oldDDL(b.dialect, table)); err != nil {
+			t.Fatal(err)
+		}
+		dropLater(t, db, b.dialect, table)
+		g, err := fencesql.New(db, fencesql.Config{Dialect: b.dialect, Table: table})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Check(ctx, tx, "s", 4); err != nil { // the old guard's statements: no sequence
+			t.Fatal(err)
+		}
+		migrated := make(chan error, 1)
+		go func() { migrated <- g.Migrate(ctx) }()
+		select {
+		case err := <-migrated:
+			t.Fatalf("Migrate returned (%v) while a transaction held the table", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("the old guard's commit: %v", err)
+		}
+		if err := <-migrated; err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		if h := mustHighest(t, g, "s"); h != 4 {
+			t.Fatalf("highest %d, want 4", h)
+		}
+		if err := g.Do(fence.WithSequence(ctx, 1), "s", 4, func(context.Context, *sql.Tx) error { return nil }); err != nil {
+			t.Fatalf("sequenced write after migrating: %v", err)
+		}
+	})
+}
