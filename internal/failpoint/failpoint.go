@@ -117,6 +117,15 @@ const LoseUnsyncedEnvVar = "FENCED_LOSE_UNSYNCED"
 // acknowledgement, timed from the node's side.
 const AckNotifyEnvVar = "FENCED_ACK_NOTIFY"
 
+// LogStallEnvVar, in a tagged build, names a file whose existence stalls
+// the node's raft log writes: while it exists, every StoreLogs waits (and
+// first creates the file named with ".caught" appended, so that the
+// torture harness knows a write hangs). Raft's leader writes its own log
+// in its main loop, so a leader whose write hangs runs none of its checks:
+// not its leader lease, not a step-down. The harness's leader-disk-stall
+// fault uses it.
+const LogStallEnvVar = "FENCED_LOG_STALL"
+
 // Parse splits a FENCED_FAILPOINTS value into names, rejecting unknown ones.
 func Parse(v string) ([]Name, error) {
 	var out []Name

@@ -77,9 +77,12 @@ type ClusterFaultStats struct {
 	// rejoin on their own (they refused, as they must); each was then
 	// recovered as documented (member remove, wipe, --join, member add),
 	// counted in WipedRecovered.
-	DiskLosses     int `json:"diskLosses"`
-	WipedRefused   int `json:"wipedRefused"`
-	WipedRecovered int `json:"wipedRecovered"`
+	DiskLosses int `json:"diskLosses"`
+	// LeaderDiskStalls hung the leader's raft log writes while it was cut
+	// off, past an election and a TTL (leader-disk-stall).
+	LeaderDiskStalls int `json:"leaderDiskStalls"`
+	WipedRefused     int `json:"wipedRefused"`
+	WipedRecovered   int `json:"wipedRecovered"`
 	// Recoveries counts the times the cluster was seen whole and serving
 	// after a fault; NoLeader counts faults skipped because no leader was
 	// found to aim them at.
@@ -92,12 +95,15 @@ type ClusterFaultStats struct {
 var ClusterFaultKinds = clusterFaultKinds
 
 var clusterFaultKinds = []string{"leader-kill", "follower-kill", "leader-pause", "leader-isolation",
-	"follower-isolation", "moving-split", "slow-links", "rolling-restart", "member-re-add", "disk-loss"}
+	"follower-isolation", "moving-split", "slow-links", "rolling-restart", "member-re-add", "disk-loss", "leader-disk-stall"}
 
 // defaultClusterFaultKinds are the kinds a run injects unless told
 // otherwise: all but disk-loss, which leaves the cluster unavailable for
-// seconds each time and is asked for by name.
-var defaultClusterFaultKinds = slices.DeleteFunc(slices.Clone(clusterFaultKinds), func(k string) bool { return k == "disk-loss" })
+// seconds each time, and leader-disk-stall, which needs nodes built with
+// the failpoints; both are asked for by name.
+var defaultClusterFaultKinds = slices.DeleteFunc(slices.Clone(clusterFaultKinds), func(k string) bool {
+	return k == "disk-loss" || k == "leader-disk-stall"
+})
 
 // Kinds returns the count of each fault kind, by name.
 func (s ClusterFaultStats) Kinds() map[string]int {
@@ -105,7 +111,7 @@ func (s ClusterFaultStats) Kinds() map[string]int {
 		"leader-kill": s.LeaderKills, "follower-kill": s.FollowerKills, "leader-pause": s.LeaderPauses,
 		"leader-isolation": s.LeaderIsolations, "follower-isolation": s.FollowerIsolations,
 		"moving-split": s.MovingSplits, "slow-links": s.SlowLinks, "rolling-restart": s.RollingRestarts,
-		"member-re-add": s.MemberReAdds, "disk-loss": s.DiskLosses,
+		"member-re-add": s.MemberReAdds, "disk-loss": s.DiskLosses, "leader-disk-stall": s.LeaderDiskStalls,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -81,6 +82,8 @@ func (e *engine) clusterFault(ctx context.Context, kind string) string {
 		return e.memberReAdd(ctx, e.follower(leader))
 	case "disk-loss":
 		return e.diskLoss(ctx, leader)
+	case "leader-disk-stall":
+		return e.stallLeader(ctx, leader)
 	}
 	return "unknown fault " + kind
 }
@@ -290,6 +293,56 @@ func (e *engine) diskLoss(ctx context.Context, leader int) string {
 		e.countCluster(func(s *ClusterFaultStats) { s.WipedRecovered++ })
 	}
 	return fmt.Sprintf("%s; it did not rejoin (%v); recovery: %s", what, err, res)
+}
+
+// stallPath is the file whose existence stalls node's raft log writes
+// (failpoint.LogStallEnvVar).
+func (e *engine) stallPath(node string) string {
+	return filepath.Join(e.cfg.OutputDir, node+".log-stall")
+}
+
+// stallLeader hangs the leader's raft log writes and, once one hangs (its
+// main loop is then stuck in the write, and checks neither its leader lease
+// nor the terms of others), cuts it off from the others past an election
+// and a TTL, in which its API goes on serving; then the write goes through
+// and the links heal. A node that renews on its own state without a quorum
+// contact acknowledges renewals its successor never sees, and expires them
+// when it takes over. Needs nodes built with the failpoints: without them
+// no write hangs and the fault is skipped.
+func (e *engine) stallLeader(ctx context.Context, leader int) string {
+	nd := e.localNodes[leader]
+	path := e.stallPath(nd.Name())
+	_ = os.Remove(path + ".caught")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		return "leader-disk-stall failed: " + err.Error()
+	}
+	defer os.Remove(path)
+	caught := time.Now()
+	for {
+		if _, err := os.Stat(path + ".caught"); err == nil {
+			break
+		}
+		if time.Since(caught) > e.cfg.TTL || ctx.Err() != nil {
+			return fmt.Sprintf("leader-disk-stall skipped: no log write of %s hung within %v (a node built without the fenced_failpoints tag?)", nd.Name(), e.cfg.TTL)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	caughtAfter := time.Since(caught)
+	mode, modeName, _ := e.linkFault()
+	var rest []int
+	for j := range len(e.localNodes) {
+		if j != leader {
+			rest = append(rest, j)
+		}
+	}
+	hold := 3*e.electionTimeout() + e.cfg.TTL + e.uniform(0, e.cfg.TTL/2)
+	e.netem.partition(mode, []int{leader}, rest)
+	sleepCtx(ctx, hold)
+	_ = os.Remove(path)
+	e.netem.heal()
+	e.countCluster(func(s *ClusterFaultStats) { s.LeaderDiskStalls++ })
+	return fmt.Sprintf("leader-disk-stall: a log write of %s hung (after %v), and it was cut off (links %s) for %v",
+		nd.Name(), caughtAfter.Round(time.Millisecond), modeName, hold.Round(time.Millisecond))
 }
 
 // isolate cuts node i off from all the others for a while.

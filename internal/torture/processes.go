@@ -75,6 +75,9 @@ func (e *engine) addLocalNode(ctx context.Context, spec NodeSpec) error {
 		return err
 	}
 	n.proc.env = e.failpointEnv()
+	if e.cfg.Nodes > 1 {
+		n.proc.env = append(n.proc.env, failpoint.LogStallEnvVar+"="+e.stallPath(spec.NodeID))
+	}
 	if e.acks != nil {
 		n.proc.env = append(n.proc.env, e.acks.env(len(e.localNodes)))
 	}

@@ -19,8 +19,13 @@ import (
 var enabled = failpoint.Enabled
 
 // WrapLogStore returns s, or with LogAckBeforeWrite switched on, a store
-// whose StoreLogs returns at once and writes each batch lateWrite later.
+// whose StoreLogs returns at once and writes each batch lateWrite later;
+// with failpoint.LogStallEnvVar set, its writes also stall while that file
+// exists.
 func WrapLogStore(s raft.LogStore) raft.LogStore {
+	if path := os.Getenv(failpoint.LogStallEnvVar); path != "" {
+		s = stallLogStore{LogStore: s, path: path}
+	}
 	if !enabled(failpoint.LogAckBeforeWrite) && !enabled(failpoint.LogAckEarly) {
 		return s
 	}
@@ -98,6 +103,35 @@ func (l *lateLogStore) GetLog(i uint64, out *raft.Log) error {
 func (l *lateLogStore) DeleteRange(lo, hi uint64) error {
 	l.wait()
 	return l.LogStore.DeleteRange(lo, hi)
+}
+
+// stallLogStore holds every write while its file exists.
+type stallLogStore struct {
+	raft.LogStore
+	path string
+}
+
+func (s stallLogStore) StoreLog(l *raft.Log) error {
+	s.stall()
+	return s.LogStore.StoreLog(l)
+}
+
+func (s stallLogStore) StoreLogs(logs []*raft.Log) error {
+	s.stall()
+	return s.LogStore.StoreLogs(logs)
+}
+
+func (s stallLogStore) stall() {
+	if _, err := os.Stat(s.path); err != nil {
+		return
+	}
+	_ = os.WriteFile(s.path+".caught", nil, 0o644)
+	for {
+		time.Sleep(time.Millisecond)
+		if _, err := os.Stat(s.path); err != nil {
+			return
+		}
+	}
 }
 
 // WrapAckHandler returns h, or with failpoint.AckNotifyEnvVar set, a
