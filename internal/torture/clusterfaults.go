@@ -322,8 +322,8 @@ func (e *engine) stallLeader(ctx context.Context, leader int) string {
 		if _, err := os.Stat(path + ".caught"); err == nil {
 			break
 		}
-		if time.Since(caught) > e.cfg.TTL || ctx.Err() != nil {
-			return fmt.Sprintf("leader-disk-stall skipped: no log write of %s hung within %v (a node built without the fenced_failpoints tag?)", nd.Name(), e.cfg.TTL)
+		if time.Since(caught) > 2*e.cfg.TTL || ctx.Err() != nil {
+			return fmt.Sprintf("leader-disk-stall skipped: no log write of %s hung within %v (a node built without the fenced_failpoints tag?)", nd.Name(), 2*e.cfg.TTL)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -166,9 +166,12 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		// raft's leader lease, which would make it step down, is not
 		// checked, and its API renews from its own deadlines after a
 		// successor took over and past the successor's expiries.
+		// Every lease is held for several renewals, and no holder is
+		// frozen: each renews at the stalled leader through the fault.
 		cfg.Nodes = 3
 		cfg.ClusterFaults = []string{"leader-disk-stall"}
 		cfg.ClusterFaultInterval = time.Second
+		cfg.Workers, cfg.LongHoldShare, cfg.PauseProbability = 6, 1, -1
 	}
 	if name == failpoint.FollowerLocalRead {
 		// A cut-off follower answers reads from its stale state.

@@ -255,8 +255,8 @@ func (r *Report) WriteText(w io.Writer) {
 			c.LeaderIsolations, c.FollowerIsolations, c.MovingSplits, c.SplitSteps, c.SlowLinks)
 		fmt.Fprintf(w, "    rolling restarts %d (%d node restarts); members removed and added back %d; faults skipped for want of a leader %d\n",
 			c.RollingRestarts, c.NodeRestarts, c.MemberReAdds, c.NoLeader)
-		fmt.Fprintf(w, "    disk losses %d (the wiped member refused %d times, recovered as documented %d); leader kills aimed at an acknowledgement %d; holders frozen as a paused leader woke %d (after it renewed %d)\n",
-			c.DiskLosses, c.WipedRefused, c.WipedRecovered, c.AimedLeaderKills, c.HoldersFrozen, c.RenewalsOnWaking)
+		fmt.Fprintf(w, "    disk losses %d (the wiped member refused %d times, recovered as documented %d); leader kills aimed at an acknowledgement %d; holders frozen as a paused leader woke %d (after it renewed %d); leader log writes stalled while it was cut off %d\n",
+			c.DiskLosses, c.WipedRefused, c.WipedRecovered, c.AimedLeaderKills, c.HoldersFrozen, c.RenewalsOnWaking, c.LeaderDiskStalls)
 	}
 	if s.CrashesAfterNodeAck > 0 {
 		fmt.Fprintf(w, "    %d kills timed from a node's acknowledgement (median %vµs after it)\n", s.CrashesAfterNodeAck, s.AckToKillMicros)
