@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"io"
 	"sync"
 
@@ -54,13 +55,43 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 // Raft's other deletions go through whole: compaction, and a conflicting
 // suffix, which starts after the commit index and so after any snapshot;
 // keeping that suffix made raft's next append out of order.
+//
+// A log kept whole that starts right after the snapshot lacks the entry
+// raft's leader appends after; raft's follower takes that entry from the
+// snapshot only when the snapshot is newer than the log's last entry, and
+// otherwise looks it up in the log. GetLog therefore answers for the entry
+// right before the log's first with a snapshot's index and term, which is
+// what the Raft paper keeps of it. It is never applied: raft applies only
+// past the last snapshot it restored.
 type monotonicLogStore struct {
 	raft.LogStore
 	restored *restoredSnapshot
+	snaps    raft.SnapshotStore
 	log      hclog.Logger
 }
 
 func (monotonicLogStore) IsMonotonic() bool { return true }
+
+func (s monotonicLogStore) GetLog(index uint64, l *raft.Log) error {
+	err := s.LogStore.GetLog(index, l)
+	if !errors.Is(err, raft.ErrLogNotFound) || s.snaps == nil {
+		return err
+	}
+	if first, ferr := s.LogStore.FirstIndex(); ferr != nil || first != index+1 {
+		return err
+	}
+	snaps, lerr := s.snaps.List()
+	if lerr != nil {
+		return err
+	}
+	for _, meta := range snaps {
+		if meta.Index == index {
+			*l = raft.Log{Index: meta.Index, Term: meta.Term, Type: raft.LogNoop}
+			return nil
+		}
+	}
+	return err
+}
 
 // StoreLog and StoreLogs end the install of a restored snapshot.
 func (s monotonicLogStore) StoreLog(l *raft.Log) error {

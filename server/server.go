@@ -221,7 +221,7 @@ func (s *Server) startRaft() error {
 	store = failstore.WrapLogStore(store)
 	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
 	restored := new(restoredSnapshot)
-	store = monotonicLogStore{LogStore: store, restored: restored, log: hlog}
+	store = monotonicLogStore{LogStore: store, restored: restored, snaps: snaps, log: hlog}
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return err

@@ -112,6 +112,35 @@ func TestNewFollowerKeepsLogPastSecondInstall(t *testing.T) {
 	}
 }
 
+// TestNewFollowerAppendsAfterSecondInstall: after each install raft's leader
+// appends from the snapshot's next entry, with the snapshot's own as the
+// previous one. A member added empty that is sent the same snapshot twice
+// keeps a log that starts right after it; raft's follower looks the
+// previous entry up in that log (it takes the snapshot's only when the
+// snapshot is newer than the log), refused the append, and the leader sent
+// the snapshot again, forever.
+func TestNewFollowerAppendsAfterSecondInstall(t *testing.T) {
+	dir := t.TempDir()
+	f := startFakeLeaderFollower(t, dir)
+
+	f.installSnapshot(t, 12)
+	f.appendEntries(t, 12, 13, 20, 20)
+	f.fsm.waitApplied(t, 20)
+	f.installSnapshot(t, 12)
+	f.appendEntries(t, 12, 13, 22, 22)
+	f.fsm.waitApplied(t, 22)
+	if got, want := f.fsm.history(), "restore@12 13-20 restore@12 13-22"; got != want {
+		t.Errorf("state machine saw %s, want %s", got, want)
+	}
+	f.close(t)
+
+	// A restarted node answers for the snapshot's entry too.
+	f = startFakeLeaderFollower(t, dir)
+	defer f.close(t)
+	f.appendEntries(t, 12, 13, 23, 23)
+	f.fsm.waitApplied(t, 23)
+}
+
 // TestRestartedFollowerTruncatesConflictAfterSnapshot: a node that restarts
 // restores its last snapshot, at S, and may hold entries after it that were
 // never committed. A new leader's entries conflict with them from S+1, and
@@ -192,7 +221,7 @@ func startFakeLeaderFollower(t *testing.T, dir string) *fakeLeaderFollower {
 		t.Fatal(err)
 	}
 	restored := new(restoredSnapshot)
-	logs := monotonicLogStore{LogStore: compactedLogStore{w}, restored: restored, log: hclog.NewNullLogger()}
+	logs := monotonicLogStore{LogStore: compactedLogStore{w}, restored: restored, snaps: snaps, log: hclog.NewNullLogger()}
 
 	_, follower := raft.NewInmemTransport("follower")
 	_, leader := raft.NewInmemTransport("leader")
