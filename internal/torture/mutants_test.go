@@ -172,7 +172,7 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.ClusterFaults = []string{"leader-disk-stall"}
 		cfg.ClusterFaultInterval = time.Second
 		cfg.Workers, cfg.LongHoldShare, cfg.PauseProbability = 6, 1, -1
-		cfg.Duration = 20 * time.Second // first violation after 7.3 s (median of 10 runs, at most 10.3 s)
+		cfg.Duration = 25 * time.Second // first violation after 7.3 s (median of 20 runs, at most 14.2 s)
 	}
 	if name == failpoint.FollowerLocalRead {
 		// A cut-off follower answers reads from its stale state.
