@@ -250,17 +250,25 @@ func TestClusterFollowerIsolated(t *testing.T) {
 	}
 	c.isolate(follower)
 	callsRefused(t, c.nodes[follower].url, "the isolated follower", a.Msg.GetLease())
+	// The two connected nodes are a quorum: they serve. On a starved
+	// machine the leader can miss its leader lease and an election follow;
+	// that is unavailable for an election's time, which the calls wait out.
+	// Any other answer, or none within the bound, fails.
 	var last uint64
 	for i, j := range c.others(follower) {
-		r, err := newClient(c.nodes[j].url).Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: fmt.Sprintf("during/%d", i), Owner: "B", TtlMs: 30_000}))
+		var r *connect.Response[fencedv1.AcquireResponse]
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			r, err = newClient(c.nodes[j].url).Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: fmt.Sprintf("during/%d", i), Owner: "B", TtlMs: 30_000}))
+			if err == nil || connect.CodeOf(err) != connect.CodeUnavailable || time.Now().After(deadline) {
+				break
+			}
+		}
 		if err != nil {
 			t.Fatalf("acquire through %s while %s is isolated: %v", c.nodes[j].id, c.nodes[follower].id, err)
 		}
 		last = r.Msg.GetLease().GetToken()
 	}
-	if r, err := c.role(leader); err != nil || !r.Ready {
-		t.Fatalf("the leader stopped serving when one follower was cut off: %+v %v", r, err)
-	}
+	leader = c.waitLeaderAmong(c.others(follower), 10*time.Second)
 	c.heal()
 	c.waitFollowing(follower, leader, 20*time.Second)
 	g, err := newClient(c.nodes[follower].url).Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: "during/1"}))
