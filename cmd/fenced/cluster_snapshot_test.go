@@ -31,17 +31,29 @@ func churn(t *testing.T, url, key string, n int) uint64 {
 	ctx := context.Background()
 	rpc := newClient(url)
 	var last uint64
+	// On a starved machine the leader may step down mid-churn: a call then
+	// answers unavailable, and its outcome is unknown. The next Acquire
+	// waits out a grant that may have been made (WaitMs above the TTL), and a
+	// release that may not have been made expires. Any other error fails.
 	for range n {
-		a, err := rpc.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: key, Owner: "churn", TtlMs: 10_000}))
+		var a *connect.Response[fencedv1.AcquireResponse]
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			a, err = rpc.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: key, Owner: "churn", TtlMs: 10_000, WaitMs: 15_000}))
+			if err == nil || connect.CodeOf(err) != connect.CodeUnavailable || time.Now().After(deadline) {
+				break
+			}
+		}
 		if err != nil {
 			t.Fatalf("acquire %q: %v", key, err)
 		}
 		last = a.Msg.GetLease().GetToken()
-		if _, err := rpc.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: a.Msg.GetLease().GetLeaseId()})); err != nil {
+		_, err = rpc.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: a.Msg.GetLease().GetLeaseId()}))
+		if err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Fatalf("release %q: %v", key, err)
 		}
 	}
-	return last
+	return last // the last grant is the highest token of key
 }
 
 // hasSnapshot reports whether the data directory holds a raft snapshot.
