@@ -103,9 +103,9 @@ var ErrRestoreTarget = errors.New("the data directory already holds raft state")
 
 // withDefaults returns c with its zero fields set to their defaults.
 func (c RestoreConfig) withDefaults() RestoreConfig {
-	setDefault(&c.DataDir, "fenced-data")
-	setDefault(&c.NodeID, "node1")
-	setDefault(&c.RaftAddress, "127.0.0.1:7421")
+	setDefault(&c.DataDir, DefaultDataDir)
+	setDefault(&c.NodeID, DefaultNodeID)
+	setDefault(&c.RaftAddress, DefaultRaftListen)
 	setDefault(&c.Bump, lease.DefaultRestoreBump)
 	setDefault(&c.MaxIdleKeys, lease.DefaultMaxIdleKeys)
 	return c
@@ -122,7 +122,7 @@ func (c RestoreConfig) Validate() error {
 		return ErrRestoreStartFloor
 	}
 	// The members' own rules: IDs and addresses as a node checks them.
-	probe := Config{NodeID: c.NodeID, InitialCluster: c.InitialCluster, MinTTL: time.Hour}.withDefaults()
+	probe := Config{NodeID: c.NodeID, InitialCluster: c.InitialCluster, MinTTL: time.Hour}.WithDefaults()
 	return probe.validateCluster()
 }
 

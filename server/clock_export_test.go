@@ -41,5 +41,3 @@ func (c *ManualClock) Advance(d time.Duration) {
 	c.s.expirer.wake()
 }
 
-// ConfigWithDefaults is Config.withDefaults, for tests of the defaults.
-func ConfigWithDefaults(c Config) Config { return c.withDefaults() }

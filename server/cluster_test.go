@@ -65,7 +65,7 @@ func TestConfigCluster(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Validate: %v", err)
 				}
-				if got := server.ConfigWithDefaults(cfg).RaftListen; got != tt.wantListen {
+				if got := cfg.WithDefaults().RaftListen; got != tt.wantListen {
 					t.Errorf("RaftListen %q, want %q", got, tt.wantListen)
 				}
 				return

@@ -233,51 +233,92 @@ type Config struct {
 	wrapLogStore func(raft.LogStore) raft.LogStore
 }
 
+// The defaults of Config's fields, documented on each field; cmd/fenced's
+// flags take theirs from here. Fields whose default depends on the machine
+// or on other fields (MaxWaiters, MaxConns, the per-client shares,
+// TrailingLogs, RaftListen in a cluster) have none here.
+const (
+	DefaultDataDir    = "fenced-data"
+	DefaultListen     = "127.0.0.1:7420"
+	DefaultRaftListen = "127.0.0.1:7421"
+	DefaultNodeID     = "node1"
+
+	DefaultMinTTL                       = time.Second
+	DefaultMaxTTL                       = time.Hour
+	DefaultMaxWait                      = 10 * time.Minute
+	DefaultMaxBodyBytes                 = 64 << 10
+	DefaultMaxLeases                    = 2_000_000
+	DefaultMaxLeasesPerOwner            = 100_000
+	DefaultMaxWaitersPerOwner           = 10_000
+	DefaultMaxIdleKeys                  = lease.DefaultMaxIdleKeys
+	DefaultListLimit                    = 10_000
+	DefaultWatchBuffer                  = 1024
+	DefaultWatchHistory                 = 4096
+	DefaultMaxWatchers                  = 10_000
+	DefaultMaxWatchersPerClient         = 1_000
+	DefaultMaxEventSubscribers          = 1_000
+	DefaultMaxEventSubscribersPerClient = 100
+	DefaultStreamWriteTimeout           = 10 * time.Second
+	DefaultReadShare                    = 0.1
+	DefaultFanoutShare                  = 0.1
+	DefaultApplyStallTimeout            = 10 * time.Second
+
+	DefaultMaxHeaderBytes    = httplimit.DefaultMaxHeaderBytes
+	DefaultReadHeaderTimeout = httplimit.DefaultReadHeaderTimeout
+	DefaultIdleTimeout       = httplimit.DefaultIdleTimeout
+	DefaultBodyReadTimeout   = httplimit.DefaultBodyTimeout
+
+	DefaultHeartbeatTimeout  = 500 * time.Millisecond
+	DefaultSnapshotThreshold = 16384
+	DefaultSnapshotInterval  = 10 * time.Second
+)
+
 // The values of Config.InitialClusterState.
 const (
 	ClusterNew      = "new"
 	ClusterExisting = "existing"
 )
 
-// withDefaults returns c with each zero field set to its default.
-func (c Config) withDefaults() Config {
-	setDefault(&c.DataDir, "fenced-data")
-	setDefault(&c.Listen, "127.0.0.1:7420")
-	setDefault(&c.NodeID, "node1")
+// WithDefaults returns c as New would use it: each zero field set to its
+// default.
+func (c Config) WithDefaults() Config {
+	setDefault(&c.DataDir, DefaultDataDir)
+	setDefault(&c.Listen, DefaultListen)
+	setDefault(&c.NodeID, DefaultNodeID)
 	setDefault(&c.InitialClusterState, ClusterNew)
 	// In a cluster the default is this node's address in the list.
 	if self := c.advertisedRaftAddress(); len(c.InitialCluster) > 0 && self != "" {
 		setDefault(&c.RaftListen, self)
 	}
-	setDefault(&c.RaftListen, "127.0.0.1:7421")
-	setDefault(&c.MinTTL, time.Second)
-	setDefault(&c.MaxTTL, time.Hour)
-	setDefault(&c.MaxWait, 10*time.Minute)
-	setDefault(&c.MaxBodyBytes, 64<<10)
-	setDefault(&c.MaxLeases, 2_000_000)
-	setDefault(&c.MaxLeasesPerOwner, 100_000)
-	setDefault(&c.MaxWaitersPerOwner, 10_000)
+	setDefault(&c.RaftListen, DefaultRaftListen)
+	setDefault(&c.MinTTL, DefaultMinTTL)
+	setDefault(&c.MaxTTL, DefaultMaxTTL)
+	setDefault(&c.MaxWait, DefaultMaxWait)
+	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	setDefault(&c.MaxLeases, DefaultMaxLeases)
+	setDefault(&c.MaxLeasesPerOwner, DefaultMaxLeasesPerOwner)
+	setDefault(&c.MaxWaitersPerOwner, DefaultMaxWaitersPerOwner)
 	setDefault(&c.MaxWaiters, defaultMaxWaiters())
 	setDefault(&c.MaxWaitersPerClient, clientShare(c.MaxWaiters))
 	setDefault(&c.MaxLeasesPerClient, clientShare(c.MaxLeases))
-	setDefault(&c.MaxIdleKeys, lease.DefaultMaxIdleKeys)
-	setDefault(&c.ListLimit, 10_000)
-	setDefault(&c.WatchBuffer, 1024)
-	setDefault(&c.WatchHistory, 4096)
-	setDefault(&c.MaxWatchers, 10_000)
-	setDefault(&c.MaxWatchersPerClient, 1_000)
-	setDefault(&c.MaxEventSubscribers, 1_000)
-	setDefault(&c.MaxEventSubscribersPerClient, 100)
-	setDefault(&c.StreamWriteTimeout, 10*time.Second)
-	setDefault(&c.ReadShare, 0.1)
-	setDefault(&c.FanoutShare, 0.1)
-	setDefault(&c.HeartbeatTimeout, 500*time.Millisecond)
-	setDefault(&c.ApplyStallTimeout, 10*time.Second)
+	setDefault(&c.MaxIdleKeys, DefaultMaxIdleKeys)
+	setDefault(&c.ListLimit, DefaultListLimit)
+	setDefault(&c.WatchBuffer, DefaultWatchBuffer)
+	setDefault(&c.WatchHistory, DefaultWatchHistory)
+	setDefault(&c.MaxWatchers, DefaultMaxWatchers)
+	setDefault(&c.MaxWatchersPerClient, DefaultMaxWatchersPerClient)
+	setDefault(&c.MaxEventSubscribers, DefaultMaxEventSubscribers)
+	setDefault(&c.MaxEventSubscribersPerClient, DefaultMaxEventSubscribersPerClient)
+	setDefault(&c.StreamWriteTimeout, DefaultStreamWriteTimeout)
+	setDefault(&c.ReadShare, DefaultReadShare)
+	setDefault(&c.FanoutShare, DefaultFanoutShare)
+	setDefault(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	setDefault(&c.ApplyStallTimeout, DefaultApplyStallTimeout)
 	limits := c.httpLimits().WithDefaults()
 	c.MaxHeaderBytes, c.ReadHeaderTimeout, c.IdleTimeout = limits.MaxHeaderBytes, limits.ReadHeaderTimeout, limits.IdleTimeout
 	c.BodyReadTimeout, c.MaxConns, c.MaxConnsPerClient = limits.BodyTimeout, limits.MaxConns, limits.MaxConnsPerClient
-	setDefault(&c.SnapshotThreshold, 16384)
-	setDefault(&c.SnapshotInterval, 10*time.Second)
+	setDefault(&c.SnapshotThreshold, DefaultSnapshotThreshold)
+	setDefault(&c.SnapshotInterval, DefaultSnapshotInterval)
 	setDefault(&c.TrailingLogs, c.SnapshotThreshold)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -299,7 +340,7 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration as New would use it, zero fields
 // replaced by their defaults. It does not change c.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	if c.Registerer == nil {
 		return errors.New("config: Gatherer set without Registerer")
 	}

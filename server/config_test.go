@@ -21,8 +21,8 @@ func TestValidateDoesNotChangeTheConfig(t *testing.T) {
 	if err := slow.Validate(); err == nil {
 		t.Fatal("Validate did not check the default MinTTL against HeartbeatTimeout")
 	}
-	d := Config{}.withDefaults()
-	if d.DataDir != "fenced-data" || d.MinTTL != time.Second || d.Logger == nil || d.Registerer == nil || d.Gatherer == nil {
+	d := Config{}.WithDefaults()
+	if d.DataDir != DefaultDataDir || d.MinTTL != time.Second || d.Logger == nil || d.Registerer == nil || d.Gatherer == nil {
 		t.Fatalf("withDefaults left zero fields: %+v", d)
 	}
 }

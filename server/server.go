@@ -125,7 +125,7 @@ type Server struct {
 // New opens (or creates) the node's data directory and starts raft. A node
 // whose directory holds no raft state bootstraps a cluster of one.
 func New(cfg Config) (*Server, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

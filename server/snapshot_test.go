@@ -63,7 +63,7 @@ func TestSnapshotIntervalValidated(t *testing.T) {
 		t.Error("a 1ms SnapshotInterval was accepted")
 	}
 	cfg = server.Config{}
-	if err := cfg.Validate(); err != nil || server.ConfigWithDefaults(cfg).SnapshotInterval != 10*time.Second {
-		t.Errorf("default SnapshotInterval %v, %v; want 10s", server.ConfigWithDefaults(cfg).SnapshotInterval, err)
+	if err := cfg.Validate(); err != nil || cfg.WithDefaults().SnapshotInterval != 10*time.Second {
+		t.Errorf("default SnapshotInterval %v, %v; want 10s", cfg.WithDefaults().SnapshotInterval, err)
 	}
 }

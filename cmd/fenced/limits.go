@@ -11,20 +11,20 @@ import (
 // registerLimitFlags adds the flags of the server's load limits and quotas;
 // their defaults are documented on server.Config.
 func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
-	f.DurationVar(&cfg.ApplyStallTimeout, "apply-stall-timeout", 10*time.Second,
+	f.DurationVar(&cfg.ApplyStallTimeout, "apply-stall-timeout", server.DefaultApplyStallTimeout,
 		"/healthz answers 503 when log writes are pending this long without progress")
-	f.IntVar(&cfg.MaxWatchers, "max-watchers", 10_000, "open Watch streams allowed on this server")
-	f.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", 1_000, "open Watch streams allowed from one client IP")
-	f.IntVar(&cfg.MaxEventSubscribers, "max-event-subscribers", 1_000, "open dashboard streams (/v1/events) allowed on this server")
-	f.IntVar(&cfg.MaxEventSubscribersPerClient, "max-event-subscribers-per-client", 100, "open dashboard streams allowed from one client IP")
-	f.DurationVar(&cfg.StreamWriteTimeout, "stream-write-timeout", 10*time.Second,
+	f.IntVar(&cfg.MaxWatchers, "max-watchers", server.DefaultMaxWatchers, "open Watch streams allowed on this server")
+	f.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", server.DefaultMaxWatchersPerClient, "open Watch streams allowed from one client IP")
+	f.IntVar(&cfg.MaxEventSubscribers, "max-event-subscribers", server.DefaultMaxEventSubscribers, "open dashboard streams (/v1/events) allowed on this server")
+	f.IntVar(&cfg.MaxEventSubscribersPerClient, "max-event-subscribers-per-client", server.DefaultMaxEventSubscribersPerClient, "open dashboard streams allowed from one client IP")
+	f.DurationVar(&cfg.StreamWriteTimeout, "stream-write-timeout", server.DefaultStreamWriteTimeout,
 		"cut off a Watch or dashboard subscriber that takes longer than this to accept one send")
-	f.Float64Var(&cfg.ReadShare, "read-share", 0.1,
+	f.Float64Var(&cfg.ReadShare, "read-share", server.DefaultReadShare,
 		"share of time each read slot may spend on Gets, Lists and dashboard snapshots while writes wait (1: no limit)")
-	f.Float64Var(&cfg.FanoutShare, "fanout-share", 0.1,
+	f.Float64Var(&cfg.FanoutShare, "fanout-share", server.DefaultFanoutShare,
 		"share of time each fan-out slot may spend sending to watchers and dashboards while writes wait (1: no limit)")
-	f.IntVar(&cfg.MaxLeasesPerOwner, "max-leases-per-owner", 100_000, "refuse new leases for an owner holding this many (resource_exhausted)")
-	f.IntVar(&cfg.MaxWaitersPerOwner, "max-waiters-per-owner", 10_000, "refuse waiting acquisitions beyond this many per owner (resource_exhausted)")
+	f.IntVar(&cfg.MaxLeasesPerOwner, "max-leases-per-owner", server.DefaultMaxLeasesPerOwner, "refuse new leases for an owner holding this many (resource_exhausted)")
+	f.IntVar(&cfg.MaxWaitersPerOwner, "max-waiters-per-owner", server.DefaultMaxWaitersPerOwner, "refuse waiting acquisitions beyond this many per owner (resource_exhausted)")
 	f.IntVar(&cfg.MaxWaiters, "max-waiters", 0,
 		"refuse waiting acquisitions beyond this many on this server (resource_exhausted; 0: as many as fit in an eighth of the memory, at about 40 KiB each)")
 	f.IntVar(&cfg.MaxWaitersPerClient, "max-waiters-per-client", 0,
@@ -37,9 +37,9 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 // registerHTTPFlags adds the HTTP server limits shared by fenced and fenced
 // store.
 func registerHTTPFlags(f *pflag.FlagSet, maxHeaderBytes *int, idle, body *time.Duration, maxConns, maxConnsPerClient *int) {
-	f.IntVar(maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block accepted (431 above; also the HTTP/2 header list size)")
+	f.IntVar(maxHeaderBytes, "max-header-bytes", httplimit.DefaultMaxHeaderBytes, "largest request header block accepted (431 above; also the HTTP/2 header list size)")
 	f.DurationVar(idle, "idle-timeout", httplimit.DefaultIdleTimeout, "close keep-alive connections idle this long")
-	f.DurationVar(body, "body-read-timeout", 30*time.Second, "fail a request body not received within this time (streams exempt)")
+	f.DurationVar(body, "body-read-timeout", httplimit.DefaultBodyTimeout, "fail a request body not received within this time (streams exempt)")
 	f.IntVar(maxConns, "max-conns", 0, "open connections allowed (0: three quarters of the file descriptor limit)")
 	f.IntVar(maxConnsPerClient, "max-conns-per-client", 0,
 		"open connections allowed from one client IP; more are closed unanswered (0: a tenth of --max-conns, at least 64)")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencedio/fenced/server"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func main() {
@@ -193,39 +194,45 @@ acknowledged. Bring it back as a new member:
 	}
 	// Subcommands inherit this: a flag or value cobra cannot parse.
 	cmd.SetFlagErrorFunc(usage)
-	f := cmd.Flags()
-	f.StringVar(&cfg.DataDir, "data-dir", "fenced-data", "directory for the raft log and snapshots")
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7420", "address of the lease API, /metrics and /healthz")
-	f.StringVar(&cfg.RaftListen, "raft-listen", "127.0.0.1:7421", "address for raft peers and calls forwarded by them (default in a cluster: this node's address in --initial-cluster)")
-	f.StringVar(&cfg.RaftAdvertise, "raft-advertise", "",
-		"address peers dial to reach this node, when not --raft-listen (a proxy, NAT); --initial-cluster lists this one (default --raft-listen)")
-	f.StringVar(&cfg.AdvertiseClientURL, "advertise-client-url", "",
-		"base URL clients reach this node's API at; recorded in the cluster for member list and client endpoint sync (default: http(s)://--listen, none when --listen is every address)")
-	f.StringVar(&cfg.NodeID, "node-id", "node1", "this node's name in the raft configuration")
-	f.StringVar(&initialCluster, "initial-cluster", "",
-		"members of a new cluster, ID=RAFTHOST:PORT,... (the same on every node; ignored once the data directory holds raft state)")
-	f.StringVar(&cfg.InitialClusterState, "initial-cluster-state", server.ClusterNew,
-		"with an empty data directory: new forms the cluster with --initial-cluster; existing waits to be added (fencectl member add), not voting until then")
-	f.BoolVar(&cfg.Join, "join", false,
-		"with an empty data directory, wait to be added to a running cluster (fencectl member add) instead of starting a new one")
-	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", 500*time.Millisecond,
-		"raft heartbeat and election timeout; min-ttl must be at least twice it in a cluster")
-	f.DurationVar(&cfg.MinTTL, "min-ttl", time.Second, "shortest lease TTL accepted")
-	f.DurationVar(&cfg.MaxTTL, "max-ttl", time.Hour, "longest lease TTL accepted")
-	f.DurationVar(&cfg.MaxWait, "max-wait", 10*time.Minute, "longest waitMs accepted")
-	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 64<<10, "largest request body accepted")
-	f.IntVar(&cfg.MaxLeases, "max-leases", 2_000_000, "refuse new leases while this many are current")
-	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 16384, "log entries between snapshots (also kept after one for lagging peers)")
-	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 10*time.Second, "how often the log is compared with --snapshot-threshold")
-	registerLimitFlags(f, &cfg)
-	f.Uint64Var(&cfg.TrailingLogs, "snapshot-trailing-logs", 0,
-		"log entries a snapshot leaves for lagging followers; compaction removes older ones (default --snapshot-threshold)")
-	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
+	registerNodeFlags(cmd.Flags(), &cfg, &initialCluster)
 	registerSecurityFlags(cmd, &cfg)
 	logs.register(cmd)
 	registerConfigFlag(cmd, &configFile)
 	cmd.AddCommand(storeCmd(), restoreCmd(), versionCmd())
 	return cmd
+}
+
+// registerNodeFlags adds the flags of the node's Config (but security's) and
+// --initial-cluster. A flag's default is the server's (server.Default*), or
+// zero where the server works its default out.
+func registerNodeFlags(f *pflag.FlagSet, cfg *server.Config, initialCluster *string) {
+	f.StringVar(&cfg.DataDir, "data-dir", server.DefaultDataDir, "directory for the raft log and snapshots")
+	f.StringVar(&cfg.Listen, "listen", server.DefaultListen, "address of the lease API, /metrics and /healthz")
+	f.StringVar(&cfg.RaftListen, "raft-listen", server.DefaultRaftListen, "address for raft peers and calls forwarded by them (default in a cluster: this node's address in --initial-cluster)")
+	f.StringVar(&cfg.RaftAdvertise, "raft-advertise", "",
+		"address peers dial to reach this node, when not --raft-listen (a proxy, NAT); --initial-cluster lists this one (default --raft-listen)")
+	f.StringVar(&cfg.AdvertiseClientURL, "advertise-client-url", "",
+		"base URL clients reach this node's API at; recorded in the cluster for member list and client endpoint sync (default: http(s)://--listen, none when --listen is every address)")
+	f.StringVar(&cfg.NodeID, "node-id", server.DefaultNodeID, "this node's name in the raft configuration")
+	f.StringVar(initialCluster, "initial-cluster", "",
+		"members of a new cluster, ID=RAFTHOST:PORT,... (the same on every node; ignored once the data directory holds raft state)")
+	f.StringVar(&cfg.InitialClusterState, "initial-cluster-state", server.ClusterNew,
+		"with an empty data directory: new forms the cluster with --initial-cluster; existing waits to be added (fencectl member add), not voting until then")
+	f.BoolVar(&cfg.Join, "join", false,
+		"with an empty data directory, wait to be added to a running cluster (fencectl member add) instead of starting a new one")
+	f.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", server.DefaultHeartbeatTimeout,
+		"raft heartbeat and election timeout; min-ttl must be at least twice it in a cluster")
+	f.DurationVar(&cfg.MinTTL, "min-ttl", server.DefaultMinTTL, "shortest lease TTL accepted")
+	f.DurationVar(&cfg.MaxTTL, "max-ttl", server.DefaultMaxTTL, "longest lease TTL accepted")
+	f.DurationVar(&cfg.MaxWait, "max-wait", server.DefaultMaxWait, "longest waitMs accepted")
+	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted")
+	f.IntVar(&cfg.MaxLeases, "max-leases", server.DefaultMaxLeases, "refuse new leases while this many are current")
+	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", server.DefaultSnapshotThreshold, "log entries between snapshots (also kept after one for lagging peers)")
+	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", server.DefaultSnapshotInterval, "how often the log is compared with --snapshot-threshold")
+	registerLimitFlags(f, cfg)
+	f.Uint64Var(&cfg.TrailingLogs, "snapshot-trailing-logs", 0,
+		"log entries a snapshot leaves for lagging followers; compaction removes older ones (default --snapshot-threshold)")
+	f.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API port")
 }
 
 func serve(ctx context.Context, cfg server.Config, log *slog.Logger) error {

@@ -68,10 +68,10 @@ the same backup issues tokens above those of an earlier one.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "backup file written by fencectl snapshot save")
-	f.StringVar(&cfg.DataDir, "data-dir", "fenced-data", "data directory to create; it must hold no raft state")
-	f.StringVar(&cfg.NodeID, "node-id", "node1", "this member's ID")
+	f.StringVar(&cfg.DataDir, "data-dir", server.DefaultDataDir, "data directory to create; it must hold no raft state")
+	f.StringVar(&cfg.NodeID, "node-id", server.DefaultNodeID, "this member's ID")
 	f.StringVar(&initialCluster, "initial-cluster", "", "the new cluster's members, ID=RAFTHOST:PORT,... (none: a cluster of one)")
-	f.StringVar(&raftListen, "raft-listen", "127.0.0.1:7421", "a cluster of one: the raft address it will listen on")
+	f.StringVar(&raftListen, "raft-listen", server.DefaultRaftListen, "a cluster of one: the raft address it will listen on")
 	f.StringVar(&advertised, "raft-advertise", "", "a cluster of one: the raft address peers will dial, if not --raft-listen")
 	f.Uint64Var(&cfg.Bump, "bump", lease.DefaultRestoreBump,
 		"entries between the backup's index and the new cluster's first; more than the old cluster wrote after the backup")

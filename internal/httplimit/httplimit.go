@@ -79,11 +79,11 @@ func (l Limits) WithDefaults() Limits {
 		}
 	}
 	if l.MaxHeaderBytes == 0 {
-		l.MaxHeaderBytes = 64 << 10
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
-	def(&l.ReadHeaderTimeout, 10*time.Second)
+	def(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	def(&l.IdleTimeout, DefaultIdleTimeout)
-	def(&l.BodyTimeout, 30*time.Second)
+	def(&l.BodyTimeout, DefaultBodyTimeout)
 	if l.MaxConns == 0 {
 		l.MaxConns = DefaultMaxConns()
 	}
@@ -102,8 +102,13 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// DefaultIdleTimeout is Limits.IdleTimeout's default.
-const DefaultIdleTimeout = 60 * time.Second
+// The defaults of Limits' fields that do not depend on the machine.
+const (
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultBodyTimeout       = 30 * time.Second
+)
 
 // DefaultMaxConns is three quarters of RLIMIT_NOFILE, at least 64.
 func DefaultMaxConns() int {
