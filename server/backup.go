@@ -13,6 +13,8 @@ import (
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/fencedio/fenced/server/internal/raftlog"
 )
 
 // Backup and restore
@@ -153,7 +155,7 @@ func RestoreBackup(cfg RestoreConfig, backup io.Reader) (uint64, error) {
 		return 0, fmt.Errorf("data dir: %w", err)
 	}
 	hlog := hclog.NewNullLogger()
-	store, err := openDiskStore(cfg.DataDir, hlog)
+	store, err := raftlog.Open(cfg.DataDir, hlog)
 	if err != nil {
 		return 0, err
 	}

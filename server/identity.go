@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/fencedio/fenced/server/internal/raftlog"
 )
 
 // Cluster identity
@@ -200,7 +202,7 @@ func (s *identityStore) save(id identity) error {
 		err = os.Rename(tmp, s.path)
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(s.path))
+		err = raftlog.SyncDir(filepath.Dir(s.path))
 	}
 	if err != nil {
 		return fmt.Errorf("identity file: %w", err)

@@ -19,6 +19,8 @@ import (
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/fencedio/fenced/server/internal/raftlog"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -28,7 +30,7 @@ type Server struct {
 	log   *slog.Logger
 	fsm   *fsm
 	raft  *raft.Raft
-	store *diskStore
+	store *raftlog.Store
 	// raftLogs is the log store raft was given: the WAL behind its wrappers.
 	raftLogs raft.LogStore
 	trans    *contactTransport
@@ -189,7 +191,7 @@ func (s *Server) startRaft() error {
 	var err error
 	// The store locks the directory first, so nothing below touches a
 	// directory another process uses.
-	if s.store, err = openDiskStore(s.cfg.DataDir, hlog); err != nil {
+	if s.store, err = raftlog.Open(s.cfg.DataDir, hlog); err != nil {
 		return err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(s.cfg.DataDir, 2, hlog)
@@ -214,14 +216,14 @@ func (s *Server) startRaft() error {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	var store raft.LogStore = compactedLogStore{s.store}
+	var store raft.LogStore = raftlog.Compacted{LogStore: s.store}
 	if s.cfg.wrapLogStore != nil {
 		store = s.cfg.wrapLogStore(store)
 	}
 	store = failstore.WrapLogStore(store)
-	store = &failStopLogStore{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, onFail: s.logFailed}
-	restored := new(restoredSnapshot)
-	store = monotonicLogStore{LogStore: store, restored: restored, snaps: snaps, log: hlog}
+	store = &raftlog.FailStop{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, OnFail: s.logFailed}
+	restored := new(raftlog.RestoredSnapshot)
+	store = raftlog.Monotonic{LogStore: store, Restored: restored, Snaps: snaps, Log: hlog}
 	logs, err := raft.NewLogCache(1024, store)
 	if err != nil {
 		return err
@@ -242,7 +244,7 @@ func (s *Server) startRaft() error {
 	if s.replayedTo, err = logs.LastIndex(); err != nil {
 		return fmt.Errorf("read raft log: %w", err)
 	}
-	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.store, restoreTrackingSnapshots{snaps, restored}, s.trans)
+	s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.store, raftlog.TrackRestores{SnapshotStore: snaps, Restored: restored}, s.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
@@ -419,7 +421,7 @@ func (s *Server) WaitReady(ctx context.Context) error {
 // leads a cluster, lets in-flight requests finish for up to 5 seconds, and
 // shuts raft down. Every acknowledged grant is already on disk. If a
 // write of the raft log failed, the node has closed itself and Close returns
-// that error (ErrLogWrite).
+// that error (raftlog.ErrLogWrite).
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	if s.closed {
@@ -480,7 +482,7 @@ func (s *Server) closeRaft() error {
 	}
 	if s.store != nil {
 		if s.raft != nil && errors.Join(errs...) == nil && s.failed() == nil {
-			errs = append(errs, s.store.markClosed())
+			errs = append(errs, s.store.MarkClosed())
 		}
 		errs = append(errs, s.store.Close())
 	}

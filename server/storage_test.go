@@ -22,6 +22,8 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/fencedio/fenced/server/internal/raftlog"
 )
 
 func storageConfig(dir string) Config {
@@ -89,8 +91,8 @@ func TestDataDirLocked(t *testing.T) {
 	dir := t.TempDir()
 	s := startStorageNode(t, storageConfig(dir))
 	_, err := New(storageConfig(dir))
-	if !errors.Is(err, ErrDataDirInUse) || !strings.Contains(err.Error(), "data dir "+dir+" is in use by another fenced process") {
-		t.Fatalf("second open of the data dir: %v, want ErrDataDirInUse", err)
+	if !errors.Is(err, raftlog.ErrDataDirInUse) || !strings.Contains(err.Error(), "data dir "+dir+" is in use by another fenced process") {
+		t.Fatalf("second open of the data dir: %v, want raftlog.ErrDataDirInUse", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -105,7 +107,7 @@ func TestDataDirLocked(t *testing.T) {
 func writeBoltDataDir(t *testing.T, dir string, n int) ([]lease.Lease, string) {
 	t.Helper()
 	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(dir, boltLogFileName),
+		Path:        filepath.Join(dir, raftlog.BoltLogFileName),
 		BoltOptions: &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType},
 	})
 	if err != nil {
@@ -165,10 +167,10 @@ func TestMigrateBoltDataDir(t *testing.T) {
 	dir := t.TempDir()
 	acked, addr := writeBoltDataDir(t, dir, 40)
 	// Leftovers of a migration that crashed before its rename are ignored.
-	if err := os.MkdirAll(filepath.Join(dir, walDirName+migratingSuffix), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, raftlog.WALDirName+raftlog.MigratingSuffix), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, walDirName+migratingSuffix, "junk.wal"), []byte("junk"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, raftlog.WALDirName+raftlog.MigratingSuffix, "junk.wal"), []byte("junk"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -176,13 +178,13 @@ func TestMigrateBoltDataDir(t *testing.T) {
 	cfg.RaftListen = addr
 	s := startStorageNode(t, cfg)
 	checkLeases(t, s, acked)
-	if _, err := os.Stat(filepath.Join(dir, boltLogFileName)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, raftlog.BoltLogFileName)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("raft.db still in place after the migration: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, boltLogFileName+migratedSuffix)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, raftlog.BoltLogFileName+raftlog.MigratedSuffix)); err != nil {
 		t.Errorf("raft.db.migrated: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, walDirName+migratingSuffix)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, raftlog.WALDirName+raftlog.MigratingSuffix)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("migration directory left behind: %v", err)
 	}
 	// The term and vote were copied: raft's term only grows.
@@ -209,7 +211,7 @@ func TestMigrateBoltDataDir(t *testing.T) {
 func TestMigrationFinishesAfterCrash(t *testing.T) {
 	dir := t.TempDir()
 	acked, addr := writeBoltDataDir(t, dir, 10)
-	old := filepath.Join(dir, boltLogFileName)
+	old := filepath.Join(dir, raftlog.BoltLogFileName)
 	b, err := os.ReadFile(old)
 	if err != nil {
 		t.Fatal(err)
@@ -232,19 +234,19 @@ func TestMigrationFinishesAfterCrash(t *testing.T) {
 func tailSegment(t *testing.T, dir string) string {
 	t.Helper()
 	var meta metadb.BoltMetaDB
-	st, err := meta.Load(filepath.Join(dir, walDirName))
+	st, err := meta.Load(filepath.Join(dir, raftlog.WALDirName))
 	meta.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dir, walDirName, segment.FileName(st.Segments[len(st.Segments)-1]))
+	return filepath.Join(dir, raftlog.WALDirName, segment.FileName(st.Segments[len(st.Segments)-1]))
 }
 
 // openLastEntry opens the WAL of the node in dir, whose caller closes it
 // and meta, and reads its last entry.
 func openLastEntry(t *testing.T, dir string) (*wal.WAL, *metadb.BoltMetaDB, raft.Log) {
 	t.Helper()
-	w, meta, err := openWAL(filepath.Join(dir, walDirName), hclog.NewNullLogger())
+	w, meta, err := raftlog.OpenWAL(filepath.Join(dir, raftlog.WALDirName), hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,8 +280,8 @@ func appendUnacknowledged(t *testing.T, dir, key string) (string, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := scanSegment(b)
-	return seg, s.entries[len(s.entries)-1]
+	entries, _ := raftlog.CommittedFrames(b)
+	return seg, entries[len(entries)-1]
 }
 
 func flipByte(t *testing.T, path string, off int64) {
@@ -310,12 +312,12 @@ func TestTornTail(t *testing.T) {
 		damage func(t *testing.T, seg string, off int64)
 	}{
 		{"truncated mid-record", func(t *testing.T, seg string, off int64) {
-			if err := os.Truncate(seg, off+frameHeaderLen+3); err != nil {
+			if err := os.Truncate(seg, off+raftlog.FrameHeaderLen+3); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"flipped byte in the last record", func(t *testing.T, seg string, off int64) {
-			flipByte(t, seg, off+frameHeaderLen+5)
+			flipByte(t, seg, off+raftlog.FrameHeaderLen+5)
 		}},
 		{"flipped byte in the last record's header", func(t *testing.T, seg string, off int64) {
 			flipByte(t, seg, off)
@@ -325,13 +327,13 @@ func TestTornTail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			end := scanSegment(b).end
+			_, end := raftlog.CommittedFrames(b)
 			f, err := os.OpenFile(seg, os.O_RDWR, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			if _, err := f.WriteAt(make([]byte, frameHeaderLen), end-frameHeaderLen); err != nil {
+			if _, err := f.WriteAt(make([]byte, raftlog.FrameHeaderLen), end-raftlog.FrameHeaderLen); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -368,14 +370,14 @@ func TestTornTail(t *testing.T) {
 func TestCorruptMiddleRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		at   func(b []byte, s segmentScan) int64
+		at   func(entries []int64) int64
 	}{
-		{"record payload", func(_ []byte, s segmentScan) int64 { return s.entries[10] + frameHeaderLen + 5 }},
-		{"record header", func(_ []byte, s segmentScan) int64 { return s.entries[10] }},
-		{"record length", func(_ []byte, s segmentScan) int64 { return s.entries[10] + 4 }},
-		{"commit frame", func(_ []byte, s segmentScan) int64 { return s.entries[11] - frameHeaderLen + 5 }},
-		{"second-to-last commit frame", func(_ []byte, s segmentScan) int64 {
-			return s.entries[len(s.entries)-1] - frameHeaderLen
+		{"record payload", func(entries []int64) int64 { return entries[10] + raftlog.FrameHeaderLen + 5 }},
+		{"record header", func(entries []int64) int64 { return entries[10] }},
+		{"record length", func(entries []int64) int64 { return entries[10] + 4 }},
+		{"commit frame", func(entries []int64) int64 { return entries[11] - raftlog.FrameHeaderLen + 5 }},
+		{"second-to-last commit frame", func(entries []int64) int64 {
+			return entries[len(entries)-1] - raftlog.FrameHeaderLen
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -390,18 +392,19 @@ func TestCorruptMiddleRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			flipByte(t, seg, tc.at(b, scanSegment(b)))
+			entries, _ := raftlog.CommittedFrames(b)
+			flipByte(t, seg, tc.at(entries))
 
 			_, err = New(storageConfig(dir))
-			var ce *CorruptLogError
-			if !errors.Is(err, ErrCorruptLog) || !errors.As(err, &ce) || ce.Segment != seg {
+			var ce *raftlog.CorruptLogError
+			if !errors.Is(err, raftlog.ErrCorruptLog) || !errors.As(err, &ce) || ce.Segment != seg {
 				t.Fatalf("start on a log damaged in the middle: %v, want a CorruptLogError for %s", err, seg)
 			}
 			if !strings.Contains(err.Error(), "restore the data directory") {
 				t.Errorf("error does not say what to do: %v", err)
 			}
 			// Refusing left the directory unlocked and unchanged.
-			if _, err := New(storageConfig(dir)); !errors.Is(err, ErrCorruptLog) {
+			if _, err := New(storageConfig(dir)); !errors.Is(err, raftlog.ErrCorruptLog) {
 				t.Errorf("second start: %v", err)
 			}
 		})
@@ -450,13 +453,13 @@ func TestLogWriteFailureStopsNode(t *testing.T) {
 		t.Fatalf("acquisition acknowledged although its append failed: %+v", res)
 	}
 	// raft passes the store's error on as text only.
-	if !strings.Contains(err.Error(), ErrLogWrite.Error()) || !strings.Contains(err.Error(), errInjected.Error()) {
-		t.Errorf("acquisition error %v, want ErrLogWrite and the write error", err)
+	if !strings.Contains(err.Error(), raftlog.ErrLogWrite.Error()) || !strings.Contains(err.Error(), errInjected.Error()) {
+		t.Errorf("acquisition error %v, want raftlog.ErrLogWrite and the write error", err)
 	}
 	select {
 	case err := <-served:
-		if !errors.Is(err, ErrLogWrite) {
-			t.Errorf("Serve returned %v, want ErrLogWrite", err)
+		if !errors.Is(err, raftlog.ErrLogWrite) {
+			t.Errorf("Serve returned %v, want raftlog.ErrLogWrite", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("node still serving 10s after its log write failed")
@@ -467,8 +470,8 @@ func TestLogWriteFailureStopsNode(t *testing.T) {
 	if _, err := s.apply(context.Background(), lease.Command{Op: lease.OpAcquire, Key: "later", ID: newLeaseID(), Owner: "o", TTL: time.Hour}); err == nil {
 		t.Error("acquisition acknowledged after the node stopped")
 	}
-	if err := s.Close(); !errors.Is(err, ErrLogWrite) {
-		t.Errorf("Close returned %v, want ErrLogWrite", err)
+	if err := s.Close(); !errors.Is(err, raftlog.ErrLogWrite) {
+		t.Errorf("Close returned %v, want raftlog.ErrLogWrite", err)
 	}
 	// The failed write was not retried: raft stepped down and re-elected
 	// itself meanwhile, and its appends never reached the disk again.
@@ -493,10 +496,10 @@ func TestDamagedAfterCleanShutdown(t *testing.T) {
 		damage func(t *testing.T, seg string, off int64)
 	}{
 		{"flipped byte in the last record", func(t *testing.T, seg string, off int64) {
-			flipByte(t, seg, off+frameHeaderLen+5)
+			flipByte(t, seg, off+raftlog.FrameHeaderLen+5)
 		}},
 		{"truncated mid-record", func(t *testing.T, seg string, off int64) {
-			if err := os.Truncate(seg, off+frameHeaderLen+3); err != nil {
+			if err := os.Truncate(seg, off+raftlog.FrameHeaderLen+3); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -513,11 +516,11 @@ func TestDamagedAfterCleanShutdown(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sc := scanSegment(b)
-			tc.damage(t, seg, sc.entries[len(sc.entries)-1])
+			entries, _ := raftlog.CommittedFrames(b)
+			tc.damage(t, seg, entries[len(entries)-1])
 
 			_, err = New(storageConfig(dir))
-			if !errors.Is(err, ErrCorruptLog) || !strings.Contains(err.Error(), "shut down cleanly") {
+			if !errors.Is(err, raftlog.ErrCorruptLog) || !strings.Contains(err.Error(), "shut down cleanly") {
 				t.Fatalf("start after the last acknowledged append was damaged: %v, want ErrCorruptLog", err)
 			}
 		})

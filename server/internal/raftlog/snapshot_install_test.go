@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"bytes"
@@ -209,10 +209,10 @@ type fakeLeaderFollower struct {
 
 func startFakeLeaderFollower(t *testing.T, dir string) *fakeLeaderFollower {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Join(dir, walDirName), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, WALDirName), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	w, meta, err := openWAL(filepath.Join(dir, walDirName), hclog.NewNullLogger())
+	w, meta, err := OpenWAL(filepath.Join(dir, WALDirName), hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +220,8 @@ func startFakeLeaderFollower(t *testing.T, dir string) *fakeLeaderFollower {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restored := new(restoredSnapshot)
-	logs := monotonicLogStore{LogStore: compactedLogStore{w}, restored: restored, snaps: snaps, log: hclog.NewNullLogger()}
+	restored := new(RestoredSnapshot)
+	logs := Monotonic{LogStore: Compacted{w}, Restored: restored, Snaps: snaps, Log: hclog.NewNullLogger()}
 
 	_, follower := raft.NewInmemTransport("follower")
 	_, leader := raft.NewInmemTransport("leader")
@@ -233,7 +233,7 @@ func startFakeLeaderFollower(t *testing.T, dir string) *fakeLeaderFollower {
 	rc.Logger = hclog.NewNullLogger()
 	rc.SnapshotThreshold = 1 << 30 // only the test's snapshots
 	fsm := &indexFSM{applied: make(chan struct{}, 1)}
-	r, err := raft.NewRaft(rc, fsm, logs, w, restoreTrackingSnapshots{snaps, restored}, follower)
+	r, err := raft.NewRaft(rc, fsm, logs, w, TrackRestores{SnapshotStore: snaps, Restored: restored}, follower)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,30 +367,30 @@ func (m *indexFSM) waitApplied(t *testing.T, index uint64) {
 // start, or opens to send, changes no deletion.
 func TestOnlyAnInstallKeepsTheLog(t *testing.T) {
 	// Each leaves a snapshot at 12 opened.
-	install := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+	install := func(t *testing.T, snaps raft.SnapshotStore, tracked TrackRestores) {
 		openSnapshot(t, tracked, createSnapshot(t, tracked, 12))
 	}
-	restoredAtStart := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+	restoredAtStart := func(t *testing.T, snaps raft.SnapshotStore, tracked TrackRestores) {
 		openSnapshot(t, tracked, createSnapshot(t, snaps, 12)) // created by the process before
 	}
-	installWhileTaking := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+	installWhileTaking := func(t *testing.T, snaps raft.SnapshotStore, tracked TrackRestores) {
 		installed := createSnapshot(t, tracked, 12)
 		createSnapshot(t, tracked, 11) // the node's own, taken while it copies
 		openSnapshot(t, tracked, installed)
 	}
-	installedThenSent := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+	installedThenSent := func(t *testing.T, snaps raft.SnapshotStore, tracked TrackRestores) {
 		installed := createSnapshot(t, tracked, 12)
 		openSnapshot(t, tracked, installed)
-		tracked.restored.forget() // as the next append does
+		tracked.Restored.forget() // as the next append does
 		openSnapshot(t, tracked, installed)
 	}
-	sentThenTaken := func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots) {
+	sentThenTaken := func(t *testing.T, snaps raft.SnapshotStore, tracked TrackRestores) {
 		openSnapshot(t, tracked, createSnapshot(t, tracked, 12))
 		createSnapshot(t, tracked, 30)
 	}
 	for _, tc := range []struct {
 		name           string
-		snapshots      func(t *testing.T, snaps raft.SnapshotStore, tracked restoreTrackingSnapshots)
+		snapshots      func(t *testing.T, snaps raft.SnapshotStore, tracked TrackRestores)
 		from, to       uint64 // the log
 		delFrom, delTo uint64
 		want           string // the log after the deletion
@@ -407,19 +407,19 @@ func TestOnlyAnInstallKeepsTheLog(t *testing.T) {
 		{"sent, then a newer taken and compacted", sentThenTaken, 1, 40, 1, 25, "26..40"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			restored := new(restoredSnapshot)
+			restored := new(RestoredSnapshot)
 			snaps, err := raft.NewFileSnapshotStore(t.TempDir(), 2, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc.snapshots(t, snaps, restoreTrackingSnapshots{snaps, restored})
+			tc.snapshots(t, snaps, TrackRestores{SnapshotStore: snaps, Restored: restored})
 			store := raft.NewInmemStore()
 			for i := tc.from; i <= tc.to; i++ {
 				if err := store.StoreLog(&raft.Log{Index: i, Term: 1}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			logs := monotonicLogStore{LogStore: store, restored: restored, log: hclog.NewNullLogger()}
+			logs := Monotonic{LogStore: store, Restored: restored, Log: hclog.NewNullLogger()}
 			if err := logs.DeleteRange(tc.delFrom, tc.delTo); err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"bytes"
@@ -34,12 +34,12 @@ import (
 //	raft.db.migrated     the bbolt log of an earlier version, once migrated
 const (
 	lockFileName    = "LOCK"
-	walDirName      = "wal"
-	boltLogFileName = "raft.db"
-	migratedSuffix  = ".migrated"
-	// migratingSuffix names the directory a migration writes before it is
-	// renamed to walDirName, so that a crash never leaves half a log there.
-	migratingSuffix = ".migrating"
+	WALDirName      = "wal"
+	BoltLogFileName = "raft.db"
+	MigratedSuffix  = ".migrated"
+	// MigratingSuffix names the directory a migration writes before it is
+	// renamed to WALDirName, so that a crash never leaves half a log there.
+	MigratingSuffix = ".migrating"
 	// walSegmentSize is smaller than raft-wal's 64 MiB default: the log
 	// between two snapshots is a few MB, and segments are only freed whole
 	// once a snapshot lets raft truncate the log head.
@@ -86,17 +86,17 @@ func (e *CorruptLogError) Error() string {
 
 func (e *CorruptLogError) Is(target error) bool { return target == ErrCorruptLog }
 
-// diskStore is the raft log and stable store of a data directory, and the
+// Store is the raft log and stable store of a data directory, and the
 // lock that keeps other processes out of it.
-type diskStore struct {
+type Store struct {
 	*wal.WAL
 	meta   *metadb.BoltMetaDB
 	unlock func() error
 }
 
-// openDiskStore locks dir, migrates a bbolt log of an earlier version into
+// Open locks dir, migrates a bbolt log of an earlier version into
 // the WAL if there is one, checks the WAL for damage and opens it.
-func openDiskStore(dir string, hlog hclog.Logger) (_ *diskStore, err error) {
+func Open(dir string, hlog hclog.Logger) (_ *Store, err error) {
 	unlock, err := lockDir(filepath.Join(dir, lockFileName))
 	if err != nil {
 		if errors.Is(err, ErrDataDirInUse) {
@@ -112,7 +112,7 @@ func openDiskStore(dir string, hlog hclog.Logger) (_ *diskStore, err error) {
 	if err := migrateBolt(dir, hlog); err != nil {
 		return nil, err
 	}
-	walDir := filepath.Join(dir, walDirName)
+	walDir := filepath.Join(dir, WALDirName)
 	if err := os.MkdirAll(walDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -124,11 +124,11 @@ func openDiskStore(dir string, hlog hclog.Logger) (_ *diskStore, err error) {
 	if err := checkWAL(walDir); err != nil {
 		return nil, err
 	}
-	w, meta, err := openWAL(walDir, hlog)
+	w, meta, err := OpenWAL(walDir, hlog)
 	if err != nil {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
-	d := &diskStore{WAL: w, meta: meta, unlock: func() error { return nil }}
+	d := &Store{WAL: w, meta: meta, unlock: func() error { return nil }}
 	if err := d.checkClosedAt(walDir); err != nil {
 		return nil, errors.Join(err, d.Close())
 	}
@@ -138,7 +138,7 @@ func openDiskStore(dir string, hlog hclog.Logger) (_ *diskStore, err error) {
 
 // checkClosedAt compares the log with the index recorded at the last clean
 // shutdown, then clears it: from now on, a crash may tear the last append.
-func (d *diskStore) checkClosedAt(walDir string) error {
+func (d *Store) checkClosedAt(walDir string) error {
 	closedAt, err := d.GetUint64(closedAtKey)
 	if err != nil {
 		return fmt.Errorf("read raft log metadata: %w", err)
@@ -161,9 +161,9 @@ func (d *diskStore) checkClosedAt(walDir string) error {
 	return nil
 }
 
-// markClosed records the log's last index for checkClosedAt. Call it only
+// MarkClosed records the log's last index for checkClosedAt. Call it only
 // once raft has stopped, after a shutdown with no failed write.
-func (d *diskStore) markClosed() error {
+func (d *Store) MarkClosed() error {
 	last, err := d.LastIndex()
 	if err != nil {
 		return err
@@ -171,10 +171,10 @@ func (d *diskStore) markClosed() error {
 	return d.SetUint64(closedAtKey, last)
 }
 
-// openWAL opens the WAL with a metadata store of our own, which the
+// OpenWAL opens the WAL with a metadata store of our own, which the
 // failpoint build may wrap, with the segment files, to simulate power
 // losses. The WAL's Close closes the store too; closing it again is a no-op.
-func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, *metadb.BoltMetaDB, error) {
+func OpenWAL(dir string, hlog hclog.Logger) (*wal.WAL, *metadb.BoltMetaDB, error) {
 	meta := new(metadb.BoltMetaDB)
 	w, err := wal.Open(dir, wal.WithLogger(hlog.Named("wal")), wal.WithSegmentSize(walSegmentSize),
 		wal.WithMetaStore(failstore.WrapMetaStore(meta, filepath.Join(dir, metadb.FileName))),
@@ -187,7 +187,7 @@ func openWAL(dir string, hlog hclog.Logger) (*wal.WAL, *metadb.BoltMetaDB, error
 
 // Close closes the WAL, which waits for a write in progress, then its
 // metadata and the lock.
-func (d *diskStore) Close() error {
+func (d *Store) Close() error {
 	return errors.Join(d.WAL.Close(), d.meta.Close(), d.unlock())
 }
 
@@ -197,19 +197,19 @@ func (d *diskStore) Close() error {
 // place, so a crash at any point leaves either the old store alone or a
 // complete WAL.
 func migrateBolt(dir string, hlog hclog.Logger) error {
-	old := filepath.Join(dir, boltLogFileName)
+	old := filepath.Join(dir, BoltLogFileName)
 	if _, err := os.Stat(old); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("migrate %s: %w", old, err)
 	}
-	walDir := filepath.Join(dir, walDirName)
+	walDir := filepath.Join(dir, WALDirName)
 	if _, err := os.Stat(walDir); err == nil {
 		// A migration renamed the WAL into place and crashed before it
 		// retired raft.db: the WAL is complete.
 		return retireBolt(dir, old, hlog)
 	}
-	tmp := walDir + migratingSuffix
+	tmp := walDir + MigratingSuffix
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("migrate %s: %w", old, err)
 	}
@@ -220,13 +220,13 @@ func migrateBolt(dir string, hlog hclog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("migrate %s to %s: %w (the old store is untouched; to start over without it, move it away)", old, walDir, err)
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := SyncDir(tmp); err != nil {
 		return fmt.Errorf("migrate %s: %w", old, err)
 	}
 	if err := os.Rename(tmp, walDir); err != nil {
 		return fmt.Errorf("migrate %s: %w", old, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := SyncDir(dir); err != nil {
 		return fmt.Errorf("migrate %s: %w", old, err)
 	}
 	hlog.Info("migrated the bbolt raft log to the WAL", "entries", n, "from", old, "to", walDir)
@@ -234,13 +234,13 @@ func migrateBolt(dir string, hlog hclog.Logger) error {
 }
 
 func retireBolt(dir, old string, hlog hclog.Logger) error {
-	if err := os.Rename(old, old+migratedSuffix); err != nil {
+	if err := os.Rename(old, old+MigratedSuffix); err != nil {
 		return fmt.Errorf("migrate %s: %w", old, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := SyncDir(dir); err != nil {
 		return fmt.Errorf("migrate %s: %w", old, err)
 	}
-	hlog.Info("old raft log kept; delete it once the node runs well", "path", old+migratedSuffix)
+	hlog.Info("old raft log kept; delete it once the node runs well", "path", old+MigratedSuffix)
 	return nil
 }
 
@@ -255,7 +255,7 @@ func copyBolt(path, walDir string, hlog hclog.Logger) (int, error) {
 		return 0, fmt.Errorf("open: %w", err)
 	}
 	defer src.Close()
-	dst, meta, err := openWAL(walDir, hlog)
+	dst, meta, err := OpenWAL(walDir, hlog)
 	if err != nil {
 		return 0, err
 	}
@@ -309,7 +309,7 @@ func copyStable(dst, src raft.StableStore) error {
 	return nil
 }
 
-func syncDir(dir string) error {
+func SyncDir(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -407,6 +407,17 @@ func scanSegment(b []byte) segmentScan {
 		}
 	}
 }
+
+// CommittedFrames returns the offsets of the entry frames of a segment
+// file whose batches' checksums match, and the offset just past the last
+// matching commit frame. Tests that damage a log aim with it.
+func CommittedFrames(b []byte) (entries []int64, end int64) {
+	s := scanSegment(b)
+	return s.entries, s.end
+}
+
+// FrameHeaderLen is the length of a frame's header in a segment file.
+const FrameHeaderLen = frameHeaderLen
 
 // committedAfter looks past the point where a walk stopped for a batch that
 // was written and fsynced after the damage: a commit frame whose checksum
@@ -512,20 +523,20 @@ func checkWAL(walDir string) error {
 	return nil
 }
 
-// failStopLogStore stops every later write once one write or fsync of the
+// FailStop stops every later write once one write or fsync of the
 // log has failed, and reports the failure once. hashicorp/raft would step
 // down and, on winning the next election, append again to a file whose
 // state after a failed fsync is unknown.
-type failStopLogStore struct {
+type FailStop struct {
 	raft.LogStore
-	onFail func(error)
+	OnFail func(error)
 	mu     sync.Mutex
 	err    error
 }
 
-func (s *failStopLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+func (s *FailStop) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
-func (s *failStopLogStore) StoreLogs(logs []*raft.Log) error {
+func (s *FailStop) StoreLogs(logs []*raft.Log) error {
 	if err := s.failed(); err != nil {
 		return err
 	}
@@ -535,7 +546,7 @@ func (s *failStopLogStore) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-func (s *failStopLogStore) DeleteRange(lo, hi uint64) error {
+func (s *FailStop) DeleteRange(lo, hi uint64) error {
 	if err := s.failed(); err != nil {
 		return err
 	}
@@ -545,13 +556,13 @@ func (s *failStopLogStore) DeleteRange(lo, hi uint64) error {
 	return nil
 }
 
-func (s *failStopLogStore) failed() error {
+func (s *FailStop) failed() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err
 }
 
-func (s *failStopLogStore) fail(err error) error {
+func (s *FailStop) fail(err error) error {
 	s.mu.Lock()
 	first := s.err == nil
 	if first {
@@ -559,8 +570,8 @@ func (s *failStopLogStore) fail(err error) error {
 	}
 	err = s.err
 	s.mu.Unlock()
-	if first && s.onFail != nil {
-		s.onFail(err)
+	if first && s.OnFail != nil {
+		s.OnFail(err)
 	}
 	return err
 }

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package server
+package raftlog
 
 // lockDir does not lock on systems without flock: only one fenced process
 // may use a data directory at a time, and there nothing enforces it.

@@ -1,4 +1,4 @@
-package server
+package raftlog
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// compactedLogStore reads entries that log compaction removed as missing.
+// Compacted reads entries that log compaction removed as missing.
 //
 // raft-wal removes the head of its log by moving its first index; entries
 // still in the segment being written stay readable. Raft then sends a new
@@ -17,9 +17,9 @@ import (
 // compacted log was not in effect compacted for replication, and a
 // follower replayed every entry ever written into the active segment
 // (64 MB of them) instead of one snapshot.
-type compactedLogStore struct{ raft.LogStore }
+type Compacted struct{ raft.LogStore }
 
-func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
+func (s Compacted) GetLog(index uint64, l *raft.Log) error {
 	first, err := s.FirstIndex()
 	if err != nil {
 		return err
@@ -30,7 +30,7 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 	return s.LogStore.GetLog(index, l)
 }
 
-// monotonicLogStore tells raft what the wrappers around the WAL hide: the
+// Monotonic tells raft what the wrappers around the WAL hide: the
 // WAL accepts only consecutive indexes (raft.MonotonicLogStore). Raft then
 // empties the log when a follower installs a snapshot past its last entry;
 // otherwise the follower's next append, at the snapshot's index + 1, is
@@ -63,24 +63,24 @@ func (s compactedLogStore) GetLog(index uint64, l *raft.Log) error {
 // right before the log's first with a snapshot's index and term, which is
 // what the Raft paper keeps of it. It is never applied: raft applies only
 // past the last snapshot it restored.
-type monotonicLogStore struct {
+type Monotonic struct {
 	raft.LogStore
-	restored *restoredSnapshot
-	snaps    raft.SnapshotStore
-	log      hclog.Logger
+	Restored *RestoredSnapshot
+	Snaps    raft.SnapshotStore
+	Log      hclog.Logger
 }
 
-func (monotonicLogStore) IsMonotonic() bool { return true }
+func (Monotonic) IsMonotonic() bool { return true }
 
-func (s monotonicLogStore) GetLog(index uint64, l *raft.Log) error {
+func (s Monotonic) GetLog(index uint64, l *raft.Log) error {
 	err := s.LogStore.GetLog(index, l)
-	if !errors.Is(err, raft.ErrLogNotFound) || s.snaps == nil {
+	if !errors.Is(err, raft.ErrLogNotFound) || s.Snaps == nil {
 		return err
 	}
 	if first, ferr := s.LogStore.FirstIndex(); ferr != nil || first != index+1 {
 		return err
 	}
-	snaps, lerr := s.snaps.List()
+	snaps, lerr := s.Snaps.List()
 	if lerr != nil {
 		return err
 	}
@@ -94,20 +94,20 @@ func (s monotonicLogStore) GetLog(index uint64, l *raft.Log) error {
 }
 
 // StoreLog and StoreLogs end the install of a restored snapshot.
-func (s monotonicLogStore) StoreLog(l *raft.Log) error {
-	s.restored.forget()
+func (s Monotonic) StoreLog(l *raft.Log) error {
+	s.Restored.forget()
 	return s.LogStore.StoreLog(l)
 }
 
-func (s monotonicLogStore) StoreLogs(logs []*raft.Log) error {
-	s.restored.forget()
+func (s Monotonic) StoreLogs(logs []*raft.Log) error {
+	s.Restored.forget()
 	return s.LogStore.StoreLogs(logs)
 }
 
-var _ raft.MonotonicLogStore = monotonicLogStore{}
+var _ raft.MonotonicLogStore = Monotonic{}
 
-func (s monotonicLogStore) DeleteRange(min, max uint64) error {
-	keep, ok := s.restored.take()
+func (s Monotonic) DeleteRange(min, max uint64) error {
+	keep, ok := s.Restored.take()
 	if !ok || max <= keep.Index {
 		return s.LogStore.DeleteRange(min, max)
 	}
@@ -127,20 +127,20 @@ func (s monotonicLogStore) DeleteRange(min, max uint64) error {
 		return s.LogStore.DeleteRange(min, max)
 	}
 	if first == keep.Index+1 {
-		s.log.Warn("keeping the log that follows a restored snapshot (hashicorp/raft#697)",
+		s.Log.Warn("keeping the log that follows a restored snapshot (hashicorp/raft#697)",
 			"snapshot-index", keep.Index, "kept-from", first, "kept-to", max)
 		return nil
 	}
 	var at raft.Log
 	if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
-		s.log.Warn("keeping the log from a restored snapshot older than it (hashicorp/raft#697)",
+		s.Log.Warn("keeping the log from a restored snapshot older than it (hashicorp/raft#697)",
 			"snapshot-index", keep.Index, "kept-from", keep.Index, "kept-to", max)
 		max = keep.Index - 1
 	}
 	return s.LogStore.DeleteRange(min, max)
 }
 
-// restoredSnapshot remembers a snapshot that this process created and then
+// RestoredSnapshot remembers a snapshot that this process created and then
 // opened for the first time, until the next deletion from the log, append,
 // or snapshot created. A follower installing a snapshot creates it, opens
 // it to restore the state machine, then deletes the log. A node that takes
@@ -150,7 +150,7 @@ func (s monotonicLogStore) DeleteRange(min, max uint64) error {
 // snapshot's entry. A snapshot restored at start, or installed and then
 // sent, is not opened for the first time: nothing is remembered, though
 // the log may start right after it and conflict from there.
-type restoredSnapshot struct {
+type RestoredSnapshot struct {
 	mu sync.Mutex
 	// created holds the last two snapshots created and not opened since:
 	// a node may take its own while it copies one sent by the leader.
@@ -159,13 +159,13 @@ type restoredSnapshot struct {
 	meta    raft.SnapshotMeta
 }
 
-func (r *restoredSnapshot) create(id string) {
+func (r *RestoredSnapshot) create(id string) {
 	r.mu.Lock()
 	r.armed, r.created = false, [2]string{r.created[1], id}
 	r.mu.Unlock()
 }
 
-func (r *restoredSnapshot) open(meta *raft.SnapshotMeta) {
+func (r *RestoredSnapshot) open(meta *raft.SnapshotMeta) {
 	r.mu.Lock()
 	for i, id := range r.created {
 		if id != "" && id == meta.ID {
@@ -175,14 +175,14 @@ func (r *restoredSnapshot) open(meta *raft.SnapshotMeta) {
 	r.mu.Unlock()
 }
 
-func (r *restoredSnapshot) forget() {
+func (r *RestoredSnapshot) forget() {
 	r.mu.Lock()
 	r.armed = false
 	r.mu.Unlock()
 }
 
 // take returns the remembered snapshot's meta, and forgets it.
-func (r *restoredSnapshot) take() (raft.SnapshotMeta, bool) {
+func (r *RestoredSnapshot) take() (raft.SnapshotMeta, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	armed := r.armed
@@ -190,28 +190,28 @@ func (r *restoredSnapshot) take() (raft.SnapshotMeta, bool) {
 	return r.meta, armed
 }
 
-// restoreTrackingSnapshots tells monotonicLogStore which snapshots raft
+// TrackRestores tells Monotonic which snapshots raft
 // created and opened.
-type restoreTrackingSnapshots struct {
+type TrackRestores struct {
 	raft.SnapshotStore
-	restored *restoredSnapshot
+	Restored *RestoredSnapshot
 }
 
-func (s restoreTrackingSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+func (s TrackRestores) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
 	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
 	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 	if err != nil {
-		s.restored.forget()
+		s.Restored.forget()
 		return nil, err
 	}
-	s.restored.create(sink.ID())
+	s.Restored.create(sink.ID())
 	return sink, nil
 }
 
-func (s restoreTrackingSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+func (s TrackRestores) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.SnapshotStore.Open(id)
 	if err == nil {
-		s.restored.open(meta)
+		s.Restored.open(meta)
 	}
 	return meta, rc, err
 }
