@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fencedio/fenced/lease"
 )
 
 // A run of becomeLeader must not reset the deadlines from a view of the
@@ -107,5 +109,28 @@ func TestConfirmationNeedsTheReadyTerm(t *testing.T) {
 	}
 	if _, err := s.Renew(ctx, "k", l.ID); !errors.Is(err, errNotReady) {
 		t.Errorf("renewal two terms after the ready one: %v, want errNotReady", err)
+	}
+}
+
+// A node whose term moved on since it became ready (a deposed leader that
+// has not stepped down yet) does not answer "held" from its state: a newer
+// leader may have granted the key to someone else already, and the refusal
+// would report a holder that is gone.
+func TestHeldRefusalNeedsTheReadyTerm(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ctx := context.Background()
+	if _, err := s.Acquire(ctx, "k", "a", time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, "k", "b", time.Minute, 0); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("acquire of a held key in the ready term: %v, want ErrHeld", err)
+	}
+	base := s.raft.CurrentTerm()
+	s.termOverride = func() uint64 { return base + 2 }
+	if _, err := s.Acquire(ctx, "k", "b", time.Minute, 0); !errors.Is(err, errNotReady) {
+		t.Errorf("acquire of a held key two terms after the ready one: %v, want errNotReady", err)
+	}
+	if _, err := s.Acquire(ctx, "k", "b", time.Minute, 50*time.Millisecond); !errors.Is(err, errNotReady) {
+		t.Errorf("waiting acquire of a held key two terms after the ready one: %v, want errNotReady", err)
 	}
 }

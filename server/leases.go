@@ -123,6 +123,7 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 		held  bool
 		count int
 	)
+	term := s.readyTerm.Load()
 	s.fsm.read(func(st *lease.State) {
 		cur, held = st.Get(c.Key)
 		count = st.Len()
@@ -132,6 +133,13 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 		held = false
 	}
 	if held {
+		// A refusal is a read: answered only once this node confirms it
+		// still led when the state was read, so that a deposed leader
+		// that does not know it yet never reports a holder a newer
+		// leader has already replaced.
+		if err := s.confirmTerm(ctx, term); err != nil {
+			return lease.Lease{}, err
+		}
 		return lease.Lease{}, &lease.HeldError{Key: cur.Key, Owner: cur.Owner, Token: cur.Token,
 			Remaining: s.expirer.remaining(cur.Key, s.expirer.now())}
 	}
