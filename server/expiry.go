@@ -30,9 +30,9 @@ type expirer struct {
 	active bool
 	// term is the leadership term whose deadlines these are, stamped on
 	// every expiry decided while active.
-	term     uint64
-	inflight int           // submissions running
-	kick     chan struct{} // wakes run when the earliest deadline may have moved
+	term          uint64
+	inflight      int           // submissions running
+	earliestMoved chan struct{} // wakes run when the earliest deadline may have moved
 	// expire writes the expiry of due leases, decided in term, to the log
 	// and returns once it is applied or has failed. It is called without mu
 	// held, from at most maxInflight goroutines at once.
@@ -76,7 +76,7 @@ func mono(t time.Time) monoTime { return monoTime(t.Sub(epoch)) }
 func (m monoTime) add(d time.Duration) monoTime { return m + monoTime(d) }
 
 func newExpirer(expire func(term uint64, due []lease.Lease)) *expirer {
-	return &expirer{byKey: make(map[string]*tracked), kick: make(chan struct{}, 1), expire: expire,
+	return &expirer{byKey: make(map[string]*tracked), earliestMoved: make(chan struct{}, 1), expire: expire,
 		maxBatch: defaultExpiryBatch, maxInflight: defaultExpiryInflight}
 }
 
@@ -91,7 +91,7 @@ func (e *expirer) now() time.Time {
 
 func (e *expirer) wake() {
 	select {
-	case e.kick <- struct{}{}:
+	case e.earliestMoved <- struct{}{}:
 	default:
 	}
 }
@@ -251,7 +251,7 @@ func (e *expirer) run(done <-chan struct{}) {
 		select {
 		case <-done:
 			return
-		case <-e.kick:
+		case <-e.earliestMoved:
 		case <-timer.C:
 		}
 	}

@@ -29,7 +29,7 @@ func TestAfterCut(t *testing.T) {
 		{"retry without a leader", connectError(errNotReady), 1, connect.CodeUnavailable, true},
 		{"retry refused as bad input", connectError(invalidf("no")), 1, 0, false},
 	} {
-		got := afterCut(tc.err, tc.attempt, "me")
+		got := retriedAcquireError(tc.err, tc.attempt, "me")
 		if tc.wantCode == 0 {
 			if got != tc.err {
 				t.Errorf("%s: %v, want the answer unchanged", tc.name, got)
@@ -40,7 +40,7 @@ func TestAfterCut(t *testing.T) {
 			t.Errorf("%s: %v, want %v (maybe granted: %v)", tc.name, got, tc.wantCode, tc.wantMaybe)
 		}
 	}
-	if afterCut(nil, 1, "me") != nil {
+	if retriedAcquireError(nil, 1, "me") != nil {
 		t.Error("a grant on retry must stand")
 	}
 }

@@ -115,7 +115,7 @@ func (r *routedService) keepAliveBatch(ctx context.Context, reqs []*fencedv1.Kee
 	}
 	r.local.renewBatch(ctx, b)
 	for i, req := range reqs {
-		if err := b[i].err; err != nil && r.s.again(err, http.Header{}) {
+		if err := b[i].err; err != nil && r.s.retryAtLeader(err, http.Header{}) {
 			answers = append(answers, r.forwardKeepAlive(ctx, req))
 			continue
 		}

@@ -59,7 +59,7 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 	defer s.waiters.leave(key, w)
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
-		l, granted, head := s.waiters.turn(key, w)
+		l, granted, head := s.waiters.nextStep(key, w)
 		if granted {
 			return l, nil
 		}
@@ -197,7 +197,6 @@ type renewal struct {
 // called, so the confirmation, which starts after the call, covers each
 // of them as if it had been confirmed alone.
 func (s *Server) renewBatch(ctx context.Context, b []renewal) {
-	mutant := failpoint.Enabled(failpoint.DeposedLeaderRenews) && s.everLed.Load()
 	pending := 0
 	for i := range b {
 		r := &b[i]
@@ -216,7 +215,7 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 	}
 	term := s.readyTerm.Load()
 	start := s.expirer.now()
-	if err := s.confirmRenewals(ctx, term); err != nil && !mutant {
+	if err := s.confirmRenewals(ctx, term); err != nil {
 		for i := range b {
 			if b[i].err == nil {
 				b[i].err = err
@@ -248,6 +247,11 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 // confirmRenewals confirms that this node still leads in term, after the
 // renewals arrived (confirmTerm).
 func (s *Server) confirmRenewals(ctx context.Context, term uint64) error {
+	if failpoint.Enabled(failpoint.DeposedLeaderRenews) && s.everLed.Load() {
+		// The mutant: a node that once led renews without asking whether
+		// it still leads.
+		return nil
+	}
 	if failpoint.Enabled(failpoint.RenewWithoutQuorumContact) {
 		// The mutant: the term as this node knows it, no quorum contact.
 		if term == 0 || s.currentTerm() != term {

@@ -30,28 +30,50 @@ func (s *Server) leaseService() fencedv1connect.LeaseServiceHandler {
 // routeCall serves one call where it belongs. leader returns a client of
 // the leader's service, or ok false when this node serves the call itself
 // (local). A call this node failed because it does not, or no longer,
-// lead goes to the leader instead (again), up to 3 tries in all.
+// lead goes to the leader instead (retryAtLeader), up to 3 tries in all.
 func routeCall[C, Req, Resp any](ctx context.Context, s *Server, req *connect.Request[Req],
 	leader func(context.Context, http.Header) (rpc C, ok bool, err error),
 	remote func(C, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 	local func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
-	for range 3 {
+	return routeTries(ctx, s, req, leader, remote,
+		func(ctx context.Context, req *connect.Request[Req]) (*connect.Response[Resp], *connect.Request[Req], error) {
+			resp, err := local(ctx, req)
+			if s.retryAtLeader(err, req.Header()) {
+				return resp, req, err
+			}
+			return resp, nil, err
+		},
+		func(err error, _ int) error { return err })
+}
+
+// routeTries is routeCall's loop. local returns, with its answer, the
+// request to send the leader instead, or nil when its answer stands;
+// answer sees every answer with the number of tries before it.
+func routeTries[C, Req, Resp any](ctx context.Context, s *Server, req *connect.Request[Req],
+	leader func(context.Context, http.Header) (rpc C, ok bool, err error),
+	remote func(C, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+	local func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], *connect.Request[Req], error),
+	answer func(err error, retries int) error,
+) (*connect.Response[Resp], error) {
+	for try := range 3 {
 		rpc, ok, err := leader(ctx, req.Header())
 		if err != nil {
-			return nil, err
+			return nil, answer(err, try)
 		}
 		if ok {
-			return forwardCall(s.forward, ctx, func(ctx context.Context) (*connect.Response[Resp], error) {
+			resp, err := forwardCall(s.forward, ctx, func(ctx context.Context) (*connect.Response[Resp], error) {
 				return remote(rpc, ctx, forwarded(ctx, s, req.Msg))
 			})
+			return resp, answer(err, try)
 		}
-		resp, err := local(ctx, req)
-		if !s.again(err, req.Header()) {
-			return resp, err
+		resp, next, err := local(ctx, req)
+		if next == nil {
+			return resp, answer(err, try)
 		}
+		req = next
 	}
-	return nil, connectError(errNotReady)
+	return nil, answer(connectError(errNotReady), 3)
 }
 
 // route decides where a lease call goes: ok is false when this node
@@ -77,10 +99,10 @@ func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1conne
 	return rpc, rpc != nil, nil
 }
 
-// again reports whether a call the local node failed may be sent to the
+// retryAtLeader reports whether a call the local node failed may be sent to the
 // leader instead: it certainly did not take effect here, because this node
 // was not (or no longer) the leader when it tried.
-func (s *Server) again(err error, h http.Header) bool {
+func (s *Server) retryAtLeader(err error, h http.Header) bool {
 	if err == nil || h.Get(forwardedHeader) != "" || s.raft.State() == raft.Leader {
 		return false
 	}
@@ -98,28 +120,18 @@ func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T
 	return req
 }
 
-// Acquire is routeCall with one more retry: a wait this node was serving
-// when it stopped leading goes on at the new leader, for what is left of it.
+// Acquire is routeCall where a wait this node was serving when it stopped
+// leading goes on at the new leader, for what is left of it.
 func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
 	start := time.Now()
 	owner := req.Msg.GetOwner()
-	for attempt := range 3 {
-		rpc, ok, err := r.route(ctx, req.Header())
-		if err != nil {
-			return nil, afterCut(err, attempt, owner)
-		}
-		if ok {
-			resp, err := forwardCall(r.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.AcquireResponse], error) {
-				return rpc.Acquire(ctx, forwarded(ctx, r.s, req.Msg))
-			})
-			return resp, afterCut(err, attempt, owner)
-		}
+	local := func(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], *connect.Request[fencedv1.AcquireRequest], error) {
 		lctx, done := r.s.whileLeading(ctx)
 		resp, err := r.local.Acquire(lctx, req)
 		deposed := errors.Is(context.Cause(lctx), errDeposed)
 		done()
-		if err == nil || !(deposed || r.s.again(err, req.Header())) || req.Header().Get(forwardedHeader) != "" {
-			return resp, afterCut(err, attempt, owner)
+		if err == nil || !(deposed || r.s.retryAtLeader(err, req.Header())) || req.Header().Get(forwardedHeader) != "" {
+			return resp, nil, err
 		}
 		// This node stopped leading while the caller waited: go on waiting
 		// at the new leader for what is left of the wait.
@@ -127,9 +139,10 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 		if msg.WaitMs > 0 {
 			msg.WaitMs = max(msg.WaitMs-time.Since(start).Milliseconds(), 0)
 		}
-		req = connect.NewRequest(msg)
+		return resp, connect.NewRequest(msg), err
 	}
-	return nil, connect.NewError(connect.CodeUnavailable, errMaybeGranted)
+	return routeTries(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Acquire, local,
+		func(err error, retries int) error { return retriedAcquireError(err, retries, owner) })
 }
 
 // errMaybeGranted answers an acquisition that this node tried, stopped
@@ -138,11 +151,11 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 // outcome is unknown. See docs/protocol.md, section 3.8.
 var errMaybeGranted = errors.New("the leader changed while the acquisition was served: it may have been granted")
 
-// afterCut is the answer to a retried acquisition (attempt > 0) of owner:
+// retriedAcquireError is the answer to a retried acquisition (attempt > 0) of owner:
 // "held" by the same owner and "unavailable" become unavailable with
 // errMaybeGranted, since the holder may be the earlier try's grant. Other
 // answers, and first tries, stand.
-func afterCut(err error, attempt int, owner string) error {
+func retriedAcquireError(err error, attempt int, owner string) error {
 	if err == nil || attempt == 0 {
 		return err
 	}

@@ -154,10 +154,10 @@ func (q *waitQueues) granted(l lease.Lease) {
 	wt.signal()
 }
 
-// turn reports what wt should do next: take the lease a handover gave it
+// nextStep reports what wt should do next: take the lease a handover gave it
 // (granted), try to acquire (head: first in line and no handover to it in
 // flight), or wait for a signal.
-func (q *waitQueues) turn(key string, wt *waiter) (l lease.Lease, granted, head bool) {
+func (q *waitQueues) nextStep(key string, wt *waiter) (l lease.Lease, granted, head bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if wt.grant != nil {

@@ -9,7 +9,7 @@ import (
 // isHead reports whether wt may try to acquire key: first in line, with no
 // handover to it in flight.
 func isHead(q *waitQueues, key string, wt *waiter) bool {
-	_, _, head := q.turn(key, wt)
+	_, _, head := q.nextStep(key, wt)
 	return head
 }
 
@@ -107,16 +107,16 @@ func TestWaitQueueHandover(t *testing.T) {
 		if q.claim("k") != w || q.claim("k") != nil {
 			t.Fatal("want exactly one claim of the head")
 		}
-		if _, granted, head := q.turn("k", w); granted || head {
+		if _, granted, head := q.nextStep("k", w); granted || head {
 			t.Fatal("a claimed waiter was told to try on its own")
 		}
 		q.settle("k", w, lease.Lease{Key: "k", Token: 9}, true)
-		l, granted, _ := q.turn("k", w)
+		l, granted, _ := q.nextStep("k", w)
 		if !granted || l.Token != 9 || !signalled(w) {
-			t.Fatalf("turn after a handover = %+v, %v, want the signalled grant", l, granted)
+			t.Fatalf("nextStep after a handover = %+v, %v, want the signalled grant", l, granted)
 		}
 		// The granted waiter left the line: the next one has its turn.
-		if _, _, head := q.turn("k", next); !head || !signalled(next) || q.len() != 1 {
+		if _, _, head := q.nextStep("k", next); !head || !signalled(next) || q.len() != 1 {
 			t.Fatalf("after the grant: next is head %v, len %d", head, q.len())
 		}
 		// Abandoning after the grant returns it, and leaving is harmless.
@@ -137,17 +137,17 @@ func TestWaitQueueHandover(t *testing.T) {
 			t.Fatal("a claimed waiter was woken by the release before its grant")
 		}
 		q.granted(lease.Lease{Key: "k", ID: "other", Token: 8}) // not this claim's
-		if _, granted, _ := q.turn("k", w); granted || signalled(w) {
+		if _, granted, _ := q.nextStep("k", w); granted || signalled(w) {
 			t.Fatal("a grant under another lease ID settled the claim")
 		}
 		q.granted(lease.Lease{Key: "k", ID: w.nextID, Token: 9})
-		if l, granted, _ := q.turn("k", w); !granted || l.Token != 9 || !signalled(w) || q.len() != 0 {
-			t.Fatalf("turn after the applied grant = %+v, %v, len %d", l, granted, q.len())
+		if l, granted, _ := q.nextStep("k", w); !granted || l.Token != 9 || !signalled(w) || q.len() != 0 {
+			t.Fatalf("nextStep after the applied grant = %+v, %v, len %d", l, granted, q.len())
 		}
 		// The writer's settle, whatever it learned, changes nothing.
 		q.settle("k", w, lease.Lease{}, false)
-		if l, granted, _ := q.turn("k", w); !granted || l.Token != 9 || signalled(w) {
-			t.Fatalf("turn after the writer's settle = %+v, %v", l, granted)
+		if l, granted, _ := q.nextStep("k", w); !granted || l.Token != 9 || signalled(w) {
+			t.Fatalf("nextStep after the writer's settle = %+v, %v", l, granted)
 		}
 	})
 	t.Run("a claimed waiter cannot abandon; it gets the outcome", func(t *testing.T) {
@@ -161,7 +161,7 @@ func TestWaitQueueHandover(t *testing.T) {
 		if !signalled(w) {
 			t.Fatal("a failed handover did not give the waiter its turn back")
 		}
-		if _, _, head := q.turn("k", w); !head {
+		if _, _, head := q.nextStep("k", w); !head {
 			t.Fatal("a failed handover did not give the waiter its turn back")
 		}
 		if _, granted, inFlight := q.abandon("k", w); granted || inFlight || q.len() != 0 {
@@ -181,7 +181,7 @@ func TestWaitQueueHandover(t *testing.T) {
 		}
 		q.claim("k")
 		q.settle("k", w, lease.Lease{Token: 4}, true)
-		if l, granted, _ := q.turn("k", w); !granted || l.Token != 4 {
+		if l, granted, _ := q.nextStep("k", w); !granted || l.Token != 4 {
 			t.Fatalf("grant %+v, %v", l, granted)
 		}
 		if q.claim("k") != nil {
