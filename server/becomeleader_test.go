@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,13 +114,14 @@ func TestConfirmationNeedsTheReadyTerm(t *testing.T) {
 }
 
 // A node whose term moved on since it became ready (a deposed leader that
-// has not stepped down yet) does not answer "held" from its state: a newer
+// has not stepped down yet) does not answer "held" or "not held" from its state: a newer
 // leader may have granted the key to someone else already, and the refusal
 // would report a holder that is gone.
 func TestHeldRefusalNeedsTheReadyTerm(t *testing.T) {
 	s := newTestServer(t, Config{})
 	ctx := context.Background()
-	if _, err := s.Acquire(ctx, "k", "a", time.Minute, 0); err != nil {
+	l, err := s.Acquire(ctx, "k", "a", time.Minute, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Acquire(ctx, "k", "b", time.Minute, 0); !errors.Is(err, lease.ErrHeld) {
@@ -132,5 +134,8 @@ func TestHeldRefusalNeedsTheReadyTerm(t *testing.T) {
 	}
 	if _, err := s.Acquire(ctx, "k", "b", time.Minute, 50*time.Millisecond); !errors.Is(err, errNotReady) {
 		t.Errorf("waiting acquire of a held key two terms after the ready one: %v, want errNotReady", err)
+	}
+	if err := s.Release(ctx, "k", strings.Repeat("0", len(l.ID))); !errors.Is(err, errNotReady) {
+		t.Errorf("release of a lease this node does not know, two terms after the ready one: %v, want errNotReady", err)
 	}
 }

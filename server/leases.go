@@ -274,6 +274,7 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 		return errNotReady
 	}
 	var err error
+	term := s.readyTerm.Load()
 	s.fsm.read(func(st *lease.State) { _, err = st.Current(key, id) })
 	if failpoint.Enabled(failpoint.ReleaseAnyID) {
 		s.fsm.read(func(st *lease.State) {
@@ -283,6 +284,10 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 		})
 	}
 	if err != nil {
+		// Like a refusal to acquire, "not held" is a read (tryAcquire).
+		if cerr := s.confirmTerm(ctx, term); cerr != nil {
+			return cerr
+		}
 		return describeNotHeld(err, key, id)
 	}
 	res, err := s.applyHandover(ctx, lease.Command{Op: lease.OpRelease, Key: key, ID: id})
