@@ -2,11 +2,8 @@ package torture
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fencedio/fenced/store"
 )
@@ -176,87 +173,6 @@ func TestCheckRenewals(t *testing.T) {
 				t.Errorf("violations %d, want %d: %v", r.Violations, tt.want, r.Examples)
 			}
 		})
-	}
-}
-
-func TestReadHistoryMergesAndToleratesTornLastLine(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "w.jsonl")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := newRecorder(f, 3)
-	a := &Op{Kind: KindAcquire, Key: "k", Owner: "w3-1"}
-	rec.begin(a)
-	b := &Op{Kind: KindGet, Key: "k"}
-	rec.begin(b)
-	a.Token = 7
-	rec.end(a, OK, "", nil)
-	f.WriteString(`{"w":3,"n":3,"kind":"ren`) // killed mid-write
-	f.Close()
-	if err := rec.Err(); err != nil {
-		t.Fatal(err)
-	}
-	h, err := ReadHistory(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(h.Ops) != 2 {
-		t.Fatalf("got %d operations, want 2", len(h.Ops))
-	}
-	if got := h.Ops[0]; got.Seq != 1 || got.Outcome != OK || got.Token != 7 || !got.Finished() {
-		t.Errorf("first op = %+v, want the acquisition's result", got)
-	}
-	if got := h.Ops[1]; got.Finished() {
-		t.Errorf("second op = %+v, want it unfinished", got)
-	}
-	if h.End < h.Ops[0].Return {
-		t.Errorf("End %d is before the last return %d", h.End, h.Ops[0].Return)
-	}
-}
-
-func readFileString(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	return string(b), err
-}
-
-// TestUnknownKeysAreNotClean: a run whose linearizability check timed out
-// on a key has not passed, even with no violation.
-func TestUnknownKeysAreNotClean(t *testing.T) {
-	r := &Report{Summary: Summary{Acquisitions: Counts{OK: 1}}}
-	if !r.Passed() {
-		t.Fatal("a run with grants and no violation failed")
-	}
-	r.UnknownKeys = 1
-	if r.Passed() {
-		t.Error("a run with a key of unknown result passed")
-	}
-	if v := r.verdict(); !strings.HasPrefix(v, "INCONCLUSIVE") {
-		t.Errorf("verdict %q, want INCONCLUSIVE", v)
-	}
-}
-
-// TestClusterTimingFromTTL: a cluster's election timeout defaults to TTL/4
-// and may not exceed it.
-func TestClusterTimingFromTTL(t *testing.T) {
-	if !signalsSupported {
-		t.Skip(errUnsupported)
-	}
-	cfg := Config{Nodes: 3, TTL: 2 * time.Second, OutputDir: t.TempDir()}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.NodeHeartbeatTimeout != 500*time.Millisecond {
-		t.Errorf("NodeHeartbeatTimeout %v, want TTL/4", cfg.NodeHeartbeatTimeout)
-	}
-	cfg = Config{Nodes: 3, TTL: time.Second, NodeHeartbeatTimeout: 300 * time.Millisecond, OutputDir: t.TempDir()}
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "TTL/4") {
-		t.Errorf("heartbeat of 0.3 TTL in a cluster: %v, want an error naming TTL/4", err)
-	}
-	cfg = Config{TTL: time.Second, NodeHeartbeatTimeout: 300 * time.Millisecond, OutputDir: t.TempDir()}
-	if err := cfg.Validate(); err != nil {
-		t.Errorf("a single node may keep a longer heartbeat: %v", err)
 	}
 }
 

@@ -118,6 +118,11 @@ func (o *Op) String() string {
 	return s
 }
 
+// objectValue is the value a write stores; checkers recompute it.
+func objectValue(op *Op) []byte {
+	return fmt.Appendf(nil, "%s|%d|w%d|%s", op.Key, op.Token, op.Worker, op.Object)
+}
+
 // recorder appends operations to a history file. Each record is one
 // write(2), so records survive a SIGKILL of the worker.
 type recorder struct {
@@ -128,7 +133,10 @@ type recorder struct {
 	err    error
 }
 
-func newRecorder(w io.Writer, worker int) *recorder { return &recorder{w: w, worker: worker} }
+// newRecorder numbers operations from after+1.
+func newRecorder(w io.Writer, worker int, after int64) *recorder {
+	return &recorder{w: w, worker: worker, seq: after}
+}
 
 // begin stamps op with the next sequence number and the call time and
 // records the invocation.
@@ -253,4 +261,18 @@ func readHistoryFile(path string, fn func(*Op)) error {
 		return fmt.Errorf("read history %s: %w", filepath.Base(path), err)
 	}
 	return nil
+}
+
+// DelayedWrite is a request that went through the delaying proxy.
+type DelayedWrite struct {
+	Object string        `json:"object"`
+	Scope  string        `json:"scope"`
+	Token  uint64        `json:"token"`
+	Hold   time.Duration `json:"hold"`
+	// Received and Delivered are Unix nanoseconds.
+	Received  int64 `json:"received"`
+	Delivered int64 `json:"delivered"`
+	// Status is the store's answer, 0 when delivery failed (Err says why).
+	Status int    `json:"status"`
+	Err    string `json:"err,omitempty"`
 }

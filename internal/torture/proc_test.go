@@ -3,6 +3,7 @@
 package torture
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,8 +70,8 @@ func TestChildReportsOnlyExitsTheHarnessDidNotCause(t *testing.T) {
 		t.Errorf("an exit caused by the harness was reported: %v", err)
 	default:
 	}
-	log, _ := readFileString(sleeper.logPath)
-	if n := strings.Count(log, "--- torture: starting sleeper"); n != 3 {
+	log, _ := os.ReadFile(sleeper.logPath)
+	if n := strings.Count(string(log), "--- torture: starting sleeper"); n != 3 {
 		t.Errorf("log shows %d starts, want 3 (appended across restarts)", n)
 	}
 }

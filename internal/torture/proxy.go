@@ -15,20 +15,6 @@ import (
 	"github.com/fencedio/fenced/fence/fencehttp"
 )
 
-// DelayedWrite is a request that went through the delaying proxy.
-type DelayedWrite struct {
-	Object string        `json:"object"`
-	Scope  string        `json:"scope"`
-	Token  uint64        `json:"token"`
-	Hold   time.Duration `json:"hold"`
-	// Received and Delivered are Unix nanoseconds.
-	Received  int64 `json:"received"`
-	Delivered int64 `json:"delivered"`
-	// Status is the store's answer, 0 when delivery failed (Err says why).
-	Status int    `json:"status"`
-	Err    string `json:"err,omitempty"`
-}
-
 // delayProxy holds every request for a random time longer than the lease
 // TTL, then delivers it to the store, whether or not the client is still
 // waiting: a packet stuck in the network that arrives after the lease it

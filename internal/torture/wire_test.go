@@ -60,7 +60,7 @@ func h2cServer(h http.Handler) *httptest.Server {
 func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 	srv := fencedtest.Start(t)
 	var buf syncBuffer
-	rec := newRecorder(&buf, 1)
+	rec := newRecorder(&buf, 1, 0)
 	lr := newLeaseRecorder(rec, time.Second)
 	c := srv.Client(t, client.Config{HTTPClient: lr, TTL: 300 * time.Millisecond})
 	ctx := context.Background()
@@ -190,7 +190,7 @@ func TestLeaseRecorderClassifiesTransportFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
 			var buf syncBuffer
-			c, err := client.New(client.Config{Endpoint: tt.endpoint, HTTPClient: newLeaseRecorder(newRecorder(&buf, 0), time.Second)})
+			c, err := client.New(client.Config{Endpoint: tt.endpoint, HTTPClient: newLeaseRecorder(newRecorder(&buf, 0, 0), time.Second)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,7 +266,7 @@ func TestDelayProxyDeliversAfterTheClientGaveUp(t *testing.T) {
 func TestLeaseRecorderHeldBySelfIsUnknown(t *testing.T) {
 	srv := fencedtest.Start(t)
 	var buf syncBuffer
-	lr := newLeaseRecorder(newRecorder(&buf, 1), time.Second)
+	lr := newLeaseRecorder(newRecorder(&buf, 1, 0), time.Second)
 	c := srv.Client(t, client.Config{HTTPClient: lr, TTL: 300 * time.Millisecond})
 	ctx := context.Background()
 	if _, err := c.Acquire(ctx, "k", client.WithOwner("w1-1")); err != nil {

@@ -124,7 +124,7 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 	defer f.Close()
 	w := &worker{
 		spec:   spec,
-		rec:    newRecorder(f, spec.ID),
+		rec:    newRecorder(f, spec.ID, int64(spec.Incarnation)*1_000_000_000),
 		rng:    rand.New(rand.NewPCG(spec.Seed, uint64(spec.ID)<<32|uint64(spec.Incarnation))),
 		events: json.NewEncoder(events),
 		store: &http.Transport{
@@ -132,7 +132,6 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 			MaxIdleConnsPerHost: 4,
 		},
 	}
-	w.rec.seq = int64(spec.Incarnation) * 1_000_000_000
 	w.leases = newLeaseRecorder(w.rec, 2*time.Second)
 	w.leases.onAck = func(op *Op) { w.emit(Event{Type: evAcked, Key: op.Key, Kind: op.Kind}) }
 	w.client, err = client.New(client.Config{
@@ -305,11 +304,6 @@ const (
 // record at the resource to the worker and token that sent it.
 func objectName(key, worker string, seq int64) string {
 	return fmt.Sprintf("%s/%s/%d", key, worker, seq)
-}
-
-// objectValue is the value a write stores; checkers recompute it.
-func objectValue(op *Op) []byte {
-	return fmt.Appendf(nil, "%s|%d|w%d|%s", op.Key, op.Token, op.Worker, op.Object)
 }
 
 func (w *worker) put(l *client.Lease, delayed bool) writeResult {
