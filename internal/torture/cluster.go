@@ -16,6 +16,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testutil"
+	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/server"
 )
 
@@ -343,25 +344,25 @@ func (e *engine) nodeState(ctx context.Context, n *localNode) (nodeState, error)
 // that failed during the run), and once the cluster is quiet, every node
 // must have applied the same index and hold the same leases, read from
 // its own state (NameConvergence).
-func (e *engine) checkCluster() []CheckResult {
-	back := CheckResult{Name: NameNodesBack}
-	conv := CheckResult{Name: NameConvergence}
+func (e *engine) checkCluster() []check.Result {
+	back := check.Result{Name: NameNodesBack}
+	conv := check.Result{Name: NameConvergence}
 	e.mu.Lock()
-	wiped := CheckResult{Name: NameWipedRefuses, Checked: e.stats.Cluster.DiskLosses}
+	wiped := check.Result{Name: NameWipedRefuses, Checked: e.stats.Cluster.DiskLosses}
 	for _, w := range e.rejoinedWiped {
-		wiped.violationAt(w.at, "%s", w.what)
+		wiped.AddViolationAt(w.at, "%s", w.what)
 	}
 	back.Checked = e.stats.Cluster.Recoveries + len(e.recoveryProblems) + 1
 	for _, p := range e.recoveryProblems {
-		back.violation("%s", p)
+		back.AddViolation("%s", p)
 	}
 	e.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
 	defer cancel()
 	if err := e.awaitCluster(ctx); err != nil {
-		back.violation("at the end of the run, the cluster was not whole within %v: %v", recoveryTimeout, err)
+		back.AddViolation("at the end of the run, the cluster was not whole within %v: %v", recoveryTimeout, err)
 		conv.Skipped = "the cluster was not whole"
-		return []CheckResult{back, conv, wiped}
+		return []check.Result{back, conv, wiped}
 	}
 	// Quiet: no applied index moves between two reads of every node's
 	// state, and all are equal. Abandoned leases may still expire, so
@@ -394,11 +395,11 @@ func (e *engine) checkCluster() []CheckResult {
 			}
 			if diff == "" {
 				conv.Note = fmt.Sprintf("%d nodes at applied index %d with %d leases", len(states), states[0].Applied, len(states[0].Leases))
-				return []CheckResult{back, conv, wiped}
+				return []check.Result{back, conv, wiped}
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	conv.violation("the nodes never agreed within %v: %s", recoveryTimeout, diff)
-	return []CheckResult{back, conv, wiped}
+	conv.AddViolation("the nodes never agreed within %v: %s", recoveryTimeout, diff)
+	return []check.Result{back, conv, wiped}
 }

@@ -56,39 +56,20 @@
 //   - Every process that exits on its own (a panic in the client, the
 //     server or the store) is a violation, and is restarted.
 //
-// The code is laid out by concern: engine.go runs the phases of a run,
-// processes.go starts and restarts the children, faults.go injects the
-// single-node faults, cluster.go and clusterfaults.go form, break and check
-// a cluster, evidence.go reads back the resources, check.go and model.go
-// judge the history.
+// The harness is laid out by concern. Package history records what the
+// workers did and package check judges it; neither knows of processes.
+// In this package, engine.go runs the phases of a run, processes.go starts
+// and restarts the children, faults.go injects the single-node faults,
+// cluster.go and clusterfaults.go form, break and check a cluster, and
+// evidence.go reads back the resources.
 //
 // # Checkers
 //
-//   - store-no-stale-overwrite, postgres-no-stale-overwrite: per scope, in
-//     commit order, no accepted write carries a token below one accepted
-//     before it.
-//   - sequenced-writes-at-most-once: a store write that carried a sequence
-//     (Config.SequenceShare) is in the audit at most once per (scope,
-//     token, sequence); a duplicate answer counts as acknowledged.
-//   - token-provenance: every accepted write carries a token that the lease
-//     service granted, for that key, to the worker that sent it.
-//   - tokens-unique-and-ordered: no token was granted twice (restarts
-//     included); per key, a grant that returned before another began has
-//     the lower token.
-//   - acked-writes-present: every acknowledged write is in the resource at
-//     the end.
-//   - lease-linearizable: acquire, renew, release and get, per key, are
-//     linearizable (porcupine), with expiry as a nondeterministic step and
-//     acquisitions of unknown outcome pending until the end of the history;
-//     each key's history is checked in windows cut at quiescent points,
-//     each from an over-approximation of the key's state at its start; a
-//     failure writes porcupine's HTML visualization.
-//   - lease-exclusion: no lease was granted to another holder before the
-//     previous holder's conservative deadline (TTL after the send time of
-//     its last acknowledged renewal) or release.
-//   - renewals-honoured: no renewal or release of a lease was answered
-//     "not found" before TTL after the send time of its last acknowledged
-//     grant or renewal, unless a release of it was sent.
+// Package check holds the checkers and states what each one asserts;
+// the summary lists them by name (store-no-stale-overwrite,
+// lease-linearizable, lease-exclusion, ...). The engine adds four that
+// watch the run itself rather than its history:
+//
 //   - processes-healthy: no worker, node or store process crashed on its
 //     own.
 //   - nodes-come-back: after every fault and at the end, every node runs,

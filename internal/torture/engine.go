@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/fencedio/fenced/internal/torture/check"
+	"github.com/fencedio/fenced/internal/torture/history"
 )
 
 // Run runs one torture test: it starts the node(s), the store and the
@@ -66,7 +69,7 @@ type engine struct {
 	// workers' records of them are known).
 	acks *ackListener
 	// clusterChecks are the end-of-run cluster checks.
-	clusterChecks []CheckResult
+	clusterChecks []check.Result
 	storeProc     *child
 	storeURL      string
 	proxy         *delayProxy
@@ -251,16 +254,16 @@ func (e *engine) startServices(ctx context.Context) error {
 // cluster, stops the services and adds up their snapshot counts. It does
 // not depend on the caller's context any more: a Ctrl-C still gets a
 // checked, if shorter, run.
-func (e *engine) readBack() (*History, *Evidence, error) {
+func (e *engine) readBack() (*history.History, *check.Evidence, error) {
 	rctx, cancel := context.WithTimeout(context.Background(), e.cfg.DelayMax+time.Minute)
 	defer cancel()
-	var delayed []DelayedWrite
+	var delayed []history.DelayedWrite
 	if e.proxy != nil {
 		dctx, dcancel := context.WithTimeout(rctx, e.cfg.DelayMax+5*time.Second)
 		delayed = e.proxy.drain(dctx)
 		dcancel()
 	}
-	hist, err := ReadHistory(e.historyPaths()...)
+	hist, err := history.ReadHistory(e.historyPaths()...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -277,7 +280,7 @@ func (e *engine) readBack() (*History, *Evidence, error) {
 	if e.netem != nil {
 		e.clusterChecks = e.checkCluster()
 	} else if len(e.localNodes) > 0 {
-		e.clusterChecks = []CheckResult{e.checkNodeBack()}
+		e.clusterChecks = []check.Result{e.checkNodeBack()}
 	}
 	e.stopServices()
 	for _, n := range e.localNodes {

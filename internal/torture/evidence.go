@@ -15,13 +15,15 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/internal/torture/check"
+	"github.com/fencedio/fenced/internal/torture/history"
 	"github.com/fencedio/fenced/store"
 )
 
 // collect reads what the resources hold: the store's audit log and final
 // objects, and the PostgreSQL writes table.
-func (e *engine) collect(ctx context.Context, h *History, delayed []DelayedWrite) (*Evidence, error) {
-	ev := &Evidence{Delayed: delayed, Objects: map[string]FinalObject{}}
+func (e *engine) collect(ctx context.Context, h *history.History, delayed []history.DelayedWrite) (*check.Evidence, error) {
+	ev := &check.Evidence{Delayed: delayed, Objects: map[string]check.FinalObject{}}
 	hc := &http.Client{Timeout: 10 * time.Second}
 	audit, err := readAudit(ctx, hc, e.storeURL, e.cfg.KeyPrefix)
 	if err != nil {
@@ -30,7 +32,7 @@ func (e *engine) collect(ctx context.Context, h *History, delayed []DelayedWrite
 	ev.Audit = audit
 	var names []string
 	for _, op := range h.Ops {
-		if op.Kind == KindPut && op.Outcome == OK {
+		if op.Kind == history.KindPut && op.Outcome == history.OK {
 			names = append(names, op.Object)
 		}
 	}
@@ -77,7 +79,7 @@ func (e *engine) collect(ctx context.Context, h *History, delayed []DelayedWrite
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var r SQLRow
+			var r check.SQLRow
 			var tok int64
 			if err := rows.Scan(&r.ID, &r.Scope, &tok, &r.Worker, &r.Object); err != nil {
 				return nil, fmt.Errorf("torture: postgres: %w", err)
@@ -121,28 +123,28 @@ func readAudit(ctx context.Context, hc *http.Client, base, prefix string) ([]sto
 	}
 }
 
-func readObject(ctx context.Context, hc *http.Client, base, name string) (FinalObject, error) {
+func readObject(ctx context.Context, hc *http.Client, base, name string) (check.FinalObject, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/objects/"+url.PathEscape(name), nil)
 	resp, err := hc.Do(req)
 	if err != nil {
-		return FinalObject{}, err
+		return check.FinalObject{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return FinalObject{}, err
+		return check.FinalObject{}, err
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
 		tok, err := strconv.ParseUint(resp.Header.Get(fencehttp.HeaderToken), 10, 64)
 		if err != nil {
-			return FinalObject{}, fmt.Errorf("object %q: bad token header: %w", name, err)
+			return check.FinalObject{}, fmt.Errorf("object %q: bad token header: %w", name, err)
 		}
-		return FinalObject{Present: true, Token: tok, Value: body}, nil
+		return check.FinalObject{Present: true, Token: tok, Value: body}, nil
 	case http.StatusNotFound:
-		return FinalObject{}, nil
+		return check.FinalObject{}, nil
 	}
-	return FinalObject{}, fmt.Errorf("object %q: HTTP %d", name, resp.StatusCode)
+	return check.FinalObject{}, fmt.Errorf("object %q: HTTP %d", name, resp.StatusCode)
 }
 
 // snapshotCounts sums, over the processes logged in a node's log, the last

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/fencedio/fenced/internal/torture/check"
+	"github.com/fencedio/fenced/internal/torture/history"
 )
 
 // onEvent tracks what a worker is doing, to aim pauses and crashes.
@@ -15,7 +18,7 @@ func (e *engine) onEvent(ws *workerState, line []byte) {
 	}
 	if ev.Type == evAcked {
 		c := e.ackedLog
-		if ev.Kind == KindRenew {
+		if ev.Kind == history.KindRenew {
 			c = e.ackedRenew
 		}
 		select {
@@ -303,19 +306,19 @@ func (e *engine) awaitNode(n *localNode) {
 
 // checkNodeBack is NameNodesBack for a single local node: it served again
 // within recoveryTimeout after every crash, and serves at the end.
-func (e *engine) checkNodeBack() CheckResult {
-	back := CheckResult{Name: NameNodesBack}
+func (e *engine) checkNodeBack() check.Result {
+	back := check.Result{Name: NameNodesBack}
 	e.mu.Lock()
 	back.Checked = e.stats.Crashes + 1
 	for _, p := range e.recoveryProblems {
-		back.violation("%s", p)
+		back.AddViolation("%s", p)
 	}
 	e.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
 	defer cancel()
 	for _, n := range e.localNodes {
 		if err := waitHealthy(ctx, n.Endpoint()+"/healthz"); err != nil {
-			back.violation("at the end of the run, %s did not serve within %v: %v", n.Name(), recoveryTimeout, err)
+			back.AddViolation("at the end of the run, %s did not serve within %v: %v", n.Name(), recoveryTimeout, err)
 		}
 	}
 	return back

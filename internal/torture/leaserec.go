@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/internal/torture/history"
 )
 
 // leaseRecorder is the HTTP client of a worker's lease client. It records
@@ -28,11 +29,11 @@ import (
 // left and the time the whole answer arrived.
 type leaseRecorder struct {
 	base *http.Client
-	rec  *recorder
+	rec  *history.Recorder
 
 	// onAck, if set, is called after an acknowledged acquisition, renewal
 	// or release is recorded.
-	onAck func(*Op)
+	onAck func(*history.Op)
 
 	mu     sync.Mutex
 	owners map[string]string // lease ID -> owner name of its acquisition
@@ -40,7 +41,7 @@ type leaseRecorder struct {
 
 var _ connect.HTTPClient = (*leaseRecorder)(nil)
 
-func newLeaseRecorder(rec *recorder, dialTimeout time.Duration) *leaseRecorder {
+func newLeaseRecorder(rec *history.Recorder, dialTimeout time.Duration) *leaseRecorder {
 	protocols := new(http.Protocols)
 	protocols.SetUnencryptedHTTP2(true)
 	return &leaseRecorder{
@@ -85,23 +86,23 @@ func (r *leaseRecorder) Do(req *http.Request) (*http.Response, error) {
 	if !ok {
 		return r.base.Do(req)
 	}
-	r.rec.begin(op)
+	r.rec.Begin(op)
 	resp, err := r.base.Do(req)
 	if err != nil {
 		outcome, code := transportOutcome(err)
-		r.rec.end(op, outcome, code, err)
+		r.rec.End(op, outcome, code, err)
 		return nil, err
 	}
 	data, rerr := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if rerr != nil {
-		r.rec.end(op, Unknown, CodeTransport, rerr)
+		r.rec.End(op, history.Unknown, history.CodeTransport, rerr)
 		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(data), errReader{rerr}))
 		return resp, nil
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(data))
 	r.decodeResponse(op, resp, data)
-	if r.onAck != nil && op.Outcome == OK && (op.Kind == KindAcquire || op.Kind == KindRenew || op.Kind == KindRelease) {
+	if r.onAck != nil && op.Outcome == history.OK && (op.Kind == history.KindAcquire || op.Kind == history.KindRenew || op.Kind == history.KindRelease) {
 		r.onAck(op)
 	}
 	return resp, nil
@@ -113,18 +114,18 @@ func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // transportOutcome classifies an error of a request that got no answer.
 // Only a refused connection proves that nothing was sent.
-func transportOutcome(err error) (Outcome, string) {
+func transportOutcome(err error) (history.Outcome, string) {
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return Fail, CodeRefused
+		return history.Fail, history.CodeRefused
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return Unknown, CodeTimeout
+		return history.Unknown, history.CodeTimeout
 	}
-	return Unknown, CodeTransport
+	return history.Unknown, history.CodeTransport
 }
 
-func (r *leaseRecorder) decodeRequest(method, encoding string, body []byte) (*Op, bool) {
+func (r *leaseRecorder) decodeRequest(method, encoding string, body []byte) (*history.Op, bool) {
 	if encoding != "" && encoding != "identity" {
 		var err error
 		if body, err = gunzip(encoding, body); err != nil {
@@ -137,25 +138,25 @@ func (r *leaseRecorder) decodeRequest(method, encoding string, body []byte) (*Op
 		if proto.Unmarshal(body, &m) != nil {
 			return nil, false
 		}
-		return &Op{Kind: KindAcquire, Key: m.GetKey(), Owner: m.GetOwner(), TTLMs: m.GetTtlMs(), WaitMs: m.GetWaitMs()}, true
+		return &history.Op{Kind: history.KindAcquire, Key: m.GetKey(), Owner: m.GetOwner(), TTLMs: m.GetTtlMs(), WaitMs: m.GetWaitMs()}, true
 	case "Renew":
 		var m fencedv1.RenewRequest
 		if proto.Unmarshal(body, &m) != nil {
 			return nil, false
 		}
-		return &Op{Kind: KindRenew, Key: m.GetKey(), LeaseID: m.GetLeaseId(), Owner: r.ownerOf(m.GetLeaseId())}, true
+		return &history.Op{Kind: history.KindRenew, Key: m.GetKey(), LeaseID: m.GetLeaseId(), Owner: r.ownerOf(m.GetLeaseId())}, true
 	case "Release":
 		var m fencedv1.ReleaseRequest
 		if proto.Unmarshal(body, &m) != nil {
 			return nil, false
 		}
-		return &Op{Kind: KindRelease, Key: m.GetKey(), LeaseID: m.GetLeaseId(), Owner: r.ownerOf(m.GetLeaseId())}, true
+		return &history.Op{Kind: history.KindRelease, Key: m.GetKey(), LeaseID: m.GetLeaseId(), Owner: r.ownerOf(m.GetLeaseId())}, true
 	case "Get":
 		var m fencedv1.GetRequest
 		if proto.Unmarshal(body, &m) != nil {
 			return nil, false
 		}
-		return &Op{Kind: KindGet, Key: m.GetKey()}, true
+		return &history.Op{Kind: history.KindGet, Key: m.GetKey()}, true
 	}
 	return nil, false
 }
@@ -181,11 +182,11 @@ type wireError struct {
 	} `json:"details"`
 }
 
-func (r *leaseRecorder) decodeResponse(op *Op, resp *http.Response, data []byte) {
+func (r *leaseRecorder) decodeResponse(op *history.Op, resp *http.Response, data []byte) {
 	if enc := resp.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
 		d, err := gunzip(enc, data)
 		if err != nil {
-			r.rec.end(op, Unknown, CodeTransport, fmt.Errorf("undecodable answer: %w", err))
+			r.rec.End(op, history.Unknown, history.CodeTransport, fmt.Errorf("undecodable answer: %w", err))
 			return
 		}
 		data = d
@@ -196,10 +197,10 @@ func (r *leaseRecorder) decodeResponse(op *Op, resp *http.Response, data []byte)
 	}
 	var lease *fencedv1.Lease
 	switch op.Kind {
-	case KindAcquire:
+	case history.KindAcquire:
 		var m fencedv1.AcquireResponse
 		if err := proto.Unmarshal(data, &m); err != nil {
-			r.rec.end(op, Unknown, CodeTransport, err)
+			r.rec.End(op, history.Unknown, history.CodeTransport, err)
 			return
 		}
 		lease = m.GetLease()
@@ -207,17 +208,17 @@ func (r *leaseRecorder) decodeResponse(op *Op, resp *http.Response, data []byte)
 		r.mu.Lock()
 		r.owners[lease.GetLeaseId()] = op.Owner
 		r.mu.Unlock()
-	case KindRenew:
+	case history.KindRenew:
 		var m fencedv1.RenewResponse
 		if err := proto.Unmarshal(data, &m); err != nil {
-			r.rec.end(op, Unknown, CodeTransport, err)
+			r.rec.End(op, history.Unknown, history.CodeTransport, err)
 			return
 		}
 		op.Token, op.TTLMs = m.GetLease().GetToken(), m.GetLease().GetTtlMs()
-	case KindGet:
+	case history.KindGet:
 		var m fencedv1.GetResponse
 		if err := proto.Unmarshal(data, &m); err != nil {
-			r.rec.end(op, Unknown, CodeTransport, err)
+			r.rec.End(op, history.Unknown, history.CodeTransport, err)
 			return
 		}
 		op.LastToken = m.GetLastToken()
@@ -225,13 +226,13 @@ func (r *leaseRecorder) decodeResponse(op *Op, resp *http.Response, data []byte)
 			op.HasLease, op.Holder, op.HolderToken = true, l.GetOwner(), l.GetToken()
 		}
 	}
-	r.rec.end(op, OK, "", nil)
+	r.rec.End(op, history.OK, "", nil)
 }
 
-func (r *leaseRecorder) decodeError(op *Op, status int, data []byte) {
+func (r *leaseRecorder) decodeError(op *history.Op, status int, data []byte) {
 	var we wireError
 	if err := json.Unmarshal(data, &we); err != nil || we.Code == "" {
-		r.rec.end(op, Unknown, CodeTransport, fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(data)))
+		r.rec.End(op, history.Unknown, history.CodeTransport, fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(data)))
 		return
 	}
 	err := errors.New(we.Code + ": " + we.Message)
@@ -247,28 +248,28 @@ func (r *leaseRecorder) decodeError(op *Op, status int, data []byte) {
 				op.Holder, op.HolderToken = held.GetOwner(), held.GetToken()
 			}
 		}
-		if op.Kind == KindAcquire && op.Holder != "" && op.Holder == op.Owner {
+		if op.Kind == history.KindAcquire && op.Holder != "" && op.Holder == op.Owner {
 			// Owners are unique per attempt, so the holder is this very
 			// acquisition, granted by a node that lost its leadership
 			// before answering and retried at the new leader: its outcome
 			// is unknown to the caller, not a refusal.
-			r.rec.end(op, Unknown, CodeHeld, err)
+			r.rec.End(op, history.Unknown, history.CodeHeld, err)
 			return
 		}
-		r.rec.end(op, Fail, CodeHeld, err)
+		r.rec.End(op, history.Fail, history.CodeHeld, err)
 	case "not_found":
-		r.rec.end(op, Fail, CodeNotFound, err)
+		r.rec.End(op, history.Fail, history.CodeNotFound, err)
 	case "invalid_argument", "resource_exhausted":
-		r.rec.end(op, Fail, we.Code, err)
+		r.rec.End(op, history.Fail, we.Code, err)
 	case "unavailable":
 		// Only "not ready" proves that nothing was written to the log; a
 		// leadership lost while applying leaves the outcome open.
 		if strings.Contains(we.Message, "not ready to serve") {
-			r.rec.end(op, Fail, CodeUnavailable, err)
+			r.rec.End(op, history.Fail, history.CodeUnavailable, err)
 			return
 		}
-		r.rec.end(op, Unknown, we.Code, err)
+		r.rec.End(op, history.Unknown, we.Code, err)
 	default:
-		r.rec.end(op, Unknown, we.Code, err)
+		r.rec.End(op, history.Unknown, we.Code, err)
 	}
 }

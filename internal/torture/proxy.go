@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/internal/torture/history"
 )
 
 // delayProxy holds every request for a random time longer than the lease
@@ -26,7 +27,7 @@ type delayProxy struct {
 
 	mu      sync.Mutex
 	rng     *rand.Rand
-	records []DelayedWrite
+	records []history.DelayedWrite
 	drained bool
 	wg      sync.WaitGroup
 	closing chan struct{}
@@ -70,7 +71,7 @@ func (p *delayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	rec := DelayedWrite{Received: time.Now().UnixNano(), Hold: p.hold()}
+	rec := history.DelayedWrite{Received: time.Now().UnixNano(), Hold: p.hold()}
 	rec.Scope, rec.Token, _ = fencehttp.FromHeader(r.Header)
 	if name, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/objects/"); ok {
 		rec.Object, _ = url.PathUnescape(name)
@@ -137,7 +138,7 @@ func (p *delayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // drain delivers every held request (at once if ctx ends first), stops the
 // proxy and returns what was delivered.
-func (p *delayProxy) drain(ctx context.Context) []DelayedWrite {
+func (p *delayProxy) drain(ctx context.Context) []history.DelayedWrite {
 	p.mu.Lock()
 	p.drained = true
 	p.mu.Unlock()
@@ -154,5 +155,5 @@ func (p *delayProxy) drain(ctx context.Context) []DelayedWrite {
 	p.srv.Shutdown(sctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]DelayedWrite(nil), p.records...)
+	return append([]history.DelayedWrite(nil), p.records...)
 }

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fencedio/fenced/internal/torture/check"
+	"github.com/fencedio/fenced/internal/torture/history"
 )
 
 // Counts tallies operations by outcome.
@@ -19,14 +22,14 @@ type Counts struct {
 	Unknown int `json:"unknown"` // no answer: may or may not have taken effect
 }
 
-func (c *Counts) add(op *Op, refusal string) {
+func (c *Counts) add(op *history.Op, refusal string) {
 	c.Total++
 	switch {
-	case op.Outcome == OK:
+	case op.Outcome == history.OK:
 		c.OK++
-	case op.Outcome == Fail && op.Code == refusal:
+	case op.Outcome == history.Fail && op.Code == refusal:
 		c.Refused++
-	case op.Outcome == Fail:
+	case op.Outcome == history.Fail:
 		c.Failed++
 	default:
 		c.Unknown++
@@ -78,7 +81,7 @@ type Summary struct {
 	// (to workers and to the proxy) and by PostgreSQL.
 	StaleRejections int `json:"staleRejections"`
 
-	Checks []CheckResult `json:"checks"`
+	Checks []check.Result `json:"checks"`
 	// Violations is the total over all checkers; ViolationsByChecker
 	// has it per checker.
 	Violations          int            `json:"violations"`
@@ -86,9 +89,9 @@ type Summary struct {
 	// Linearizability has porcupine's result per key; the check was given
 	// LinearizabilityTimeoutSeconds in all, and timed out (result unknown)
 	// on UnknownKeys keys. A run with unknown keys is not clean.
-	Linearizability               []LinearizabilityResult `json:"linearizability"`
-	LinearizabilityTimeoutSeconds float64                 `json:"linearizabilityTimeoutSeconds"`
-	UnknownKeys                   int                     `json:"unknownKeys"`
+	Linearizability               []check.LinearizabilityResult `json:"linearizability"`
+	LinearizabilityTimeoutSeconds float64                       `json:"linearizabilityTimeoutSeconds"`
+	UnknownKeys                   int                           `json:"unknownKeys"`
 	// FirstViolationSeconds is when the earliest violation that has a time
 	// happened, in seconds after the workers started (0: none).
 	FirstViolationSeconds float64 `json:"firstViolationSeconds,omitempty"`
@@ -100,17 +103,19 @@ type Report struct {
 }
 
 // Check returns the named checker's result (zero if it did not run).
-func (r *Report) Check(name string) CheckResult {
+func (r *Report) Check(name string) check.Result {
 	for _, c := range r.Checks {
 		if c.Name == name {
 			return c
 		}
 	}
-	return CheckResult{}
+	return check.Result{}
 }
 
 // expectedToFail are the checkers that a run without fencing must fail.
-func expectedToFail(name string) bool { return name == NameStoreOrder || name == NameSQLOrder }
+func expectedToFail(name string) bool {
+	return name == check.NameStoreOrder || name == check.NameSQLOrder
+}
 
 // Passed reports the verdict. A run in which no lease was granted tested
 // nothing and fails. A normal run passes with no violation at all.
@@ -129,10 +134,10 @@ func (r *Report) Passed() bool {
 			return false
 		}
 	}
-	return r.Check(NameStoreOrder).Violations > 0
+	return r.Check(check.NameStoreOrder).Violations > 0
 }
 
-func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report {
+func (e *engine) check(h *history.History, ev *check.Evidence, elapsed time.Duration) *Report {
 	cfg := &e.cfg
 	s := Summary{
 		RunID: e.runID, Seed: cfg.Seed, Seconds: elapsed.Seconds(), Workers: cfg.Workers, Keys: cfg.Keys,
@@ -146,18 +151,18 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 	s.Operations = len(h.Ops)
 	for _, op := range h.Ops {
 		switch op.Kind {
-		case KindAcquire:
-			s.Acquisitions.add(op, CodeHeld)
-		case KindRenew:
-			s.Renewals.add(op, CodeNotFound)
-		case KindRelease:
-			s.Releases.add(op, CodeNotFound)
-		case KindGet:
+		case history.KindAcquire:
+			s.Acquisitions.add(op, history.CodeHeld)
+		case history.KindRenew:
+			s.Renewals.add(op, history.CodeNotFound)
+		case history.KindRelease:
+			s.Releases.add(op, history.CodeNotFound)
+		case history.KindGet:
 			s.Gets.add(op, "")
-		case KindPut:
-			s.StoreWrites.add(op, CodeStale)
-		case KindSQL:
-			s.SQLWrites.add(op, CodeStale)
+		case history.KindPut:
+			s.StoreWrites.add(op, history.CodeStale)
+		case history.KindSQL:
+			s.SQLWrites.add(op, history.CodeStale)
 		}
 	}
 	for _, d := range ev.Delayed {
@@ -173,22 +178,22 @@ func (e *engine) check(h *History, ev *Evidence, elapsed time.Duration) *Report 
 	}
 	s.StaleRejections = s.StoreWrites.Refused + s.SQLWrites.Refused + s.DelayedWrites.Stale
 
-	s.Checks = append(s.Checks, CheckStoreOrder(ev.Audit), CheckSequences(ev.Audit))
+	s.Checks = append(s.Checks, check.StoreOrder(ev.Audit), check.Sequences(ev.Audit))
 	if ev.HasSQL {
-		s.Checks = append(s.Checks, CheckSQLOrder(ev.SQLRows))
+		s.Checks = append(s.Checks, check.SQLOrder(ev.SQLRows))
 	} else {
-		s.Checks = append(s.Checks, CheckResult{Name: NameSQLOrder, Skipped: "no PostgreSQL configured"})
+		s.Checks = append(s.Checks, check.Result{Name: check.NameSQLOrder, Skipped: "no PostgreSQL configured"})
 	}
-	s.Checks = append(s.Checks, CheckProvenance(h, ev), CheckTokens(h), CheckAckedPresent(h, ev), CheckExclusion(h), CheckRenewals(h), CheckClientDeadline(h))
-	lin, res := CheckLinearizability(h, cfg.CheckTimeout, cfg.OutputDir)
+	s.Checks = append(s.Checks, check.Provenance(h, ev), check.Tokens(h), check.AckedPresent(h, ev), check.Exclusion(h), check.Renewals(h), check.ClientDeadline(h))
+	lin, res := check.Linearizability(h, cfg.CheckTimeout, cfg.OutputDir)
 	s.Checks = append(s.Checks, lin)
-	procs := CheckResult{Name: NameProcesses, Checked: cfg.Workers + len(e.localNodes)}
+	procs := check.Result{Name: check.NameProcesses, Checked: cfg.Workers + len(e.localNodes)}
 	if e.storeProc != nil {
 		procs.Checked++
 	}
 	e.mu.Lock()
 	for _, c := range e.crashed {
-		procs.violation("%s", c)
+		procs.AddViolation("%s", c)
 	}
 	e.mu.Unlock()
 	s.Checks = append(s.Checks, procs)
@@ -283,7 +288,7 @@ func (r *Report) WriteText(w io.Writer) {
 }
 
 // writeCheck writes one checker's result, with up to five examples.
-func writeCheck(w io.Writer, c CheckResult, noFencing bool) {
+func writeCheck(w io.Writer, c check.Result, noFencing bool) {
 	status := "ok"
 	switch {
 	case c.Skipped != "":
@@ -326,8 +331,8 @@ func (r *Report) verdict() string {
 	case !s.NoFencing:
 		verdict = fmt.Sprintf("FAIL: %d violations", s.Violations)
 	case r.Passed():
-		verdict = fmt.Sprintf("PASS: the checker caught %d stale overwrites, as it must without fencing", r.Check(NameStoreOrder).Violations)
-	case r.Check(NameStoreOrder).Violations == 0:
+		verdict = fmt.Sprintf("PASS: the checker caught %d stale overwrites, as it must without fencing", r.Check(check.NameStoreOrder).Violations)
+	case r.Check(check.NameStoreOrder).Violations == 0:
 		verdict = "FAIL: without fencing the checker found no stale overwrite (make the run longer, or the checker is broken)"
 	default:
 		var bad []string

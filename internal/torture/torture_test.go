@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/internal/testenv"
+	"github.com/fencedio/fenced/internal/torture/check"
 )
 
 // TestMain doubles as the harness's child processes: Config.Command is this
@@ -121,8 +122,8 @@ func requireFaults(t *testing.T, rep *Report) {
 			t.Errorf("the run had no %s", what)
 		}
 	}
-	for _, name := range []string{NameStoreOrder, NameSQLOrder, NameProvenance, NameTokens, NameAckedPresent,
-		NameExclusion, NameRenewals, NameLinearizability, NameProcesses} {
+	for _, name := range []string{check.NameStoreOrder, check.NameSQLOrder, check.NameProvenance, check.NameTokens, check.NameAckedPresent,
+		check.NameExclusion, check.NameRenewals, check.NameLinearizability, check.NameProcesses} {
 		if c := rep.Check(name); c.Name == "" || c.Skipped != "" || c.Checked == 0 {
 			t.Errorf("checker %s did not run: %+v", name, c)
 		}
@@ -162,8 +163,8 @@ func TestTortureNoFencing(t *testing.T) {
 	cfg.PauseProbability = 0.5
 	rep := runTorture(t, cfg)
 	requireFaults(t, rep)
-	if n := rep.Check(NameStoreOrder).Violations; n == 0 {
-		t.Errorf("negative control: %s reported no stale overwrite", NameStoreOrder)
+	if n := rep.Check(check.NameStoreOrder).Violations; n == 0 {
+		t.Errorf("negative control: %s reported no stale overwrite", check.NameStoreOrder)
 	}
 	for _, c := range rep.Checks {
 		if c.Violations > 0 && !expectedToFail(c.Name) {

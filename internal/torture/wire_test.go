@@ -17,6 +17,7 @@ import (
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/internal/fencedtest"
 	"github.com/fencedio/fenced/internal/testutil"
+	"github.com/fencedio/fenced/internal/torture/history"
 )
 
 // syncBuffer is a history sink that tests can read while it is written.
@@ -31,7 +32,7 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) history(t *testing.T) *History {
+func (s *syncBuffer) history(t *testing.T) *history.History {
 	t.Helper()
 	s.mu.Lock()
 	data := append([]byte(nil), s.b.Bytes()...)
@@ -40,7 +41,7 @@ func (s *syncBuffer) history(t *testing.T) *History {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h, err := ReadHistory(path)
+	h, err := history.ReadHistory(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func h2cServer(h http.Handler) *httptest.Server {
 func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 	srv := fencedtest.Start(t)
 	var buf syncBuffer
-	rec := newRecorder(&buf, 1, 0)
+	rec := history.NewRecorder(&buf, 1, 0)
 	lr := newLeaseRecorder(rec, time.Second)
 	c := srv.Client(t, client.Config{HTTPClient: lr, TTL: 300 * time.Millisecond})
 	ctx := context.Background()
@@ -78,7 +79,7 @@ func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 	// Wait for at least one renewal that the lease sends on its own.
 	testutil.Eventually(t, 5*time.Second, func() error {
 		for _, op := range buf.history(t).Ops {
-			if op.Kind == KindRenew && op.Outcome == OK {
+			if op.Kind == history.KindRenew && op.Outcome == history.OK {
 				return nil
 			}
 		}
@@ -91,24 +92,24 @@ func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 		t.Fatalf("renew after release: %v, want not held", err)
 	}
 
-	var acq, held, get, renew, rel, refused *Op
+	var acq, held, get, renew, rel, refused *history.Op
 	for _, op := range buf.history(t).Ops {
 		switch {
-		case op.Kind == KindAcquire && op.Outcome == OK:
+		case op.Kind == history.KindAcquire && op.Outcome == history.OK:
 			acq = op
-		case op.Kind == KindAcquire:
+		case op.Kind == history.KindAcquire:
 			held = op
-		case op.Kind == KindGet:
+		case op.Kind == history.KindGet:
 			get = op
-		case op.Kind == KindRenew && op.Outcome == OK:
+		case op.Kind == history.KindRenew && op.Outcome == history.OK:
 			renew = op
-		case op.Kind == KindRenew:
+		case op.Kind == history.KindRenew:
 			refused = op
-		case op.Kind == KindRelease:
+		case op.Kind == history.KindRelease:
 			rel = op
 		}
 	}
-	for name, op := range map[string]*Op{"grant": acq, "held": held, "get": get, "renewal": renew, "release": rel, "refused renewal": refused} {
+	for name, op := range map[string]*history.Op{"grant": acq, "held": held, "get": get, "renewal": renew, "release": rel, "refused renewal": refused} {
 		if op == nil {
 			t.Fatalf("no %s recorded", name)
 		}
@@ -119,7 +120,7 @@ func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 	if acq.Owner != "w1-1" || acq.Token != l.Token() || acq.LeaseID != l.ID() || acq.TTLMs != 300 {
 		t.Errorf("grant = %+v, want owner w1-1, token %d, lease %s, ttl 300", acq, l.Token(), l.ID())
 	}
-	if held.Code != CodeHeld || held.Holder != "w1-1" || held.HolderToken != l.Token() || held.Outcome != Fail {
+	if held.Code != history.CodeHeld || held.Holder != "w1-1" || held.HolderToken != l.Token() || held.Outcome != history.Fail {
 		t.Errorf("held = %+v, want held by w1-1 with token %d", held, l.Token())
 	}
 	if !get.HasLease || get.Holder != "w1-1" || get.HolderToken != l.Token() || get.LastToken != l.Token() {
@@ -129,10 +130,10 @@ func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 	if renew.Owner != "w1-1" || renew.Token != l.Token() {
 		t.Errorf("renewal = %+v, want owner w1-1 and token %d", renew, l.Token())
 	}
-	if rel.Owner != "w1-1" || rel.Outcome != OK {
+	if rel.Owner != "w1-1" || rel.Outcome != history.OK {
 		t.Errorf("release = %+v, want owner w1-1, ok", rel)
 	}
-	if refused.Code != CodeNotFound || refused.Outcome != Fail {
+	if refused.Code != history.CodeNotFound || refused.Outcome != history.Fail {
 		t.Errorf("refused renewal = %+v, want not_found", refused)
 	}
 }
@@ -179,18 +180,18 @@ func TestLeaseRecorderClassifiesTransportFailures(t *testing.T) {
 
 	tests := []struct {
 		endpoint string
-		outcome  Outcome
+		outcome  history.Outcome
 		code     string
 	}{
-		{closed, Fail, CodeRefused},
-		{hangup, Unknown, CodeTransport},
-		{notReady.URL, Fail, CodeUnavailable},
-		{lost.URL, Unknown, "unavailable"},
+		{closed, history.Fail, history.CodeRefused},
+		{hangup, history.Unknown, history.CodeTransport},
+		{notReady.URL, history.Fail, history.CodeUnavailable},
+		{lost.URL, history.Unknown, "unavailable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
 			var buf syncBuffer
-			c, err := client.New(client.Config{Endpoint: tt.endpoint, HTTPClient: newLeaseRecorder(newRecorder(&buf, 0, 0), time.Second)})
+			c, err := client.New(client.Config{Endpoint: tt.endpoint, HTTPClient: newLeaseRecorder(history.NewRecorder(&buf, 0, 0), time.Second)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +249,7 @@ func TestDelayProxyDeliversAfterTheClientGaveUp(t *testing.T) {
 			t.Errorf("a write arrived %v after sending, before the hold of %v", at.Sub(sent), hold)
 		}
 	}
-	byToken := map[uint64]DelayedWrite{}
+	byToken := map[uint64]history.DelayedWrite{}
 	for _, r := range recs {
 		byToken[r.Token] = r
 	}
@@ -266,7 +267,7 @@ func TestDelayProxyDeliversAfterTheClientGaveUp(t *testing.T) {
 func TestLeaseRecorderHeldBySelfIsUnknown(t *testing.T) {
 	srv := fencedtest.Start(t)
 	var buf syncBuffer
-	lr := newLeaseRecorder(newRecorder(&buf, 1, 0), time.Second)
+	lr := newLeaseRecorder(history.NewRecorder(&buf, 1, 0), time.Second)
 	c := srv.Client(t, client.Config{HTTPClient: lr, TTL: 300 * time.Millisecond})
 	ctx := context.Background()
 	if _, err := c.Acquire(ctx, "k", client.WithOwner("w1-1")); err != nil {
@@ -275,16 +276,16 @@ func TestLeaseRecorderHeldBySelfIsUnknown(t *testing.T) {
 	if _, err := c.Acquire(ctx, "k", client.WithOwner("w1-1")); !errors.Is(err, client.ErrHeld) {
 		t.Fatalf("second acquisition: %v, want held", err)
 	}
-	var acquisitions []*Op
+	var acquisitions []*history.Op
 	for _, op := range buf.history(t).Ops {
-		if op.Kind == KindAcquire {
+		if op.Kind == history.KindAcquire {
 			acquisitions = append(acquisitions, op)
 		}
 	}
 	if len(acquisitions) != 2 {
 		t.Fatalf("%d acquisitions recorded, want 2", len(acquisitions))
 	}
-	if op := acquisitions[1]; op.Outcome != Unknown || op.Holder != "w1-1" {
+	if op := acquisitions[1]; op.Outcome != history.Unknown || op.Holder != "w1-1" {
 		t.Fatalf("acquisition held by its own owner recorded as %+v, want unknown", op)
 	}
 }

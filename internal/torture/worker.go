@@ -23,6 +23,7 @@ import (
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
 	"github.com/fencedio/fenced/fence/fencesql"
+	"github.com/fencedio/fenced/internal/torture/history"
 )
 
 // WorkerSpec is what a worker process is told by the harness.
@@ -92,7 +93,7 @@ type Event struct {
 	Token uint64 `json:"t,omitempty"`
 	Lease int    `json:"l,omitempty"` // per-worker lease number
 	// Kind is the operation an acked event reports.
-	Kind Kind `json:"o,omitempty"`
+	Kind history.Kind `json:"o,omitempty"`
 }
 
 const (
@@ -124,7 +125,7 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 	defer f.Close()
 	w := &worker{
 		spec:   spec,
-		rec:    newRecorder(f, spec.ID, int64(spec.Incarnation)*1_000_000_000),
+		rec:    history.NewRecorder(f, spec.ID, int64(spec.Incarnation)*1_000_000_000),
 		rng:    rand.New(rand.NewPCG(spec.Seed, uint64(spec.ID)<<32|uint64(spec.Incarnation))),
 		events: json.NewEncoder(events),
 		store: &http.Transport{
@@ -133,7 +134,7 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 		},
 	}
 	w.leases = newLeaseRecorder(w.rec, 2*time.Second)
-	w.leases.onAck = func(op *Op) { w.emit(Event{Type: evAcked, Key: op.Key, Kind: op.Kind}) }
+	w.leases.onAck = func(op *history.Op) { w.emit(Event{Type: evAcked, Key: op.Key, Kind: op.Kind}) }
 	w.client, err = client.New(client.Config{
 		Endpoint:       spec.Endpoint,
 		Endpoints:      spec.Endpoints,
@@ -172,7 +173,7 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 
 type worker struct {
 	spec   WorkerSpec
-	rec    *recorder
+	rec    *history.Recorder
 	rng    *rand.Rand
 	leases *leaseRecorder
 	client *client.Client
@@ -312,7 +313,7 @@ func (w *worker) put(l *client.Lease, delayed bool) writeResult {
 	if delayed {
 		base, via, timeout = w.spec.ProxyURL, "proxy", w.spec.DelayedWriteTimeout
 	}
-	op := &Op{Kind: KindPut, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes), Via: via,
+	op := &history.Op{Kind: history.KindPut, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes), Via: via,
 		Deadline: l.Deadline().UnixNano()}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -320,18 +321,18 @@ func (w *worker) put(l *client.Lease, delayed bool) writeResult {
 		ctx = w.sequenced(ctx, l)
 	}
 	hc := &http.Client{Transport: fencehttp.NewTransport(l, w.store)}
-	w.rec.begin(op)
+	w.rec.Begin(op)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut,
-		strings.TrimRight(base, "/")+"/v1/objects/"+url.PathEscape(op.Object), bytes.NewReader(objectValue(op)))
+		strings.TrimRight(base, "/")+"/v1/objects/"+url.PathEscape(op.Object), bytes.NewReader(history.ObjectValue(op)))
 	if err != nil {
-		w.rec.end(op, Fail, "request", err)
+		w.rec.End(op, history.Fail, "request", err)
 		return writeFailed
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		outcome, code := transportOutcome(err)
-		w.rec.end(op, outcome, code, err)
-		if delayed && outcome == Unknown {
+		w.rec.End(op, outcome, code, err)
+		if delayed && outcome == history.Unknown {
 			return writeAbandon
 		}
 		return writeFailed
@@ -343,22 +344,22 @@ func (w *worker) put(l *client.Lease, delayed bool) writeResult {
 	case resp.StatusCode/100 == 2, errors.Is(fenced, fence.ErrDuplicate):
 		// A duplicate: a copy of this very write (same object, token and
 		// sequence) was applied, and this one was not.
-		w.rec.end(op, OK, "", nil)
+		w.rec.End(op, history.OK, "", nil)
 		return writeOK
 	case resp.StatusCode == http.StatusConflict:
-		w.rec.end(op, Fail, CodeStale, fmt.Errorf("HTTP 409: %s", bytes.TrimSpace(body)))
+		w.rec.End(op, history.Fail, history.CodeStale, fmt.Errorf("HTTP 409: %s", bytes.TrimSpace(body)))
 		return writeStale
 	case resp.StatusCode >= 500:
-		w.rec.end(op, Unknown, fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("%s", bytes.TrimSpace(body)))
+		w.rec.End(op, history.Unknown, fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("%s", bytes.TrimSpace(body)))
 		return writeFailed
 	}
-	w.rec.end(op, Fail, fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("%s", bytes.TrimSpace(body)))
+	w.rec.End(op, history.Fail, fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("%s", bytes.TrimSpace(body)))
 	return writeFailed
 }
 
 func (w *worker) sql(l *client.Lease) writeResult {
 	w.writes++
-	op := &Op{Kind: KindSQL, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes),
+	op := &history.Op{Kind: history.KindSQL, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes),
 		Deadline: l.Deadline().UnixNano()}
 	ctx, cancel := context.WithTimeout(context.Background(), w.spec.WriteTimeout)
 	defer cancel()
@@ -367,7 +368,7 @@ func (w *worker) sql(l *client.Lease) writeResult {
 			op.Key, int64(op.Token), w.spec.ID, op.Object)
 		return err
 	}
-	w.rec.begin(op)
+	w.rec.Begin(op)
 	var err error
 	if w.spec.NoFencing {
 		err = unfencedTx(ctx, w.db, insert)
@@ -376,15 +377,15 @@ func (w *worker) sql(l *client.Lease) writeResult {
 	}
 	switch {
 	case err == nil, errors.Is(err, fence.ErrDuplicate):
-		w.rec.end(op, OK, "", nil)
+		w.rec.End(op, history.OK, "", nil)
 		return writeOK
 	case errors.Is(err, fence.ErrStaleToken):
-		w.rec.end(op, Fail, CodeStale, err)
+		w.rec.End(op, history.Fail, history.CodeStale, err)
 		l.Lost(err)
 		return writeStale
 	}
 	// The commit may have happened before the connection broke.
-	w.rec.end(op, Unknown, CodeTransport, err)
+	w.rec.End(op, history.Unknown, history.CodeTransport, err)
 	return writeFailed
 }
 

@@ -1,4 +1,4 @@
-package torture
+package history
 
 import (
 	"bufio"
@@ -78,7 +78,7 @@ type Op struct {
 	Via string `json:"via,omitempty"`
 	// Deadline, for writes, is the writer's local deadline of its lease
 	// when the write began, as wall-clock Unix nanoseconds (0: not
-	// recorded). CheckClientDeadline holds it against the history.
+	// recorded). check.ClientDeadline holds it against the history.
 	Deadline int64 `json:"deadline,omitempty"`
 
 	Call    int64   `json:"call"`
@@ -119,13 +119,13 @@ func (o *Op) String() string {
 }
 
 // objectValue is the value a write stores; checkers recompute it.
-func objectValue(op *Op) []byte {
+func ObjectValue(op *Op) []byte {
 	return fmt.Appendf(nil, "%s|%d|w%d|%s", op.Key, op.Token, op.Worker, op.Object)
 }
 
 // recorder appends operations to a history file. Each record is one
 // write(2), so records survive a SIGKILL of the worker.
-type recorder struct {
+type Recorder struct {
 	mu     sync.Mutex
 	w      io.Writer
 	worker int
@@ -134,13 +134,13 @@ type recorder struct {
 }
 
 // newRecorder numbers operations from after+1.
-func newRecorder(w io.Writer, worker int, after int64) *recorder {
-	return &recorder{w: w, worker: worker, seq: after}
+func NewRecorder(w io.Writer, worker int, after int64) *Recorder {
+	return &Recorder{w: w, worker: worker, seq: after}
 }
 
 // begin stamps op with the next sequence number and the call time and
 // records the invocation.
-func (r *recorder) begin(op *Op) {
+func (r *Recorder) Begin(op *Op) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seq++
@@ -150,7 +150,7 @@ func (r *recorder) begin(op *Op) {
 }
 
 // end stamps the return time and records the result.
-func (r *recorder) end(op *Op, outcome Outcome, code string, err error) {
+func (r *Recorder) End(op *Op, outcome Outcome, code string, err error) {
 	op.Return = time.Now().UnixNano()
 	op.Outcome, op.Code = outcome, code
 	if err != nil {
@@ -161,7 +161,7 @@ func (r *recorder) end(op *Op, outcome Outcome, code string, err error) {
 	r.writeLocked(op)
 }
 
-func (r *recorder) writeLocked(op *Op) {
+func (r *Recorder) writeLocked(op *Op) {
 	b, err := json.Marshal(op)
 	if err != nil {
 		r.err = errors.Join(r.err, err)
@@ -172,7 +172,7 @@ func (r *recorder) writeLocked(op *Op) {
 	}
 }
 
-func (r *recorder) Err() error {
+func (r *Recorder) Err() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.err

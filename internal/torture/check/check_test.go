@@ -1,10 +1,11 @@
-package torture
+package check
 
 import (
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/fencedio/fenced/internal/torture/history"
 	"github.com/fencedio/fenced/store"
 )
 
@@ -25,7 +26,7 @@ func TestCheckStoreOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := CheckStoreOrder(tt.audit)
+			r := StoreOrder(tt.audit)
 			if r.Violations != tt.want || r.Checked != len(tt.audit) {
 				t.Errorf("violations %d checked %d, want %d and %d: %v", r.Violations, r.Checked, tt.want, len(tt.audit), r.Examples)
 			}
@@ -35,10 +36,10 @@ func TestCheckStoreOrder(t *testing.T) {
 
 func TestCheckSQLOrder(t *testing.T) {
 	rows := []SQLRow{{ID: 1, Scope: "a", Token: 5}, {ID: 2, Scope: "b", Token: 1}, {ID: 3, Scope: "a", Token: 4}, {ID: 4, Scope: "a", Token: 6}}
-	if r := CheckSQLOrder(rows); r.Violations != 1 || !strings.Contains(r.Examples[0], "row 3") {
+	if r := SQLOrder(rows); r.Violations != 1 || !strings.Contains(r.Examples[0], "row 3") {
 		t.Errorf("got %d violations %v, want 1 naming row 3", r.Violations, r.Examples)
 	}
-	if r := CheckSQLOrder(rows[:2]); r.Violations != 0 {
+	if r := SQLOrder(rows[:2]); r.Violations != 0 {
 		t.Errorf("got %d violations %v, want 0", r.Violations, r.Examples)
 	}
 }
@@ -54,8 +55,8 @@ func TestCheckTokens(t *testing.T) {
 		{"later grant with a lower token", new(hb).add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, acquired("b", 3)), 1},
 		{"token granted twice on one key", new(hb).add(0, 0, 1, acquired("a", 5)).add(1, 0, 1, acquired("b", 5)), 1},
 		{"token granted twice across keys", new(hb).
-			add(0, 0, 1, Op{Kind: KindAcquire, Key: "x", Owner: "a", Token: 5, Outcome: OK}).
-			add(1, 0, 1, Op{Kind: KindAcquire, Key: "y", Owner: "b", Token: 5, Outcome: OK}), 1},
+			add(0, 0, 1, history.Op{Kind: history.KindAcquire, Key: "x", Owner: "a", Token: 5, Outcome: history.OK}).
+			add(1, 0, 1, history.Op{Kind: history.KindAcquire, Key: "y", Owner: "b", Token: 5, Outcome: history.OK}), 1},
 		{"lower than an earlier grant that is not the latest", new(hb).
 			add(0, 0, 1, acquired("a", 8)).add(1, 0, 2, acquired("b", 4)).add(2, 3, 4, acquired("c", 6)), 1},
 		{"refused and unknown acquisitions are not grants", new(hb).
@@ -63,7 +64,7 @@ func TestCheckTokens(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if r := CheckTokens(NewHistory(tt.h.ops)); r.Violations != tt.want {
+			if r := Tokens(history.NewHistory(tt.h.ops)); r.Violations != tt.want {
 				t.Errorf("violations %d, want %d: %v", r.Violations, tt.want, r.Examples)
 			}
 		})
@@ -71,14 +72,14 @@ func TestCheckTokens(t *testing.T) {
 }
 
 func TestCheckProvenance(t *testing.T) {
-	put := func(token uint64, object string) Op {
-		return Op{Kind: KindPut, Token: token, Object: object, Outcome: OK}
+	put := func(token uint64, object string) history.Op {
+		return history.Op{Kind: history.KindPut, Token: token, Object: object, Outcome: history.OK}
 	}
-	h := NewHistory(new(hb).
+	h := history.NewHistory(new(hb).
 		add(0, 0, 1, acquired("w0-1", 5)).
 		add(0, 2, 3, put(5, "k/w0/1")).
 		add(1, 2, 3, put(5, "k/w1/1")). // worker 1 presents worker 0's token
-		add(0, 4, 5, Op{Kind: KindSQL, Token: 5, Object: "k/w0/2", Outcome: OK}).ops)
+		add(0, 4, 5, history.Op{Kind: history.KindSQL, Token: 5, Object: "k/w0/2", Outcome: history.OK}).ops)
 	ev := &Evidence{
 		Audit: []store.AuditRecord{
 			{Seq: 1, Scope: "k", Token: 5, Object: "k/w0/1"},
@@ -89,7 +90,7 @@ func TestCheckProvenance(t *testing.T) {
 		SQLRows: []SQLRow{{ID: 1, Scope: "k", Token: 5, Worker: 0, Object: "k/w0/2"}, {ID: 2, Scope: "k", Token: 5, Worker: 1, Object: "k/w0/2"}},
 		HasSQL:  true,
 	}
-	r := CheckProvenance(h, ev)
+	r := Provenance(h, ev)
 	if r.Checked != 6 || r.Violations != 4 {
 		t.Fatalf("checked %d violations %d, want 6 and 4: %v", r.Checked, r.Violations, r.Examples)
 	}
@@ -102,21 +103,21 @@ func TestCheckProvenance(t *testing.T) {
 
 func TestCheckAckedPresent(t *testing.T) {
 	ops := new(hb).
-		add(0, 0, 1, Op{Kind: KindPut, Key: "k", Token: 5, Object: "k/w0/1", Outcome: OK}).
-		add(0, 2, 3, Op{Kind: KindPut, Key: "k", Token: 5, Object: "k/w0/2", Outcome: OK}).
-		add(0, 4, 5, Op{Kind: KindPut, Key: "k", Token: 5, Object: "k/w0/3", Outcome: Unknown}).
-		add(0, 6, 7, Op{Kind: KindSQL, Key: "k", Token: 5, Object: "k/w0/4", Outcome: OK}).ops
-	h := NewHistory(ops)
+		add(0, 0, 1, history.Op{Kind: history.KindPut, Key: "k", Token: 5, Object: "k/w0/1", Outcome: history.OK}).
+		add(0, 2, 3, history.Op{Kind: history.KindPut, Key: "k", Token: 5, Object: "k/w0/2", Outcome: history.OK}).
+		add(0, 4, 5, history.Op{Kind: history.KindPut, Key: "k", Token: 5, Object: "k/w0/3", Outcome: history.Unknown}).
+		add(0, 6, 7, history.Op{Kind: history.KindSQL, Key: "k", Token: 5, Object: "k/w0/4", Outcome: history.OK}).ops
+	h := history.NewHistory(ops)
 	ev := &Evidence{
 		Objects: map[string]FinalObject{
-			"k/w0/1": {Present: true, Token: 5, Value: objectValue(ops[0])},
+			"k/w0/1": {Present: true, Token: 5, Value: history.ObjectValue(ops[0])},
 			"k/w0/2": {Present: true, Token: 5, Value: []byte("something else")},
 			"k/w1/9": {Present: false},
 		},
-		Delayed: []DelayedWrite{{Object: "k/w1/9", Token: 4, Status: 204}, {Object: "k/w1/8", Token: 3, Status: 409}},
+		Delayed: []history.DelayedWrite{{Object: "k/w1/9", Token: 4, Status: 204}, {Object: "k/w1/8", Token: 3, Status: 409}},
 		HasSQL:  true,
 	}
-	r := CheckAckedPresent(h, ev)
+	r := AckedPresent(h, ev)
 	// k/w0/2 has the wrong value, k/w1/9 (acked to the proxy) and the SQL
 	// row are missing; the unknown write and the rejected delayed write are
 	// not required.
@@ -143,7 +144,7 @@ func TestCheckExclusion(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if r := CheckExclusion(NewHistory(tt.h.ops)); r.Violations != tt.want {
+			if r := Exclusion(history.NewHistory(tt.h.ops)); r.Violations != tt.want {
 				t.Errorf("violations %d, want %d: %v", r.Violations, tt.want, r.Examples)
 			}
 		})
@@ -169,7 +170,7 @@ func TestCheckRenewals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if r := CheckRenewals(NewHistory(tt.h.ops)); r.Violations != tt.want {
+			if r := Renewals(history.NewHistory(tt.h.ops)); r.Violations != tt.want {
 				t.Errorf("violations %d, want %d: %v", r.Violations, tt.want, r.Examples)
 			}
 		})
@@ -189,7 +190,7 @@ func TestCheckSequences(t *testing.T) {
 		{"unsequenced repeats are not checked", []store.AuditRecord{rec(1, "a", 3, 0), rec(2, "a", 3, 0)}, 0},
 		{"applied twice", []store.AuditRecord{rec(1, "a", 3, 1), rec(2, "a", 3, 2), rec(3, "a", 3, 2), rec(4, "a", 3, 1)}, 2},
 	} {
-		if got := CheckSequences(tc.audit); got.Violations != tc.want {
+		if got := Sequences(tc.audit); got.Violations != tc.want {
 			t.Errorf("%s: %d violations, want %d: %v", tc.name, got.Violations, tc.want, got.Examples)
 		}
 	}

@@ -1,4 +1,4 @@
-package torture
+package history
 
 import (
 	"os"
@@ -13,13 +13,13 @@ func TestReadHistoryMergesAndToleratesTornLastLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder(f, 3, 0)
+	rec := NewRecorder(f, 3, 0)
 	a := &Op{Kind: KindAcquire, Key: "k", Owner: "w3-1"}
-	rec.begin(a)
+	rec.Begin(a)
 	b := &Op{Kind: KindGet, Key: "k"}
-	rec.begin(b)
+	rec.Begin(b)
 	a.Token = 7
-	rec.end(a, OK, "", nil)
+	rec.End(a, OK, "", nil)
 	f.WriteString(`{"w":3,"n":3,"kind":"ren`) // killed mid-write
 	f.Close()
 	if err := rec.Err(); err != nil {

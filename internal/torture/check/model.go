@@ -1,4 +1,4 @@
-package torture
+package check
 
 import (
 	"fmt"
@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/fencedio/fenced/internal/torture/history"
 )
 
 // leaseInput is an operation on one key, as the model sees it. Renewals and
 // releases name the lease by the owner of its acquisition, which is unique
 // per acquisition attempt.
 type leaseInput struct {
-	Kind  Kind
+	Kind  history.Kind
 	Key   string
 	Owner string
 }
@@ -135,7 +137,7 @@ func stepLease(s leaseState, in leaseInput, out leaseOutput) []leaseState {
 
 func applyLease(s leaseState, in leaseInput, out leaseOutput) []leaseState {
 	switch in.Kind {
-	case KindAcquire:
+	case history.KindAcquire:
 		switch out.Result {
 		case resOK:
 			if s.Holder != "" || out.Token <= s.Last {
@@ -159,7 +161,7 @@ func applyLease(s leaseState, in leaseInput, out leaseOutput) []leaseState {
 			}
 			return []leaseState{s, {Holder: in.Owner, Last: s.Last, Pending: true}}
 		}
-	case KindRenew:
+	case history.KindRenew:
 		switch out.Result {
 		case resOK:
 			if s.Holder != in.Owner {
@@ -175,7 +177,7 @@ func applyLease(s leaseState, in leaseInput, out leaseOutput) []leaseState {
 			}
 			return []leaseState{s}
 		}
-	case KindRelease:
+	case history.KindRelease:
 		switch out.Result {
 		case resOK:
 			if s.Holder != in.Owner {
@@ -188,7 +190,7 @@ func applyLease(s leaseState, in leaseInput, out leaseOutput) []leaseState {
 			}
 			return []leaseState{s}
 		}
-	case KindGet:
+	case history.KindGet:
 		if !out.HasLease {
 			if s.Holder != "" {
 				return nil
@@ -242,7 +244,7 @@ var LeaseModel = porcupine.NondeterministicModel{
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(leaseInput), output.(leaseOutput)
 		switch in.Kind {
-		case KindAcquire:
+		case history.KindAcquire:
 			switch out.Result {
 			case resOK:
 				return fmt.Sprintf("acquire(%s) -> token %d", in.Owner, out.Token)
@@ -250,12 +252,12 @@ var LeaseModel = porcupine.NondeterministicModel{
 				return fmt.Sprintf("acquire(%s) -> held by %s (%d)", in.Owner, out.Holder, out.HolderToken)
 			}
 			return fmt.Sprintf("acquire(%s) -> ?", in.Owner)
-		case KindRenew, KindRelease:
-			if out.Result == resOK && in.Kind == KindRenew {
+		case history.KindRenew, history.KindRelease:
+			if out.Result == resOK && in.Kind == history.KindRenew {
 				return fmt.Sprintf("renew(%s) -> %d", in.Owner, out.Token)
 			}
 			return fmt.Sprintf("%s(%s) -> %s", in.Kind, in.Owner, out.Result)
-		case KindGet:
+		case history.KindGet:
 			if out.HasLease {
 				return fmt.Sprintf("get -> %s (%d)", out.Holder, out.HolderToken)
 			}
@@ -271,37 +273,37 @@ var LeaseModel = porcupine.NondeterministicModel{
 // changed nothing, renewals, releases and reads of unknown outcome) are
 // left out; acquisitions of unknown outcome stay pending to the end of the
 // history, since the grant may have happened at any time after the call.
-func leaseOperations(h *History) []porcupine.Operation {
+func leaseOperations(h *history.History) []porcupine.Operation {
 	var ops []porcupine.Operation
 	for _, op := range h.Ops {
 		in := leaseInput{Kind: op.Kind, Key: op.Key, Owner: op.Owner}
 		var out leaseOutput
 		ret := op.Return
 		switch op.Kind {
-		case KindAcquire:
+		case history.KindAcquire:
 			switch {
-			case !op.Finished() || op.Outcome == Unknown:
+			case !op.Finished() || op.Outcome == history.Unknown:
 				out.Result, ret = resUnknown, h.End+1
-			case op.Outcome == OK:
+			case op.Outcome == history.OK:
 				out.Result, out.Token = resOK, op.Token
-			case op.Code == CodeHeld:
+			case op.Code == history.CodeHeld:
 				out.Result, out.Holder, out.HolderToken = resHeld, op.Holder, op.HolderToken
 			default:
 				continue
 			}
-		case KindRenew, KindRelease:
+		case history.KindRenew, history.KindRelease:
 			switch {
-			case op.Outcome == OK:
+			case op.Outcome == history.OK:
 				out.Result, out.Token = resOK, op.Token
-			case op.Outcome == Fail && op.Code == CodeNotFound:
+			case op.Outcome == history.Fail && op.Code == history.CodeNotFound:
 				out.Result = resNotFound
 			default:
 				// An unknown release may have freed the key, which the
 				// model's expiry already allows.
 				continue
 			}
-		case KindGet:
-			if op.Outcome != OK {
+		case history.KindGet:
+			if op.Outcome != history.OK {
 				continue
 			}
 			out = leaseOutput{Result: resOK, HasLease: op.HasLease, Holder: op.Holder, HolderToken: op.HolderToken, Last: op.LastToken}
@@ -337,7 +339,7 @@ type LinearizabilityResult struct {
 // least before it may end at the next quiescent point.
 var windowOps = 60
 
-// CheckLinearizable checks the lease history of every key with porcupine,
+// LinearizablePerKey checks the lease history of every key with porcupine,
 // within timeout in total. Each key's history is cut into windows at
 // quiescent points (no operation of known outcome open) after windowOps
 // operations, and each window is checked from every state the key may be
@@ -346,7 +348,7 @@ var windowOps = 60
 // linearizable is a violation, while an anomaly that spans a cut may be
 // missed. For a key whose history is not linearizable it writes
 // porcupine's visualization of the window into dir (if dir is not empty).
-func CheckLinearizable(h *History, timeout time.Duration, dir string) []LinearizabilityResult {
+func LinearizablePerKey(h *history.History, timeout time.Duration, dir string) []LinearizabilityResult {
 	byKey := map[string][]porcupine.Operation{}
 	var keys []string
 	for _, op := range leaseOperations(h) {
@@ -431,7 +433,7 @@ type opWindow struct {
 // isUnknownAcquire reports an acquisition of unknown outcome, pending to
 // the end of the history.
 func isUnknownAcquire(op porcupine.Operation) bool {
-	return op.Input.(leaseInput).Kind == KindAcquire && op.Output.(leaseOutput).Result == resUnknown
+	return op.Input.(leaseInput).Kind == history.KindAcquire && op.Output.(leaseOutput).Result == resUnknown
 }
 
 // cutWindows cuts one key's operations into windows. An acquisition of
@@ -445,7 +447,7 @@ func cutWindows(ops []porcupine.Operation) []opWindow {
 		if out.Holder != "" {
 			named[out.Holder] = true
 		}
-		if !isUnknownAcquire(op) && in.Kind != KindGet && !(in.Kind == KindAcquire && out.Result == resHeld) {
+		if !isUnknownAcquire(op) && in.Kind != history.KindGet && !(in.Kind == history.KindAcquire && out.Result == resHeld) {
 			named[in.Owner] = true
 		}
 	}
@@ -531,12 +533,12 @@ func windowStart(before, unknown []porcupine.Operation, ghostCalls []int64, at i
 	for _, op := range before {
 		in, out := op.Input.(leaseInput), op.Output.(leaseOutput)
 		switch {
-		case in.Kind == KindAcquire && out.Result == resOK, in.Kind == KindRenew && out.Result == resOK:
+		case in.Kind == history.KindAcquire && out.Result == resOK, in.Kind == history.KindRenew && out.Result == resOK:
 			see(out.Token, in.Owner)
-		case out.Result == resHeld, in.Kind == KindGet && out.HasLease:
+		case out.Result == resHeld, in.Kind == history.KindGet && out.HasLease:
 			see(out.HolderToken, out.Holder)
 		}
-		if in.Kind == KindGet {
+		if in.Kind == history.KindGet {
 			see(out.Last, "")
 		}
 	}

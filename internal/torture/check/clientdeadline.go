@@ -1,11 +1,15 @@
-package torture
+package check
 
-import "time"
+import (
+	"time"
 
-// NameClientDeadline names CheckClientDeadline's result.
+	"github.com/fencedio/fenced/internal/torture/history"
+)
+
+// NameClientDeadline names ClientDeadline's result.
 const NameClientDeadline = "client-deadline-conservative"
 
-// CheckClientDeadline checks the workers' client libraries rather than the
+// ClientDeadline checks the workers' client libraries rather than the
 // service: at every write, the local deadline the writer held for its lease
 // (Op.Deadline) must not pass the TTL after the send time of the last
 // acknowledged grant or renewal of that lease that had been answered when
@@ -13,8 +17,8 @@ const NameClientDeadline = "client-deadline-conservative"
 // instead of the send (the Python worker's mutant) believes itself the
 // holder after the server may have handed the key to someone else.
 // Writes without a recorded deadline are not checked.
-func CheckClientDeadline(h *History) CheckResult {
-	r := CheckResult{Name: NameClientDeadline}
+func ClientDeadline(h *history.History) Result {
+	r := Result{Name: NameClientDeadline}
 	type leaseOf struct {
 		worker int
 		key    string
@@ -25,14 +29,14 @@ func CheckClientDeadline(h *History) CheckResult {
 	ttl := map[string]int64{}
 	proofs := map[string][]proof{}
 	for _, op := range h.Ops {
-		if op.Outcome != OK || op.LeaseID == "" {
+		if op.Outcome != history.OK || op.LeaseID == "" {
 			continue
 		}
 		switch op.Kind {
-		case KindAcquire:
+		case history.KindAcquire:
 			ids[leaseOf{op.Worker, op.Key, op.Token}] = op.LeaseID
 			ttl[op.LeaseID] = op.TTLMs
-		case KindRenew:
+		case history.KindRenew:
 		default:
 			continue
 		}
@@ -41,7 +45,7 @@ func CheckClientDeadline(h *History) CheckResult {
 	// 1ms covers turning a monotonic deadline into wall-clock time.
 	const tolerance = int64(time.Millisecond)
 	for _, op := range h.Ops {
-		if op.Deadline == 0 || (op.Kind != KindPut && op.Kind != KindSQL) {
+		if op.Deadline == 0 || (op.Kind != history.KindPut && op.Kind != history.KindSQL) {
 			continue
 		}
 		id, ok := ids[leaseOf{op.Worker, op.Key, op.Token}]
@@ -60,7 +64,7 @@ func CheckClientDeadline(h *History) CheckResult {
 		}
 		bound := latest + ttl[id]*int64(time.Millisecond)
 		if op.Deadline > bound+tolerance {
-			r.violation("%v: the writer's local deadline was %v after the send of the lease's last acknowledged grant or renewal, beyond the TTL of %v",
+			r.AddViolation("%v: the writer's local deadline was %v after the send of the lease's last acknowledged grant or renewal, beyond the TTL of %v",
 				op, time.Duration(op.Deadline-latest), time.Duration(ttl[id])*time.Millisecond)
 		}
 	}

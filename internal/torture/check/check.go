@@ -1,4 +1,4 @@
-package torture
+package check
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/fencedio/fenced/internal/torture/history"
 	"github.com/fencedio/fenced/store"
 )
 
@@ -32,8 +33,8 @@ const (
 // maxExamples bounds the violations listed per checker.
 const maxExamples = 20
 
-// CheckResult is one checker's verdict.
-type CheckResult struct {
+// Result is one checker's verdict.
+type Result struct {
 	Name string `json:"name"`
 	// Checked counts what was examined (records, grants, keys...).
 	Checked    int `json:"checked"`
@@ -53,12 +54,14 @@ type CheckResult struct {
 	First int64 `json:"first,omitempty"`
 }
 
-func (r *CheckResult) violation(format string, args ...any) {
-	r.violationAt(0, format, args...)
+// AddViolation counts a violation and keeps its description among the
+// first examples.
+func (r *Result) AddViolation(format string, args ...any) {
+	r.AddViolationAt(0, format, args...)
 }
 
-// violationAt is violation at time at (Unix ns; 0 when it has none).
-func (r *CheckResult) violationAt(at int64, format string, args ...any) {
+// AddViolationAt is AddViolation at time at (Unix ns; 0 when it has none).
+func (r *Result) AddViolationAt(at int64, format string, args ...any) {
 	r.Violations++
 	if at != 0 && (r.First == 0 || at < r.First) {
 		r.First = at
@@ -96,7 +99,7 @@ type Evidence struct {
 	SQLRows []SQLRow
 	HasSQL  bool
 	// Delayed lists the writes the delaying proxy delivered.
-	Delayed []DelayedWrite
+	Delayed []history.DelayedWrite
 }
 
 // grantKey identifies a token granted to a worker for a key.
@@ -106,21 +109,21 @@ type grantKey struct {
 	token  uint64
 }
 
-func grants(h *History) []*Op {
-	var out []*Op
+func grants(h *history.History) []*history.Op {
+	var out []*history.Op
 	for _, op := range h.Ops {
-		if op.Kind == KindAcquire && op.Outcome == OK {
+		if op.Kind == history.KindAcquire && op.Outcome == history.OK {
 			out = append(out, op)
 		}
 	}
 	return out
 }
 
-// CheckStoreOrder checks the store's audit log: per scope, in commit order,
+// StoreOrder checks the store's audit log: per scope, in commit order,
 // no accepted write has a token below one accepted before it, and each
 // record's HighestBefore agrees with the log.
-func CheckStoreOrder(audit []store.AuditRecord) CheckResult {
-	r := CheckResult{Name: NameStoreOrder, Checked: len(audit)}
+func StoreOrder(audit []store.AuditRecord) Result {
+	r := Result{Name: NameStoreOrder, Checked: len(audit)}
 	recs := append([]store.AuditRecord(nil), audit...)
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
 	highest := map[string]uint64{}
@@ -128,10 +131,10 @@ func CheckStoreOrder(audit []store.AuditRecord) CheckResult {
 	for _, rec := range recs {
 		h := highest[rec.Scope]
 		if rec.Token < h {
-			r.violation("stale overwrite: audit seq %d, scope %q, object %q: token %d accepted after token %d (seq %d)",
+			r.AddViolation("stale overwrite: audit seq %d, scope %q, object %q: token %d accepted after token %d (seq %d)",
 				rec.Seq, rec.Scope, rec.Object, rec.Token, h, by[rec.Scope])
 		} else if rec.HighestBefore != h {
-			r.violation("audit seq %d, scope %q: highestBefore %d, but the log's highest before it is %d",
+			r.AddViolation("audit seq %d, scope %q: highestBefore %d, but the log's highest before it is %d",
 				rec.Seq, rec.Scope, rec.HighestBefore, h)
 		}
 		if rec.Token > h {
@@ -141,11 +144,11 @@ func CheckStoreOrder(audit []store.AuditRecord) CheckResult {
 	return r
 }
 
-// CheckSequences checks the store's audit log: a write that carried a
+// Sequences checks the store's audit log: a write that carried a
 // sequence is applied at most once per (scope, token, sequence); a copy of
 // it must have been refused as a duplicate.
-func CheckSequences(audit []store.AuditRecord) CheckResult {
-	r := CheckResult{Name: NameSequences}
+func Sequences(audit []store.AuditRecord) Result {
+	r := Result{Name: NameSequences}
 	type key struct {
 		scope      string
 		token, seq uint64
@@ -158,7 +161,7 @@ func CheckSequences(audit []store.AuditRecord) CheckResult {
 		r.Checked++
 		k := key{rec.Scope, rec.Token, rec.Sequence}
 		if seq, dup := first[k]; dup {
-			r.violation("scope %q token %d sequence %d applied twice: audit seq %d (object %q) and %d",
+			r.AddViolation("scope %q token %d sequence %d applied twice: audit seq %d (object %q) and %d",
 				rec.Scope, rec.Token, rec.Sequence, rec.Seq, rec.Object, seq)
 			continue
 		}
@@ -167,16 +170,16 @@ func CheckSequences(audit []store.AuditRecord) CheckResult {
 	return r
 }
 
-// CheckSQLOrder is CheckStoreOrder for the PostgreSQL writes table.
-func CheckSQLOrder(rows []SQLRow) CheckResult {
-	r := CheckResult{Name: NameSQLOrder, Checked: len(rows)}
+// SQLOrder is StoreOrder for the PostgreSQL writes table.
+func SQLOrder(rows []SQLRow) Result {
+	r := Result{Name: NameSQLOrder, Checked: len(rows)}
 	rows = append([]SQLRow(nil), rows...)
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
 	highest := map[string]SQLRow{}
 	for _, row := range rows {
 		h := highest[row.Scope]
 		if row.Token < h.Token {
-			r.violation("stale overwrite: row %d, scope %q, object %q: token %d committed after token %d (row %d)",
+			r.AddViolation("stale overwrite: row %d, scope %q, object %q: token %d committed after token %d (row %d)",
 				row.ID, row.Scope, row.Object, row.Token, h.Token, h.ID)
 		}
 		if row.Token > h.Token {
@@ -186,58 +189,58 @@ func CheckSQLOrder(rows []SQLRow) CheckResult {
 	return r
 }
 
-// CheckProvenance checks that every write the resources accepted carries a
+// Provenance checks that every write the resources accepted carries a
 // token that the lease service granted, for that key, to the worker that
 // sent the write.
-func CheckProvenance(h *History, ev *Evidence) CheckResult {
-	r := CheckResult{Name: NameProvenance}
+func Provenance(h *history.History, ev *Evidence) Result {
+	r := Result{Name: NameProvenance}
 	granted := map[grantKey]bool{}
 	for _, g := range grants(h) {
 		granted[grantKey{g.Worker, g.Key, g.Token}] = true
 	}
-	writes := map[string]*Op{}
+	writes := map[string]*history.Op{}
 	for _, op := range h.Ops {
-		if op.Kind == KindPut || op.Kind == KindSQL {
+		if op.Kind == history.KindPut || op.Kind == history.KindSQL {
 			writes[string(op.Kind)+"\x00"+op.Object] = op
 		}
 	}
-	check := func(kind Kind, where, object, scope string, token uint64, worker int) {
+	check := func(kind history.Kind, where, object, scope string, token uint64, worker int) {
 		r.Checked++
 		w, ok := writes[string(kind)+"\x00"+object]
 		switch {
 		case !ok:
-			r.violation("%s: %q (scope %q, token %d) was written by no worker of this run", where, object, scope, token)
+			r.AddViolation("%s: %q (scope %q, token %d) was written by no worker of this run", where, object, scope, token)
 		case w.Key != scope || w.Token != token || (worker >= 0 && worker != w.Worker):
-			r.violation("%s: %q has scope %q token %d, but worker %d sent scope %q token %d",
+			r.AddViolation("%s: %q has scope %q token %d, but worker %d sent scope %q token %d",
 				where, object, scope, token, w.Worker, w.Key, w.Token)
 		case !granted[grantKey{w.Worker, scope, token}]:
-			r.violation("%s: %q: token %d for %q was never granted to worker %d", where, object, token, scope, w.Worker)
+			r.AddViolation("%s: %q: token %d for %q was never granted to worker %d", where, object, token, scope, w.Worker)
 		}
 	}
 	for _, rec := range ev.Audit {
-		check(KindPut, fmt.Sprintf("store audit seq %d", rec.Seq), rec.Object, rec.Scope, rec.Token, -1)
+		check(history.KindPut, fmt.Sprintf("store audit seq %d", rec.Seq), rec.Object, rec.Scope, rec.Token, -1)
 	}
 	for _, row := range ev.SQLRows {
-		check(KindSQL, fmt.Sprintf("postgres row %d", row.ID), row.Object, row.Scope, row.Token, row.Worker)
+		check(history.KindSQL, fmt.Sprintf("postgres row %d", row.ID), row.Object, row.Scope, row.Token, row.Worker)
 	}
 	return r
 }
 
-// CheckTokens checks the tokens of all grants: no token was granted twice
+// Tokens checks the tokens of all grants: no token was granted twice
 // (for one key, or across keys, since tokens are log indexes), and per key,
 // a grant that completed before another began has the lower token.
-func CheckTokens(h *History) CheckResult {
+func Tokens(h *history.History) Result {
 	gs := grants(h)
-	r := CheckResult{Name: NameTokens, Checked: len(gs)}
-	seen := map[uint64]*Op{}
+	r := Result{Name: NameTokens, Checked: len(gs)}
+	seen := map[uint64]*history.Op{}
 	for _, g := range gs {
 		if prev, ok := seen[g.Token]; ok {
-			r.violationAt(g.Return, "token %d granted twice: %s and %s", g.Token, prev, g)
+			r.AddViolationAt(g.Return, "token %d granted twice: %s and %s", g.Token, prev, g)
 			continue
 		}
 		seen[g.Token] = g
 	}
-	byKey := map[string][]*Op{}
+	byKey := map[string][]*history.Op{}
 	for _, g := range gs {
 		byKey[g.Key] = append(byKey[g.Key], g)
 	}
@@ -247,9 +250,9 @@ func CheckTokens(h *History) CheckResult {
 		// that returned before A too, so keeping the running maximum of
 		// returned grants is enough.
 		sort.Slice(list, func(i, j int) bool { return list[i].Call < list[j].Call })
-		byRet := append([]*Op(nil), list...)
+		byRet := append([]*history.Op(nil), list...)
 		sort.Slice(byRet, func(i, j int) bool { return byRet[i].Return < byRet[j].Return })
-		var best *Op
+		var best *history.Op
 		j := 0
 		for _, b := range list {
 			for j < len(byRet) && byRet[j].Return < b.Call {
@@ -259,21 +262,21 @@ func CheckTokens(h *History) CheckResult {
 				j++
 			}
 			if best != nil && b.Token <= best.Token {
-				r.violationAt(b.Return, "key %q: %s began after %s returned, but its token is not higher", b.Key, b, best)
+				r.AddViolationAt(b.Return, "key %q: %s began after %s returned, but its token is not higher", b.Key, b, best)
 			}
 		}
 	}
 	return r
 }
 
-// CheckAckedPresent checks that every write the store acknowledged (to a
+// AckedPresent checks that every write the store acknowledged (to a
 // worker, or to the delaying proxy) is in the store at the end, and that
 // every SQL write whose commit was acknowledged is in the table.
-func CheckAckedPresent(h *History, ev *Evidence) CheckResult {
-	r := CheckResult{Name: NameAckedPresent}
-	puts := map[string]*Op{}
+func AckedPresent(h *history.History, ev *Evidence) Result {
+	r := Result{Name: NameAckedPresent}
+	puts := map[string]*history.Op{}
 	for _, op := range h.Ops {
-		if op.Kind == KindPut {
+		if op.Kind == history.KindPut {
 			puts[op.Object] = op
 		}
 	}
@@ -282,18 +285,18 @@ func CheckAckedPresent(h *History, ev *Evidence) CheckResult {
 		obj, ok := ev.Objects[name]
 		switch {
 		case !ok || !obj.Present:
-			r.violation("%s: acknowledged write %q (token %d) is missing at the end", who, name, token)
+			r.AddViolation("%s: acknowledged write %q (token %d) is missing at the end", who, name, token)
 		case obj.Token != token:
-			r.violation("%s: %q holds token %d at the end, acknowledged write had %d", who, name, obj.Token, token)
+			r.AddViolation("%s: %q holds token %d at the end, acknowledged write had %d", who, name, obj.Token, token)
 		default:
-			if p, ok := puts[name]; ok && !bytes.Equal(obj.Value, objectValue(p)) {
-				r.violation("%s: %q holds %q at the end, acknowledged write had %q", who, name, obj.Value, objectValue(p))
+			if p, ok := puts[name]; ok && !bytes.Equal(obj.Value, history.ObjectValue(p)) {
+				r.AddViolation("%s: %q holds %q at the end, acknowledged write had %q", who, name, obj.Value, history.ObjectValue(p))
 			}
 		}
 	}
 	if ev.Objects != nil {
 		for _, op := range h.Ops {
-			if op.Kind == KindPut && op.Outcome == OK {
+			if op.Kind == history.KindPut && op.Outcome == history.OK {
 				checkObject(op.Object, op.Token, fmt.Sprintf("w%d", op.Worker))
 			}
 		}
@@ -309,10 +312,10 @@ func CheckAckedPresent(h *History, ev *Evidence) CheckResult {
 			rows[row.Object] = true
 		}
 		for _, op := range h.Ops {
-			if op.Kind == KindSQL && op.Outcome == OK {
+			if op.Kind == history.KindSQL && op.Outcome == history.OK {
 				r.Checked++
 				if !rows[op.Object] {
-					r.violation("w%d: committed SQL write %q (token %d) is missing at the end", op.Worker, op.Object, op.Token)
+					r.AddViolation("w%d: committed SQL write %q (token %d) is missing at the end", op.Worker, op.Object, op.Token)
 				}
 			}
 		}
@@ -326,27 +329,27 @@ func CheckAckedPresent(h *History, ev *Evidence) CheckResult {
 // crystal of another machine running the node).
 func exclusionTolerance(ttl time.Duration) time.Duration { return 2*time.Millisecond + ttl/1000 }
 
-// CheckExclusion checks lease timing: a lease stays exclusive at least until
+// Exclusion checks lease timing: a lease stays exclusive at least until
 // its holder's conservative deadline. For each grant A of a key, A is
 // certainly current until the earliest of its release (once sent) and TTL
 // after the send time of its last acknowledged renewal (or of the
 // acquisition). The next grant of the key, by token, must not have
 // returned before that. A violation means that the service expired or
 // re-granted a lease while its holder was still entitled to it.
-func CheckExclusion(h *History) CheckResult {
+func Exclusion(h *history.History) Result {
 	gs := grants(h)
-	r := CheckResult{Name: NameExclusion, Checked: len(gs)}
+	r := Result{Name: NameExclusion, Checked: len(gs)}
 	type span struct {
-		g   *Op
+		g   *history.Op
 		end int64
 	}
 	lastRenew := map[string]int64{}
 	released := map[string]int64{}
 	for _, op := range h.Ops {
 		switch {
-		case op.Kind == KindRenew && op.Outcome == OK:
+		case op.Kind == history.KindRenew && op.Outcome == history.OK:
 			lastRenew[op.Owner] = max(lastRenew[op.Owner], op.Call)
-		case op.Kind == KindRelease && !(op.Outcome == Fail):
+		case op.Kind == history.KindRelease && !(op.Outcome == history.Fail):
 			if t, ok := released[op.Owner]; !ok || op.Call < t {
 				released[op.Owner] = op.Call
 			}
@@ -365,7 +368,7 @@ func CheckExclusion(h *History) CheckResult {
 		for i := 1; i < len(spans); i++ {
 			a, b := spans[i-1], spans[i]
 			if b.g.Return < a.end-int64(exclusionTolerance(time.Duration(a.g.TTLMs)*time.Millisecond)) {
-				r.violationAt(b.g.Return, "key %q: %s returned %v before %s (token %d) was due to end",
+				r.AddViolationAt(b.g.Return, "key %q: %s returned %v before %s (token %d) was due to end",
 					key, b.g, time.Duration(a.end-b.g.Return), a.g.Owner, a.g.Token)
 			}
 		}
@@ -373,7 +376,7 @@ func CheckExclusion(h *History) CheckResult {
 	return r
 }
 
-// CheckRenewals checks that every acknowledged grant and renewal is
+// Renewals checks that every acknowledged grant and renewal is
 // honoured: once it returned, the lease stays current until TTL after it
 // was sent (the server counts the TTL from when it received it, which is
 // later). A renewal or release of the same lease that the server answered
@@ -381,9 +384,9 @@ func CheckExclusion(h *History) CheckResult {
 // before that answer, is a violation. lease-exclusion sees such a bug only
 // when another worker is granted the key in the gap; this check sees it
 // from the holder's own next renewal.
-func CheckRenewals(h *History) CheckResult {
-	r := CheckResult{Name: NameRenewals}
-	type leaseOps struct{ acked, gone, released []*Op }
+func Renewals(h *history.History) Result {
+	r := Result{Name: NameRenewals}
+	type leaseOps struct{ acked, gone, released []*history.Op }
 	byOwner := map[string]*leaseOps{}
 	get := func(owner string) *leaseOps {
 		if byOwner[owner] == nil {
@@ -393,22 +396,22 @@ func CheckRenewals(h *History) CheckResult {
 	}
 	for _, op := range h.Ops {
 		switch {
-		case (op.Kind == KindAcquire || op.Kind == KindRenew) && op.Outcome == OK:
+		case (op.Kind == history.KindAcquire || op.Kind == history.KindRenew) && op.Outcome == history.OK:
 			get(op.Owner).acked = append(get(op.Owner).acked, op)
-		case (op.Kind == KindRenew || op.Kind == KindRelease) && op.Outcome == Fail && op.Code == CodeNotFound:
+		case (op.Kind == history.KindRenew || op.Kind == history.KindRelease) && op.Outcome == history.Fail && op.Code == history.CodeNotFound:
 			get(op.Owner).gone = append(get(op.Owner).gone, op)
 		}
-		if op.Kind == KindRelease {
+		if op.Kind == history.KindRelease {
 			get(op.Owner).released = append(get(op.Owner).released, op)
 		}
 	}
 	for owner, l := range byOwner {
 		r.Checked += len(l.acked)
 		for _, x := range l.gone {
-			if slices.ContainsFunc(l.released, func(rel *Op) bool { return rel != x && rel.Call < x.Return }) {
+			if slices.ContainsFunc(l.released, func(rel *history.Op) bool { return rel != x && rel.Call < x.Return }) {
 				continue
 			}
-			var last *Op
+			var last *history.Op
 			for _, a := range l.acked {
 				if a.Finished() && a.Return < x.Call && (last == nil || a.Call > last.Call) {
 					last = a
@@ -421,13 +424,13 @@ func CheckRenewals(h *History) CheckResult {
 			// grant's.
 			ttl := time.Duration(last.TTLMs) * time.Millisecond
 			for _, a := range l.acked {
-				if ttl == 0 && a.Kind == KindAcquire {
+				if ttl == 0 && a.Kind == history.KindAcquire {
 					ttl = time.Duration(a.TTLMs) * time.Millisecond
 				}
 			}
 			due := last.Call + int64(ttl)
 			if ttl > 0 && x.Return < due-int64(exclusionTolerance(ttl)) {
-				r.violationAt(x.Return, "lease %s of %q: %s answered not found %v before the deadline set by %s",
+				r.AddViolationAt(x.Return, "lease %s of %q: %s answered not found %v before the deadline set by %s",
 					owner, x.Key, x, time.Duration(due-x.Return), last)
 			}
 		}
@@ -435,12 +438,12 @@ func CheckRenewals(h *History) CheckResult {
 	return r
 }
 
-// CheckLinearizability runs CheckLinearizable and summarizes it. A key
+// Linearizability runs LinearizablePerKey and summarizes it. A key
 // whose check timed out is no violation, but the run is not clean
 // (Report.Passed): its Note names the keys.
-func CheckLinearizability(h *History, timeout time.Duration, dir string) (CheckResult, []LinearizabilityResult) {
-	res := CheckLinearizable(h, timeout, dir)
-	r := CheckResult{Name: NameLinearizability}
+func Linearizability(h *history.History, timeout time.Duration, dir string) (Result, []LinearizabilityResult) {
+	res := LinearizablePerKey(h, timeout, dir)
+	r := Result{Name: NameLinearizability}
 	var unknown []string
 	windows, unknownWindows := 0, 0
 	for _, k := range res {
@@ -456,7 +459,7 @@ func CheckLinearizability(h *History, timeout time.Duration, dir string) (CheckR
 			if k.Explanation != "" {
 				msg += "\n" + k.Explanation
 			}
-			r.violationAt(k.FirstIllegal, "%s", msg)
+			r.AddViolationAt(k.FirstIllegal, "%s", msg)
 		case porcupine.Unknown:
 			unknown = append(unknown, k.Key)
 		}

@@ -1,22 +1,23 @@
-package torture_test
+package check_test
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/fencedio/fenced/internal/torture"
+	"github.com/fencedio/fenced/internal/torture/check"
+	"github.com/fencedio/fenced/internal/torture/history"
 	"github.com/fencedio/fenced/store"
 )
 
 // A store running without fencing accepted token 41 after 42: the checker
 // reports the stale overwrite.
-func ExampleCheckStoreOrder() {
+func ExampleStoreOrder() {
 	audit := []store.AuditRecord{
 		{Seq: 1, Scope: "orders/7", Token: 41, Object: "a"},
 		{Seq: 2, Scope: "orders/7", Token: 42, HighestBefore: 41, Object: "b"},
 		{Seq: 3, Scope: "orders/7", Token: 41, HighestBefore: 42, Object: "c"},
 	}
-	r := torture.CheckStoreOrder(audit)
+	r := check.StoreOrder(audit)
 	fmt.Println(r.Violations)
 	fmt.Println(r.Examples[0])
 	// Output:
@@ -27,15 +28,15 @@ func ExampleCheckStoreOrder() {
 // A read that starts after a grant returned must see it. A node that
 // answers reads before it has replayed its log says "free, last token 0":
 // not linearizable.
-func ExampleCheckLinearizable() {
+func ExampleLinearizablePerKey() {
 	ms := int64(time.Millisecond)
-	h := torture.NewHistory([]*torture.Op{
-		{Worker: 0, Seq: 1, Kind: torture.KindAcquire, Key: "orders/7", Owner: "w0-1", TTLMs: 1000,
-			Call: 1 * ms, Return: 2 * ms, Outcome: torture.OK, Token: 41},
-		{Worker: 1, Seq: 1, Kind: torture.KindGet, Key: "orders/7",
-			Call: 3 * ms, Return: 4 * ms, Outcome: torture.OK, LastToken: 0},
+	h := history.NewHistory([]*history.Op{
+		{Worker: 0, Seq: 1, Kind: history.KindAcquire, Key: "orders/7", Owner: "w0-1", TTLMs: 1000,
+			Call: 1 * ms, Return: 2 * ms, Outcome: history.OK, Token: 41},
+		{Worker: 1, Seq: 1, Kind: history.KindGet, Key: "orders/7",
+			Call: 3 * ms, Return: 4 * ms, Outcome: history.OK, LastToken: 0},
 	})
-	for _, r := range torture.CheckLinearizable(h, 10*time.Second, "") {
+	for _, r := range check.LinearizablePerKey(h, 10*time.Second, "") {
 		fmt.Println(r.Key, r.Operations, r.Result)
 	}
 	// Output:

@@ -1,4 +1,4 @@
-package torture
+package check
 
 import (
 	"os"
@@ -7,21 +7,23 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/fencedio/fenced/internal/torture/history"
 )
 
 // hb builds histories for one key with explicit times (milliseconds).
 type hb struct {
-	ops []*Op
+	ops []*history.Op
 	n   int64
 }
 
-func (b *hb) add(worker int, call, ret int64, op Op) *hb {
+func (b *hb) add(worker int, call, ret int64, op history.Op) *hb {
 	b.n++
 	op.Worker, op.Seq, op.Call, op.Return = worker, b.n, call*1e6, ret*1e6
 	if op.Key == "" {
 		op.Key = "k"
 	}
-	if op.TTLMs == 0 && op.Kind == KindAcquire {
+	if op.TTLMs == 0 && op.Kind == history.KindAcquire {
 		op.TTLMs = 1000
 	}
 	if ret == 0 {
@@ -31,25 +33,29 @@ func (b *hb) add(worker int, call, ret int64, op Op) *hb {
 	return b
 }
 
-func acquired(owner string, token uint64) Op {
-	return Op{Kind: KindAcquire, Owner: owner, Token: token, Outcome: OK}
+func acquired(owner string, token uint64) history.Op {
+	return history.Op{Kind: history.KindAcquire, Owner: owner, Token: token, Outcome: history.OK}
 }
-func heldBy(owner, holder string, token uint64) Op {
-	return Op{Kind: KindAcquire, Owner: owner, Outcome: Fail, Code: CodeHeld, Holder: holder, HolderToken: token}
+func heldBy(owner, holder string, token uint64) history.Op {
+	return history.Op{Kind: history.KindAcquire, Owner: owner, Outcome: history.Fail, Code: history.CodeHeld, Holder: holder, HolderToken: token}
 }
-func acquireUnknown(owner string) Op {
-	return Op{Kind: KindAcquire, Owner: owner, Outcome: Unknown, Code: CodeTransport}
+func acquireUnknown(owner string) history.Op {
+	return history.Op{Kind: history.KindAcquire, Owner: owner, Outcome: history.Unknown, Code: history.CodeTransport}
 }
-func renewed(owner string, token uint64) Op {
-	return Op{Kind: KindRenew, Owner: owner, Token: token, Outcome: OK}
+func renewed(owner string, token uint64) history.Op {
+	return history.Op{Kind: history.KindRenew, Owner: owner, Token: token, Outcome: history.OK}
 }
-func renewRefused(owner string) Op {
-	return Op{Kind: KindRenew, Owner: owner, Outcome: Fail, Code: CodeNotFound}
+func renewRefused(owner string) history.Op {
+	return history.Op{Kind: history.KindRenew, Owner: owner, Outcome: history.Fail, Code: history.CodeNotFound}
 }
-func released(owner string) Op { return Op{Kind: KindRelease, Owner: owner, Outcome: OK} }
-func readFree(last uint64) Op  { return Op{Kind: KindGet, Outcome: OK, LastToken: last} }
-func readHeld(holder string, token uint64) Op {
-	return Op{Kind: KindGet, Outcome: OK, HasLease: true, Holder: holder, HolderToken: token, LastToken: token}
+func released(owner string) history.Op {
+	return history.Op{Kind: history.KindRelease, Owner: owner, Outcome: history.OK}
+}
+func readFree(last uint64) history.Op {
+	return history.Op{Kind: history.KindGet, Outcome: history.OK, LastToken: last}
+}
+func readHeld(holder string, token uint64) history.Op {
+	return history.Op{Kind: history.KindGet, Outcome: history.OK, HasLease: true, Holder: holder, HolderToken: token, LastToken: token}
 }
 
 func TestLeaseModel(t *testing.T) {
@@ -90,8 +96,8 @@ func TestLeaseModel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := NewHistory(tt.h.ops)
-			res := CheckLinearizable(h, 10*time.Second, "")
+			h := history.NewHistory(tt.h.ops)
+			res := LinearizablePerKey(h, 10*time.Second, "")
 			if len(res) != 1 {
 				t.Fatalf("got %d partitions, want 1", len(res))
 			}
@@ -104,10 +110,10 @@ func TestLeaseModel(t *testing.T) {
 
 func TestLeaseModelPartitionsByKey(t *testing.T) {
 	// Each key alone is fine; they only look wrong if mixed together.
-	b := new(hb).add(0, 0, 1, Op{Kind: KindAcquire, Key: "x", Owner: "a", Token: 5, Outcome: OK}).
-		add(1, 2, 3, Op{Kind: KindAcquire, Key: "y", Owner: "b", Token: 7, Outcome: OK}).
-		add(0, 4, 5, Op{Kind: KindRenew, Key: "x", Owner: "a", Token: 5, Outcome: OK})
-	res := CheckLinearizable(NewHistory(b.ops), 10*time.Second, "")
+	b := new(hb).add(0, 0, 1, history.Op{Kind: history.KindAcquire, Key: "x", Owner: "a", Token: 5, Outcome: history.OK}).
+		add(1, 2, 3, history.Op{Kind: history.KindAcquire, Key: "y", Owner: "b", Token: 7, Outcome: history.OK}).
+		add(0, 4, 5, history.Op{Kind: history.KindRenew, Key: "x", Owner: "a", Token: 5, Outcome: history.OK})
+	res := LinearizablePerKey(history.NewHistory(b.ops), 10*time.Second, "")
 	if len(res) != 2 {
 		t.Fatalf("got %d partitions, want 2", len(res))
 	}
@@ -121,11 +127,11 @@ func TestLeaseModelPartitionsByKey(t *testing.T) {
 func TestLinearizabilityFailureWritesVisualization(t *testing.T) {
 	dir := t.TempDir()
 	b := new(hb).add(0, 0, 1, acquired("a", 5)).add(1, 2, 3, readFree(0))
-	res, _ := CheckLinearizability(NewHistory(b.ops), 10*time.Second, dir)
+	res, _ := Linearizability(history.NewHistory(b.ops), 10*time.Second, dir)
 	if res.Violations != 1 {
 		t.Fatalf("violations = %d, want 1 (%v)", res.Violations, res.Examples)
 	}
-	_, per := CheckLinearizability(NewHistory(b.ops), 10*time.Second, dir)
+	_, per := Linearizability(history.NewHistory(b.ops), 10*time.Second, dir)
 	path := per[0].Visualization
 	if path == "" {
 		t.Fatal("no visualization written")
@@ -144,13 +150,13 @@ func TestLinearizabilityFailureWritesVisualization(t *testing.T) {
 
 func TestLeaseOperationsDropUninformativeAnswers(t *testing.T) {
 	b := new(hb).
-		add(0, 0, 1, Op{Kind: KindAcquire, Owner: "a", Outcome: Fail, Code: CodeRefused}).
-		add(0, 2, 3, Op{Kind: KindRenew, Owner: "a", Outcome: Unknown}).
-		add(0, 4, 5, Op{Kind: KindRelease, Owner: "a", Outcome: Unknown}).
-		add(0, 6, 7, Op{Kind: KindGet, Outcome: Fail, Code: CodeUnavailable}).
-		add(0, 8, 9, Op{Kind: KindPut, Token: 3, Outcome: OK}).
-		add(0, 10, 0, Op{Kind: KindAcquire, Owner: "b"}) // invoked, never answered
-	h := NewHistory(b.ops)
+		add(0, 0, 1, history.Op{Kind: history.KindAcquire, Owner: "a", Outcome: history.Fail, Code: history.CodeRefused}).
+		add(0, 2, 3, history.Op{Kind: history.KindRenew, Owner: "a", Outcome: history.Unknown}).
+		add(0, 4, 5, history.Op{Kind: history.KindRelease, Owner: "a", Outcome: history.Unknown}).
+		add(0, 6, 7, history.Op{Kind: history.KindGet, Outcome: history.Fail, Code: history.CodeUnavailable}).
+		add(0, 8, 9, history.Op{Kind: history.KindPut, Token: 3, Outcome: history.OK}).
+		add(0, 10, 0, history.Op{Kind: history.KindAcquire, Owner: "b"}) // invoked, never answered
+	h := history.NewHistory(b.ops)
 	ops := leaseOperations(h)
 	if len(ops) != 1 {
 		t.Fatalf("kept %d operations, want only the unanswered acquisition: %+v", len(ops), ops)
@@ -188,7 +194,7 @@ func TestLinearizableWindows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := CheckLinearizable(NewHistory(tt.h.ops), 10*time.Second, "")
+			res := LinearizablePerKey(history.NewHistory(tt.h.ops), 10*time.Second, "")
 			if len(res) != 1 || res[0].Windows < 2 {
 				t.Fatalf("got %+v, want one key checked in at least two windows", res)
 			}
