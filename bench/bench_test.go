@@ -53,7 +53,8 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown workload", Config{Workloads: []string{"nope"}}, "unknown workload"},
 		{"zero clients", Config{Clients: []int{0}}, "below 1"},
 		{"negative duration", Config{Duration: -time.Second}, "negative"},
-		{"unknown system", Config{Systems: []string{"zookeeper"}}, "unknown or repeated system"},
+		{"unknown system", Config{Systems: []string{"consul"}}, "unknown or repeated system"},
+		{"zk without ZooKeeper", Config{Systems: []string{"zk"}, ZooKeeperJar: "/nonexistent/zookeeper.jar"}, "not installed"},
 		{"repeated system", Config{Systems: []string{"etcd", "etcd"}}, "unknown or repeated system"},
 		{"fenced-bolt without its binary", Config{Systems: []string{"fenced-bolt"}}, "FencedBoltBin"},
 	}
@@ -174,6 +175,61 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{"| acquire+release | 64 | fenced |", "| acquire+release | 64 | etcd |", "| contended handoff | 16 |", "| renew (unary) | 16 |", "Memory: fenced RSS"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+}
+
+// TestQuickRunZooKeeper runs the zk system in quick mode next to fenced:
+// ZooKeeper takes every workload but the renewals, and the memory workload
+// counts its held locks. It is skipped when ZooKeeper is not installed.
+func TestQuickRunZooKeeper(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs fenced and ZooKeeper")
+	}
+	if err := ZooKeeperInstalled(""); err != nil {
+		t.Skipf("skipping the ZooKeeper run: %v", err)
+	}
+	const locks = 500
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := Run(ctx, Config{Quick: true, Duration: 300 * time.Millisecond, Leases: locks, Clients: []int{1, 16},
+		Systems: []string{"fenced", "zk"}, Workloads: []string{"acquire-release", "contended", "renew", "memory"}}, &progress)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	for _, r := range rep.Rows {
+		var names []string
+		for _, m := range r.Systems {
+			names = append(names, m.System)
+			if m.OpsPerSec <= 0 || m.Errors != 0 {
+				t.Errorf("%s %d clients, %s: %+v", r.Workload, r.Clients, m.System, m)
+			}
+		}
+		want := "fenced,zk"
+		if r.Workload == "renew" {
+			want = "fenced"
+		}
+		if got := strings.Join(names, ","); got != want {
+			t.Errorf("%s: systems %s, want %s", r.Workload, got, want)
+		}
+	}
+	if len(rep.Rows) != 4 {
+		t.Errorf("%d rows, want 4", len(rep.Rows))
+	}
+	if len(rep.Memory) != 2 {
+		t.Fatalf("%d memory results, want fenced's and zk's", len(rep.Memory))
+	}
+	if m := rep.Memory[1]; m.System != "zk" || m.Created != locks || m.ActiveGauge != locks || m.Errors != 0 || m.RSS <= 0 {
+		t.Errorf("zk memory: %+v", m)
+	}
+	var md bytes.Buffer
+	if err := rep.WriteWide(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| workload | clients | fenced | zk | fenced / zk |", "| renew (unary) | 16 |", "Memory: zk RSS", "fdatasync"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("wide table lacks %q:\n%s", want, md.String())
 		}
 	}
 }

@@ -25,6 +25,8 @@ var systemSpecs = []sysSpec{
 	{name: "fenced-3", nodes: 3, ref: "etcd-3"},
 	{name: "fenced-3-leader", nodes: 3, ref: "etcd-3", leaderFirst: true},
 	{name: "etcd-3", nodes: 3, etcd: true},
+	{name: "zk", nodes: 1, ref: "etcd", zk: true},
+	{name: "zk-3", nodes: 3, ref: "etcd-3", zk: true},
 }
 
 // defaultSystems are run when Config.Systems is empty.
@@ -35,6 +37,7 @@ type sysSpec struct {
 	name  string
 	nodes int
 	etcd  bool
+	zk    bool   // ZooKeeper; its binary is the server's jar
 	ref   string // the etcd system its ratios are taken against
 	// leaderFirst gives every client the leader as its first endpoint, so
 	// that no call is forwarded by a follower.
@@ -107,6 +110,8 @@ func deploy(ctx context.Context, spec sysSpec, bin, dir string, maxLeases int) (
 	switch {
 	case spec.etcd:
 		d.nodes, err = startEtcdCluster(ctx, bin, dir, spec.nodes)
+	case spec.zk:
+		d.nodes, err = startZKCluster(ctx, bin, dir, spec.nodes)
 	case spec.nodes == 1:
 		var s *server
 		s, err = startFenced(ctx, bin, dir, maxLeases, spec.env)
@@ -123,9 +128,12 @@ func deploy(ctx context.Context, spec sysSpec, bin, dir string, maxLeases int) (
 	for _, n := range d.nodes {
 		endpoints = append(endpoints, n.endpoint)
 	}
-	if spec.etcd {
+	switch {
+	case spec.etcd:
 		d.sys = etcdSystem{label: spec.name, endpoints: endpoints}
-	} else {
+	case spec.zk:
+		d.sys = zkSystem{label: spec.name, servers: endpoints}
+	default:
 		d.sys = &fencedSystem{label: spec.name, endpoints: endpoints, leaderFirst: spec.leaderFirst}
 	}
 	return d, nil

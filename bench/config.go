@@ -15,6 +15,9 @@ type Config struct {
 	// Rounds is how many times each workload runs against each system; the
 	// report shows the medians. Default 3 (quick: 1).
 	Rounds int
+	// Warmup is an unmeasured acquire-release run of every system, with
+	// 16 clients, before the first round. Default 3s (quick: none).
+	Warmup time.Duration
 	// Leases is how many live leases the memory workload creates. Default
 	// 1,000,000 (quick: 5,000).
 	Leases int
@@ -36,6 +39,9 @@ type Config struct {
 	// FencedBin and EtcdBin are prebuilt server binaries. Default: built
 	// from source into the temporary directory with `go build`.
 	FencedBin, EtcdBin string
+	// ZooKeeperJar is the ZooKeeper server of the zk systems. Default:
+	// DefaultZooKeeperJar (Debian's zookeeper package).
+	ZooKeeperJar string
 	// FencedBoltBin is the fenced binary of the fenced-bolt system: a
 	// build of a revision that kept the raft log in raft-boltdb.
 	FencedBoltBin string
@@ -53,11 +59,17 @@ func (c Config) withDefaults() Config {
 	if c.Rounds == 0 {
 		c.Rounds = pick(c.Quick, 1, 3)
 	}
+	if c.Warmup == 0 {
+		c.Warmup = pick(c.Quick, 0, 3*time.Second)
+	}
 	if c.Leases == 0 {
 		c.Leases = pick(c.Quick, 5_000, 1_000_000)
 	}
 	if len(c.Systems) == 0 {
 		c.Systems = defaultSystems
+	}
+	if c.ZooKeeperJar == "" {
+		c.ZooKeeperJar = DefaultZooKeeperJar
 	}
 	return c
 }
@@ -69,6 +81,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Duration < 0:
 		return fmt.Errorf("bench config: duration %v is negative", c.Duration)
+	case c.Warmup < 0:
+		return fmt.Errorf("bench config: warm-up %v is negative", c.Warmup)
 	case c.Rounds < 0:
 		return fmt.Errorf("bench config: rounds %d is negative", c.Rounds)
 	case c.Leases < 0:
@@ -87,6 +101,11 @@ func (c Config) Validate() error {
 		seen[name] = true
 		if name == "fenced-bolt" && c.FencedBoltBin == "" {
 			return errors.New("bench config: system fenced-bolt needs FencedBoltBin (-fenced-bolt-bin)")
+		}
+		if spec, _ := specByName(name); spec.zk {
+			if err := ZooKeeperInstalled(c.ZooKeeperJar); err != nil {
+				return fmt.Errorf("bench config: system %s: %w", name, err)
+			}
 		}
 	}
 	known := map[string]bool{memoryWorkload: true}

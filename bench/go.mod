@@ -7,6 +7,7 @@ replace github.com/fencedio/fenced => ../
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/fencedio/fenced v0.0.0-00010101000000-000000000000
+	github.com/go-zookeeper/zk v1.0.4
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3

@@ -12,6 +12,7 @@ import (
 // each row measures.
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
+	fmt.Fprintf(&b, "Machine: %s.\n\n", r.Machine)
 	if len(r.Rows) > 0 {
 		fmt.Fprintf(&b, "Medians of %d round(s) of %gs per workload and system. \"vs etcd\" divides by the etcd of the same size "+
 			"(single node: etcd; 3 nodes: etcd-3): ops/s over its ops/s, CPU per operation over its CPU per operation. "+
@@ -29,17 +30,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		b.WriteString("\n")
 		r.writeNotes(&b)
 	}
-	for _, m := range r.Memory {
-		fmt.Fprintf(&b, "\nMemory: %s RSS (VmRSS) with %d live leases: **%s** (idle before: %s, peak: %s; %.0f bytes per lease over idle; created in %.1fs, %.0f/s",
-			m.System, m.Created, fmtBytes(m.RSS), fmtBytes(m.IdleRSS), fmtBytes(m.PeakRSS), m.BytesPerLease, m.CreateSeconds, float64(m.Created)/m.CreateSeconds)
-		if m.ActiveGauge > 0 {
-			fmt.Fprintf(&b, "; fenced_leases_active %d", m.ActiveGauge)
-		}
-		if m.Errors > 0 {
-			fmt.Fprintf(&b, "; %d acquisitions failed, first: %s", m.Errors, m.FirstError)
-		}
-		b.WriteString(").\n")
-	}
+	r.writeMemory(&b)
 	fmt.Fprintf(&b, "\nTotal wall time %.0fs.\n", r.TotalSeconds)
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -71,6 +62,21 @@ func (r *Report) writeNotes(b *strings.Builder) {
 			}
 		}
 		fmt.Fprintf(b, "- RSS after the throughput runs (largest node of a cluster): %s.\n", strings.Join(parts, ", "))
+	}
+}
+
+// writeMemory writes a line for each memory result.
+func (r *Report) writeMemory(b *strings.Builder) {
+	for _, m := range r.Memory {
+		fmt.Fprintf(b, "\nMemory: %s RSS (VmRSS) with %d live leases (ZooKeeper: held locks): **%s** (idle before: %s, peak: %s; %.0f bytes per lease over idle; created in %.1fs, %.0f/s",
+			m.System, m.Created, fmtBytes(m.RSS), fmtBytes(m.IdleRSS), fmtBytes(m.PeakRSS), m.BytesPerLease, m.CreateSeconds, float64(m.Created)/m.CreateSeconds)
+		if m.ActiveGauge > 0 {
+			fmt.Fprintf(b, "; live by the server's count %d", m.ActiveGauge)
+		}
+		if m.Errors > 0 {
+			fmt.Fprintf(b, "; %d acquisitions failed, first: %s", m.Errors, m.FirstError)
+		}
+		b.WriteString(").\n")
 	}
 }
 
@@ -110,4 +116,104 @@ func fmtUs(v float64) string {
 
 func fmtBytes(n int64) string {
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// WriteWide writes the report with the systems side by side: the
+// machine, one table of ops/s and one of server CPU per operation (a row
+// per workload and client count, a column per system), then the ratios of
+// each fenced system to the etcd and ZooKeeper of its size, and the
+// memory lines.
+func (r *Report) WriteWide(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Machine: %s.\n\n", r.Machine)
+	fmt.Fprintf(&b, "Medians of %d round(s) of %gs per workload and system; ops/s (contended handoff: and the median handoff gap).\n\n", r.Rounds, r.Seconds)
+	type pair struct{ a, b string }
+	var pairs []pair
+	for _, a := range r.Systems {
+		spec, _ := specByName(a)
+		if spec.etcd || spec.zk {
+			continue
+		}
+		for _, other := range r.Systems {
+			o, _ := specByName(other)
+			if (o.etcd || o.zk) && o.nodes == spec.nodes {
+				pairs = append(pairs, pair{a, other})
+			}
+		}
+	}
+	header := func(extra []string) {
+		b.WriteString("| workload | clients |")
+		for _, s := range r.Systems {
+			b.WriteString(" " + s + " |")
+		}
+		for _, e := range extra {
+			b.WriteString(" " + e + " |")
+		}
+		b.WriteString("\n|---|---:|" + strings.Repeat("---:|", len(r.Systems)+len(extra)) + "\n")
+	}
+	find := func(row Row, name string) (SystemMedian, bool) {
+		for _, s := range row.Systems {
+			if s.System == name {
+				return s, true
+			}
+		}
+		return SystemMedian{}, false
+	}
+	table := func(cell func(Row, SystemMedian) string, ratio func(a, b SystemMedian) float64, ratioName string) {
+		var extra []string
+		for _, p := range pairs {
+			extra = append(extra, fmt.Sprintf("%s %s %s", p.a, ratioName, p.b))
+		}
+		header(extra)
+		for _, row := range r.Rows {
+			fmt.Fprintf(&b, "| %s | %d |", row.Title, row.Clients)
+			for _, name := range r.Systems {
+				if s, ok := find(row, name); ok {
+					b.WriteString(" " + cell(row, s) + " |")
+				} else {
+					b.WriteString(" - |")
+				}
+			}
+			for _, p := range pairs {
+				sa, okA := find(row, p.a)
+				sb, okB := find(row, p.b)
+				if okA && okB {
+					b.WriteString(" " + fmtRatio(ratio(sa, sb)) + " |")
+				} else {
+					b.WriteString(" - |")
+				}
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	table(func(row Row, s SystemMedian) string {
+		if row.Workload == "contended" {
+			return fmt.Sprintf("%s (%s)", fmtCount(s.OpsPerSec), fmtMs(s.P50Ms))
+		}
+		return fmtCount(s.OpsPerSec)
+	}, func(a, b SystemMedian) float64 { return div(a.OpsPerSec, b.OpsPerSec) }, "/")
+	b.WriteString("Server CPU per operation (all server processes, from /proc/PID/stat); the ratios divide fenced's by the other's (below 1: fenced spent less).\n\n")
+	table(func(_ Row, s SystemMedian) string { return fmtUs(s.ServerCPUPerOpUs) },
+		func(a, b SystemMedian) float64 { return div(a.ServerCPUPerOpUs, b.ServerCPUPerOpUs) }, "÷")
+	r.writeNotes(&b)
+	r.writeMemory(&b)
+	fmt.Fprintf(&b, "\nTotal wall time %.0fs.\n", r.TotalSeconds)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// fmtCount writes n with thousands separators.
+func fmtCount(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

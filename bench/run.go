@@ -26,6 +26,7 @@ type Report struct {
 	// bytes (of its largest node, for a cluster).
 	RSSAfterRuns map[string]int64 `json:"rssAfterRuns,omitempty"`
 	Memory       []*Memory        `json:"memory,omitempty"`
+	Machine      Machine          `json:"machine"`
 	// TotalSeconds is the wall time of the whole run, builds included.
 	TotalSeconds float64 `json:"totalSeconds"`
 }
@@ -84,7 +85,7 @@ type Memory struct {
 	System        string  `json:"system"`
 	Leases        int     `json:"leases"`
 	Created       int64   `json:"created"`
-	ActiveGauge   int64   `json:"activeGauge"` // fenced_leases_active after creation
+	ActiveGauge   int64   `json:"activeGauge"` // fenced_leases_active (ZooKeeper: zk_ephemerals_count) after creation
 	Errors        uint64  `json:"errors"`
 	FirstError    string  `json:"firstError,omitempty"`
 	CreateSeconds float64 `json:"createSeconds"`
@@ -124,6 +125,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		defer os.RemoveAll(tmp)
 	}
 
+	machine, err := describeMachine(tmp)
+	if err != nil {
+		return nil, err
+	}
+	logf("machine: %s", machine)
+
 	var throughput []workload
 	for _, w := range workloads {
 		if cfg.selected(w.name) {
@@ -137,7 +144,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, Systems: cfg.Systems}
+	rep := &Report{Seconds: cfg.Duration.Seconds(), Rounds: cfg.Rounds, Systems: cfg.Systems, Machine: machine}
 	maxLeases := max(2_000_000, 2*cfg.Leases)
 	if len(throughput) > 0 {
 		if err := runThroughput(ctx, cfg, throughput, tmp, bins, maxLeases, rep, logf); err != nil {
@@ -150,7 +157,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 			if spec.etcd || spec.nodes != 1 {
 				continue
 			}
-			m, err := runMemory(ctx, cfg.Leases, filepath.Join(tmp, "memory-"+name), name, bins[name], maxLeases, logf)
+			run := runMemory
+			if spec.zk {
+				run = runZKMemory
+			}
+			m, err := run(ctx, cfg.Leases, filepath.Join(tmp, "memory-"+name), name, bins[name], maxLeases, logf)
 			if err != nil {
 				rep.TotalSeconds = time.Since(began).Seconds()
 				return rep, err
@@ -186,6 +197,8 @@ func buildBinaries(ctx context.Context, cfg *Config, tmp string, etcdNeeded bool
 			bins[name] = etcdBin
 		case spec.etcd:
 			bins[name] = etcdBin
+		case spec.zk:
+			bins[name] = cfg.ZooKeeperJar
 		case name == "fenced-bolt":
 			bins[name] = cfg.FencedBoltBin
 		default:
@@ -221,6 +234,17 @@ func runThroughput(ctx context.Context, cfg Config, ws []workload, tmp string, b
 			order = append(order, rowKey{wi, n})
 		}
 	}
+	if cfg.Warmup > 0 {
+		// Every system gets the same unmeasured warm-up: ZooKeeper's JIT
+		// compiles its hot paths only after a few thousand requests.
+		for _, d := range deps {
+			res, err := runOnce(ctx, d.sys, d.cpu, workloads[0], warmupClients, cfg.Warmup)
+			if err != nil {
+				return fmt.Errorf("warm-up of %s: %w", d.spec.name, err)
+			}
+			logf("warm-up: %s %d clients %s: %.0f ops/s", workloads[0].name, warmupClients, d.spec.name, res.OpsPerSec)
+		}
+	}
 	runs := make(map[rowKey][][]RunResult)
 	// Rounds outermost, so that drift over the run (data growing, caches,
 	// the machine's other load) spreads over every system and row.
@@ -231,6 +255,9 @@ func runThroughput(ctx context.Context, cfg Config, ws []workload, tmp string, b
 				runs[k] = make([][]RunResult, len(deps))
 			}
 			for di, d := range deps {
+				if !w.offeredBy(d.spec) {
+					continue
+				}
 				if err := d.exited(); err != nil {
 					return err
 				}
@@ -248,6 +275,9 @@ func runThroughput(ctx context.Context, cfg Config, ws []workload, tmp string, b
 		w := ws[k.w]
 		row := Row{Workload: w.name, Title: w.title, Clients: k.n, Op: w.op, Latency: w.latency}
 		for di, d := range deps {
+			if !w.offeredBy(d.spec) {
+				continue
+			}
 			row.Systems = append(row.Systems, SystemMedian{System: d.spec.name, Median: median(runs[k][di]), Ref: d.spec.ref})
 		}
 		row.setRatios()
@@ -263,6 +293,9 @@ func runThroughput(ctx context.Context, cfg Config, ws []workload, tmp string, b
 	}
 	return nil
 }
+
+// warmupClients is the client count of the warm-up run (acquire-release).
+const warmupClients = 16
 
 func progressLine(round, rounds int, workload string, clients int, system string, res RunResult) string {
 	msg := fmt.Sprintf("round %d/%d  %-16s %3d clients  %-11s %9.0f ops/s  p50 %s  p99 %s  cpu/op server %.0fµs client %.0fµs",
@@ -369,7 +402,8 @@ func runMemory(ctx context.Context, n int, dir, system, fencedBin string, maxLea
 	}
 	m.CreateSeconds = time.Since(start).Seconds()
 	m.Created = created
-	if err := measureMemory(ctx, srv, m, logf); err != nil {
+	gauge := func(ctx context.Context) (int64, error) { return fencedLeasesActive(ctx, srv.endpoint) }
+	if err := measureMemory(ctx, srv, m, gauge, logf); err != nil {
 		return nil, err
 	}
 	if m.Created == 0 {
@@ -442,7 +476,7 @@ func createLeases(ctx context.Context, sys *fencedSystem, n int, m *Memory, logf
 
 // measureMemory lets the server settle, then reads its RSS and lease gauge
 // into m.
-func measureMemory(ctx context.Context, srv *server, m *Memory, logf func(string, ...any)) error {
+func measureMemory(ctx context.Context, srv *server, m *Memory, gauge func(context.Context) (int64, error), logf func(string, ...any)) error {
 	// Give the server a moment to finish what the last requests started
 	// (snapshots, GC) before reading its RSS.
 	select {
@@ -451,8 +485,8 @@ func measureMemory(ctx context.Context, srv *server, m *Memory, logf func(string
 		return ctx.Err()
 	}
 	var err error
-	if m.ActiveGauge, err = fencedLeasesActive(ctx, srv.endpoint); err != nil {
-		logf("memory: cannot read fenced_leases_active: %v", err)
+	if m.ActiveGauge, err = gauge(ctx); err != nil {
+		logf("memory: cannot read the count of live leases: %v", err)
 	}
 	if m.RSS, m.PeakRSS, err = srv.rss(); err != nil {
 		return err
@@ -460,8 +494,8 @@ func measureMemory(ctx context.Context, srv *server, m *Memory, logf func(string
 	if m.Created > 0 {
 		m.BytesPerLease = float64(m.RSS-m.IdleRSS) / float64(m.Created)
 	}
-	logf("memory: %d leases in %.1fs (%.0f/s), %d errors; fenced RSS %s (peak %s), %.0f bytes/lease over idle",
-		m.Created, m.CreateSeconds, float64(m.Created)/m.CreateSeconds, m.Errors, fmtBytes(m.RSS), fmtBytes(m.PeakRSS), m.BytesPerLease)
+	logf("memory: %d leases in %.1fs (%.0f/s), %d errors; %s RSS %s (peak %s), %.0f bytes/lease over idle",
+		m.Created, m.CreateSeconds, float64(m.Created)/m.CreateSeconds, m.Errors, m.System, fmtBytes(m.RSS), fmtBytes(m.PeakRSS), m.BytesPerLease)
 	if m.Errors > 0 {
 		logf("memory: first error: %s", m.FirstError)
 	}

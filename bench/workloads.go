@@ -19,6 +19,9 @@ type workload struct {
 	clients []int  // one row per client count
 	op      string // what one operation is: ops/s counts these
 	latency string // what p50 and p99 measure
+	// renews marks the renewal workloads, which ZooKeeper does not run:
+	// it has no renewal of one lock (see zkConn.hold).
+	renews bool
 	// prepare readies client id for a run and returns the body of its
 	// loop, called until the run's time is up, and a cleanup run after it.
 	prepare func(ctx context.Context, env *runEnv, c conn, id int, rec *loadgen.Recorder) (loop func(context.Context), cleanup func(), err error)
@@ -81,6 +84,7 @@ var workloads = []workload{
 		clients: []int{16},
 		op:      "one renewal of a held lease (fenced: Client.Renew; etcd: KeepAliveOnce)",
 		latency: "one renewal",
+		renews:  true,
 		prepare: renewLoop(conn.hold),
 	},
 	{
@@ -89,6 +93,7 @@ var workloads = []workload{
 		clients: []int{16},
 		op:      "one renewal over a long-lived stream, answer awaited (fenced: KeepAliveStream.Renew; etcd: one LeaseKeepAlive request and response)",
 		latency: "one renewal",
+		renews:  true,
 		prepare: renewLoop(conn.holdStream),
 	},
 }
@@ -114,6 +119,9 @@ func renewLoop(hold func(conn, context.Context, string) (renewable, error)) func
 		return loop, cleanup, nil
 	}
 }
+
+// offeredBy reports whether spec's system can run w.
+func (w workload) offeredBy(spec sysSpec) bool { return !(w.renews && spec.zk) }
 
 // WorkloadNames lists the workloads that Config.Workloads can select.
 func WorkloadNames() []string {

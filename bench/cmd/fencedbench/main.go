@@ -1,4 +1,4 @@
-// Command fencedbench runs fenced and etcd side by side on this machine and
+// Command fencedbench runs fenced, etcd and ZooKeeper side by side on this machine and
 // compares them on the same lease workloads; see bench/README.md.
 //
 //	cd bench && go run ./cmd/fencedbench            # full run, under 10 minutes
@@ -32,6 +32,7 @@ func run() error {
 		clients   string
 		jsonOut   string
 		systems   string
+		wide      bool
 	)
 	flag.BoolVar(&cfg.Quick, "quick", false, "tiny run for smoke tests: 1 round of 300ms, 5,000 leases (explicit flags still win)")
 	flag.DurationVar(&cfg.Duration, "duration", 0, "length of one run of one workload against one system (default 10s)")
@@ -44,6 +45,9 @@ func run() error {
 	flag.StringVar(&cfg.EtcdBin, "etcd-bin", "", "use this etcdnode binary instead of building ./cmd/etcdnode")
 	flag.StringVar(&systems, "systems", "", "comma-separated systems to run, in table order (default fenced,etcd): "+strings.Join(bench.SystemNames(), ","))
 	flag.StringVar(&cfg.FencedBoltBin, "fenced-bolt-bin", "", "fenced binary of the fenced-bolt system (a build that kept the raft log in raft-boltdb)")
+	flag.StringVar(&cfg.ZooKeeperJar, "zk-jar", "", "ZooKeeper server jar of the zk systems (default "+bench.DefaultZooKeeperJar+")")
+	flag.DurationVar(&cfg.Warmup, "warmup", 0, "unmeasured acquire-release run of every system, 16 clients, before the first round (default 3s; quick: none)")
+	flag.BoolVar(&wide, "wide", false, "write the table with the systems side by side (ops/s, server CPU/op, ratios to etcd and ZooKeeper) and the machine's description")
 	flag.BoolVar(&cfg.KeepTemp, "keep", false, "keep the temporary directory (data, logs, binaries)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -92,6 +96,9 @@ func run() error {
 		if err := f.Close(); err != nil {
 			return err
 		}
+	}
+	if wide {
+		return rep.WriteWide(os.Stdout)
 	}
 	return rep.WriteMarkdown(os.Stdout)
 }
