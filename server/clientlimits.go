@@ -14,9 +14,10 @@ import (
 // name a new owner for every call, so the per-owner quotas alone do not
 // stop one client from taking every waiter slot or filling MaxLeases. A
 // client is therefore also counted by the IP address its connection comes
-// from: MaxConnsPerClient open connections, MaxWaitersPerClient waiting
-// acquisitions and MaxLeasesPerClient current leases, each refused beyond
-// its limit (resource_exhausted naming it; a connection is closed unread).
+// from: MaxConnsPerClient open connections, MaxCallsPerClient calls in
+// progress (callslots.go), MaxWaitersPerClient waiting acquisitions and
+// MaxLeasesPerClient current leases, each refused beyond its limit
+// (resource_exhausted naming it; a connection is closed unread).
 //
 // The address is the TCP peer's; forwarded headers (X-Forwarded-For,
 // Forwarded) are never read, so every client behind one NAT or proxy

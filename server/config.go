@@ -98,6 +98,13 @@ type Config struct {
 	// less): one client cannot take the service from the others alone.
 	// Clients behind one NAT or proxy share them.
 	MaxWaitersPerClient, MaxLeasesPerClient int
+	// MaxCallsPerClient caps the unary API calls from one client IP
+	// address that the server works on at once (callslots.go); a call
+	// beyond it is refused with resource_exhausted naming
+	// max-calls-per-client, before its body is read. Waiting in line for a
+	// key and streams do not count. Default 256: a worker host running
+	// 256 clients, each waiting for its answer, is not refused.
+	MaxCallsPerClient int
 	// MaxIdleKeys bounds how many freed keys remember their last token
 	// (lease.New). Every node must use the same value. Default 100,000.
 	MaxIdleKeys int
@@ -250,6 +257,7 @@ const (
 	DefaultMaxLeases                    = 2_000_000
 	DefaultMaxLeasesPerOwner            = 100_000
 	DefaultMaxWaitersPerOwner           = 10_000
+	DefaultMaxCallsPerClient            = 256
 	DefaultMaxIdleKeys                  = lease.DefaultMaxIdleKeys
 	DefaultListLimit                    = 10_000
 	DefaultWatchBuffer                  = 1024
@@ -301,6 +309,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxWaiters, defaultMaxWaiters())
 	setDefault(&c.MaxWaitersPerClient, clientShare(c.MaxWaiters))
 	setDefault(&c.MaxLeasesPerClient, clientShare(c.MaxLeases))
+	setDefault(&c.MaxCallsPerClient, DefaultMaxCallsPerClient)
 	setDefault(&c.MaxIdleKeys, DefaultMaxIdleKeys)
 	setDefault(&c.ListLimit, DefaultListLimit)
 	setDefault(&c.WatchBuffer, DefaultWatchBuffer)
@@ -374,7 +383,7 @@ func (c Config) Validate() error {
 		"StreamWriteTimeout": int64(c.StreamWriteTimeout),
 		"MaxLeasesPerOwner":  int64(c.MaxLeasesPerOwner), "MaxWaitersPerOwner": int64(c.MaxWaitersPerOwner),
 		"MaxWaiters": int64(c.MaxWaiters), "MaxWaitersPerClient": int64(c.MaxWaitersPerClient),
-		"MaxLeasesPerClient": int64(c.MaxLeasesPerClient),
+		"MaxLeasesPerClient": int64(c.MaxLeasesPerClient), "MaxCallsPerClient": int64(c.MaxCallsPerClient),
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))

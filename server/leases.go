@@ -75,6 +75,7 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 			}
 			lastErr = err
 		}
+		releaseCallSlot(caller) // waiting in line is not work in progress
 		select {
 		case <-w.ready:
 		case <-ctx.Done():

@@ -31,7 +31,7 @@ type metrics struct {
 // limitNames are the limits fenced_limit_refusals_total counts, by the
 // flag that sets each.
 var limitNames = []string{"max-leases", "max-leases-per-owner", "max-leases-per-client", "max-waiters",
-	"max-waiters-per-owner", "max-waiters-per-client", "max-conns-per-client", "max-watchers",
+	"max-waiters-per-owner", "max-waiters-per-client", "max-calls-per-client", "max-conns-per-client", "max-watchers",
 	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client"}
 
 // refused counts a refusal by the limit named (one of limitNames).

@@ -120,6 +120,8 @@ type Server struct {
 	// clientLeases counts the leases granted per client address
 	// (clientlimits.go).
 	clientLeases *clientLeases
+	// calls counts the calls in progress per client address (callslots.go).
+	calls *callSlots
 	// refusedConns logs the connections closed by MaxConnsPerClient.
 	refusedConns refusalLog
 }
@@ -138,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 		waiters: newWaitQueues(),
 
 		clientLeases: newClientLeases(),
+		calls:        newCallSlots(cfg.MaxCallsPerClient),
 		hub:          newHub(cfg.WatchHistory, cfg.WatchBuffer),
 		done:         make(chan struct{}),
 

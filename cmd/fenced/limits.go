@@ -31,6 +31,8 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 		"refuse waiting acquisitions beyond this many from one client IP (resource_exhausted; 0: a tenth of --max-waiters, at least 1000)")
 	f.IntVar(&cfg.MaxLeasesPerClient, "max-leases-per-client", 0,
 		"refuse new leases for a client IP holding this many (resource_exhausted; 0: a tenth of --max-leases, at least 1000)")
+	f.IntVar(&cfg.MaxCallsPerClient, "max-calls-per-client", server.DefaultMaxCallsPerClient,
+		"unary API calls from one client IP worked on at once; more are refused (resource_exhausted; waiting in line for a key does not count)")
 	registerHTTPFlags(f, &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns, &cfg.MaxConnsPerClient)
 }
 

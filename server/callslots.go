@@ -1,0 +1,107 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+)
+
+// Calls in progress per client address (Config.MaxCallsPerClient). The
+// other limits bound what a client holds (leases, waiters, connections);
+// this one bounds the work it makes the server do at once. Every call
+// the server works on takes a turn on its cores: a client that sends
+// thousands of calls at once, each cheap to refuse further in, queues them
+// all in front of everyone else's. With at most MaxCallsPerClient of them
+// worked on at once, the rest are refused at the door (resource_exhausted
+// naming max-calls-per-client), before their body is read or decoded,
+// and other clients' calls wait behind at most that many of its calls.
+//
+// An acquisition waiting in line for a held key is not in progress: it
+// gives its slot back while it waits (waiters have limits of their own).
+// Streams (Watch, KeepAlive) take no slot either; their per-client limits
+// bound them. Calls without a client address (the Go API) are not
+// counted.
+
+// callSlots counts the calls in progress per client address.
+type callSlots struct {
+	limit int
+	mu    sync.Mutex
+	inUse map[string]int
+}
+
+func newCallSlots(limit int) *callSlots {
+	return &callSlots{limit: limit, inUse: make(map[string]int)}
+}
+
+// take reserves a slot for a call from addr, or returns nil and the
+// slots addr has in use when all of its slots are taken.
+func (c *callSlots) take(addr string) (*callSlot, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.inUse[addr]
+	if n >= c.limit {
+		return nil, n
+	}
+	c.inUse[addr] = n + 1
+	return &callSlot{slots: c, addr: addr}, n + 1
+}
+
+// callSlot is one call's slot; release gives it back, once.
+type callSlot struct {
+	slots    *callSlots
+	addr     string
+	released atomic.Bool
+}
+
+func (s *callSlot) release() {
+	if s == nil || s.released.Swap(true) {
+		return
+	}
+	c := s.slots
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inUse[s.addr]--; c.inUse[s.addr] <= 0 {
+		delete(c.inUse, s.addr)
+	}
+}
+
+type callSlotKey struct{}
+
+// releaseCallSlot gives back the slot of ctx's call, if it holds one: the
+// call is about to wait for something other than the server's cores.
+func releaseCallSlot(ctx context.Context) {
+	s, _ := ctx.Value(callSlotKey{}).(*callSlot)
+	s.release()
+}
+
+// limitCalls refuses a unary call from a client address that already has
+// Config.MaxCallsPerClient calls in progress, before anything else is done
+// with it: the answer is written in the call's protocol (Connect, gRPC or
+// gRPC-Web) by connect's ErrorWriter, and its body is not read: over
+// HTTP/1.1 the connection is closed after the answer.
+func (s *Server) limitCalls(h http.Handler) http.Handler {
+	refuse := connect.NewErrorWriter(s.handlerOptions()...)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr := clientAddr(r.Context())
+		if addr == "" || isStreamProcedure(r) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		slot, n := s.calls.take(addr)
+		if slot == nil {
+			s.metrics.refused("max-calls-per-client")
+			if r.ProtoMajor == 1 {
+				// Else net/http reads the unread body before answering.
+				w.Header().Set("Connection", "close")
+			}
+			_ = refuse.Write(w, r, connectError(&quotaError{Quota: "max-calls-per-client", Of: "client address",
+				Owner: addr, Used: n, Limit: s.cfg.MaxCallsPerClient}))
+			return
+		}
+		defer slot.release()
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callSlotKey{}, slot)))
+	})
+}
