@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
+	"github.com/fencedio/fenced/internal/torture/worker"
 	"github.com/fencedio/fenced/server"
 	"github.com/fencedio/fenced/store"
 )
@@ -204,11 +205,11 @@ func RunChild(ctx context.Context, role string, spec []byte, stdout, stderr io.W
 		}
 		return RunStore(ctx, s, stderr)
 	case RoleWorker:
-		var s WorkerSpec
+		var s worker.Spec
 		if err := json.Unmarshal(spec, &s); err != nil {
 			return fmt.Errorf("worker spec: %w", err)
 		}
-		return RunWorker(ctx, s, stdout)
+		return worker.Run(ctx, s, stdout)
 	}
 	return fmt.Errorf("unknown torture role %q", role)
 }

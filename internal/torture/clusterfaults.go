@@ -15,6 +15,7 @@ import (
 
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/torture/worker"
 )
 
 // clusterFaults injects one cluster fault after another until ctx ends.
@@ -212,7 +213,7 @@ func (e *engine) freezeHolders() int {
 	}
 	n := 0
 	for _, ws := range e.workers {
-		if ws.state == evHolding && !ws.paused {
+		if ws.state == worker.EventHolding && !ws.paused {
 			n++
 			e.faults.Add(1)
 			go func(ws *workerState, lease int) { defer e.faults.Done(); e.pause(ws, lease, 0) }(ws, ws.lease)

@@ -169,7 +169,7 @@ type Config struct {
 	// linearizability check fails, its visualization. Required.
 	OutputDir string
 	// WorkerCommand, if set, starts workers written in any language: the
-	// command plus "--spec" and the WorkerSpec as JSON. Such a worker runs
+	// command plus "--spec" and the worker.Spec as JSON. Such a worker runs
 	// the Go worker's loop and writes the same history records and events
 	// (docs/torture.md, "Workers in other languages"). Default: none, every
 	// worker is this harness's Go worker.

@@ -56,9 +56,9 @@
 //   - Every process that exits on its own (a panic in the client, the
 //     server or the store) is a violation, and is restarted.
 //
-// The harness is laid out by concern. Package history records what the
-// workers did and package check judges it; neither knows of processes.
-// In this package, engine.go runs the phases of a run, processes.go starts
+// The harness is laid out by concern. Package worker is the worker
+// process, package history records what the workers did and package check
+// judges it; none of them controls another process. In this package, engine.go runs the phases of a run, processes.go starts
 // and restarts the children, faults.go injects the single-node faults,
 // cluster.go and clusterfaults.go form, break and check a cluster, and
 // evidence.go reads back the resources.

@@ -17,6 +17,7 @@ import (
 	"github.com/fencedio/fenced/fence/fencehttp"
 	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/history"
+	"github.com/fencedio/fenced/internal/torture/worker"
 	"github.com/fencedio/fenced/store"
 )
 
@@ -73,7 +74,7 @@ func (e *engine) collect(ctx context.Context, h *history.History, delayed []hist
 	}
 	if e.db != nil {
 		ev.HasSQL = true
-		rows, err := e.db.QueryContext(ctx, `SELECT id, scope, token, worker, object FROM `+pgIdent(e.writeTable)+` ORDER BY id`)
+		rows, err := e.db.QueryContext(ctx, `SELECT id, scope, token, worker, object FROM `+worker.QuoteIdent(e.writeTable)+` ORDER BY id`)
 		if err != nil {
 			return nil, fmt.Errorf("torture: postgres: %w", err)
 		}

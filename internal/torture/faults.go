@@ -8,15 +8,16 @@ import (
 
 	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/history"
+	"github.com/fencedio/fenced/internal/torture/worker"
 )
 
 // onEvent tracks what a worker is doing, to aim pauses and crashes.
 func (e *engine) onEvent(ws *workerState, line []byte) {
-	var ev Event
+	var ev worker.Event
 	if json.Unmarshal(line, &ev) != nil {
 		return
 	}
-	if ev.Type == evAcked {
+	if ev.Type == worker.EventAcked {
 		c := e.ackedLog
 		if ev.Kind == history.KindRenew {
 			c = e.ackedRenew
@@ -29,18 +30,18 @@ func (e *engine) onEvent(ws *workerState, line []byte) {
 	}
 	e.mu.Lock()
 	ws.state, ws.key = ev.Type, ev.Key
-	if ev.Type == evHolding {
+	if ev.Type == worker.EventHolding {
 		ws.lease = ev.Lease
 	}
 	lease := ws.lease
 	e.mu.Unlock()
 	switch ev.Type {
-	case evAcquiring, evReleased:
+	case worker.EventAcquiring, worker.EventReleased:
 		select {
 		case e.aim <- struct{}{}:
 		default:
 		}
-	case evHolding:
+	case worker.EventHolding:
 		if !e.chance(enabled(e.cfg.PauseProbability)) {
 			return
 		}
@@ -66,7 +67,7 @@ func (e *engine) pause(ws *workerState, lease int, delay time.Duration) {
 		return
 	}
 	e.mu.Lock()
-	if ws.state != evHolding || ws.lease != lease || ws.paused {
+	if ws.state != worker.EventHolding || ws.lease != lease || ws.paused {
 		e.mu.Unlock()
 		return
 	}
@@ -118,7 +119,7 @@ func (e *engine) acquiring() int {
 	defer e.mu.Unlock()
 	n := 0
 	for _, ws := range e.workers {
-		if ws.state == evAcquiring {
+		if ws.state == worker.EventAcquiring {
 			n++
 		}
 	}

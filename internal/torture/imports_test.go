@@ -18,7 +18,8 @@ const tortureRoot = "github.com/fencedio/fenced/internal/torture"
 var layers = map[string][]string{
 	"history": {},
 	"check":   {"history"},
-	"":        {"history", "check"},
+	"worker":  {"history"},
+	"":        {"history", "check", "worker"},
 }
 
 // TestImportsRunOneWay pins the harness's import graph with `go list

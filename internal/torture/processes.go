@@ -13,6 +13,7 @@ import (
 	"github.com/fencedio/fenced/fence/fencesql"
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/testutil"
+	"github.com/fencedio/fenced/internal/torture/worker"
 )
 
 func (e *engine) startNodes(ctx context.Context) error {
@@ -140,7 +141,7 @@ func (e *engine) createTables(ctx context.Context) error {
 	if err := g.Migrate(ctx); err != nil {
 		return fmt.Errorf("torture: postgres: %w", err)
 	}
-	_, err = db.ExecContext(ctx, `CREATE TABLE `+pgIdent(e.writeTable)+` (
+	_, err = db.ExecContext(ctx, `CREATE TABLE `+worker.QuoteIdent(e.writeTable)+` (
 		id     bigserial PRIMARY KEY,
 		scope  text NOT NULL,
 		token  bigint NOT NULL,
@@ -153,9 +154,9 @@ func (e *engine) createTables(ctx context.Context) error {
 	return nil
 }
 
-func (e *engine) workerSpec(id int, history string) WorkerSpec {
+func (e *engine) workerSpec(id int, history string) worker.Spec {
 	cfg := &e.cfg
-	s := WorkerSpec{
+	s := worker.Spec{
 		ID: id, Endpoint: e.nodes[0].Endpoint(), Keys: e.keys, StoreURL: e.storeURL,
 		PostgresDSN: cfg.PostgresDSN, ScopeTable: e.scopeTable, WriteTable: e.writeTable, NoFencing: cfg.NoFencing,
 		TTL: cfg.TTL, Wait: cfg.Wait, WritesMin: cfg.WritesMin, WritesMax: cfg.WritesMax, ThinkMax: cfg.ThinkMax,
@@ -201,7 +202,7 @@ func (e *engine) foreignWorker(id int) bool {
 
 func (e *engine) startWorkers() error {
 	for i := range e.cfg.Workers {
-		ws := &workerState{id: i, history: filepath.Join(e.cfg.OutputDir, fmt.Sprintf("worker%d.jsonl", i)), state: evIdle}
+		ws := &workerState{id: i, history: filepath.Join(e.cfg.OutputDir, fmt.Sprintf("worker%d.jsonl", i)), state: worker.EventIdle}
 		ws.proc = &child{
 			name:     fmt.Sprintf("worker%d", i),
 			argv:     e.workerArgv(ws),
@@ -247,7 +248,7 @@ func (e *engine) workerCrashed(ws *workerState, err error) {
 		return
 	}
 	ws.incarnation++
-	ws.state, ws.paused, ws.lease = evIdle, false, 0
+	ws.state, ws.paused, ws.lease = worker.EventIdle, false, 0
 	ws.proc.argv = e.workerArgv(ws)
 	if err := ws.proc.start(); err != nil {
 		e.logf("restart %s: %v", ws.proc.name, err)
@@ -352,7 +353,7 @@ func (e *engine) cleanup() {
 		if !e.cfg.KeepTables {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			for _, t := range []string{e.writeTable, e.scopeTable} {
-				if _, err := e.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+pgIdent(t)); err != nil {
+				if _, err := e.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+worker.QuoteIdent(t)); err != nil {
 					e.logf("drop %s: %v", t, err)
 				}
 			}

@@ -1,6 +1,6 @@
 """A torture worker in Python: `fencectl torture --worker-cmd 'python3 -m fenced.torture_worker'`.
 
-It follows the worker protocol of docs/torture.md: read the WorkerSpec JSON
+It follows the worker protocol of docs/torture.md: read the spec JSON
 given after --spec, run the Go worker's loop (acquire a random key, make
 fenced writes to the reference store and PostgreSQL, renew, release or
 abandon, with think times), print the same events on standard output, and

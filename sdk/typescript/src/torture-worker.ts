@@ -34,7 +34,7 @@ import { internal, type TraceCall, type TraceResult } from "./internal.js";
 import type { Lease } from "./lease.js";
 import { fromRPC } from "./rpc.js";
 
-/** What the harness tells a worker (internal/torture WorkerSpec); durations in nanoseconds. */
+/** What the harness tells a worker (internal/torture/worker Spec); durations in nanoseconds. */
 interface WorkerSpec {
   id: number;
   endpoint: string;

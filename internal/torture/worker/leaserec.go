@@ -1,4 +1,4 @@
-package torture
+package worker
 
 import (
 	"bytes"

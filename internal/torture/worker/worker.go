@@ -1,4 +1,4 @@
-package torture
+package worker
 
 import (
 	"bytes"
@@ -26,8 +26,8 @@ import (
 	"github.com/fencedio/fenced/internal/torture/history"
 )
 
-// WorkerSpec is what a worker process is told by the harness.
-type WorkerSpec struct {
+// Spec is what a worker process is told by the harness.
+type Spec struct {
 	ID       int    `json:"id"`
 	Endpoint string `json:"endpoint"`
 	// Endpoints, if set, are a cluster's nodes: the client fails over
@@ -78,7 +78,7 @@ type WorkerSpec struct {
 }
 
 // name is the worker's name in owners and object names.
-func (s WorkerSpec) name() string {
+func (s Spec) name() string {
 	if s.Incarnation == 0 {
 		return fmt.Sprintf("w%d", s.ID)
 	}
@@ -97,16 +97,16 @@ type Event struct {
 }
 
 const (
-	evAcquiring = "acquiring"
-	evHolding   = "holding"
-	evReleased  = "released"
-	evIdle      = "idle"
-	// evAcked: an acquisition, renewal or release was just acknowledged
+	EventAcquiring = "acquiring"
+	EventHolding   = "holding"
+	EventReleased  = "released"
+	EventIdle      = "idle"
+	// EventAcked: an acquisition, renewal or release was just acknowledged
 	// and recorded; the harness aims some crashes right after it.
-	evAcked = "acked"
+	EventAcked = "acked"
 )
 
-// RunWorker runs one worker loop until ctx ends: acquire a random key
+// Run runs one worker loop until ctx ends: acquire a random key
 // (waiting in line), make a few fenced writes with its token to the store
 // and PostgreSQL with random think time, then release it (or, sometimes,
 // abandon it to expire). Every lease operation and write goes to the
@@ -117,7 +117,7 @@ const (
 // last check and its write, so the resources' fencing is what is tested. A
 // stale rejection ends the lease (client.Lease.Lost, invariant I7) and the
 // worker goes back to acquiring; it never retries a write.
-func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
+func Run(ctx context.Context, spec Spec, events io.Writer) error {
 	f, err := os.OpenFile(spec.History, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("worker %d: %w", spec.ID, err)
@@ -134,7 +134,7 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 		},
 	}
 	w.leases = newLeaseRecorder(w.rec, 2*time.Second)
-	w.leases.onAck = func(op *history.Op) { w.emit(Event{Type: evAcked, Key: op.Key, Kind: op.Kind}) }
+	w.leases.onAck = func(op *history.Op) { w.emit(Event{Type: EventAcked, Key: op.Key, Kind: op.Kind}) }
 	w.client, err = client.New(client.Config{
 		Endpoint:       spec.Endpoint,
 		Endpoints:      spec.Endpoints,
@@ -172,7 +172,7 @@ func RunWorker(ctx context.Context, spec WorkerSpec, events io.Writer) error {
 }
 
 type worker struct {
-	spec   WorkerSpec
+	spec   Spec
 	rec    *history.Recorder
 	rng    *rand.Rand
 	leases *leaseRecorder
@@ -206,7 +206,7 @@ func (w *worker) run(ctx context.Context) {
 		key := w.key()
 		w.attempts++
 		owner := fmt.Sprintf("%s-%d", w.spec.name(), w.attempts)
-		w.emit(Event{Type: evAcquiring, Key: key})
+		w.emit(Event{Type: EventAcquiring, Key: key})
 		wait := w.spec.Wait
 		if w.rng.Float64() < w.spec.TryProbability {
 			wait = 0
@@ -215,7 +215,7 @@ func (w *worker) run(ctx context.Context) {
 		l, err := w.client.Acquire(actx, key, client.WithWait(wait), client.WithTTL(w.spec.TTL), client.WithOwner(owner))
 		cancel()
 		if err != nil {
-			w.emit(Event{Type: evIdle})
+			w.emit(Event{Type: EventIdle})
 			// Back off a little, less when the key was merely held.
 			backoff := w.spec.TTL / 4
 			if errors.Is(err, client.ErrHeld) {
@@ -225,9 +225,9 @@ func (w *worker) run(ctx context.Context) {
 			continue
 		}
 		w.held++
-		w.emit(Event{Type: evHolding, Key: key, Token: l.Token(), Lease: w.held})
+		w.emit(Event{Type: EventHolding, Key: key, Token: l.Token(), Lease: w.held})
 		w.hold(l)
-		w.emit(Event{Type: evIdle})
+		w.emit(Event{Type: EventIdle})
 	}
 }
 
@@ -279,7 +279,7 @@ func (w *worker) hold(l *client.Lease) {
 
 func (w *worker) release(l *client.Lease) {
 	_ = l.Release(context.Background())
-	w.emit(Event{Type: evReleased, Key: l.Key()})
+	w.emit(Event{Type: EventReleased, Key: l.Key()})
 }
 
 func (w *worker) get(key string) {
@@ -364,7 +364,7 @@ func (w *worker) sql(l *client.Lease) writeResult {
 	ctx, cancel := context.WithTimeout(context.Background(), w.spec.WriteTimeout)
 	defer cancel()
 	insert := func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO `+pgIdent(w.spec.WriteTable)+` (scope, token, worker, object) VALUES ($1, $2, $3, $4)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+QuoteIdent(w.spec.WriteTable)+` (scope, token, worker, object) VALUES ($1, $2, $3, $4)`,
 			op.Key, int64(op.Token), w.spec.ID, op.Object)
 		return err
 	}
@@ -390,7 +390,7 @@ func (w *worker) sql(l *client.Lease) writeResult {
 }
 
 // sequenced returns ctx with the lease's next sequence for a share of the
-// writes (WorkerSpec.SequenceShare).
+// writes (Spec.SequenceShare).
 func (w *worker) sequenced(ctx context.Context, l *client.Lease) context.Context {
 	if w.spec.SequenceShare > 0 && w.rng.Float64() < w.spec.SequenceShare {
 		return fence.WithSequence(ctx, l.NextSequence())
@@ -410,5 +410,6 @@ func unfencedTx(ctx context.Context, db *sql.DB, fn func(context.Context, *sql.T
 	return tx.Commit()
 }
 
-// pgIdent quotes a PostgreSQL identifier made by the harness.
-func pgIdent(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
+// QuoteIdent quotes a PostgreSQL identifier made by the harness (the
+// run's tables).
+func QuoteIdent(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
