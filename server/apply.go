@@ -127,10 +127,10 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		}
 		e.NextID, e.Owner, e.TTL = w.nextID, w.want.Owner, w.want.TTL
 		c := lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{e}}
-		handovers = append(handovers, handover{l.Key, w, s.applyAsync(s.base, c)})
+		handovers = append(handovers, handover{l.Key, w, s.applyAsync(s.ctx, c)})
 	}
 	if len(plain) > 0 {
-		res, err := s.await(s.base, s.applyAsync(s.base, lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain}))
+		res, err := s.await(s.ctx, s.applyAsync(s.ctx, lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: plain}))
 		if err == nil {
 			err = res.Err
 		}
@@ -139,7 +139,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		}
 	}
 	for _, h := range handovers {
-		res, err := s.await(s.base, h.wait)
+		res, err := s.await(s.ctx, h.wait)
 		if err == nil {
 			err = res.Err
 		}
@@ -239,6 +239,9 @@ func (s *Server) await(ctx context.Context, wait func() (lease.Result, error)) (
 		err error
 	}
 	c := make(chan answer, 1)
+	// Not tracked by wg, the one goroutine of the node that is not: raft
+	// never answers an apply still queued when it shut down, and Close
+	// would wait for this one forever. Otherwise it ends with the answer.
 	go func() {
 		res, err := wait()
 		c <- answer{res, err}

@@ -150,9 +150,9 @@ func (s *Server) clientURL() string {
 	if s.cfg.AdvertiseClientURL != "" {
 		return s.cfg.AdvertiseClientURL
 	}
-	s.closeMu.Lock()
+	s.mu.Lock()
 	ln := s.listener
-	s.closeMu.Unlock()
+	s.mu.Unlock()
 	if ln == nil {
 		return ""
 	}

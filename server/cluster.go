@@ -296,7 +296,7 @@ func (s *Server) form() error {
 			if _, ok := seen[p.ID]; ok {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(s.base, peerHandshakeTimeout)
+			ctx, cancel := context.WithTimeout(s.ctx, peerHandshakeTimeout)
 			st, err := s.peers.status(ctx, p.Address)
 			cancel()
 			switch {
@@ -331,7 +331,7 @@ func (s *Server) form() error {
 				"waiting_for", strings.Join(missing, ","))
 		}
 		select {
-		case <-s.done:
+		case <-s.ctx.Done():
 			return nil
 		case <-tick.C:
 		}

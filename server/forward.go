@@ -120,7 +120,7 @@ func (f *forwarder) watchLeader() {
 		select {
 		case <-ch:
 			f.leaderChanged()
-		case <-f.s.done:
+		case <-f.s.ctx.Done():
 			return
 		}
 	}
@@ -208,7 +208,7 @@ func (f *forwarder) leaderAddr(ctx context.Context) (string, error) {
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
-		case <-s.done:
+		case <-s.ctx.Done():
 			return "", errNotReady
 		case <-give.C:
 			return "", errNotReady
@@ -258,18 +258,18 @@ func (s *Server) servePeerAPI() {
 		BaseContext:       func(net.Listener) context.Context { return s.baseContext() },
 		ErrorLog:          s.httpErrorLog(),
 	}
-	s.closeMu.Lock()
+	s.mu.Lock()
 	s.peerAPI = srv
-	s.closeMu.Unlock()
-	go srv.Serve(s.peers.apiListener())
-	s.wg.Add(1)
+	s.mu.Unlock()
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); srv.Serve(s.peers.apiListener()) }()
 	go func() { defer s.wg.Done(); s.forward.watchLeader() }()
 }
 
 func (s *Server) closePeerAPI() {
-	s.closeMu.Lock()
+	s.mu.Lock()
 	srv := s.peerAPI
-	s.closeMu.Unlock()
+	s.mu.Unlock()
 	if srv != nil {
 		srv.Close()
 	}

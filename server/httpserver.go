@@ -151,16 +151,24 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 		protocols.SetHTTP2(true)
 		served = tls.NewListener(served, s.sec.tls.ServerConfig())
 	}
-	s.closeMu.Lock()
+	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		// Closed: Close has read s.http already, and would not stop this one.
+		s.mu.Unlock()
+		ln.Close()
+		return s.failed()
+	}
 	s.listener = ln
 	s.http = s.newHTTPServer()
 	if protocols != nil {
 		s.http.Protocols = protocols
 	}
 	srv := s.http
-	s.closeMu.Unlock()
+	s.mu.Unlock()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(served) }()
+	if !s.spawn(func() { errc <- srv.Serve(served) }) {
+		return s.failed() // closed meanwhile, and srv with it
+	}
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
@@ -169,7 +177,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 		return s.Close()
-	case <-s.done:
+	case <-s.ctx.Done():
 		return s.failed()
 	}
 }
@@ -177,12 +185,12 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 // baseContext is the context requests derive from. Close ends it with
 // cause errClosed, which ends open Watch streams; writes in flight still get
 // their outcome (see await).
-func (s *Server) baseContext() context.Context { return s.base }
+func (s *Server) baseContext() context.Context { return s.ctx }
 
 // Addr returns the address the API listens on, once serving.
 func (s *Server) Addr() net.Addr {
-	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.listener == nil {
 		return nil
 	}

@@ -53,7 +53,7 @@ func (r *rejectionRelay) join() (leave func()) {
 	if r.watchers++; r.watchers == 1 {
 		ctx, cancel := context.WithCancel(r.s.baseContext())
 		r.stop = cancel
-		go r.run(ctx)
+		r.s.spawn(func() { r.run(ctx) })
 	}
 	return sync.OnceFunc(func() {
 		r.mu.Lock()

@@ -63,21 +63,22 @@ type Server struct {
 	leading    context.Context
 	endLeading context.CancelFunc
 
-	done chan struct{} // closed by Close
-	// base is the context of every request, ended by Close with cause
-	// errClosed; raftDown is closed once raft has shut down.
-	base     context.Context
-	endBase  context.CancelCauseFunc
-	raftDown chan struct{}
-	wg       sync.WaitGroup
-	closeMu  sync.Mutex
-	closed   bool
-	closeEnd chan struct{} // closed when the first Close returns
+	// ctx is the node's life and the context of every request: Close ends
+	// it with cause errClosed, a node that stops itself with a *stopped
+	// cause. wg counts every goroutine the node starts; Close waits for
+	// them all. raftDown is closed once raft has shut down: writes raft
+	// never answered are given up then (see await).
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	raftDown  chan struct{}
+
+	// mu guards listener, http and peerAPI, which Serve sets, and orders
+	// spawn with the end of ctx.
+	mu       sync.Mutex
 	listener net.Listener
 	http     *http.Server
-
-	failMu  sync.Mutex
-	failure error // a failed write of the raft log, which stopped the node
 
 	// applyPending counts log writes submitted and not yet answered;
 	// applyProgress (unix nanoseconds) is when the apply path last made
@@ -142,20 +143,17 @@ func New(cfg Config) (*Server, error) {
 		clientLeases: newClientLeases(),
 		calls:        newCallSlots(cfg.MaxCallsPerClient),
 		hub:          newHub(cfg.WatchHistory, cfg.WatchBuffer),
-		done:         make(chan struct{}),
 
 		raftDown: make(chan struct{}),
 
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
 		watchers:      newStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
 		subscribers:   newStreamLimiter("event subscribers", "max-event-subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
-
-		closeEnd: make(chan struct{}),
 	}
 	writing := func() bool { return s.applyPending.Load() > 0 }
 	s.reads = newShareGate(max(1, runtime.GOMAXPROCS(0)/2), cfg.ReadShare, 0, writing)
 	s.fanout = newShareGate(max(1, runtime.GOMAXPROCS(0)/2), cfg.FanoutShare, fanoutHold, writing)
-	s.base, s.endBase = context.WithCancelCause(context.Background())
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.expirer = newExpirer(s.expireLeases)
 	s.forward = newForwarder(s)
 	var err error
@@ -173,15 +171,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	if err := s.startRaft(); err != nil {
-		close(s.done)
-		s.endBase(errClosed)
+		s.end(errClosed)
 		s.closeRaft()
 		s.wg.Wait()
 		return nil, err
 	}
 	s.wg.Add(3)
-	go func() { defer s.wg.Done(); s.hub.run(s.done) }()
-	go func() { defer s.wg.Done(); s.expirer.run(s.done) }()
+	go func() { defer s.wg.Done(); s.hub.run(s.ctx.Done()) }()
+	go func() { defer s.wg.Done(); s.expirer.run(s.ctx.Done()) }()
 	go func() { defer s.wg.Done(); s.watchLeadership() }()
 	return s, nil
 }
@@ -261,32 +258,60 @@ func (s *Server) startRaft() error {
 	return s.bootstrap()
 }
 
+// spawn runs f in a goroutine that Close waits for, and returns true; once
+// the node's context has ended it runs nothing and returns false.
+func (s *Server) spawn(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return false
+	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); f() }()
+	return true
+}
+
+// end ends the node's context with cause; spawn starts nothing after it.
+func (s *Server) end(cause error) {
+	s.mu.Lock()
+	s.cancel(cause)
+	s.mu.Unlock()
+}
+
+// stopped is the cause that ends the node's context when the node stops
+// itself: requests see errClosed, Serve and Close return err.
+type stopped struct{ err error }
+
+func (e *stopped) Error() string        { return e.err.Error() }
+func (e *stopped) Is(target error) bool { return target == errClosed }
+func (e *stopped) Unwrap() error        { return e.err }
+
 // stop stops the node with err, which Serve and Close return.
 func (s *Server) stop(err error) {
-	s.failMu.Lock()
-	s.failure = err
-	s.failMu.Unlock()
+	s.end(&stopped{err})
 	s.log.Error("stopping", "err", err)
+	// Not tracked by wg: this goroutine is Close, which waits for wg.
 	go s.Close()
 }
 
 // logFailed stops the node after a write or fsync of the raft log failed:
 // nothing appended since is acknowledged, and Serve and Close return err.
 func (s *Server) logFailed(err error) {
-	s.failMu.Lock()
-	s.failure = err
-	s.failMu.Unlock()
+	s.end(&stopped{err})
 	s.readyTerm.Store(0)
 	s.log.Error("stopping: the raft log cannot be written", "err", err)
-	// Not here: raft calls this from the goroutine Close waits for.
+	// Not here: raft calls this from the goroutine Close waits for. Not
+	// tracked by wg: this goroutine is Close.
 	go s.Close()
 }
 
-// failed returns the log write failure that stopped the node, if any.
+// failed returns the error with which the node stopped itself, if any.
 func (s *Server) failed() error {
-	s.failMu.Lock()
-	defer s.failMu.Unlock()
-	return s.failure
+	var st *stopped
+	if errors.As(context.Cause(s.ctx), &st) {
+		return st.err
+	}
+	return nil
 }
 
 // watchLeadership keeps ready and the expirer in step with leadership.
@@ -295,7 +320,7 @@ func (s *Server) watchLeadership() {
 	defer func() { stop() }()
 	for {
 		select {
-		case <-s.done:
+		case <-s.ctx.Done():
 			return
 		case leader := <-s.notify:
 			s.leaderMu.Lock()
@@ -426,19 +451,22 @@ func (s *Server) WaitReady(ctx context.Context) error {
 // write of the raft log failed, the node has closed itself and Close returns
 // that error (raftlog.ErrLogWrite).
 func (s *Server) Close() error {
-	s.closeMu.Lock()
-	if s.closed {
-		s.closeMu.Unlock()
-		<-s.closeEnd // the node closed itself: wait until it is done
+	first := false
+	var err error
+	// A later Close waits here until the first (maybe the node's own) is done.
+	s.closeOnce.Do(func() { first, err = true, s.close() })
+	if !first {
 		return s.failed()
 	}
-	defer close(s.closeEnd)
-	s.closed = true
-	srv := s.http
-	s.closeMu.Unlock()
+	return err
+}
+
+func (s *Server) close() error {
 	s.readyTerm.Store(0)
-	close(s.done)
-	s.endBase(errClosed)
+	s.end(errClosed)
+	s.mu.Lock()
+	srv := s.http
+	s.mu.Unlock()
 	s.handOverLeadership()
 	var errs []error
 	if srv != nil {
