@@ -28,7 +28,7 @@ func TestLeaseNextSequence(t *testing.T) {
 			t.Fatalf("NextSequence = %d, want %d", got, want)
 		}
 	}
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	sl := fence.Sequenced(l)
 	for range 2 {
 		if err := fence.DoLease(ctx, g, sl, func(ctx context.Context) error {

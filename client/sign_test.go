@@ -51,7 +51,7 @@ func TestSignedLeaseThroughTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard := fence.NewMemory()
+	guard := fence.NewMemory(fence.MemoryConfig{})
 	resource := httptest.NewServer(fencehttp.Middleware(fence.NewSignedGuard(guard, v))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })))
 	defer resource.Close()

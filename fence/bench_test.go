@@ -11,7 +11,7 @@ import (
 
 func BenchmarkMemoryDo(b *testing.B) {
 	ctx := context.Background()
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	token := uint64(0)
 	for b.Loop() {
 		token++
@@ -26,7 +26,7 @@ func BenchmarkMemoryDo(b *testing.B) {
 // lookups), not waiting for one scope.
 func BenchmarkMemoryDoParallel(b *testing.B) {
 	ctx := context.Background()
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	var next atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		id := strconv.FormatInt(next.Add(1), 10)

@@ -54,7 +54,7 @@
 // sequence must be above the last one, and one at or below it is a
 // duplicate: not applied again, answered with an error matching
 // ErrDuplicate, never ErrStaleToken. With strict sequences
-// (WithStrictSequences, fencebolt.WithStrictSequences, ...) only last+1
+// (MemoryConfig.StrictSequences, fencebolt.Config.StrictSequences, ...) only last+1
 // passes and a gap is refused (ErrSequenceGap). A write without a sequence
 // is decided as before. Retry re-sends one write with the same sequence
 // after an unknown outcome and takes a duplicate for success, so a write is

@@ -16,7 +16,7 @@ import (
 
 func ExampleNewMemory() {
 	ctx := context.Background()
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	balance := 0
 
 	// B holds the lease on "accounts/7" with token 42 and writes.
@@ -52,7 +52,7 @@ func ExampleNewSlogObserver() {
 			return a
 		},
 	}))
-	g := fence.NewMemory(fence.WithObserver(fence.NewSlogObserver(logger)))
+	g := fence.NewMemory(fence.MemoryConfig{Observer: fence.NewSlogObserver(logger)})
 	ctx := context.Background()
 	nop := func(context.Context) error { return nil }
 
@@ -82,7 +82,7 @@ func ExampleMemory_Do_lease() {
 		log.Fatal(err)
 	}
 
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	balance := ""
 	deposit := func(l *client.Lease, by string) string {
 		err := g.Do(ctx, l.Key(), l.Token(), func(context.Context) error {

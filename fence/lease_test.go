@@ -39,12 +39,12 @@ func (l *testLease) losses() []error {
 // lease's key and token are used, a stale rejection (the guard's, or one
 // returned by apply) reaches Lost, and nothing else does.
 func TestDoLease(t *testing.T) {
-	bolt, err := fencebolt.Open(filepath.Join(t.TempDir(), "g.db"))
+	bolt, err := fencebolt.Open(filepath.Join(t.TempDir(), "g.db"), fencebolt.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bolt.Close() })
-	mem := fence.NewMemory()
+	mem := fence.NewMemory(fence.MemoryConfig{})
 	guards := map[string]func(context.Context, *testLease, func(context.Context) error) error{
 		"Memory.DoLease": func(ctx context.Context, l *testLease, f func(context.Context) error) error {
 			return mem.DoLease(ctx, l, f)

@@ -9,36 +9,18 @@ import (
 	"github.com/fencedio/fenced/fence/internal/scopelock"
 )
 
-// Option configures NewMemory. (The durable guard, fencebolt.Open, takes
-// options of its own.)
-type Option func(*options)
-
-type options struct {
-	observer Observer
-	strict   bool
-}
-
-func newOptions(opts []Option) options {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return o
-}
-
-// WithObserver makes the guard report every accepted and rejected mutation
-// to o. The guard calls o after the decision is final and outside its locks.
-// Mutations that fail for other reasons (invalid input, apply or storage
-// errors, a cancelled ctx) are not reported. Default: no observer.
-func WithObserver(o Observer) Option {
-	return func(opts *options) { opts.observer = o }
-}
-
-// WithStrictSequences makes the guard refuse, with a *SequenceGapError, a
-// write whose sequence under the current token is not the last one plus 1.
-// Default: any sequence above the last is accepted.
-func WithStrictSequences() Option {
-	return func(opts *options) { opts.strict = true }
+// MemoryConfig configures NewMemory; the zero value is the default of every
+// field. (The durable guard takes a fencebolt.Config of the same shape.)
+type MemoryConfig struct {
+	// Observer, if set, is told of every accepted and rejected mutation,
+	// after the decision is final and outside the guard's locks. Mutations
+	// that fail for other reasons (invalid input, apply or storage errors, a
+	// cancelled ctx) are not reported. Default: none.
+	Observer Observer
+	// StrictSequences refuses, with a *SequenceGapError, a write whose
+	// sequence (WithSequence) under the current token is not the last one
+	// plus 1. Default: any sequence above the last is accepted.
+	StrictSequences bool
 }
 
 // shardCount spreads scopes over independent locks so that lookups of
@@ -78,9 +60,8 @@ type memScope struct {
 //
 // To carry highest tokens over a restart of the protected resource, replay
 // them on start with Do and an apply that does nothing.
-func NewMemory(opts ...Option) *Memory {
-	o := newOptions(opts)
-	m := &Memory{seed: maphash.MakeSeed(), observer: o.observer, strict: o.strict}
+func NewMemory(cfg MemoryConfig) *Memory {
+	m := &Memory{seed: maphash.MakeSeed(), observer: cfg.Observer, strict: cfg.StrictSequences}
 	for i := range m.shards {
 		m.shards[i].scopes = make(map[string]*memScope)
 	}

@@ -28,21 +28,23 @@ type guardCase struct {
 var guardCases = []guardCase{
 	{
 		name: "memory",
-		open: func(t testing.TB, obs fence.Observer) fence.Guard { return fence.NewMemory(fence.WithObserver(obs)) },
-		ops:  2000,
+		open: func(t testing.TB, obs fence.Observer) fence.Guard {
+			return fence.NewMemory(fence.MemoryConfig{Observer: obs})
+		},
+		ops: 2000,
 	},
 	{
 		name: "bolt",
 		open: func(t testing.TB, obs fence.Observer) fence.Guard {
-			return openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.WithObserver(obs))
+			return openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{Observer: obs})
 		},
 		ops: 120,
 	},
 }
 
-func openBolt(t testing.TB, path string, opts ...fencebolt.Option) *fencebolt.Guard {
+func openBolt(t testing.TB, path string, cfg fencebolt.Config) *fencebolt.Guard {
 	t.Helper()
-	g, err := fencebolt.Open(path, opts...)
+	g, err := fencebolt.Open(path, cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

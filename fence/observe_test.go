@@ -17,7 +17,7 @@ func TestSlogObserver(t *testing.T) {
 	ctx := context.Background()
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	g := fence.NewMemory(fence.WithObserver(fence.NewSlogObserver(logger)))
+	g := fence.NewMemory(fence.MemoryConfig{Observer: fence.NewSlogObserver(logger)})
 
 	steps := []struct {
 		scope string

@@ -45,9 +45,9 @@ func TestLeaseOwnerReachesObserver(t *testing.T) {
 	for _, name := range []string{"memory", "bolt"} {
 		t.Run(name, func(t *testing.T) {
 			rec := &decisions{}
-			var g fence.Guard = fence.NewMemory(fence.WithObserver(rec))
+			var g fence.Guard = fence.NewMemory(fence.MemoryConfig{Observer: rec})
 			if name == "bolt" {
-				b, err := fencebolt.Open(filepath.Join(t.TempDir(), "g.db"), fencebolt.WithObserver(rec))
+				b, err := fencebolt.Open(filepath.Join(t.TempDir(), "g.db"), fencebolt.Config{Observer: rec})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -100,7 +100,7 @@ func TestWithOwnerDropsInvalidOwners(t *testing.T) {
 func TestSlogObserverLogsOwner(t *testing.T) {
 	var buf bytes.Buffer
 	obs := fence.NewSlogObserver(slog.New(slog.NewTextHandler(&buf, nil)))
-	g := fence.NewMemory(fence.WithObserver(obs))
+	g := fence.NewMemory(fence.MemoryConfig{Observer: obs})
 	ctx := context.Background()
 	_ = fence.DoLease(ctx, g, &ownedLease{testLease: testLease{key: "s", token: 64}, owner: "worker-B"}, nop)
 	_ = fence.DoLease(ctx, g, &ownedLease{testLease: testLease{key: "s", token: 63}, owner: "worker-A"}, nop)

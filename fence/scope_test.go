@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/fencebolt"
 	"github.com/fencedio/fenced/internal/scopetest"
 )
 
@@ -55,8 +56,8 @@ type scopeGuard struct {
 }
 
 func TestGuardsApplyTheScopeRule(t *testing.T) {
-	bolt := openBolt(t, filepath.Join(t.TempDir(), "fence.db"))
-	mem := fence.NewMemory()
+	bolt := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
+	mem := fence.NewMemory(fence.MemoryConfig{})
 	guards := []scopeGuard{
 		{"memory", func(ctx context.Context, s string, tok uint64, apply func() error) error {
 			return mem.Do(ctx, s, tok, func(context.Context) error { return apply() })

@@ -22,25 +22,13 @@ var sequenceGuards = []struct {
 	open func(t *testing.T, strict bool, obs fence.Observer) fence.Guard
 }{
 	{"memory", func(t *testing.T, strict bool, obs fence.Observer) fence.Guard {
-		opts := []fence.Option{fence.WithObserver(obs)}
-		if strict {
-			opts = append(opts, fence.WithStrictSequences())
-		}
-		return fence.NewMemory(opts...)
+		return fence.NewMemory(fence.MemoryConfig{Observer: obs, StrictSequences: strict})
 	}},
 	{"bolt", func(t *testing.T, strict bool, obs fence.Observer) fence.Guard {
-		opts := []fencebolt.Option{fencebolt.WithObserver(obs)}
-		if strict {
-			opts = append(opts, fencebolt.WithStrictSequences())
-		}
-		return openBolt(t, filepath.Join(t.TempDir(), "fence.db"), opts...)
+		return openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{Observer: obs, StrictSequences: strict})
 	}},
 	{"bolt-tx", func(t *testing.T, strict bool, obs fence.Observer) fence.Guard {
-		opts := []fencebolt.Option{fencebolt.WithObserver(obs)}
-		if strict {
-			opts = append(opts, fencebolt.WithStrictSequences())
-		}
-		return boltTx{openBolt(t, filepath.Join(t.TempDir(), "fence.db"), opts...)}
+		return boltTx{openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{Observer: obs, StrictSequences: strict})}
 	}},
 }
 
@@ -166,7 +154,7 @@ type seqLease struct{ n uint64 }
 func (l *seqLease) NextSequence() uint64 { l.n++; return l.n }
 
 func TestRetry(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	l := &seqLease{}
 	ctx := context.Background()
 	// The first attempt is applied but its answer lost; the retry is a
@@ -214,7 +202,7 @@ func (l *plainLease) Signature() string { return "k.sig" }
 // is not a Sequencer gets a counter), keeps its owner and signature, and a
 // sequence already in the context wins.
 func TestSequencedLease(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	l := fence.Sequenced(&plainLease{})
 	if fence.Sequenced(l) != l {
 		t.Fatal("Sequenced of a Sequenced lease wraps it again")

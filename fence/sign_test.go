@@ -12,11 +12,11 @@ import (
 )
 
 func TestSignedMemoryGuard(t *testing.T) {
-	signtest.Check(t, fence.NewMemory(), "orders/7")
+	signtest.Check(t, fence.NewMemory(fence.MemoryConfig{}), "orders/7")
 }
 
 func TestSignedBoltGuard(t *testing.T) {
-	b, err := fencebolt.Open(filepath.Join(t.TempDir(), "fence.db"))
+	b, err := fencebolt.Open(filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func TestWorkedExample(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	t.Cleanup(func() { rdb.Close() })
-	counters, err := fenceredis.New(rdb, fenceredis.WithPrefix("fencetest:"+run+":"))
+	counters, err := fenceredis.New(rdb, fenceredis.Config{Prefix: "fencetest:" + run + ":"})
 	if err != nil {
 		t.Fatal(err)
 	}

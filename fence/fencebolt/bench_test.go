@@ -13,7 +13,7 @@ import (
 func BenchmarkDo(b *testing.B) {
 	ctx := context.Background()
 	open := func(b *testing.B) *fencebolt.Guard {
-		g, err := fencebolt.Open(filepath.Join(b.TempDir(), "bench.db"))
+		g, err := fencebolt.Open(filepath.Join(b.TempDir(), "bench.db"), fencebolt.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}

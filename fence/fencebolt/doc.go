@@ -4,7 +4,7 @@
 // using package fence with another store (memory, SQL, Redis) do not link
 // bbolt.
 //
-//	g, err := fencebolt.Open("/var/lib/app/fence.db")
+//	g, err := fencebolt.Open("/var/lib/app/fence.db", fencebolt.Config{})
 //	err = g.Do(ctx, "orders/7", lease.Token(), func(ctx context.Context) error {
 //		return writeTheFile(ctx)
 //	})

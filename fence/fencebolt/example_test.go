@@ -24,7 +24,7 @@ func ExampleOpen() {
 	ctx := context.Background()
 	write := func(context.Context) error { return nil }
 
-	g, err := fencebolt.Open(path)
+	g, err := fencebolt.Open(path, fencebolt.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func ExampleOpen() {
 	g.Close()
 
 	// The highest token survives a restart.
-	g, err = fencebolt.Open(path)
+	g, err = fencebolt.Open(path, fencebolt.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func ExampleGuard_DoTx() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	g, err := fencebolt.Open(filepath.Join(dir, "store.db"))
+	g, err := fencebolt.Open(filepath.Join(dir, "store.db"), fencebolt.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -23,36 +23,22 @@ import (
 const Bucket = "fence.highest"
 
 // DefaultTimeout is how long Open waits for the file lock held by another
-// process before giving up, unless WithBoltOptions says otherwise.
+// process before giving up, unless Config.Bolt says otherwise.
 const DefaultTimeout = 5 * time.Second
 
-// Option configures Open.
-type Option func(*options)
-
-type options struct {
-	observer fence.Observer
-	bolt     *bbolt.Options
-	strict   bool
-}
-
-// WithStrictSequences refuses a sequence other than the last plus 1 under
-// the current token, as fence.WithStrictSequences does.
-func WithStrictSequences() Option {
-	return func(opts *options) { opts.strict = true }
-}
-
-// WithObserver makes the guard report every accepted and rejected mutation
-// to o, as fence.WithObserver does for the in-memory guard. Default: no
-// observer.
-func WithObserver(o fence.Observer) Option {
-	return func(opts *options) { opts.observer = o }
-}
-
-// WithBoltOptions passes o to bbolt.Open. Default: bbolt's defaults with
-// Timeout = DefaultTimeout. Open refuses NoSync and ReadOnly, which would
-// break its durability promise.
-func WithBoltOptions(o *bbolt.Options) Option {
-	return func(opts *options) { opts.bolt = o }
+// Config configures Open; the zero value is the default of every field.
+type Config struct {
+	// Observer, if set, is told of every accepted and rejected mutation,
+	// as fence.MemoryConfig.Observer is. Default: none.
+	Observer fence.Observer
+	// StrictSequences refuses a sequence other than the last plus 1 under
+	// the current token, as fence.MemoryConfig.StrictSequences does.
+	// Default: any sequence above the last is accepted.
+	StrictSequences bool
+	// Bolt are the options passed to bbolt.Open. Default: bbolt's defaults
+	// with Timeout = DefaultTimeout. Open refuses NoSync and ReadOnly,
+	// which would break its durability promise.
+	Bolt *bbolt.Options
 }
 
 // Guard is a durable fence.Guard that keeps the highest token per scope in
@@ -104,14 +90,10 @@ var _ fence.Guard = (*Guard)(nil)
 
 // Open opens or creates the bbolt file at path and prepares it to hold
 // highest tokens. Close releases it.
-func Open(path string, opts ...Option) (*Guard, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+func Open(path string, cfg Config) (*Guard, error) {
 	bo := bbolt.Options{Timeout: DefaultTimeout}
-	if o.bolt != nil {
-		bo = *o.bolt
+	if cfg.Bolt != nil {
+		bo = *cfg.Bolt
 	}
 	if bo.NoSync {
 		return nil, fmt.Errorf("fencebolt: open %s: bbolt NoSync would lose acknowledged tokens", path)
@@ -131,7 +113,7 @@ func Open(path string, opts ...Option) (*Guard, error) {
 		db.Close()
 		return nil, fmt.Errorf("fencebolt: open %s: create bucket: %w", path, err)
 	}
-	g := &Guard{db: db, locks: scopelock.NewLocks(), observer: o.observer, strict: o.strict}
+	g := &Guard{db: db, locks: scopelock.NewLocks(), observer: cfg.Observer, strict: cfg.StrictSequences}
 	g.idle.L = &g.mu
 	return g, nil
 }

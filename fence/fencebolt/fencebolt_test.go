@@ -27,7 +27,7 @@ var nop = func(context.Context) error { return nil }
 func TestBoltReopen(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "fence.db")
-	g, err := fencebolt.Open(path)
+	g, err := fencebolt.Open(path, fencebolt.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestBoltReopen(t *testing.T) {
 		t.Errorf("Do after Close = %v, want ErrDatabaseNotOpen", err)
 	}
 
-	g = openBolt(t, path)
+	g = openBolt(t, path, fencebolt.Config{})
 	for scope, want := range map[string]uint64{"a": 41, "b": 7} {
 		if h, err := g.Highest(ctx, scope); err != nil || h != want {
 			t.Errorf("Highest(%q) after reopen = %d, %v; want %d", scope, h, err, want)
@@ -58,7 +58,7 @@ func TestBoltReopen(t *testing.T) {
 
 func TestBoltDoTx(t *testing.T) {
 	ctx := context.Background()
-	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"))
+	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	const scope = "objects/x"
 	put := func(value string, err error) func(tx *bbolt.Tx) error {
 		return func(tx *bbolt.Tx) error {
@@ -122,22 +122,22 @@ func TestBoltDoTx(t *testing.T) {
 func TestBoltOptions(t *testing.T) {
 	dir := t.TempDir()
 	for _, o := range []*bbolt.Options{{NoSync: true}, {ReadOnly: true}} {
-		if g, err := fencebolt.Open(filepath.Join(dir, "x.db"), fencebolt.WithBoltOptions(o)); err == nil {
+		if g, err := fencebolt.Open(filepath.Join(dir, "x.db"), fencebolt.Config{Bolt: o}); err == nil {
 			g.Close()
 			t.Errorf("OpenBolt with %+v succeeded", *o)
 		}
 	}
 	// The file is locked while open; a second open times out.
 	path := filepath.Join(dir, "locked.db")
-	openBolt(t, path)
-	_, err := fencebolt.Open(path, fencebolt.WithBoltOptions(&bbolt.Options{Timeout: 50 * time.Millisecond}))
+	openBolt(t, path, fencebolt.Config{})
+	_, err := fencebolt.Open(path, fencebolt.Config{Bolt: &bbolt.Options{Timeout: 50 * time.Millisecond}})
 	if !errors.Is(err, berrors.ErrTimeout) {
 		t.Errorf("second OpenBolt = %v, want ErrTimeout", err)
 	}
 }
 
 func TestBoltScopeTooLong(t *testing.T) {
-	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"))
+	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	scope := strings.Repeat("k", bbolt.MaxKeySize+1)
 	called := false
 	err := g.Do(context.Background(), scope, 1, func(context.Context) error { called = true; return nil })
@@ -154,7 +154,7 @@ func TestBoltScopeTooLong(t *testing.T) {
 func TestBoltCloseWaits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fence.db")
 	synctest.Test(t, func(t *testing.T) {
-		g, err := fencebolt.Open(path)
+		g, err := fencebolt.Open(path, fencebolt.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +183,7 @@ func TestBoltCloseWaits(t *testing.T) {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	g := openBolt(t, path)
+	g := openBolt(t, path, fencebolt.Config{})
 	if h, err := g.Highest(context.Background(), "a"); err != nil || h != 3 {
 		t.Errorf("Highest after Close = %d, %v; want 3", h, err)
 	}
@@ -199,7 +199,7 @@ func TestBoltHelperProcess(t *testing.T) {
 	if path == "" {
 		t.Skip("helper process for TestBoltKill")
 	}
-	g, err := fencebolt.Open(path)
+	g, err := fencebolt.Open(path, fencebolt.Config{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -280,7 +280,7 @@ func TestBoltKill(t *testing.T) {
 	}
 	t.Logf("helper acknowledged %d tokens before SIGKILL", n)
 
-	g := openBolt(t, path)
+	g := openBolt(t, path, fencebolt.Config{})
 	ctx := context.Background()
 	for scope, token := range acked {
 		h, err := g.Highest(ctx, scope)
@@ -319,9 +319,9 @@ func TestBoltKill(t *testing.T) {
 	}
 }
 
-func openBolt(t testing.TB, path string, opts ...fencebolt.Option) *fencebolt.Guard {
+func openBolt(t testing.TB, path string, cfg fencebolt.Config) *fencebolt.Guard {
 	t.Helper()
-	g, err := fencebolt.Open(path, opts...)
+	g, err := fencebolt.Open(path, cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

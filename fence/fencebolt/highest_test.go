@@ -15,7 +15,7 @@ import (
 // HighestTx inside DoTx's apply sees the highest before this mutation.
 func TestBoltHighestTx(t *testing.T) {
 	ctx := context.Background()
-	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"))
+	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	var seen []uint64
 	for _, tok := range []uint64{3, 3, 8} {
 		err := g.DoTx(ctx, "s", tok, func(tx *bbolt.Tx) error {
@@ -49,7 +49,7 @@ func TestBoltHighestTx(t *testing.T) {
 // fencing off.
 func TestBoltDamagedTokenRefusesMutations(t *testing.T) {
 	ctx := context.Background()
-	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"))
+	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	if err := g.DB().Update(func(tx *bbolt.Tx) error {
 		return tx.Bucket([]byte(fencebolt.Bucket)).Put([]byte("s"), []byte{0, 9})
 	}); err != nil {

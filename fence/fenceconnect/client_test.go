@@ -14,7 +14,7 @@ import (
 func TestClientInterceptorUnary(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			e := newEnv(t, p, g, nil)
 			seed(t, g, "orders/7", 42)
 
@@ -67,7 +67,7 @@ func TestClientInterceptorUnary(t *testing.T) {
 func TestClientInterceptorStream(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			e := newEnv(t, p, g, nil)
 			seed(t, g, "s", 10)
 
@@ -117,7 +117,7 @@ func TestClientInterceptorStream(t *testing.T) {
 func TestClientInterceptorNonASCIIScope(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			e := newEnv(t, p, g, nil)
 			const scope = "commandes/été"
 			lease := &fakeLease{key: scope, token: 3}

@@ -30,7 +30,7 @@ func (l *exampleLease) Lost(err error) { fmt.Println("lease", l.token, "lost:", 
 func Example() {
 	const put = "/acme.store.v1.StoreService/Put"
 	var value string
-	guard := fence.NewMemory()
+	guard := fence.NewMemory(fence.MemoryConfig{})
 	mux := http.NewServeMux()
 	mux.Handle(put, connect.NewUnaryHandler(put,
 		func(_ context.Context, req *connect.Request[wrapperspb.StringValue]) (*connect.Response[wrapperspb.StringValue], error) {
@@ -90,7 +90,7 @@ func ExampleNewClientInterceptor_lease() {
 			value = req.Msg.GetValue()
 			return connect.NewResponse(wrapperspb.String("stored")), nil
 		},
-		connect.WithInterceptors(fenceconnect.NewInterceptor(fence.NewMemory())),
+		connect.WithInterceptors(fenceconnect.NewInterceptor(fence.NewMemory(fence.MemoryConfig{}))),
 	))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

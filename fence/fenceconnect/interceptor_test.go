@@ -19,7 +19,7 @@ import (
 func TestInterceptorUnary(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			e := newEnv(t, p, g, nil)
 			const scope = "orders/7"
 			steps := []struct {
@@ -97,7 +97,7 @@ func TestInterceptorRejectsBadHeaders(t *testing.T) {
 	}
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			e := newEnv(t, p, g, nil)
 			for _, tt := range tests {
 				_, err := e.call(t.Context(), putProcedure, tt.scope, tt.token, "v")
@@ -132,7 +132,7 @@ func TestInterceptorRejectsBadHeaders(t *testing.T) {
 func TestInterceptorHandlerErrorIsNotRecorded(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			e := newEnv(t, p, g, nil)
 			seed(t, g, "s", 10)
 			_, err := e.call(t.Context(), putProcedure, "s", "50", "fail")
@@ -152,7 +152,7 @@ func TestInterceptorHandlerErrorIsNotRecorded(t *testing.T) {
 func TestInterceptorExemptProcedures(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			e := newEnv(t, p, g, nil)
 			seed(t, g, "s", 10)
 			if _, err := e.call(t.Context(), getProcedure, "", "", "v"); err != nil {
@@ -182,7 +182,7 @@ func receiveAll(stream *connect.ServerStreamForClient[wrapperspb.StringValue]) (
 func TestInterceptorServerStream(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			e := newEnv(t, p, g, nil)
 			open := func(token, value string) (int, error) {
 				req := connect.NewRequest(wrapperspb.String(value))
@@ -234,7 +234,7 @@ func TestInterceptorServerStream(t *testing.T) {
 // A fenced stream keeps its scope locked until it ends: a write to the same
 // scope that arrives meanwhile runs after the stream, never during it.
 func TestInterceptorStreamHoldsScope(t *testing.T) {
-	g := &hookGuard{Guard: fence.NewMemory(), entered: make(chan struct{}, 2)}
+	g := &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), entered: make(chan struct{}, 2)}
 	s := &store{streamGate: make(chan struct{}), events: make(chan string, 8)}
 	e := newEnv(t, protocols[0], g, s)
 
@@ -285,8 +285,8 @@ func TestInterceptorGuardFailure(t *testing.T) {
 		guard   *hookGuard
 		applied int
 	}{
-		{"before apply", &hookGuard{Guard: fence.NewMemory(), before: secret}, 0},
-		{"after apply", &hookGuard{Guard: fence.NewMemory(), after: secret}, 1},
+		{"before apply", &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), before: secret}, 0},
+		{"after apply", &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), after: secret}, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, protocols[0], tt.guard, nil)
@@ -305,7 +305,7 @@ func TestInterceptorGuardFailure(t *testing.T) {
 }
 
 func TestInterceptorPanicRecordsNothingAndPropagates(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	seed(t, g, "s", 10)
 	boom := errors.New("boom")
 	unary := fenceconnect.NewInterceptor(g).WrapUnary(func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) {

@@ -28,11 +28,11 @@ func TestOwnerTravelsWithToken(t *testing.T) {
 				mu     sync.Mutex
 				owners []string
 			)
-			g := fence.NewMemory(fence.WithObserver(fence.ObserverFunc(func(_ context.Context, d fence.Decision) {
+			g := fence.NewMemory(fence.MemoryConfig{Observer: fence.ObserverFunc(func(_ context.Context, d fence.Decision) {
 				mu.Lock()
 				defer mu.Unlock()
 				owners = append(owners, d.Owner)
-			})))
+			})})
 			e := newEnv(t, p, g, nil)
 			for _, l := range []fence.Lease{
 				&ownedLease{fakeLease: fakeLease{key: "jobs/1", token: 64}, owner: "worker-B"},

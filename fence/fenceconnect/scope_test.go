@@ -21,7 +21,7 @@ func sendable(s string) bool {
 func TestInterceptorScopeRule(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			e := newEnv(t, p, g, nil)
 			sent := 0
 			for _, tc := range scopetest.Cases {

@@ -18,7 +18,7 @@ import (
 func TestSequences(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			g := fence.NewMemory(fence.WithStrictSequences())
+			g := fence.NewMemory(fence.MemoryConfig{StrictSequences: true})
 			s := &store{}
 			e := newEnv(t, p, g, s)
 			lease := &fakeLease{key: "orders/7", token: 5}

@@ -27,7 +27,7 @@ func (l *signedLease) Signature() string { return l.sig }
 func TestSignedTokens(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
-			inner := fence.NewMemory()
+			inner := fence.NewMemory(fence.MemoryConfig{})
 			signtest.CheckGuard(t, "orders/7", func(v *fence.Verifier) signtest.Mutate {
 				e := newEnv(t, p, fence.NewSignedGuard(inner, v), nil)
 				return func(ctx context.Context, scope string, token uint64) (bool, error) {

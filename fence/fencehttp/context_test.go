@@ -43,7 +43,7 @@ func TestMiddlewareCredentialsInContext(t *testing.T) {
 			req := httptest.NewRequest(tc.method, "/a", nil)
 			req.Header = fencedHeader("orders/7", "18446744073709551615")
 			rec := httptest.NewRecorder()
-			fencehttp.Middleware(fence.NewMemory(), tc.opts...)(h).ServeHTTP(rec, req)
+			fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}), tc.opts...)(h).ServeHTTP(rec, req)
 			if rec.Code != http.StatusOK {
 				t.Fatalf("status %d: %s", rec.Code, rec.Body)
 			}

@@ -43,7 +43,7 @@ func newFencedServer(t *testing.T, g fence.Guard, opts ...fencehttp.Option) (*ht
 }
 
 func TestMiddlewareSequence(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	const scope = "orders/7"
 	steps := []struct {
@@ -81,7 +81,7 @@ func TestMiddlewareSequence(t *testing.T) {
 }
 
 func TestMiddlewareStaleAnswer(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	const scope = "orders/7"
 	seed(t, g, scope, 42)
@@ -120,7 +120,7 @@ func TestMiddlewareStaleAnswer(t *testing.T) {
 }
 
 func TestMiddlewareTokensAsJSONNumbersKeepFullRange(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, _ := newFencedServer(t, g)
 	const max = uint64(1<<64 - 1)
 	seed(t, g, "big", max)
@@ -179,7 +179,7 @@ func TestMiddlewareRejectsBadCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			var calls atomic.Int32
 			h := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
 			// Straight into the handler: several of these values cannot be
@@ -216,7 +216,7 @@ func TestMiddlewareRejectsBadCredentials(t *testing.T) {
 
 // The rejections over a real connection, for what a Go client can send.
 func TestMiddlewareRejectsOverHTTP(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	for _, tt := range []struct {
 		header http.Header
@@ -238,7 +238,7 @@ func TestMiddlewareRejectsOverHTTP(t *testing.T) {
 }
 
 func TestMiddlewareSafeMethodsPassThrough(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	seed(t, g, "s", 10)
 	for i, m := range []string{http.MethodGet, http.MethodHead, http.MethodOptions} {
@@ -277,7 +277,7 @@ func TestMiddlewareFailedHandlerDoesNotRaiseHighest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := fence.NewMemory()
+			g := fence.NewMemory(fence.MemoryConfig{})
 			srv, calls := newFencedServer(t, g, tt.opts...)
 			seed(t, g, "s", 10)
 			h := fencedHeader("s", "50")
@@ -310,7 +310,7 @@ func TestMiddlewareFailedHandlerDoesNotRaiseHighest(t *testing.T) {
 }
 
 func TestMiddlewarePanicRecordsNothingAndPropagates(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	seed(t, g, "s", 10)
 	boom := errors.New("boom")
 	h := fencehttp.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -337,7 +337,7 @@ func TestMiddlewarePanicRecordsNothingAndPropagates(t *testing.T) {
 }
 
 func TestMiddlewareScopeFunc(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	var calls atomic.Int32
 	mux := http.NewServeMux()
 	mux.HandleFunc("/objects/{name}", func(http.ResponseWriter, *http.Request) { calls.Add(1) })
@@ -384,7 +384,7 @@ func TestMiddlewareScopeFunc(t *testing.T) {
 type ctxKey struct{}
 
 func TestMiddlewarePassesGuardContextToHandler(t *testing.T) {
-	g := &hookGuard{Guard: fence.NewMemory(), wrap: func(ctx context.Context) context.Context {
+	g := &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), wrap: func(ctx context.Context) context.Context {
 		return context.WithValue(ctx, ctxKey{}, "tx")
 	}}
 	var got any
@@ -403,7 +403,7 @@ func TestMiddlewareGuardFailure(t *testing.T) {
 	secret := errors.New("dial tcp 10.1.2.3:5432: connection refused")
 
 	t.Run("before apply", func(t *testing.T) {
-		g := &hookGuard{Guard: fence.NewMemory(), before: secret}
+		g := &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), before: secret}
 		var calls atomic.Int32
 		h := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
 		req := httptest.NewRequest(http.MethodPut, "/", nil)
@@ -422,7 +422,7 @@ func TestMiddlewareGuardFailure(t *testing.T) {
 	})
 
 	t.Run("after apply", func(t *testing.T) {
-		g := &hookGuard{Guard: fence.NewMemory(), after: secret}
+		g := &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), after: secret}
 		var logs bytes.Buffer
 		logger := slog.New(slog.NewJSONHandler(&logs, nil))
 		h := fencehttp.Middleware(g, fencehttp.WithLogger(logger))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -446,7 +446,7 @@ func TestMiddlewareGuardFailure(t *testing.T) {
 }
 
 func TestMiddlewareWaitingRequestEnds(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	h := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
@@ -487,7 +487,7 @@ func TestMiddlewareConcurrentWritersNeverGoBack(t *testing.T) {
 		writers = 12
 		writes  = 40
 	)
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	var (
 		mu       sync.Mutex
 		accepted = map[string][]uint64{}

@@ -31,7 +31,7 @@ func TestOwnerTravelsWithToken(t *testing.T) {
 		defer mu.Unlock()
 		seen = append(seen, d)
 	})
-	g := fence.NewMemory(fence.WithObserver(obs))
+	g := fence.NewMemory(fence.MemoryConfig{Observer: obs})
 	srv := httptest.NewServer(fencehttp.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})))

@@ -62,7 +62,7 @@ func TestParseToken(t *testing.T) {
 // of lease keys, to Fencing-Scope: every edge case gets the same verdict, and
 // an invalid scope is a 400 with nothing applied.
 func TestScopeRule(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	var applied atomic.Int32
 	mw := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { applied.Add(1) }))
 	for _, tc := range scopetest.Cases {

@@ -20,7 +20,7 @@ import (
 func TestSequenceOverHTTP(t *testing.T) {
 	var applied atomic.Int64
 	var fail atomic.Bool
-	h := fencehttp.Middleware(fence.NewMemory(fence.WithStrictSequences()))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{StrictSequences: true}))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if fail.Load() {
 			w.WriteHeader(http.StatusInternalServerError)
 			return
@@ -119,7 +119,7 @@ func TestSequenceHeader(t *testing.T) {
 // An invalid Fencing-Sequence is a 400 of its own type; nothing runs.
 func TestInvalidSequenceProblem(t *testing.T) {
 	ran := false
-	h := fencehttp.Middleware(fence.NewMemory())(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
+	h := fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
 	req := httptest.NewRequest(http.MethodPost, "/", nil)
 	req.Header = fencedHeader("s", "3")
 	req.Header.Set(fencehttp.HeaderSequence, "0")

@@ -47,7 +47,7 @@ func TestTransportAttachesHeaders(t *testing.T) {
 }
 
 func TestTransportStaleAnswerLosesLeaseWithoutRetry(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	seed(t, g, "orders/7", 42)
 	var requests atomic.Int32
 	fenced := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -193,7 +193,7 @@ func TestProblemFor(t *testing.T) {
 }
 
 func TestTransportNonASCIIScope(t *testing.T) {
-	g := fence.NewMemory()
+	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	const scope = "commandes/été"
 	client := &http.Client{Transport: fencehttp.NewTransport(&fakeLease{key: scope, token: 3}, srv.Client().Transport)}

@@ -32,8 +32,8 @@ func TestObserver(t *testing.T) {
 		t.Fatalf("same guard name twice: %v", err)
 	}
 
-	mem := fence.NewMemory(fence.WithObserver(memObs))
-	mem2 := fence.NewMemory(fence.WithObserver(memObs2))
+	mem := fence.NewMemory(fence.MemoryConfig{Observer: memObs})
+	mem2 := fence.NewMemory(fence.MemoryConfig{Observer: memObs2})
 	for _, tok := range []uint64{10, 10, 11, 10, 1} { // gaps 1 and 10
 		_ = mem.Do(ctx, "a", tok, nop)
 	}

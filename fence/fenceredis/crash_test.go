@@ -56,7 +56,7 @@ func TestCrashChildProcess(t *testing.T) {
 	}
 	scope, prefix := os.Getenv(crashScopeEnv), os.Getenv(crashPrefixEnv)
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t), PoolSize: crashWriters})
-	g, err := fenceredis.New(c, fenceredis.WithPrefix(prefix))
+	g, err := fenceredis.New(c, fenceredis.Config{Prefix: prefix})
 	if err != nil {
 		fmt.Println("error", err)
 		return

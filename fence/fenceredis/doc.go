@@ -6,7 +6,7 @@
 // runs without interleaving any other command: no other client, fenced or
 // not, can act between the check and the write.
 //
-//	g, err := fenceredis.New(client)
+//	g, err := fenceredis.New(client, fenceredis.Config{})
 //	key := fenceredis.Key("orders/7", "order")   // "order{orders/7}"
 //	err = g.Set(ctx, "orders/7", lease.Token(), key, "paid", 0)
 //	if errors.Is(err, fence.ErrStaleToken) { ... authority lost ... }
@@ -84,7 +84,7 @@
 // Guard.SequenceKey ("<token>:<sequence>", in the scope's slot). A sequence
 // at or below the last one under the same token is a duplicate: nothing
 // runs, and the call returns a *fence.DuplicateError (fence.ErrDuplicate),
-// not a stale token. With WithStrictSequences a sequence other than last+1
+// not a stale token. With Config.StrictSequences a sequence other than last+1
 // is refused with fence.ErrSequenceGap. Mutations without a sequence run
 // the script they always did (same text and SHA-1) and leave the sequence
 // key alone; when they raise the token, the key's older token makes its

@@ -18,7 +18,7 @@ func ExampleGuard_Set() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: redisAddr()}) // 127.0.0.1:6379 by default
 	defer client.Close()
-	guard, err := fenceredis.New(client)
+	guard, err := fenceredis.New(client, fenceredis.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -66,7 +66,7 @@ func ExampleGuard_Set_lease() {
 
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()}) // 127.0.0.1:6379 by default
 	defer rdb.Close()
-	guard, err := fenceredis.New(rdb)
+	guard, err := fenceredis.New(rdb, fenceredis.Config{})
 	if err != nil {
 		panic(err)
 	}

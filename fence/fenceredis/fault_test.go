@@ -38,12 +38,12 @@ func proxied(t *testing.T, opts ...redis.Options) (*faultProxy, *fenceredis.Guar
 	o.Addr = p.Addr()
 	c := redis.NewClient(&o)
 	t.Cleanup(func() { c.Close() })
-	prefix := fenceredis.WithPrefix("fencetest:" + run + ":")
-	g, err := fenceredis.New(c, prefix)
+	cfg := fenceredis.Config{Prefix: "fencetest:" + run + ":"}
+	g, err := fenceredis.New(c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rival, err := fenceredis.New(direct, prefix)
+	rival, err := fenceredis.New(direct, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestConnectionKills(t *testing.T) {
 func TestOutcomeKeysExpire(t *testing.T) {
 	ctx := context.Background()
 	const window = 10 * time.Second
-	c, g, run := setup(t, fenceredis.WithReplayWindow(window))
+	c, g, run := setupWith(t, fenceredis.Config{ReplayWindow: window})
 	scope := run + "/outcomes"
 	for tok := uint64(1); tok <= 3; tok++ {
 		if err := g.Set(ctx, scope, tok, fenceredis.Key(scope, "k"), tok, 0); err != nil {

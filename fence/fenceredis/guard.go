@@ -17,8 +17,8 @@ import (
 // Config.Prefix says otherwise.
 const DefaultPrefix = "fence:"
 
-// Config configures a Guard. The zero value is not valid on its own; New
-// starts from the defaults documented on each field and applies the options.
+// Config configures a Guard; a zero field means the default documented on
+// it.
 type Config struct {
 	// Prefix starts the key that holds a scope's highest token:
 	// Prefix + "{" + HashTag(scope) + "}:highest". It must not contain '{'
@@ -72,8 +72,10 @@ type Config struct {
 // DefaultReplayWindow is Config.ReplayWindow unless set otherwise.
 const DefaultReplayWindow = time.Minute
 
-// Validate reports whether c can be used.
+// Validate reports whether c can be used, zero fields standing for their
+// defaults; New calls it.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	if strings.ContainsAny(c.Prefix, "{}") {
 		return fmt.Errorf("fenceredis: prefix %q must not contain '{' or '}'", c.Prefix)
 	}
@@ -89,26 +91,16 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Option changes the Config of a Guard being built by New.
-type Option func(*Config)
-
-// WithPrefix sets Config.Prefix.
-func WithPrefix(prefix string) Option { return func(c *Config) { c.Prefix = prefix } }
-
-// WithObserver sets Config.Observer.
-func WithObserver(o fence.Observer) Option { return func(c *Config) { c.Observer = o } }
-
-// WithTokenTTL sets Config.TokenTTL. Read its documentation first.
-func WithTokenTTL(d time.Duration) Option { return func(c *Config) { c.TokenTTL = d } }
-
-// WithVerifier sets Config.Verifier.
-func WithVerifier(v *fence.Verifier) Option { return func(c *Config) { c.Verifier = v } }
-
-// WithStrictSequences sets Config.StrictSequences.
-func WithStrictSequences() Option { return func(c *Config) { c.StrictSequences = true } }
-
-// WithReplayWindow sets Config.ReplayWindow.
-func WithReplayWindow(d time.Duration) Option { return func(c *Config) { c.ReplayWindow = d } }
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.ReplayWindow == 0 {
+		c.ReplayWindow = DefaultReplayWindow
+	}
+	return c
+}
 
 // Guard applies Redis mutations only for fencing tokens that are not stale.
 // Each mutation is one Lua script that reads the scope's highest token,
@@ -135,17 +127,14 @@ type Guard struct {
 // New returns a Guard that keeps data and highest tokens in the Redis behind
 // client. client may be a *redis.Client, a *redis.ClusterClient or a
 // *redis.Ring (read the package documentation about Ring first).
-func New(client redis.UniversalClient, opts ...Option) (*Guard, error) {
+func New(client redis.UniversalClient, cfg Config) (*Guard, error) {
 	if client == nil {
 		return nil, errors.New("fenceredis: nil client")
-	}
-	cfg := Config{Prefix: DefaultPrefix, ReplayWindow: DefaultReplayWindow}
-	for _, o := range opts {
-		o(&cfg)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	return &Guard{
 		client:   client,
 		prefix:   cfg.Prefix,

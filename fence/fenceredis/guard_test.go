@@ -130,7 +130,7 @@ func TestMutationsAcceptAndReject(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			ctx := context.Background()
 			obs := &recorder{}
-			c, g, run := setup(t, fenceredis.WithObserver(obs))
+			c, g, run := setupWith(t, fenceredis.Config{Observer: obs})
 			scope := run + "/orders/7"
 			key := fenceredis.Key(scope, "data")
 			var highest uint64
@@ -192,7 +192,7 @@ func TestRefusedBeforeRedis(t *testing.T) {
 	run := newRunID()
 	log := &cmdLog{}
 	c := newClient(t, run, log)
-	g, err := fenceredis.New(c, fenceredis.WithPrefix("fencetest:"+run+":"))
+	g, err := fenceredis.New(c, fenceredis.Config{Prefix: "fencetest:" + run + ":"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +523,7 @@ func TestNoScriptFallback(t *testing.T) {
 	run := newRunID()
 	log := &cmdLog{}
 	c := newClient(t, run, log)
-	g, err := fenceredis.New(c, fenceredis.WithPrefix("fencetest:"+run+":"))
+	g, err := fenceredis.New(c, fenceredis.Config{Prefix: "fencetest:" + run + ":"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,16 +574,16 @@ func TestTokenTTL(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
-		opts []fenceredis.Option
+		cfg  fenceredis.Config
 		// check gets the token key's PTTL.
 		check func(time.Duration) bool
 	}{
-		{"default never expires", nil, func(d time.Duration) bool { return d == -1 }},
-		{"WithTokenTTL", []fenceredis.Option{fenceredis.WithTokenTTL(time.Hour)},
+		{"default never expires", fenceredis.Config{}, func(d time.Duration) bool { return d == -1 }},
+		{"TokenTTL", fenceredis.Config{TokenTTL: time.Hour},
 			func(d time.Duration) bool { return d > 59*time.Minute && d <= time.Hour }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, g, run := setup(t, tc.opts...)
+			c, g, run := setupWith(t, tc.cfg)
 			scope := run + "/ttl"
 			key := fenceredis.Key(scope, "v")
 			for _, tok := range []uint64{3, 3} { // an equal token refreshes the expiry too
@@ -605,23 +605,23 @@ func TestNewValidates(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		client redis.UniversalClient
-		opts   []fenceredis.Option
+		cfg    fenceredis.Config
 	}{
-		{"nil client", nil, nil},
-		{"open brace in prefix", c, []fenceredis.Option{fenceredis.WithPrefix("x{")}},
-		{"close brace in prefix", c, []fenceredis.Option{fenceredis.WithPrefix("x}")}},
-		{"negative TTL", c, []fenceredis.Option{fenceredis.WithTokenTTL(-time.Second)}},
-		{"sub-millisecond TTL", c, []fenceredis.Option{fenceredis.WithTokenTTL(time.Microsecond)}},
-		{"zero replay window", c, []fenceredis.Option{fenceredis.WithReplayWindow(0)}},
-		{"tiny replay window", c, []fenceredis.Option{fenceredis.WithReplayWindow(time.Millisecond)}},
+		{"nil client", nil, fenceredis.Config{}},
+		{"open brace in prefix", c, fenceredis.Config{Prefix: "x{"}},
+		{"close brace in prefix", c, fenceredis.Config{Prefix: "x}"}},
+		{"negative TTL", c, fenceredis.Config{TokenTTL: -time.Second}},
+		{"sub-millisecond TTL", c, fenceredis.Config{TokenTTL: time.Microsecond}},
+		{"negative replay window", c, fenceredis.Config{ReplayWindow: -time.Second}},
+		{"tiny replay window", c, fenceredis.Config{ReplayWindow: time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := fenceredis.New(tc.client, tc.opts...); err == nil {
+			if _, err := fenceredis.New(tc.client, tc.cfg); err == nil {
 				t.Fatal("New accepted an invalid configuration")
 			}
 		})
 	}
-	g, err := fenceredis.New(c)
+	g, err := fenceredis.New(c, fenceredis.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,11 +100,18 @@ func deleteMatching(t testing.TB, c *redis.Client, pattern string) {
 
 // setup returns a client, a guard whose token keys are private to this run,
 // and a scope prefix unique to the run.
-func setup(t testing.TB, opts ...fenceredis.Option) (*redis.Client, *fenceredis.Guard, string) {
+func setup(t testing.TB) (*redis.Client, *fenceredis.Guard, string) {
+	t.Helper()
+	return setupWith(t, fenceredis.Config{})
+}
+
+// setupWith is setup with a guard configured by cfg, but for its Prefix.
+func setupWith(t testing.TB, cfg fenceredis.Config) (*redis.Client, *fenceredis.Guard, string) {
 	t.Helper()
 	run := newRunID()
 	c := newClient(t, run)
-	g, err := fenceredis.New(c, append([]fenceredis.Option{fenceredis.WithPrefix("fencetest:" + run + ":")}, opts...)...)
+	cfg.Prefix = "fencetest:" + run + ":"
+	g, err := fenceredis.New(c, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

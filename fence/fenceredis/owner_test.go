@@ -21,7 +21,7 @@ func (l *ownedLease) Owner() string { return l.owner }
 func TestLeaseOwnerReachesObserver(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
-	_, g, run := setup(t, fenceredis.WithObserver(rec))
+	_, g, run := setupWith(t, fenceredis.Config{Observer: rec})
 	scope := run + "/owner"
 	b := g.WithLease(&ownedLease{lease: lease{key: scope, token: 64}, owner: "worker-B"})
 	a := g.WithLease(&ownedLease{lease: lease{key: scope, token: 63}, owner: "worker-A"})

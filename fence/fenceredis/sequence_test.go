@@ -40,11 +40,7 @@ func TestSequences(t *testing.T) {
 	for _, sc := range seqScenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			rec := &recorder{}
-			opts := []fenceredis.Option{fenceredis.WithObserver(rec)}
-			if sc.strict {
-				opts = append(opts, fenceredis.WithStrictSequences())
-			}
-			c, g, run := setup(t, opts...)
+			c, g, run := setupWith(t, fenceredis.Config{Observer: rec, StrictSequences: sc.strict})
 			scope := run + "/s"
 			counter := fenceredis.Key(scope, "n")
 			t.Cleanup(func() { c.Del(context.Background(), counter) })

@@ -18,7 +18,7 @@ func TestSignedTokens(t *testing.T) {
 	key := fenceredis.Key(scope, "data")
 	prefix := "fencetest:" + run + ":"
 	signtest.CheckGuard(t, scope, func(v *fence.Verifier) signtest.Mutate {
-		g, err := fenceredis.New(c, fenceredis.WithPrefix(prefix), fenceredis.WithVerifier(v))
+		g, err := fenceredis.New(c, fenceredis.Config{Prefix: prefix, Verifier: v})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,7 @@ func BenchmarkGuardedWrite(b *testing.B) {
 					}
 					obs = rep
 				}
-				g := fence.NewMemory(fence.WithObserver(obs))
+				g := fence.NewMemory(fence.MemoryConfig{Observer: obs})
 				ctx := fence.WithOwner(context.Background(), "worker-A")
 				const highest = 1 << 40
 				if err := g.Do(ctx, "jobs/1", highest, nop); err != nil {

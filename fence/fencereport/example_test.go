@@ -31,7 +31,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	guard := fence.NewMemory(fence.WithObserver(rep))
+	guard := fence.NewMemory(fence.MemoryConfig{Observer: rep})
 	write := func(l *client.Lease) error {
 		return fence.DoLease(ctx, guard, l, func(context.Context) error { return nil })
 	}

@@ -63,7 +63,7 @@ func TestReporterCoalescesAndSends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := fence.NewMemory(fence.WithObserver(rep))
+	g := fence.NewMemory(fence.MemoryConfig{Observer: rep})
 	ctx := context.Background()
 	if err := g.Do(ctx, "jobs/1", 64, nop); err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestReporterUnderFailure(t *testing.T) {
 					t.Errorf("queue holds %d entries, bound %d", p, queue)
 				}
 			})
-			reject(t, fence.NewMemory(fence.WithObserver(fence.Observers{rep, bound})), n)
+			reject(t, fence.NewMemory(fence.MemoryConfig{Observer: fence.Observers{rep, bound}}), n)
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
 			rep.Close(ctx)
@@ -179,7 +179,7 @@ func TestReporterCountsDuplicatesApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := fence.NewMemory(fence.WithObserver(rep))
+	g := fence.NewMemory(fence.MemoryConfig{Observer: rep})
 	ctx := fence.WithSequence(context.Background(), 5)
 	if err := g.Do(ctx, "jobs/1", 64, nop); err != nil {
 		t.Fatal(err)

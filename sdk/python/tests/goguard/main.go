@@ -91,7 +91,7 @@ func rds(ctx context.Context, addr, scope, token, key, value string) error {
 	}
 	rc := redis.NewClient(&redis.Options{Addr: addr})
 	defer rc.Close()
-	g, err := fenceredis.New(rc)
+	g, err := fenceredis.New(rc, fenceredis.Config{})
 	if err != nil {
 		return err
 	}

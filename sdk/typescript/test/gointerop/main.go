@@ -95,7 +95,7 @@ func rds(ctx context.Context, addr, prefix, scope, tok, key, value string) error
 	}
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	g, err := fenceredis.New(c, fenceredis.WithPrefix(prefix))
+	g, err := fenceredis.New(c, fenceredis.Config{Prefix: prefix})
 	if err != nil {
 		return err
 	}
