@@ -45,7 +45,7 @@ import (
 //     for H/2 steps down, before any follower can have stood for election
 //     (H), so two nodes never both believe they lead for long. Renewals do not
 //     rely on it: each one is acknowledged only after a leadership check that
-//     began after it arrived (leaderCheck);
+//     began after it arrived (leadercheck.Check);
 //   - a new leader gives every lease a fresh full TTL before it may expire
 //     anything, so a lease renewed by the old leader cannot be expired early
 //     by the new one;

@@ -161,7 +161,7 @@ func (t *contactTransport) quorumSince(self raft.ServerID, voters []raft.ServerI
 	return n > len(voters)/2
 }
 
-// verifyLeader is one leadership check for leaderCheck: raft's
+// verifyLeader is one leadership check for leadercheck.Check: raft's
 // VerifyLeader, then a quorum contact begun after the check began. Each
 // VerifyLeader makes raft send heartbeats at once, so the second round
 // normally finds the answers to the first round's heartbeats. Under load

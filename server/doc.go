@@ -18,7 +18,7 @@
 //     every node.
 //   - A renewal is acknowledged only after this node confirmed, by a quorum
 //     contact that began after the renewal arrived, that it still leads
-//     (leadercheck.go, contact.go); the new deadline counts from before that
+//     (internal/leadercheck, contact.go); the new deadline counts from before that
 //     contact, so it never outlives what the confirmed leadership covers.
 //     Renewals that arrived before one contact began may share it (the
 //     KeepAlive stream batches those it read ahead); a sole voter's own
@@ -83,8 +83,8 @@
 // Layout: server.go is the node (start-up, raft wiring, leadership, Close);
 // apply.go the write path and what every node keeps beside the state
 // machine; leases.go the lease operations in domain terms (the Go API);
-// expiry.go, waiters.go, leadercheck.go and contact.go the leader's
-// deadlines, wait queues and leadership confirmation; cluster.go,
+// expiry.go, waiters.go and contact.go the leader's deadlines, wait queues
+// and quorum contact; cluster.go,
 // identity.go and peermux.go membership, a member's identity and the peer
 // port. The API side:
 // service.go the Connect handlers (lease API and Revoke), routed.go and
@@ -92,4 +92,9 @@
 // a lease's wire form, errors.go the mapping to Connect codes, auth.go,
 // sign.go and tls.go security, httpserver.go and dashboard.go the HTTP
 // server and dashboard.
+//
+// Beneath the node, in packages that import nothing of it (imports_test.go
+// pins the graph): internal/raftlog, the raft log store on disk and its
+// repairs; internal/leadercheck, the coalescing of leadership
+// confirmations.
 package server

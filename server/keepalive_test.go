@@ -11,6 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+
+	"github.com/fencedio/fenced/server/internal/leadercheck"
 )
 
 // acquireKeys acquires n keys "ka/<i>" and returns their lease IDs.
@@ -38,7 +40,7 @@ func TestKeepAlivePipelinedInOrder(t *testing.T) {
 
 	var rounds atomic.Int64
 	gate := make(chan struct{})
-	s.leader = &leaderCheck{verify: func() error {
+	s.leader = &leadercheck.Check{Verify: func() error {
 		if rounds.Add(1) == 1 {
 			<-gate // the first renewal waits until all are sent
 		}

@@ -191,7 +191,7 @@ func (r *routedService) Release(ctx context.Context, req *connect.Request[fenced
 
 // Reads. Get and List are linearizable by default: the leader answers
 // them after a leadership check that began after the read arrived
-// (leaderCheck), so a read reflects every grant, release and expiry
+// (leadercheck.Check), so a read reflects every grant, release and expiry
 // acknowledged before it was sent; other nodes forward them. A request with
 // the header "Fenced-Stale-Read: true" is answered by whichever node gets
 // it, from its own applied state, without forwarding or any check: it may

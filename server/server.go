@@ -21,6 +21,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencedio/fenced/server/internal/raftlog"
+
+	"github.com/fencedio/fenced/server/internal/leadercheck"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -39,7 +41,7 @@ type Server struct {
 	forward  *forwarder     // clients of the leader's API
 	peerAPI  *http.Server
 	expirer  *expirer
-	leader   *leaderCheck
+	leader   *leadercheck.Check
 	waiters  *waitQueues
 	hub      *hub
 	expired  recentlyExpired
@@ -249,7 +251,7 @@ func (s *Server) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	s.notify = notify
-	s.leader = &leaderCheck{verify: s.verifyLeader, sole: s.soleLeader}
+	s.leader = &leadercheck.Check{Verify: s.verifyLeader, Sole: s.soleLeader}
 	s.servePeerAPI()
 	if existing {
 		s.noteExistingState()
@@ -409,7 +411,7 @@ func (s *Server) confirmTerm(ctx context.Context, term uint64) error {
 	if term == 0 {
 		return errNotReady
 	}
-	if err := s.leader.confirm(ctx); err != nil {
+	if err := s.leader.Confirm(ctx); err != nil {
 		return err
 	}
 	// The round started after the call, when the term was term or later;

@@ -1,4 +1,4 @@
-package server
+package leadercheck
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func (roundStart) Error() string { return "round" }
 func TestLeaderCheckCoalesces(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var rounds atomic.Int64
-		c := &leaderCheck{verify: func() error {
+		c := &Check{Verify: func() error {
 			rounds.Add(1)
 			start := time.Now()
 			time.Sleep(10 * time.Millisecond) // one heartbeat round
@@ -34,7 +34,7 @@ func TestLeaderCheckCoalesces(t *testing.T) {
 				time.Sleep(time.Duration(i) * time.Millisecond)
 				called := time.Now()
 				var start roundStart
-				if err := c.confirm(context.Background()); !errors.As(err, &start) {
+				if err := c.Confirm(context.Background()); !errors.As(err, &start) {
 					t.Errorf("confirm = %v", err)
 					return
 				}
@@ -52,8 +52,8 @@ func TestLeaderCheckCoalesces(t *testing.T) {
 
 func TestLeaderCheckReportsErrors(t *testing.T) {
 	lost := errors.New("leadership lost")
-	c := &leaderCheck{verify: func() error { return lost }}
-	if err := c.confirm(context.Background()); !errors.Is(err, lost) {
+	c := &Check{Verify: func() error { return lost }}
+	if err := c.Confirm(context.Background()); !errors.Is(err, lost) {
 		t.Fatalf("confirm = %v, want %v", err, lost)
 	}
 }
@@ -62,13 +62,13 @@ func TestLeaderCheckReportsErrors(t *testing.T) {
 // context's error at once; the round goes on for the others.
 func TestLeaderCheckHonoursContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := &leaderCheck{verify: func() error { time.Sleep(time.Second); return nil }}
+		c := &Check{Verify: func() error { time.Sleep(time.Second); return nil }}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
 		other := make(chan error, 1)
-		go func() { other <- c.confirm(context.Background()) }()
+		go func() { other <- c.Confirm(context.Background()) }()
 		start := time.Now()
-		if err := c.confirm(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		if err := c.Confirm(ctx); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("confirm with a 10ms deadline = %v, want deadline exceeded", err)
 		}
 		if waited := time.Since(start); waited != 10*time.Millisecond {
@@ -87,15 +87,15 @@ func TestLeaderCheckHonoursContext(t *testing.T) {
 func TestLeaderCheckSoleVoter(t *testing.T) {
 	var rounds atomic.Int64
 	sole := true
-	c := &leaderCheck{
-		verify: func() error { rounds.Add(1); return nil },
-		sole:   func() bool { return sole },
+	c := &Check{
+		Verify: func() error { rounds.Add(1); return nil },
+		Sole:   func() bool { return sole },
 	}
-	if err := c.confirm(context.Background()); err != nil || rounds.Load() != 0 {
+	if err := c.Confirm(context.Background()); err != nil || rounds.Load() != 0 {
 		t.Fatalf("sole voter: confirm = %v after %d rounds, want nil after none", err, rounds.Load())
 	}
 	sole = false
-	if err := c.confirm(context.Background()); err != nil || rounds.Load() != 1 {
+	if err := c.Confirm(context.Background()); err != nil || rounds.Load() != 1 {
 		t.Fatalf("one of several voters: confirm = %v after %d rounds, want nil after one", err, rounds.Load())
 	}
 }

@@ -1,23 +1,23 @@
-package server
+package leadercheck
 
 import (
 	"context"
 	"sync"
 )
 
-// leaderCheck coalesces leadership confirmations. Every caller waits for a
+// Check coalesces leadership confirmations. Every caller waits for a
 // confirmation round that started after it arrived, so the answer covers
 // its moment; callers that arrive while a round runs share the next one.
 // Under load this turns one raft heartbeat round per renewal into one per
 // batch of renewals.
-type leaderCheck struct {
-	verify func() error // one round: raft's VerifyLeader
-	// sole, if set, reports whether this node is the only voter and leads:
+type Check struct {
+	Verify func() error // one round: raft's VerifyLeader
+	// Sole, if set, reports whether this node is the only voter and leads:
 	// its own state is then the quorum contact, read after the caller
-	// arrived, and confirm answers at once without a round (raft's
+	// arrived, and Confirm answers at once without a round (raft's
 	// VerifyLeader answers a single voter the same way, after a trip
 	// through its main loop).
-	sole func() bool
+	Sole func() bool
 
 	mu      sync.Mutex
 	next    *checkRound // the round waiting to start, joined by new callers
@@ -29,11 +29,11 @@ type checkRound struct {
 	err  error
 }
 
-// confirm returns nil once a round that started after the call confirmed
+// Confirm returns nil once a round that started after the call confirmed
 // leadership, or ctx's error if ctx ends first (nothing confirmed; the round
 // goes on for the others).
-func (c *leaderCheck) confirm(ctx context.Context) error {
-	if c.sole != nil && c.sole() {
+func (c *Check) Confirm(ctx context.Context) error {
+	if c.Sole != nil && c.Sole() {
 		return nil
 	}
 	c.mu.Lock()
@@ -56,9 +56,9 @@ func (c *leaderCheck) confirm(ctx context.Context) error {
 }
 
 // run runs rounds back to back until nobody is waiting.
-func (c *leaderCheck) run(round *checkRound) {
+func (c *Check) run(round *checkRound) {
 	for round != nil {
-		round.err = c.verify()
+		round.err = c.Verify()
 		close(round.done)
 		c.mu.Lock()
 		round, c.next = c.next, nil
