@@ -32,6 +32,10 @@ var ErrLost = errors.New("lease lost")
 // ErrReleased is the cause of a released lease's context.
 var ErrReleased = errors.New("lease released")
 
+// ErrClosed is returned by Acquire after Close, and matched by the cause
+// of a lease that Close ended.
+var ErrClosed = errors.New("client closed")
+
 // Config configures a Client.
 type Config struct {
 	// Endpoint is the base URL of a fenced node. Default
@@ -190,6 +194,7 @@ type Client struct {
 	renewals    renewals          // the leases' shared renewal stream
 	stop        chan struct{}     // closed by Close
 	closeOnce   sync.Once
+	bg          background // what runs besides the callers' calls; Close waits for it
 }
 
 // New returns a client. It does not connect until the first request.
@@ -202,6 +207,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg}
+	c.bg.idle.L = &c.bg.mu
 	c.renewals.c = c
 	unary, streams := cfg.HTTPClient, cfg.HTTPClient
 	if cfg.HTTPClient == nil {
@@ -227,9 +233,10 @@ func New(cfg Config) (*Client, error) {
 	c.eps.eps.Store(&eps)
 	c.eps.timeout = cfg.FailoverTimeout
 	c.eps.roleClient = unary
+	c.eps.bg = &c.bg
 	c.stop = make(chan struct{})
 	if cfg.AutoSyncInterval > 0 {
-		go c.autoSync(cfg.AutoSyncInterval)
+		c.bg.goFn(func() { c.autoSync(cfg.AutoSyncInterval) })
 	}
 	return c, nil
 }
@@ -314,6 +321,9 @@ func WithOwner(owner string) AcquireOption { return func(o *acquireOptions) { o.
 // returns an error matching ErrLost and the error of the renewal, and
 // releases the lease in the background.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	if c.bg.closing() {
+		return nil, fmt.Errorf("acquire %q: %w", key, ErrClosed)
+	}
 	start := time.Now()
 	o := acquireOptions{ttl: c.cfg.TTL, owner: c.cfg.Owner}
 	for _, opt := range opts {
@@ -348,6 +358,13 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 	info.Signature = resp.Msg.GetTokenSignature()
 	interval, window := c.cfg.renewInterval(info.TTL), c.cfg.window(info.TTL)
 	l := newLease(c, info, interval, window)
+	if !c.bg.hold(l) {
+		// Close came while the grant was on its way.
+		l.halt()
+		l.cancel(fmt.Errorf("%w: %w", ErrLost, ErrClosed))
+		l.releaseLost()
+		return nil, fmt.Errorf("acquire %q: %w", key, ErrClosed)
+	}
 	if window <= interval {
 		// A TTL this short leaves no time to renew before the local
 		// deadline (the server refuses such TTLs unless configured to

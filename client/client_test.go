@@ -179,14 +179,16 @@ func (f *fakeService) Acquire(ctx context.Context, req *connect.Request[fencedv1
 	f.mu.Lock()
 	wait := f.acquireDelay
 	f.mu.Unlock()
-	time.Sleep(wait)
+	if err := pause(ctx, wait); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: &fencedv1.Lease{
 		Key: req.Msg.Key, LeaseId: proto.String("0123456789abcdef0123456789abcdef"), Token: 7, TtlMs: req.Msg.TtlMs,
 	}}), nil
 }
 
 func (f *fakeService) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
-	l, err := f.renew(req.Msg.Key, req.Msg.LeaseId)
+	l, err := f.renew(ctx, req.Msg.Key, req.Msg.LeaseId)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +211,7 @@ func (f *fakeService) KeepAlive(ctx context.Context, stream *connect.BidiStream[
 			return nil
 		}
 		resp := &fencedv1.KeepAliveResponse{}
-		if l, err := f.renew(req.Key, req.LeaseId); err != nil {
+		if l, err := f.renew(ctx, req.Key, req.LeaseId); err != nil {
 			resp.ErrorCode, resp.ErrorMessage = connect.CodeOf(err).String(), err.Error()
 		} else {
 			resp.Lease = l
@@ -220,7 +222,7 @@ func (f *fakeService) KeepAlive(ctx context.Context, stream *connect.BidiStream[
 	}
 }
 
-func (f *fakeService) renew(key, id string) (*fencedv1.Lease, error) {
+func (f *fakeService) renew(ctx context.Context, key, id string) (*fencedv1.Lease, error) {
 	arrived := time.Now()
 	f.mu.Lock()
 	failing := !f.failFrom.IsZero() && !arrived.Before(f.failFrom)
@@ -229,7 +231,9 @@ func (f *fakeService) renew(key, id string) (*fencedv1.Lease, error) {
 		f.renewals = append(f.renewals, arrived)
 	}
 	f.mu.Unlock()
-	time.Sleep(delay)
+	if err := pause(ctx, delay); err != nil {
+		return nil, err
+	}
 	if failing {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("partitioned"))
 	}
@@ -264,6 +268,19 @@ func (f *fakeService) renewedAt() []time.Time {
 // response comes back as soon as its header is written, and its body
 // streams while the request body is still being written, so that the
 // KeepAlive stream works inside a synctest bubble.
+// pause is the fake's time to answer: d, or less when the caller gives up,
+// as a server's handler ends when its request is cancelled.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return connect.NewError(connect.CodeCanceled, ctx.Err())
+	}
+}
+
 type inProcess struct{ h http.Handler }
 
 func (p inProcess) Do(req *http.Request) (*http.Response, error) {
@@ -367,10 +384,6 @@ func TestLocalDeadlineCountsFromSend(t *testing.T) {
 					if !errors.Is(l.Err(), client.ErrLost) {
 						t.Fatalf("cause %v, want ErrLost", l.Err())
 					}
-					// Let the renewal in flight answer, so the renewer sees the
-					// loss and returns before the bubble ends.
-					time.Sleep(time.Second)
-					synctest.Wait()
 				})
 			})
 		}

@@ -58,6 +58,7 @@ type endpointList struct {
 
 	// For the search for the leader (leader.go).
 	roleClient connect.HTTPClient
+	bg         *background // counts the searches for the leader
 	started    atomic.Bool // a first search was started
 	searching  atomic.Bool
 }

@@ -31,22 +31,22 @@ const leaderTimeout = 2 * time.Second
 func (l *endpointList) lookForLeader() {
 	p := l.eps.Load()
 	eps := *p
-	if len(eps) < 2 || l.roleClient == nil || !l.searching.CompareAndSwap(false, true) {
+	if len(eps) < 2 || l.roleClient == nil || l.bg.closing() || !l.searching.CompareAndSwap(false, true) {
 		return
 	}
-	go func() {
+	l.bg.goFn(func() {
 		defer l.searching.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), leaderTimeout)
 		defer cancel()
 		found := make(chan int, len(eps)) // the index of the leader, or -1
 		for i, ep := range eps {
-			go func() {
+			l.bg.goFn(func() {
 				if leads(ctx, l.roleClient, ep.url) {
 					found <- i
 				} else {
 					found <- -1
 				}
-			}()
+			})
 		}
 		for range eps {
 			if i := <-found; i >= 0 {
@@ -56,7 +56,7 @@ func (l *endpointList) lookForLeader() {
 				return
 			}
 		}
-	}()
+	})
 }
 
 // leads reports whether the node at url says it is the leader and serves

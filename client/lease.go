@@ -49,9 +49,9 @@ func (l *Lease) start(sent time.Time) {
 	l.deadline = sent.Add(l.window)
 	// The timer may fire at once (a slow answer); deadlinePassed takes mu,
 	// so it waits until expiry is set.
-	l.expiry = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
+	l.expiry = l.c.bg.afterFunc(time.Until(l.deadline), l.deadlinePassed)
 	// No goroutine waits between renewals: the timer starts one for each.
-	l.renewal = time.AfterFunc(l.jittered(), l.renewDue)
+	l.renewal = l.c.bg.afterFunc(l.jittered(), l.renewDue)
 }
 
 // Key returns the leased key, which is also the fencing scope.
@@ -132,7 +132,7 @@ func (l *Lease) lose(err error) {
 		return
 	}
 	l.cancel(fmt.Errorf("%w: %q token %d: %w", ErrLost, l.info.Key, l.info.Token, err))
-	go l.releaseLost()
+	l.c.bg.goFn(l.releaseLost)
 }
 
 func (l *Lease) releaseLost() {
@@ -155,10 +155,11 @@ func (l *Lease) halt() bool {
 	}
 	l.stopped = true
 	if l.expiry != nil {
-		l.expiry.Stop()
-		l.renewal.Stop()
+		l.c.bg.stop(l.expiry)
+		l.c.bg.stop(l.renewal)
 	}
 	l.c.renewals.drop()
+	l.c.bg.forget(l)
 	return true
 }
 
@@ -208,7 +209,7 @@ func (l *Lease) renew(ctx context.Context) error {
 	}
 	if d := sent.Add(l.window); d.After(l.deadline) {
 		l.deadline = d
-		l.expiry.Reset(time.Until(d))
+		l.c.bg.reset(l.expiry, time.Until(d))
 	}
 	return nil
 }
@@ -233,7 +234,7 @@ func (l *Lease) renewDue() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.stopped {
-		l.renewal.Reset(wait)
+		l.c.bg.reset(l.renewal, wait)
 	}
 }
 

@@ -21,6 +21,9 @@ func fakeClient(t *testing.T, fake *fakeService, cfg client.Config) *client.Clie
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Close waits for the client's renewals and releases in flight, so a
+	// synctest bubble ends with them.
+	t.Cleanup(func() { c.Close() })
 	return c
 }
 
@@ -57,10 +60,6 @@ func TestWaitedAcquireLongerThanTTL(t *testing.T) {
 			if err := l.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			// Let a renewal in flight answer, so the renewer returns before
-			// the bubble ends.
-			time.Sleep(time.Second)
-			synctest.Wait()
 		})
 	})
 }
@@ -239,10 +238,12 @@ func TestLocalLossReleasesInBackground(t *testing.T) {
 			if got := fake.released(); len(got) != 1 || got[0] != l.ID() {
 				t.Fatalf("releases %v, want one of %s", got, l.ID())
 			}
-			// The release in flight gives up after RequestTimeout; the bubble
-			// ends only once it has.
-			time.Sleep(time.Second)
-			synctest.Wait()
+			// Close waits for the release in flight, which gives up after
+			// RequestTimeout.
+			c.Close()
+			if since := time.Since(before); since != time.Second {
+				t.Fatalf("Close returned %v after the loss, want RequestTimeout (1s)", since)
+			}
 
 			// Renewals that fail until the local deadline passes.
 			fake = &fakeService{}

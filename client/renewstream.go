@@ -88,7 +88,7 @@ func (r *renewals) stream() *renewStream {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &renewStream{ep: i, opened: time.Now(), stream: ep.streams.KeepAlive(ctx), cancel: cancel}
-	go s.receive()
+	r.c.bg.goFn(s.receive)
 	r.cur = s
 	return s
 }

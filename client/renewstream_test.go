@@ -180,6 +180,7 @@ func TestBrokenStreamFallsBackToUnary(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				defer c.Close()
 				l, err := c.Acquire(context.Background(), "k")
 				if err != nil {
 					t.Fatal(err)
@@ -217,7 +218,7 @@ func (b *brokenStreams) KeepAlive(ctx context.Context, stream *connect.BidiStrea
 	if err != nil {
 		return nil
 	}
-	l, _ := b.renew(req.Key, req.LeaseId)
+	l, _ := b.renew(ctx, req.Key, req.LeaseId)
 	if err := stream.Send(&fencedv1.KeepAliveResponse{Lease: l}); err != nil {
 		return nil
 	}

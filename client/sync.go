@@ -145,11 +145,20 @@ func (c *Client) autoSync(interval time.Duration) {
 	}
 }
 
-// Close stops the background sync of the endpoints (AutoSyncInterval) and
-// closes idle connections. Leases already acquired keep renewing; calls
-// after Close still work.
+// Close ends the client's leases and waits for everything it runs in the
+// background to return, then closes idle connections. Every lease still
+// held is lost (its context's cause matches ErrLost and ErrClosed) and
+// released as after any loss, each release bounded by
+// Config.RequestTimeout; the background sync of the endpoints stops. Later
+// calls to Acquire return ErrClosed; the other calls still work.
 func (c *Client) Close() error {
-	c.closeOnce.Do(func() { close(c.stop) })
+	c.closeOnce.Do(func() {
+		close(c.stop)
+		for _, l := range c.bg.close() {
+			l.lose(ErrClosed)
+		}
+	})
+	c.bg.wait()
 	c.CloseIdleConnections()
 	return nil
 }

@@ -1,0 +1,99 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/client"
+)
+
+// TestCloseLeavesNothingRunning: Close ends the client's leases and returns
+// only once nothing the client started is left running: renewals, the
+// renewal stream, a release in flight after a loss, leader searches and the
+// endpoint sync. Not parallel: it looks at every goroutine of the process.
+func TestCloseLeavesNothingRunning(t *testing.T) {
+	fake := &fakeService{hangRelease: true}
+	_, h := fencedv1connect.NewLeaseServiceHandler(fake)
+	before := clientGoroutines()
+	c, err := client.New(client.Config{
+		Endpoints:  []string{"http://a.fenced.test", "http://b.fenced.test"}, // a leader search at the first call
+		HTTPClient: inProcess{h}, TTL: 3 * time.Second, RenewInterval: 10 * time.Millisecond,
+		RequestTimeout: 300 * time.Millisecond, AutoSyncInterval: time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leases []*client.Lease
+	for _, key := range []string{"a", "b", "c"} {
+		l, err := c.Acquire(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	// Its release hangs until RequestTimeout, and Close waits for it.
+	leases[0].Lost(errors.New("stale"))
+
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := newGoroutines(before, clientGoroutines()); len(left) > 0 {
+		t.Fatalf("%d goroutines of the client still running after Close:\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+	for _, l := range leases[1:] {
+		if err := l.Err(); !errors.Is(err, client.ErrLost) || !errors.Is(err, client.ErrClosed) {
+			t.Errorf("lease %s after Close: %v, want ErrLost and ErrClosed", l.Key(), err)
+		}
+	}
+	if got := len(fake.released()); got != 3 {
+		t.Errorf("%d releases, want 3: Close releases the leases it ends", got)
+	}
+	if _, err := c.Acquire(context.Background(), "d"); !errors.Is(err, client.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+var goroutineID = regexp.MustCompile(`^goroutine (\d+) `)
+
+// clientGoroutines returns the stacks of the goroutines running code of
+// package client, by goroutine ID.
+func clientGoroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	found := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if m := goroutineID.FindStringSubmatch(g); m != nil && strings.Contains(g, "fencedio/fenced/client.") {
+			found[m[1]] = g
+		}
+	}
+	return found
+}
+
+// newGoroutines returns the stacks in after of goroutines not in before.
+func newGoroutines(before, after map[string]string) []string {
+	var left []string
+	for id, g := range after {
+		if _, ok := before[id]; !ok {
+			left = append(left, g)
+		}
+	}
+	slices.Sort(left)
+	return left
+}
