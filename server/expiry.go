@@ -33,6 +33,11 @@ type expirer struct {
 	term          uint64
 	inflight      int           // submissions running
 	earliestMoved chan struct{} // wakes run when the earliest deadline may have moved
+	// nextLook is when run looks at the heap next on its own (its timer):
+	// a lease added with a later deadline needs no wake-up. With one lease
+	// acquired and released in a loop, that spares the goroutine a wake-up
+	// per grant.
+	nextLook monoTime
 	// expire writes the expiry of due leases, decided in term, to the log
 	// and returns once it is applied or has failed. It is called without mu
 	// held, from at most maxInflight goroutines at once.
@@ -110,7 +115,7 @@ func (e *expirer) add(l *lease.Lease, now time.Time) {
 	}
 	e.byKey[l.Key] = t
 	heap.Push(&e.heap, t)
-	if t.index == 0 {
+	if t.index == 0 && t.deadline < e.nextLook {
 		e.wake()
 	}
 }
@@ -228,8 +233,8 @@ func (e *expirer) run(done <-chan struct{}) {
 	for {
 		wait := time.Hour
 		e.mu.Lock()
+		now := mono(e.now())
 		if e.active {
-			now := mono(e.now())
 			for e.inflight < e.maxInflight && len(e.heap) > 0 && e.heap[0].deadline <= now {
 				due := make([]lease.Lease, 0, min(e.maxBatch, len(e.heap)))
 				for len(due) < e.maxBatch && len(e.heap) > 0 && e.heap[0].deadline <= now {
@@ -246,6 +251,13 @@ func (e *expirer) run(done <-chan struct{}) {
 				wait = time.Duration(e.heap[0].deadline - now)
 			}
 		}
+		// An empty heap keeps the timer of the last deadline seen (when
+		// it is still ahead): the lease just released is usually followed
+		// by one due later, which then needs no wake-up.
+		if len(e.heap) == 0 && e.active && e.nextLook > now {
+			wait = time.Duration(e.nextLook - now)
+		}
+		e.nextLook = now.add(wait)
 		e.mu.Unlock()
 		timer.Reset(wait)
 		select {

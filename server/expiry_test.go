@@ -226,6 +226,25 @@ func TestExpirer(t *testing.T) {
 			h.sleepUntil(18 * time.Second)
 			h.expect("k/id")
 		}},
+		{"a grant due after the armed timer does not wake the loop, and still expires", func(h *expiryHarness) {
+			h.e.add(testLease("k", "id1", 10*time.Second), time.Now())
+			synctest.Wait() // the loop arms its timer for +10s
+			h.e.remove("k", "id1")
+			h.sleepUntil(time.Second)
+			h.e.add(testLease("k", "id2", 10*time.Second), time.Now())
+			synctest.Wait()
+			h.e.mu.Lock()
+			next := h.e.nextLook
+			h.e.mu.Unlock()
+			// Woken, the loop would have re-armed for id2's deadline (+11s).
+			if want := mono(h.start.Add(10 * time.Second)); next != want {
+				h.t.Fatalf("next look at %v, want the timer armed before the grant (%v)", time.Duration(next-mono(h.start)), 10*time.Second)
+			}
+			h.sleepUntil(11*time.Second - time.Nanosecond)
+			h.expect()
+			h.sleepUntil(11 * time.Second)
+			h.expect("k/id2")
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
