@@ -17,6 +17,7 @@ import (
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/internal/torture/check"
+	"github.com/fencedio/fenced/internal/torture/netfault"
 	"github.com/fencedio/fenced/server"
 )
 
@@ -120,21 +121,16 @@ func (s ClusterFaultStats) Kinds() map[string]int {
 // after a fault has healed.
 const recoveryTimeout = 30 * time.Second
 
-// nodeIP is the loopback address of node i of a cluster: distinct per node,
-// so that the link proxies tell the nodes apart by the source of their
-// connections (a node dials its peers from the address it listens on).
-func nodeIP(i int) string { return fmt.Sprintf("127.0.0.%d", 11+i) }
-
 // startCluster starts cfg.Nodes nodes that form one cluster, each with a
 // link proxy in front of its raft peer port, whose address is the one its
 // peers dial (--raft-advertise and --initial-cluster).
 func (e *engine) startCluster(ctx context.Context) error {
 	cfg := &e.cfg
-	e.netem = newNetem()
+	e.netem = netfault.NewNetwork()
 	specs := make([]NodeSpec, cfg.Nodes)
 	var initial []string
 	for i := range cfg.Nodes {
-		ip := nodeIP(i)
+		ip := netfault.NodeIP(i)
 		listen, err := testutil.FreeAddrOn(ip)
 		if err != nil {
 			return fmt.Errorf("torture: cluster node on %s: %w (Linux routes all of 127.0.0.0/8 to loopback; other systems may need aliases)", ip, err)
@@ -143,12 +139,12 @@ func (e *engine) startCluster(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p, err := newLinkProxy(e.netem, i, raftAddr)
+		p, err := netfault.NewLinkProxy(e.netem, i, raftAddr)
 		if err != nil {
 			return err
 		}
 		e.linkProxies = append(e.linkProxies, p)
-		e.netem.addNode(ip, i)
+		e.netem.AddNode(ip, i)
 		id := fmt.Sprintf("node%d", i+1)
 		specs[i] = NodeSpec{
 			NodeID: id, DataDir: filepath.Join(cfg.OutputDir, id), Listen: listen, RaftListen: raftAddr,

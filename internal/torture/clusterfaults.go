@@ -15,6 +15,7 @@ import (
 
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/torture/netfault"
 	"github.com/fencedio/fenced/internal/torture/worker"
 )
 
@@ -107,10 +108,10 @@ func (e *engine) follower(leader int) int {
 
 // linkFault picks how a partition cuts its links, and for how long a
 // fault holds.
-func (e *engine) linkFault() (mode linkMode, name string, hold time.Duration) {
-	mode, name = linkDrop, "dropped"
+func (e *engine) linkFault() (mode netfault.LinkMode, name string, hold time.Duration) {
+	mode, name = netfault.LinkDrop, "dropped"
 	if e.chance(0.5) {
-		mode, name = linkBlackHole, "black-holed"
+		mode, name = netfault.LinkBlackHole, "black-holed"
 	}
 	return mode, name, e.uniform(3*e.electionTimeout(), 3*e.electionTimeout()+3*time.Second)
 }
@@ -249,7 +250,7 @@ func (e *engine) diskLoss(ctx context.Context, leader int) string {
 			rest = append(rest, j)
 		}
 	}
-	e.netem.partition(linkDrop, lagging, rest)
+	e.netem.Partition(netfault.LinkDrop, lagging, rest)
 	sleepCtx(ctx, e.uniform(e.cfg.TTL/2, e.cfg.TTL))
 	w := e.localNodes[wiped]
 	if err := w.Kill(context.Background()); err != nil {
@@ -263,7 +264,7 @@ func (e *engine) diskLoss(ctx context.Context, leader int) string {
 			e.logf("disk-loss: kill %s: %v", e.localNodes[j].Name(), err)
 		}
 	}
-	e.netem.heal()
+	e.netem.Heal()
 	// The wiped member may refuse to start at all: that exit is expected.
 	if err := w.Start(context.Background()); err != nil {
 		e.logf("disk-loss: start %s: %v", w.Name(), err)
@@ -337,10 +338,10 @@ func (e *engine) stallLeader(ctx context.Context, leader int) string {
 		}
 	}
 	hold := 3*e.electionTimeout() + e.cfg.TTL + e.uniform(0, e.cfg.TTL/2)
-	e.netem.partition(mode, []int{leader}, rest)
+	e.netem.Partition(mode, []int{leader}, rest)
 	sleepCtx(ctx, hold)
 	_ = os.Remove(path)
-	e.netem.heal()
+	e.netem.Heal()
 	e.countCluster(func(s *ClusterFaultStats) { s.LeaderDiskStalls++ })
 	return fmt.Sprintf("leader-disk-stall: a log write of %s hung (after %v), and it was cut off (links %s) for %v",
 		nd.Name(), caughtAfter.Round(time.Millisecond), modeName, hold.Round(time.Millisecond))
@@ -358,9 +359,9 @@ func (e *engine) isolate(ctx context.Context, kind string, i int) string {
 	if d, ok := e.shortHold(); ok {
 		hold = d
 	}
-	e.netem.partition(mode, []int{i}, rest)
+	e.netem.Partition(mode, []int{i}, rest)
 	sleepCtx(ctx, hold)
-	e.netem.heal()
+	e.netem.Heal()
 	e.countCluster(func(s *ClusterFaultStats) {
 		if kind == "leader-isolation" {
 			s.LeaderIsolations++
@@ -382,14 +383,14 @@ func (e *engine) movingSplit(ctx context.Context) string {
 		perm := e.perm(n)
 		size := 1 + e.intN((n-1)/2) // a minority
 		minority, majority := slices.Clone(perm[:size]), slices.Clone(perm[size:])
-		e.netem.partition(mode, minority, majority)
+		e.netem.Partition(mode, minority, majority)
 		desc = append(desc, e.names(minority)+"|"+e.names(majority))
 		e.countCluster(func(s *ClusterFaultStats) { s.SplitSteps++ })
 		if !sleepCtx(ctx, e.uniform(2*e.electionTimeout(), 2*e.electionTimeout()+2*time.Second)) {
 			break
 		}
 	}
-	e.netem.heal()
+	e.netem.Heal()
 	e.countCluster(func(s *ClusterFaultStats) { s.MovingSplits++ })
 	return fmt.Sprintf("moving-split (links %s): %s", modeName, strings.Join(desc, " -> "))
 }
@@ -402,10 +403,10 @@ func (e *engine) slowLinks(ctx context.Context) string {
 	for range links {
 		a := e.intN(n)
 		b := (a + 1 + e.intN(n-1)) % n
-		e.netem.setDelay(a, b, e.uniform(20*time.Millisecond, 150*time.Millisecond))
+		e.netem.SetDelay(a, b, e.uniform(20*time.Millisecond, 150*time.Millisecond))
 	}
 	sleepCtx(ctx, hold)
-	e.netem.heal()
+	e.netem.Heal()
 	e.countCluster(func(s *ClusterFaultStats) { s.SlowLinks++ })
 	return fmt.Sprintf("slow-links: %d directed links delayed for %v", links, hold.Round(time.Millisecond))
 }

@@ -38,7 +38,7 @@
 //     built with the fenced_failpoints tag; TestMutants requires that the
 //     checkers catch each one.
 //   - Config.Nodes 3 or 5 runs a cluster instead (cluster.go): node i on
-//     127.0.0.(11+i), a link proxy (netem.go) in front of every raft peer
+//     127.0.0.(11+i), a link proxy (package netfault) in front of every raft peer
 //     port, advertised as the node's raft address, which tells the peers
 //     apart by the source address of their connections and drops,
 //     black-holes or delays each directed link. Faults come one at a time

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/history"
+	"github.com/fencedio/fenced/internal/torture/netfault"
 )
 
 // Run runs one torture test: it starts the node(s), the store and the
@@ -57,8 +58,8 @@ type engine struct {
 	nodes      []Node
 	localNodes []*localNode
 	// netem and linkProxies are a cluster's network (Nodes > 1).
-	netem       *netem
-	linkProxies []*linkProxy
+	netem       *netfault.Network
+	linkProxies []*netfault.LinkProxy
 	// recoveryProblems are recoveries that failed (a cluster not whole, or
 	// a single node not serving, after a fault); guarded by mu.
 	recoveryProblems []string
@@ -72,7 +73,7 @@ type engine struct {
 	clusterChecks []check.Result
 	storeProc     *child
 	storeURL      string
-	proxy         *delayProxy
+	proxy         *netfault.DelayProxy
 	db            *sql.DB
 	scopeTable    string
 	writeTable    string
@@ -240,7 +241,7 @@ func (e *engine) startServices(ctx context.Context) error {
 		}
 	}
 	if enabled(cfg.DelayShare) > 0 {
-		p, err := newDelayProxy(e.storeURL, cfg.DelayMin, cfg.DelayMax, cfg.Seed)
+		p, err := netfault.NewDelayProxy(e.storeURL, cfg.DelayMin, cfg.DelayMax, cfg.Seed)
 		if err != nil {
 			return fmt.Errorf("torture: proxy: %w", err)
 		}
@@ -260,7 +261,7 @@ func (e *engine) readBack() (*history.History, *check.Evidence, error) {
 	var delayed []history.DelayedWrite
 	if e.proxy != nil {
 		dctx, dcancel := context.WithTimeout(rctx, e.cfg.DelayMax+5*time.Second)
-		delayed = e.proxy.drain(dctx)
+		delayed = e.proxy.Drain(dctx)
 		dcancel()
 	}
 	hist, err := history.ReadHistory(e.historyPaths()...)

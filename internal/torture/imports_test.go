@@ -16,10 +16,11 @@ const tortureRoot = "github.com/fencedio/fenced/internal/torture"
 // on it. A package missing here fails the test, so that a new one states
 // its place.
 var layers = map[string][]string{
-	"history": {},
-	"check":   {"history"},
-	"worker":  {"history"},
-	"":        {"history", "check", "worker"},
+	"history":  {},
+	"check":    {"history"},
+	"worker":   {"history"},
+	"netfault": {"history"},
+	"":         {"history", "check", "worker", "netfault"},
 }
 
 // TestImportsRunOneWay pins the harness's import graph with `go list

@@ -341,10 +341,10 @@ func (e *engine) cleanup() {
 	if e.proxy != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		e.proxy.drain(ctx)
+		e.proxy.Drain(ctx)
 	}
 	for _, p := range e.linkProxies {
-		p.close()
+		p.Close()
 	}
 	if e.acks != nil {
 		e.acks.close()

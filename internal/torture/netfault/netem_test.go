@@ -1,4 +1,4 @@
-package torture
+package netfault
 
 import (
 	"errors"
@@ -32,10 +32,10 @@ func echoServer(t *testing.T) string {
 // dialFrom connects to addr from node i's loopback address.
 func dialFrom(t *testing.T, i int, addr string) net.Conn {
 	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(nodeIP(i))}, Timeout: time.Second}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(NodeIP(i))}, Timeout: time.Second}
 	c, err := d.Dial("tcp", addr)
 	if err != nil {
-		t.Skipf("cannot dial from %s: %v", nodeIP(i), err)
+		t.Skipf("cannot dial from %s: %v", NodeIP(i), err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -58,15 +58,15 @@ func roundTrip(c net.Conn, d time.Duration) error {
 // links close connections and refuse new ones, black-holed ones swallow
 // bytes, and healing closes the connections that lost bytes.
 func TestLinkProxyPartitions(t *testing.T) {
-	n := newNetem()
+	n := NewNetwork()
 	for i := range 3 {
-		n.addNode(nodeIP(i), i)
+		n.AddNode(NodeIP(i), i)
 	}
-	p, err := newLinkProxy(n, 0, echoServer(t))
+	p, err := NewLinkProxy(n, 0, echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.close()
+	defer p.Close()
 	c1, c2 := dialFrom(t, 1, p.Addr()), dialFrom(t, 2, p.Addr())
 	for i, c := range []net.Conn{c1, c2} {
 		if err := roundTrip(c, time.Second); err != nil {
@@ -74,7 +74,7 @@ func TestLinkProxyPartitions(t *testing.T) {
 		}
 	}
 
-	n.partition(linkDrop, []int{0, 2}, []int{1})
+	n.Partition(LinkDrop, []int{0, 2}, []int{1})
 	if err := roundTrip(c1, time.Second); err == nil {
 		t.Error("node 1's connection still echoes across a dropped partition")
 	}
@@ -84,7 +84,7 @@ func TestLinkProxyPartitions(t *testing.T) {
 	if err := roundTrip(c2, time.Second); err != nil {
 		t.Errorf("node 2, on node 0's side: %v", err)
 	}
-	n.heal()
+	n.Heal()
 	if err := roundTrip(dialFrom(t, 1, p.Addr()), time.Second); err != nil {
 		t.Errorf("node 1 after the heal: %v", err)
 	}
@@ -93,18 +93,18 @@ func TestLinkProxyPartitions(t *testing.T) {
 	if err := roundTrip(c1, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	n.partition(linkBlackHole, []int{0}, []int{1, 2})
+	n.Partition(LinkBlackHole, []int{0}, []int{1, 2})
 	if err := roundTrip(c1, 300*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("black-holed link: %v, want a timeout with the connection open", err)
 	}
-	n.heal()
+	n.Heal()
 	// The connection that lost bytes is closed by the heal.
 	c1.SetReadDeadline(time.Now().Add(time.Second))
 	if _, err := c1.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("after the heal, the black-holed connection: %v, want it closed", err)
 	}
 
-	n.setDelay(2, 0, 200*time.Millisecond)
+	n.SetDelay(2, 0, 200*time.Millisecond)
 	start := time.Now()
 	if err := roundTrip(c2, 2*time.Second); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package torture
+package netfault
 
 import (
 	"bytes"
@@ -16,11 +16,11 @@ import (
 	"github.com/fencedio/fenced/internal/torture/history"
 )
 
-// delayProxy holds every request for a random time longer than the lease
+// DelayProxy holds every request for a random time longer than the lease
 // TTL, then delivers it to the store, whether or not the client is still
 // waiting: a packet stuck in the network that arrives after the lease it
 // was sent under has expired.
-type delayProxy struct {
+type DelayProxy struct {
 	target   *url.URL
 	min, max time.Duration
 	client   *http.Client
@@ -31,12 +31,14 @@ type delayProxy struct {
 	drained bool
 	wg      sync.WaitGroup
 	closing chan struct{}
-	close   sync.Once
+	Close   sync.Once
 	srv     *http.Server
 	ln      net.Listener
 }
 
-func newDelayProxy(target string, min, max time.Duration, seed uint64) (*delayProxy, error) {
+// NewDelayProxy starts a proxy on a loopback port that holds each request
+// for min to max before it delivers it to target.
+func NewDelayProxy(target string, min, max time.Duration, seed uint64) (*DelayProxy, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, err
@@ -45,7 +47,7 @@ func newDelayProxy(target string, min, max time.Duration, seed uint64) (*delayPr
 	if err != nil {
 		return nil, err
 	}
-	p := &delayProxy{
+	p := &DelayProxy{
 		target: u, min: min, max: max,
 		client:  &http.Client{Timeout: 10 * time.Second},
 		rng:     rand.New(rand.NewPCG(seed, 0x70)),
@@ -57,15 +59,16 @@ func newDelayProxy(target string, min, max time.Duration, seed uint64) (*delayPr
 	return p, nil
 }
 
-func (p *delayProxy) URL() string { return "http://" + p.ln.Addr().String() }
+// URL is the base URL the workers send delayed writes to.
+func (p *DelayProxy) URL() string { return "http://" + p.ln.Addr().String() }
 
-func (p *delayProxy) hold() time.Duration {
+func (p *DelayProxy) hold() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.min + time.Duration(p.rng.Int64N(int64(p.max-p.min)+1))
 }
 
-func (p *delayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *DelayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -136,9 +139,9 @@ func (p *delayProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// drain delivers every held request (at once if ctx ends first), stops the
+// Drain delivers every held request (at once if ctx ends first), stops the
 // proxy and returns what was delivered.
-func (p *delayProxy) drain(ctx context.Context) []history.DelayedWrite {
+func (p *DelayProxy) Drain(ctx context.Context) []history.DelayedWrite {
 	p.mu.Lock()
 	p.drained = true
 	p.mu.Unlock()
@@ -147,7 +150,7 @@ func (p *delayProxy) drain(ctx context.Context) []history.DelayedWrite {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		p.close.Do(func() { close(p.closing) })
+		p.Close.Do(func() { close(p.closing) })
 		<-done
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)

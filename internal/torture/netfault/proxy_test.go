@@ -1,4 +1,4 @@
-package torture
+package netfault
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func TestDelayProxyDeliversAfterTheClientGaveUp(t *testing.T) {
 	}))
 	defer target.Close()
 	const hold = 150 * time.Millisecond
-	p, err := newDelayProxy(target.URL, hold, hold, 1)
+	p, err := NewDelayProxy(target.URL, hold, hold, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestDelayProxyDeliversAfterTheClientGaveUp(t *testing.T) {
 		}
 		cancel()
 	}
-	recs := p.drain(context.Background())
+	recs := p.Drain(context.Background())
 	if len(recs) != 2 {
 		t.Fatalf("proxy delivered %d writes, want 2", len(recs))
 	}
