@@ -293,33 +293,14 @@ func WithWait(d time.Duration) AcquireOption { return func(o *acquireOptions) { 
 // WithOwner sets the owner instead of Config.Owner.
 func WithOwner(owner string) AcquireOption { return func(o *acquireOptions) { o.owner = owner } }
 
-// Acquire acquires key and keeps renewing it until it is released or lost.
-// A held key returns a *HeldError (errors.Is ErrHeld) after the wait, if any,
-// ends. When ctx ends first, the error matches ctx.Err()
-// (context.DeadlineExceeded for a deadline) and never ErrHeld, whichever of
-// the client's timer and the server's answer comes first; the acquisition
-// may then have been granted all the same, and that lease expires after
-// its TTL.
-//
-// With several endpoints, an attempt that got no answer (the node died or
-// stopped leading, perhaps after writing the grant) is sent to the next
-// node. If that retry finds the key held by this same owner, the holder is
-// most likely the unanswered attempt's grant, whose lease ID the caller
-// never got: Acquire then returns an *UncertainError (errors.Is
-// ErrAcquireUncertain), not a *HeldError, and the caller must assume it may
-// hold the key until that lease's TTL runs out.
-//
-// The local deadline of the new lease counts from when the Acquire was
-// sent, since the server may have granted it at any moment after that.
-// When the grant comes back late, typically after waiting for a held key
-// for longer than a TTL, that deadline is near or already past, so Acquire
-// renews once before it returns, and the deadline counts from that
-// renewal instead. It does so whenever the first scheduled renewal would
-// otherwise leave less than half the usual time for retries before the
-// deadline: when the answer took more than (window − interval)/2, window
-// being the TTL less the drift margin. If that renewal fails, Acquire
-// returns an error matching ErrLost and the error of the renewal, and
-// releases the lease in the background.
+// Acquire acquires key and keeps the lease renewed until it is released or
+// lost. A held key returns a *HeldError (ErrHeld) once the wait, if any
+// ([WithWait]), ends. When ctx ends first the error matches ctx.Err(), never
+// ErrHeld, and the key may have been granted all the same: that lease
+// expires after its TTL. With several endpoints an *UncertainError
+// (ErrAcquireUncertain) means an unanswered attempt may hold the key until
+// its TTL runs out. How the deadline of a late grant is kept is in
+// docs/client-algorithm.md, section 4.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
 	if c.bg.closing() {
 		return nil, fmt.Errorf("acquire %q: %w", key, ErrClosed)
@@ -334,6 +315,10 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		resp       *connect.Response[fencedv1.AcquireResponse]
 		unanswered error // the first failed attempt that may have been granted
 	)
+	// An attempt that got no answer may have been granted before the node
+	// died or stopped leading; if a retry at the next node then finds the key
+	// held by this owner, the holder is most likely that grant, whose lease
+	// ID never came back (uncertain).
 	err := c.eps.do(ctx, func(ep endpoint) (err error) {
 		// The local deadline counts from the attempt that was answered.
 		sent = time.Now()
@@ -372,6 +357,11 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		l.lose(fmt.Errorf("%w: TTL %v too short for the deadline margin", ErrInvalid, info.TTL))
 		return nil, fmt.Errorf("acquire %q: %w", key, l.Err())
 	}
+	// The local deadline counts from when the answered attempt was sent: the
+	// server may have granted it at any moment after. A grant that comes
+	// back late (after waiting in line for longer than a TTL) would leave
+	// the first renewal less than half the usual time for retries before
+	// that deadline, or none: renew once now and count from that renewal.
 	if late := time.Since(sent); late > (window-interval)/2 {
 		s, err := l.renewOnce(ctx)
 		if err != nil {
@@ -434,108 +424,6 @@ func (c *Client) Get(ctx context.Context, key string) (info Info, ok bool, lastT
 func (c *Client) List(ctx context.Context, prefix string, limit int) ([]Info, error) {
 	leases, _, err := c.ListRevision(ctx, prefix, limit)
 	return leases, err
-}
-
-// EventType is the kind of a watched transition.
-type EventType string
-
-const (
-	Acquired EventType = "ACQUIRED"
-	Released EventType = "RELEASED"
-	Expired  EventType = "EXPIRED"
-	// Resync means events were missed: re-read the state with ListRevision
-	// and watch again from its revision.
-	Resync EventType = "RESYNC"
-)
-
-// Event is one lease transition seen by Watch.
-type Event struct {
-	Type     EventType
-	Lease    Info
-	Revision uint64
-}
-
-// Watch calls fn for every transition under prefix, in order, until ctx
-// ends or fn returns an error. With after > 0 it first replays the events
-// after that revision that the server still has, or sends a Resync event.
-//
-// With several endpoints a broken stream is opened again on the next one,
-// after the last revision seen, so no transition is missed or repeated
-// (revisions are the same on every node); when no revision was seen yet, fn
-// gets a Resync event first.
-func (c *Client) Watch(ctx context.Context, prefix string, after uint64, fn func(Event) error) error {
-	var fnErr error
-	broken := 0
-	// A release or expiry that hands the key to a waiter is two events
-	// with one revision. A stream broken between them resumes after the
-	// revision before, skipping the events of the last revision already
-	// delivered.
-	var lastRev uint64
-	var atLastRev, skip int
-	for {
-		var stream *connect.ServerStreamForClient[fencedv1.WatchResponse]
-		var opened endpoint
-		err := c.eps.do(ctx, func(ep endpoint) (err error) {
-			opened = ep
-			stream, err = ep.streams.Watch(ctx, connect.NewRequest(&fencedv1.WatchRequest{Prefix: prefix, AfterRevision: after}))
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("watch %q: %w", prefix, fromRPC(err))
-		}
-		if broken > 0 && after == 0 {
-			if fnErr = fn(Event{Type: Resync}); fnErr != nil {
-				stream.Close()
-				return fnErr
-			}
-		}
-		for stream.Receive() {
-			ev := stream.Msg().GetEvent()
-			e := Event{Type: EventType(ev.GetType().String()), Revision: ev.GetRevision()}
-			if ev.GetLease() != nil {
-				e.Lease = infoFromProto(ev.GetLease())
-			}
-			if e.Type != Resync && e.Revision > 0 {
-				if e.Revision == lastRev && skip > 0 {
-					skip--
-					continue
-				}
-				if e.Revision != lastRev {
-					lastRev, atLastRev = e.Revision, 0
-				}
-				atLastRev++
-				after, broken, skip = lastRev-1, 0, 0
-			}
-			if fnErr = fn(e); fnErr != nil {
-				stream.Close()
-				return fnErr
-			}
-		}
-		err = stream.Err()
-		stream.Close()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		broken++
-		eps := c.eps.list()
-		if len(eps) == 1 && err == nil {
-			return nil
-		}
-		if len(eps) == 1 || broken > 2*len(eps) {
-			if err == nil {
-				err = errors.New("stream ended by the server")
-			}
-			return fmt.Errorf("watch %q: %w", prefix, fromRPC(err))
-		}
-		for i, ep := range eps {
-			if ep.url == opened.url {
-				c.eps.failedOver(i)
-			}
-		}
-		if lastRev > 0 {
-			skip = atLastRev
-		}
-	}
 }
 
 // ErrInvalid is matched by errors for requests the server refused as bad

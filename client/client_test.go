@@ -31,6 +31,7 @@ func waitDone(t *testing.T, l *client.Lease, within time.Duration) {
 }
 
 func TestLostWhenRenewalRefused(t *testing.T) {
+	t.Parallel()
 	renewPaths(t, func(t *testing.T, unary bool) {
 		srv := fencedtest.Start(t)
 		c := renewClient(t, srv, unary, client.Config{TTL: 600 * time.Millisecond})
@@ -54,6 +55,7 @@ func TestLostWhenRenewalRefused(t *testing.T) {
 }
 
 func TestLostReportedByGuard(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	c := srv.Client(t, client.Config{TTL: 5 * time.Second})
 	ctx := context.Background()
@@ -75,6 +77,7 @@ func TestLostReportedByGuard(t *testing.T) {
 }
 
 func TestOrphanKeepsLeaseOnServer(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	c := srv.Client(t, client.Config{TTL: 5 * time.Second})
 	ctx := context.Background()
@@ -102,6 +105,7 @@ func TestOrphanKeepsLeaseOnServer(t *testing.T) {
 }
 
 func TestRenewalKeepsTokenPastTTL(t *testing.T) {
+	t.Parallel()
 	renewPaths(t, func(t *testing.T, unary bool) {
 		srv := fencedtest.Start(t)
 		// The server's default MinTTL: a shorter TTL leaves a renewal
@@ -135,6 +139,7 @@ func TestRenewalKeepsTokenPastTTL(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range []client.Config{
 		{TTL: time.Second, RenewInterval: time.Second},
 		{TTL: time.Second, RenewInterval: -1},
@@ -341,6 +346,7 @@ func (w *streamedResponse) Flush() {}
 // is lost one TTL, less the drift margin, after the last successful renewal
 // was sent, even though its answer arrived later.
 func TestLocalDeadlineCountsFromSend(t *testing.T) {
+	t.Parallel()
 	renewPaths(t, func(t *testing.T, unary bool) {
 		const ttl = 3 * time.Second
 		for _, tc := range []struct {
@@ -391,6 +397,7 @@ func TestLocalDeadlineCountsFromSend(t *testing.T) {
 }
 
 func TestKeepAliveStream(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	c := srv.Client(t, client.Config{TTL: 5 * time.Second})
 	ctx := context.Background()
@@ -422,6 +429,7 @@ func TestKeepAliveStream(t *testing.T) {
 // The default client sends unary calls over reused HTTP/1.1 connections
 // and streams over HTTP/2.
 func TestDefaultTransports(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	var mu sync.Mutex
 	protos := map[string]string{} // procedure -> protocol seen

@@ -9,6 +9,7 @@ import (
 // TestValidateDoesNotChangeTheConfig: Validate only checks; the defaults
 // are applied by New, on its own copy.
 func TestValidateDoesNotChangeTheConfig(t *testing.T) {
+	t.Parallel()
 	cfg := Config{TTL: 5 * time.Second}
 	before := cfg
 	if err := cfg.Validate(); err != nil {

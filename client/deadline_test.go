@@ -15,6 +15,7 @@ import (
 // context.DeadlineExceeded, never a *HeldError, whichever side notices the
 // deadline first.
 func TestWaitedAcquireCutByDeadline(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	c := srv.Client(t, client.Config{TTL: time.Minute})
 	holder, err := c.Acquire(t.Context(), "cut/k")

@@ -14,6 +14,7 @@ import (
 // lease or guards a resource stays small. Two packages exist to carry one of them each:
 // fence/fenceprom (Prometheus) and fence/fencebolt (bbolt).
 func TestLightDependencies(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the go command")
 	}

@@ -3,6 +3,7 @@ package client
 import "testing"
 
 func TestNormalizeEndpoints(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Endpoints: []string{"127.0.0.1:7420", "http://127.0.0.1:7422/"}}.withDefaults()
 	if err := normalizeEndpoints(&cfg); err != nil {
 		t.Fatal(err)

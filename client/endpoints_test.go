@@ -26,6 +26,7 @@ func deadURL(t *testing.T) string {
 // TestEndpointsFailOver checks that calls skip an endpoint that cannot be
 // reached and that a lease renews through the endpoint that answers.
 func TestEndpointsFailOver(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	c, err := client.New(client.Config{Endpoints: []string{deadURL(t), srv.URL}, TTL: 3 * time.Second, RenewInterval: 100 * time.Millisecond})
 	if err != nil {
@@ -56,6 +57,7 @@ func TestEndpointsFailOver(t *testing.T) {
 // TestEndpointsAllDown checks that a call gives up with ErrUnavailable
 // after FailoverTimeout when no endpoint answers.
 func TestEndpointsAllDown(t *testing.T) {
+	t.Parallel()
 	c, err := client.New(client.Config{Endpoints: []string{deadURL(t), deadURL(t)}, FailoverTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +73,7 @@ func TestEndpointsAllDown(t *testing.T) {
 }
 
 func TestEndpointsConfig(t *testing.T) {
+	t.Parallel()
 	cfg := client.Config{Endpoints: []string{"127.0.0.1:7420", "http://127.0.0.1:7422/"}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 // sentinel and still carries the Connect error, so callers can read its
 // code, message and metadata.
 func TestFromRPCKeepsTheConnectError(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		code connect.Code
 		want error

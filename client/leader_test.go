@@ -46,6 +46,7 @@ func newRoleServer(t *testing.T, srv *fencedtest.Server) *roleServer {
 // A client with several endpoints sends its calls to the one that says it
 // leads, and looks again after a failover.
 func TestCallsGoToTheLeader(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	nodes := []*roleServer{newRoleServer(t, srv), newRoleServer(t, srv), newRoleServer(t, srv)}
 	nodes[2].leader.Store(true)
@@ -108,6 +109,7 @@ func TestCallsGoToTheLeader(t *testing.T) {
 
 // A renewal stream opened before the client found the leader moves there.
 func TestRenewalStreamFollowsTheLeader(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	var nodes []*countingServer
 	release := make(chan struct{})

@@ -31,6 +31,7 @@ func fakeClient(t *testing.T, fake *fakeService, cfg client.Config) *client.Clie
 // held and Acquire waited) must give a live lease: its local deadline
 // counts from a renewal sent after the grant, not from the Acquire.
 func TestWaitedAcquireLongerThanTTL(t *testing.T) {
+	t.Parallel()
 	renewPaths(t, func(t *testing.T, unary bool) {
 		synctest.Test(t, func(t *testing.T) {
 			const ttl = 3 * time.Second
@@ -67,6 +68,7 @@ func TestWaitedAcquireLongerThanTTL(t *testing.T) {
 // When the renewal after a late grant fails, Acquire returns the error and
 // releases the grant in the background.
 func TestWaitedAcquireRenewalFails(t *testing.T) {
+	t.Parallel()
 	renewPaths(t, func(t *testing.T, unary bool) {
 		synctest.Test(t, func(t *testing.T) {
 			fake := &fakeService{acquireDelay: 7 * time.Second}
@@ -88,6 +90,7 @@ func TestWaitedAcquireRenewalFails(t *testing.T) {
 // The same against a real server: TTL 1s, wait 5s, the holder releases
 // after 1.5s.
 func TestWaitedAcquireLongerThanTTLServer(t *testing.T) {
+	t.Parallel()
 	renewPaths(t, func(t *testing.T, unary bool) {
 		srv := fencedtest.Start(t)
 		ctx := context.Background()
@@ -127,6 +130,7 @@ func TestWaitedAcquireLongerThanTTLServer(t *testing.T) {
 // own TTL when it is shorter than TTL/3; the default one is not, since it
 // only follows Config.TTL.
 func TestWithTTLRenewInterval(t *testing.T) {
+	t.Parallel()
 	renewPaths(t, func(t *testing.T, unary bool) {
 		for _, tc := range []struct {
 			name     string
@@ -164,6 +168,7 @@ func TestWithTTLRenewInterval(t *testing.T) {
 // After Lost, the client releases the lease in the background, so the key
 // frees long before its TTL runs out.
 func TestLostReleasesOnServer(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	c := srv.Client(t, client.Config{TTL: 30 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -217,6 +222,7 @@ func TestLostReleasesOnServer(t *testing.T) {
 // A loss by deadline releases in the background too; Lost never waits for
 // the release, which gives up after RequestTimeout.
 func TestLocalLossReleasesInBackground(t *testing.T) {
+	t.Parallel()
 	renewPaths(t, func(t *testing.T, unary bool) {
 		synctest.Test(t, func(t *testing.T) {
 			fake := &fakeService{hangRelease: true}

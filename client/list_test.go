@@ -13,6 +13,7 @@ import (
 // TestListRevisionThenWatch checks that Watch from ListRevision's revision
 // starts with the first transition after the List, not one before it.
 func TestListRevisionThenWatch(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	c := srv.Client(t, client.Config{TTL: time.Minute})
 	ctx := t.Context()

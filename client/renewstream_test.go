@@ -95,6 +95,7 @@ func renewedTimes(t *testing.T, leases []*client.Lease, n int, interval time.Dur
 // The leases of one client renew over one KeepAlive stream, not with
 // Renew calls.
 func TestLeasesRenewOverOneStream(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	cs := newCountingServer(t, srv)
 	c, err := client.New(client.Config{Endpoint: cs.URL, TTL: 600 * time.Millisecond})
@@ -125,6 +126,7 @@ func TestLeasesRenewOverOneStream(t *testing.T) {
 // speaks only HTTP/1.1) leases renew with Renew, and the stream is tried
 // again only after growing pauses.
 func TestLeasesFallBackToUnaryRenew(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	cs := newCountingServer(t, srv)
 	tr := &http.Transport{}
@@ -164,6 +166,7 @@ func TestLeasesFallBackToUnaryRenew(t *testing.T) {
 // A stream that breaks, or stops answering, never costs a lease that
 // Renew keeps: the renewal goes out again as a Renew at once.
 func TestBrokenStreamFallsBackToUnary(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mode string
 		ttl  time.Duration
@@ -233,6 +236,7 @@ func (b *brokenStreams) KeepAlive(ctx context.Context, stream *connect.BidiStrea
 // fails over as a Renew to the next endpoint, and the next stream opens
 // there.
 func TestStreamFailsOverBetweenEndpoints(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	first, second := newCountingServer(t, srv), newCountingServer(t, srv)
 	c, err := client.New(client.Config{Endpoints: []string{first.URL, second.URL}, TTL: 600 * time.Millisecond})
@@ -271,6 +275,7 @@ func TestStreamFailsOverBetweenEndpoints(t *testing.T) {
 // Held leases cost no goroutine each: a process holding thousands of
 // leases has a few goroutines for their renewals, not thousands.
 func TestHeldLeasesCostNoGoroutineEach(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	c := srv.Client(t, client.Config{TTL: time.Minute})
 	defer c.CloseIdleConnections()

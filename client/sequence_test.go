@@ -15,6 +15,7 @@ import (
 // Sequenced lease's DoLease writes are each applied once, and a copy of
 // one (the same sequence again) is a duplicate, not stale.
 func TestLeaseNextSequence(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	c := srv.Client(t, client.Config{TTL: 10 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

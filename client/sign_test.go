@@ -28,6 +28,7 @@ func (unsigned) Signature() string { return "" }
 // Transport presents it: a guard trusting the server's published keys
 // accepts the lease's writes and refuses the same token unsigned.
 func TestSignedLeaseThroughTransport(t *testing.T) {
+	t.Parallel()
 	seed := make([]byte, ed25519.SeedSize)
 	rand.Read(seed)
 	path := filepath.Join(t.TempDir(), "signing.json")

@@ -76,6 +76,7 @@ func wantMembers(t *testing.T, url string, want map[string]string) {
 // AutoSyncInterval in the background), through a membership change and
 // back, with no endpoint configured by hand.
 func TestSyncEndpointsFromMembers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg := fencedtest.Config(t)
 	cfg.NodeID = "n1"

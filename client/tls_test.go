@@ -20,6 +20,7 @@ import (
 // with ErrUnauthenticated; an admin's Revoke ends the holder's lease, which
 // the holder sees as lost.
 func TestTLSAndCredentials(t *testing.T) {
+	t.Parallel()
 	ca := testpki.NewCA(t, "fenced")
 	leaf := ca.Server(t, "node1")
 	const appSecret, opsSecret = "app-secret-0123456789abcdef0123456789", "ops-secret-0123456789abcdef0123456789"

@@ -30,6 +30,7 @@ func envelope(payload string) (prefix, data []byte) {
 }
 
 func TestMessageReaderReturnsWholeMessages(t *testing.T) {
+	t.Parallel()
 	var parts [][]byte
 	var want []string
 	for _, msg := range []string{"renew a", "", "renew bb", "renew ccc"} {
@@ -59,6 +60,7 @@ func TestMessageReaderReturnsWholeMessages(t *testing.T) {
 }
 
 func TestMessageReaderSmallBuffer(t *testing.T) {
+	t.Parallel()
 	p, d := envelope("a longer payload than the buffer")
 	r := &messageReader{body: &chunks{parts: [][]byte{p, d}}}
 	got, err := io.ReadAll(struct{ io.Reader }{readerFunc(func(b []byte) (int, error) {

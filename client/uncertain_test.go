@@ -100,6 +100,7 @@ func roleless(t *testing.T, target string) string {
 // Before ErrAcquireUncertain existed this returned a *HeldError naming the
 // caller itself.
 func TestAcquireCutByFailoverIsUncertain(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	proxy, dropped := dropFirstAcquireAnswer(t, srv.URL)
 	c, err := client.New(client.Config{Endpoints: []string{proxy, roleless(t, srv.URL)}, Owner: "me", TTL: 5 * time.Second})
@@ -136,6 +137,7 @@ func TestAcquireCutByFailoverIsUncertain(t *testing.T) {
 // connection received nothing, so a key found held by the same owner is
 // held by someone else with that owner string: a *HeldError.
 func TestAcquireHeldAfterRefusedConnection(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -162,6 +164,7 @@ func TestAcquireHeldAfterRefusedConnection(t *testing.T) {
 // takes it for unavailable: it retries on the next endpoint, which finds
 // the key held by this owner, so the outcome is uncertain.
 func TestAcquireCutByResetIsUncertain(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	proxy, dropped := cutFirstAcquireAnswer(t, srv.URL, true)
 	c, err := client.New(client.Config{Endpoints: []string{proxy, roleless(t, srv.URL)}, Owner: "me", TTL: 5 * time.Second})
@@ -183,6 +186,7 @@ func TestAcquireCutByResetIsUncertain(t *testing.T) {
 // reported as unavailable, which the caller may retry, not as canceled,
 // which only the caller's own context causes.
 func TestResetIsUnavailable(t *testing.T) {
+	t.Parallel()
 	srv := fencedtest.Start(t)
 	proxy, _ := cutFirstAcquireAnswer(t, srv.URL, true)
 	c, err := client.New(client.Config{Endpoint: proxy, Owner: "me", TTL: 5 * time.Second})

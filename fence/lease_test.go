@@ -39,6 +39,7 @@ func (l *testLease) losses() []error {
 // lease's key and token are used, a stale rejection (the guard's, or one
 // returned by apply) reaches Lost, and nothing else does.
 func TestDoLease(t *testing.T) {
+	t.Parallel()
 	bolt, err := fencebolt.Open(filepath.Join(t.TempDir(), "g.db"), fencebolt.Config{})
 	if err != nil {
 		t.Fatal(err)

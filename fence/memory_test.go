@@ -83,6 +83,7 @@ func forEachGuard(t *testing.T, f func(t *testing.T, gc guardCase)) {
 }
 
 func TestGuardInvalidInput(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		scope   string
@@ -124,6 +125,7 @@ func TestGuardInvalidInput(t *testing.T) {
 }
 
 func TestGuardSequence(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		token  uint64
 		accept bool
@@ -181,6 +183,7 @@ func TestGuardSequence(t *testing.T) {
 }
 
 func TestGuardApplyErrorKeepsHighest(t *testing.T) {
+	t.Parallel()
 	forEachGuard(t, func(t *testing.T, gc guardCase) {
 		ctx := context.Background()
 		var rec recorder
@@ -209,6 +212,7 @@ func TestGuardApplyErrorKeepsHighest(t *testing.T) {
 }
 
 func TestGuardScopesIndependent(t *testing.T) {
+	t.Parallel()
 	forEachGuard(t, func(t *testing.T, gc guardCase) {
 		ctx := context.Background()
 		g := gc.open(t, nil)
@@ -228,6 +232,7 @@ func TestGuardScopesIndependent(t *testing.T) {
 }
 
 func TestGuardContext(t *testing.T) {
+	t.Parallel()
 	forEachGuard(t, func(t *testing.T, gc guardCase) {
 		g := gc.open(t, nil)
 		nop := func(context.Context) error { return nil }
@@ -274,6 +279,7 @@ func TestGuardContext(t *testing.T) {
 }
 
 func TestGuardObserverOutsideLock(t *testing.T) {
+	t.Parallel()
 	forEachGuard(t, func(t *testing.T, gc guardCase) {
 		var g fence.Guard
 		var reentered atomic.Bool
@@ -302,6 +308,7 @@ func TestGuardObserverOutsideLock(t *testing.T) {
 // of them stale by the time they arrive, to a few scopes. It records what
 // each apply saw and checks the guard rule against that history.
 func TestGuardConcurrent(t *testing.T) {
+	t.Parallel()
 	forEachGuard(t, func(t *testing.T, gc guardCase) {
 		t.Parallel()
 		const (

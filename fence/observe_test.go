@@ -14,6 +14,7 @@ import (
 )
 
 func TestSlogObserver(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -68,6 +69,7 @@ func TestSlogObserver(t *testing.T) {
 }
 
 func TestSlogObserverRejectionsConcurrent(t *testing.T) {
+	t.Parallel()
 	var buf lockedBuffer
 	obs := fence.NewSlogObserver(slog.New(slog.NewJSONHandler(&buf, nil)))
 	const n = 200

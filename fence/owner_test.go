@@ -41,6 +41,7 @@ func (r *decisions) list() []fence.Decision {
 }
 
 func TestLeaseOwnerReachesObserver(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, name := range []string{"memory", "bolt"} {
 		t.Run(name, func(t *testing.T) {
@@ -85,6 +86,7 @@ func TestLeaseOwnerReachesObserver(t *testing.T) {
 }
 
 func TestWithOwnerDropsInvalidOwners(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, bad := range []string{"a\x00b", "tab\there", strings.Repeat("x", fence.MaxOwnerBytes+1), "\xff"} {
 		if got := fence.OwnerFromContext(fence.WithOwner(ctx, bad)); got != "" {
@@ -98,6 +100,7 @@ func TestWithOwnerDropsInvalidOwners(t *testing.T) {
 }
 
 func TestSlogObserverLogsOwner(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	obs := fence.NewSlogObserver(slog.New(slog.NewTextHandler(&buf, nil)))
 	g := fence.NewMemory(fence.MemoryConfig{Observer: obs})

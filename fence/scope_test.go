@@ -15,6 +15,7 @@ import (
 )
 
 func TestValidateScope(t *testing.T) {
+	t.Parallel()
 	for _, tc := range scopetest.Cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			err := fence.ValidateScope(tc.Scope)
@@ -56,6 +57,7 @@ type scopeGuard struct {
 }
 
 func TestGuardsApplyTheScopeRule(t *testing.T) {
+	t.Parallel()
 	bolt := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	mem := fence.NewMemory(fence.MemoryConfig{})
 	guards := []scopeGuard{

@@ -61,6 +61,7 @@ var sequenceScenarios = []struct {
 }
 
 func TestSequences(t *testing.T) {
+	t.Parallel()
 	for _, g := range sequenceGuards {
 		for _, sc := range sequenceScenarios {
 			t.Run(g.name+"/"+sc.name, func(t *testing.T) {
@@ -118,6 +119,7 @@ func TestSequences(t *testing.T) {
 }
 
 func TestSequenceOutOfRange(t *testing.T) {
+	t.Parallel()
 	for _, g := range sequenceGuards {
 		t.Run(g.name, func(t *testing.T) {
 			guard := g.open(t, false, nil)
@@ -134,6 +136,7 @@ func TestSequenceOutOfRange(t *testing.T) {
 
 // A failed apply records neither the token nor the sequence.
 func TestSequenceNotRecordedOnError(t *testing.T) {
+	t.Parallel()
 	for _, g := range sequenceGuards {
 		t.Run(g.name, func(t *testing.T) {
 			guard := g.open(t, false, nil)
@@ -154,6 +157,7 @@ type seqLease struct{ n uint64 }
 func (l *seqLease) NextSequence() uint64 { l.n++; return l.n }
 
 func TestRetry(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	l := &seqLease{}
 	ctx := context.Background()
@@ -202,6 +206,7 @@ func (l *plainLease) Signature() string { return "k.sig" }
 // is not a Sequencer gets a counter), keeps its owner and signature, and a
 // sequence already in the context wins.
 func TestSequencedLease(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	l := fence.Sequenced(&plainLease{})
 	if fence.Sequenced(l) != l {
@@ -240,6 +245,7 @@ func TestSequencedLease(t *testing.T) {
 // answers their own cut deadlines lost; every (token, sequence) is applied
 // at most once and every acknowledged write exactly once.
 func TestSequenceStress(t *testing.T) {
+	t.Parallel()
 	for _, g := range sequenceGuards {
 		t.Run(g.name, func(t *testing.T) {
 			guard := g.open(t, false, nil)

@@ -12,10 +12,12 @@ import (
 )
 
 func TestSignedMemoryGuard(t *testing.T) {
+	t.Parallel()
 	signtest.Check(t, fence.NewMemory(fence.MemoryConfig{}), "orders/7")
 }
 
 func TestSignedBoltGuard(t *testing.T) {
+	t.Parallel()
 	b, err := fencebolt.Open(filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +29,7 @@ func TestSignedBoltGuard(t *testing.T) {
 // A key set survives its JSON form, retirement included, and verifies what
 // the keys signed.
 func TestKeySetRoundTrip(t *testing.T) {
+	t.Parallel()
 	keys := signtest.NewKeys(t)
 	var buf bytes.Buffer
 	if err := fence.WriteKeySet(&buf, []fence.PublicKey{keys.New.Public(), keys.Old.Public()}); err != nil {
@@ -52,6 +55,7 @@ func TestKeySetRoundTrip(t *testing.T) {
 // of padding; a copy differing only in the padding decodes to the same
 // bytes unless decoding is strict, and must not verify.
 func TestSignatureHasOneEncoding(t *testing.T) {
+	t.Parallel()
 	keys := signtest.NewKeys(t)
 	sig := keys.New.Sign("s", 9)
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"

@@ -10,6 +10,7 @@ import (
 )
 
 func TestBackupAndRebase(t *testing.T) {
+	t.Parallel()
 	s := lease.New(0)
 	s.Apply(1, 0, lease.Command{Op: lease.OpAcquire, Key: "held", ID: "secret-id", Owner: "o", TTL: time.Second})
 	s.Apply(2, 0, lease.Command{Op: lease.OpAcquire, Key: "freed", ID: "other-id", Owner: "o", TTL: time.Second})

@@ -10,6 +10,7 @@ import (
 )
 
 func TestRevokeCommandRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, c := range []lease.Command{
 		{Op: lease.OpRevoke, Key: "k", ID: "0123456789abcdef0123456789abcdef", By: "ops"},
 		{Op: lease.OpRevoke, Key: "k", ID: "id", By: "ops", NextID: "next", Owner: "B", TTL: time.Second},
@@ -46,6 +47,7 @@ func TestRevokeCommandRoundTrip(t *testing.T) {
 // A revocation ends the lease like a release (I1: the next grant has a
 // higher token) and records who did it; a stale revocation changes nothing.
 func TestRevokeEndsTheCurrentLease(t *testing.T) {
+	t.Parallel()
 	s := lease.New(0)
 	s.Apply(1, 1, lease.Command{Op: lease.OpAcquire, Key: "k", ID: "a", Owner: "A", TTL: time.Second})
 	if r := s.Apply(2, 1, lease.Command{Op: lease.OpRevoke, Key: "k", ID: "old", By: "ops"}); !errors.Is(r.Err, lease.ErrNotHeld) || s.Len() != 1 {

@@ -18,6 +18,7 @@ import (
 // TestStateProperties drives the state machine with random commands, with
 // snapshot and restore in between, against a simple model.
 func TestStateProperties(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		maxIdle := rapid.IntRange(1, 4).Draw(t, "maxIdle")
 		s := lease.New(maxIdle)
@@ -232,6 +233,7 @@ func TestStateProperties(t *testing.T) {
 }
 
 func TestForgetsIdleKeys(t *testing.T) {
+	t.Parallel()
 	const keys = 1_000_000
 	s := lease.New(1000)
 	var index uint64
@@ -270,6 +272,7 @@ func TestForgetsIdleKeys(t *testing.T) {
 }
 
 func TestCommandRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, c := range []lease.Command{
 		{Op: lease.OpAcquire, Key: "orders/7", ID: "0123456789abcdef0123456789abcdef", Owner: "A", TTL: 10 * time.Second},
 		{Op: lease.OpRelease, Key: "k", ID: "id"},
@@ -304,6 +307,7 @@ func TestCommandRoundTrip(t *testing.T) {
 // An expiry batch costs little more than its keys: no per-expiry header,
 // and the server's hex lease IDs take the 16 bytes they spell.
 func TestExpiryBatchIsCompact(t *testing.T) {
+	t.Parallel()
 	c := lease.Command{Op: lease.OpExpireBatch, Term: 12345}
 	const n = 1000
 	for i := range n {
@@ -320,6 +324,7 @@ func TestExpiryBatchIsCompact(t *testing.T) {
 }
 
 func TestCommandRejects(t *testing.T) {
+	t.Parallel()
 	hex := strings.Repeat("ab", 16)
 	two := lease.Command{Op: lease.OpExpireBatch, Term: 1, Expiries: []lease.Expiry{
 		{Key: "a", ID: hex, NextID: hex, Owner: "o", TTL: time.Second},
@@ -360,6 +365,7 @@ func TestCommandRejects(t *testing.T) {
 // batches and carry no term; such entries in existing logs still apply, in
 // any term.
 func TestOldExpiryEntriesApply(t *testing.T) {
+	t.Parallel()
 	// version 2, OpExpire, key "k", id "a1", owner "B", ttl 1500ms, next "b2"
 	entry := []byte{2, byte(lease.OpExpire), 1, 'k', 2, 'a', '1', 1, 'B', 0xdc, 0x0b, 2, 'b', '2'}
 	var c lease.Command
@@ -378,6 +384,7 @@ func TestOldExpiryEntriesApply(t *testing.T) {
 }
 
 func TestRestoreRejectsGarbage(t *testing.T) {
+	t.Parallel()
 	for _, in := range []string{"", "nope", "fenced\x00\x01\xff"} {
 		if _, err := lease.Restore(bytes.NewBufferString(in), 0); !errors.Is(err, lease.ErrBadSnapshot) {
 			t.Errorf("Restore(%q) = %v, want ErrBadSnapshot", in, err)
@@ -432,6 +439,7 @@ func BenchmarkCurrent(b *testing.B) {
 
 // Entries written before handovers existed (version 1) still decode.
 func TestCommandVersion1(t *testing.T) {
+	t.Parallel()
 	v1 := []byte{1, byte(lease.OpRelease), 1, 'k', 2, 'i', 'd', 0, 0}
 	var c lease.Command
 	if err := c.UnmarshalBinary(v1); err != nil || !reflect.DeepEqual(c, lease.Command{Op: lease.OpRelease, Key: "k", ID: "id"}) {
@@ -441,6 +449,7 @@ func TestCommandVersion1(t *testing.T) {
 
 // A snapshot keeps the state it was taken from, whatever happens next.
 func TestSnapshotIsFrozen(t *testing.T) {
+	t.Parallel()
 	s := lease.New(10)
 	s.Apply(1, 0, lease.Command{Op: lease.OpAcquire, Key: "a", ID: "a1", Owner: "A", TTL: time.Second})
 	s.Apply(2, 0, lease.Command{Op: lease.OpAcquire, Key: "b", ID: "b1", Owner: "B", TTL: time.Second})
@@ -495,6 +504,7 @@ func modelList(holder map[string]lease.Lease, prefix string) []lease.Lease {
 // event's lease, listed by EachShared, and never changed by later entries,
 // so that the leader's deadlines may keep it instead of a copy.
 func TestSharedLease(t *testing.T) {
+	t.Parallel()
 	s := lease.New(0)
 	res := s.Apply(1, 0, lease.Command{Op: lease.OpAcquire, Key: "k", ID: "a", Owner: "A", TTL: time.Second})
 	shared := res.Event.Shared()
@@ -524,6 +534,7 @@ func TestSharedLease(t *testing.T) {
 // Leases of one owner share one copy of the owner's name, however many
 // copies the commands carried; quotas still count per owner.
 func TestOwnerNameShared(t *testing.T) {
+	t.Parallel()
 	s := lease.New(0)
 	owner := func() string { return strings.Clone("owner-with-a-long-name") }
 	for i := range 3 {

@@ -33,6 +33,7 @@ func campaign(ctx context.Context, e *election.Elections, name, value string) <-
 // resigns, with a higher token; Leader shows each in turn, and nobody after
 // the last resigns.
 func TestCampaignLeaderResign(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := fencedtest.Start(t)
 	e := election.New(s.Client(t, client.Config{}))
@@ -92,6 +93,7 @@ func TestCampaignLeaderResign(t *testing.T) {
 // by its local deadline; the next candidate is elected once the server
 // expires the lease, with a higher token.
 func TestLostLeadership(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := fencedtest.Start(t)
 	e := election.New(s.Client(t, client.Config{TTL: 300 * time.Millisecond}))
@@ -116,6 +118,7 @@ func TestLostLeadership(t *testing.T) {
 }
 
 func TestCampaignErrors(t *testing.T) {
+	t.Parallel()
 	s := fencedtest.Start(t)
 	e := election.New(s.Client(t, client.Config{}))
 	if _, err := e.Campaign(context.Background(), "svc", strings.Repeat("v", 257)); !errors.Is(err, client.ErrInvalid) {
@@ -145,6 +148,7 @@ func TestCampaignErrors(t *testing.T) {
 // Observe reports the current leader, then each new one in order, and
 // nothing about other keys under the same prefix.
 func TestObserve(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := fencedtest.Start(t)
 	c := s.Client(t, client.Config{})
@@ -207,6 +211,7 @@ func TestObserve(t *testing.T) {
 // waits for OnStartedLeading to return, calls OnStoppedLeading, and
 // returns ctx's error.
 func TestRun(t *testing.T) {
+	t.Parallel()
 	s := fencedtest.Start(t)
 	e := election.New(s.Client(t, client.Config{}))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -247,6 +252,7 @@ func TestRun(t *testing.T) {
 
 // Run returns the loss when the leadership is lost, after the work saw it.
 func TestRunLost(t *testing.T) {
+	t.Parallel()
 	s := fencedtest.Start(t)
 	e := election.New(s.Client(t, client.Config{}))
 	stopped := make(chan struct{})
