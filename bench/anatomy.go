@@ -1,0 +1,388 @@
+package bench
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// AnatomyConfig configures Anatomy: one client looping acquire+release
+// against one fenced node started with --pprof.
+type AnatomyConfig struct {
+	FencedBin string        // fenced binary (required)
+	Dir       string        // data, logs and the captures (required)
+	Warmup    time.Duration // unmeasured cycles first; default 2s
+	Window    time.Duration // each capture window; default 3s
+}
+
+// Anatomy is where one acquire+release cycle at one client spends its
+// time, from the client's clock, fenced's histograms and CPU times. The
+// captures in Dir are runtime/trace and CPU profiles of both sides, taken
+// in windows of their own: trace.server, trace.client (window 2),
+// cpu.server.pprof, cpu.client.pprof (window 3).
+type Anatomy struct {
+	Cycles        int64   `json:"cycles"`       // in the measured window (1)
+	CycleUs       float64 `json:"cycleUs"`      // mean wall time of one cycle, client side
+	AcquireUs     float64 `json:"acquireUs"`    // mean Acquire call, client side
+	ReleaseUs     float64 `json:"releaseUs"`    // mean Release call, client side
+	HandlerAcqUs  float64 `json:"handlerAcqUs"` // fenced_request_duration_seconds, Acquire
+	HandlerRelUs  float64 `json:"handlerRelUs"` // … Release
+	ApplyUs       float64 `json:"applyUs"`      // fenced_raft_apply_duration_seconds: submit to applied
+	LogWriteUs    float64 `json:"logWriteUs"`   // fenced_raft_log_write_duration_seconds: append+fsync
+	LogWrites     float64 `json:"logWritesPerCycle"`
+	Applies       float64 `json:"appliesPerCycle"`
+	ServerCPUUs   float64 `json:"serverCpuUs"` // per cycle, /proc/PID/stat
+	ClientCPUUs   float64 `json:"clientCpuUs"` // per cycle, getrusage of this process
+	TraceCycles   int64   `json:"traceCycles"` // cycles in the trace window (2)
+	ProfileCycles int64   `json:"profileCycles"`
+	// Server and Client are the goroutines' time per cycle in the trace
+	// window, by kind.
+	Server []GoroutineTime `json:"server"`
+	Client []GoroutineTime `json:"client"`
+}
+
+// RunAnatomy starts fenced, runs the three windows and writes the captures.
+func RunAnatomy(ctx context.Context, cfg AnatomyConfig, progress io.Writer) (*Anatomy, error) {
+	if cfg.Warmup == 0 {
+		cfg.Warmup = 2 * time.Second
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 3 * time.Second
+	}
+	srv, err := startFenced(ctx, cfg.FencedBin, cfg.Dir, 1_000_000, nil, "--pprof")
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop(10 * time.Second)
+	c, err := (&fencedSystem{label: "fenced", endpoints: []string{srv.endpoint}}).dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	const key = "fencedbench/anatomy"
+	var acq, rel time.Duration
+	loop := func(d time.Duration) (int64, error) {
+		var n int64
+		for end := time.Now().Add(d); time.Now().Before(end); n++ {
+			t0 := time.Now()
+			h, err := c.lock(ctx, key, false)
+			if err != nil {
+				return n, err
+			}
+			t1 := time.Now()
+			if err := h.release(ctx); err != nil {
+				return n, err
+			}
+			acq += t1.Sub(t0)
+			rel += time.Since(t1)
+		}
+		return n, nil
+	}
+	fmt.Fprintf(progress, "fenced pid %d; warm-up %v\n", srv.pid(), cfg.Warmup)
+	if _, err := loop(cfg.Warmup); err != nil {
+		return nil, err
+	}
+
+	// Window 1: clocks, histograms, CPU.
+	a := &Anatomy{}
+	m0, err := scrape(ctx, srv.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	cpu0, err := procCPU(srv.pid())
+	if err != nil {
+		return nil, err
+	}
+	self0 := selfCPU()
+	acq, rel = 0, 0
+	start := time.Now()
+	if a.Cycles, err = loop(cfg.Window); err != nil {
+		return nil, err
+	}
+	wall := time.Since(start)
+	self1 := selfCPU()
+	cpu1, err := procCPU(srv.pid())
+	if err != nil {
+		return nil, err
+	}
+	m1, err := scrape(ctx, srv.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	n := float64(a.Cycles)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / n }
+	a.CycleUs, a.AcquireUs, a.ReleaseUs = us(wall), us(acq), us(rel)
+	a.ServerCPUUs, a.ClientCPUUs = us(cpu1-cpu0), us(self1-self0)
+	mean := func(name, labels string) (float64, float64) {
+		dn := m1[name+"_count"+labels] - m0[name+"_count"+labels]
+		ds := m1[name+"_sum"+labels] - m0[name+"_sum"+labels]
+		if dn == 0 {
+			return 0, 0
+		}
+		return ds / dn * 1e6, dn / n
+	}
+	a.HandlerAcqUs, _ = mean("fenced_request_duration_seconds", `{method="Acquire"}`)
+	a.HandlerRelUs, _ = mean("fenced_request_duration_seconds", `{method="Release"}`)
+	a.ApplyUs, a.Applies = mean("fenced_raft_apply_duration_seconds", "")
+	a.LogWriteUs, a.LogWrites = mean("fenced_raft_log_write_duration_seconds", "")
+
+	// Window 2: execution traces of both sides at once.
+	fmt.Fprintf(progress, "tracing %v\n", cfg.Window)
+	serverTrace := capture(ctx, fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", srv.endpoint, int(cfg.Window.Seconds())), filepath.Join(cfg.Dir, "trace.server"))
+	f, err := os.Create(filepath.Join(cfg.Dir, "trace.client"))
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		return nil, err
+	}
+	a.TraceCycles, err = loop(cfg.Window)
+	trace.Stop()
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := <-serverTrace; err != nil {
+		return nil, err
+	}
+	if a.Server, err = GoroutineTimes(ctx, filepath.Join(cfg.Dir, "trace.server"), a.TraceCycles); err != nil {
+		return nil, err
+	}
+	if a.Client, err = GoroutineTimes(ctx, filepath.Join(cfg.Dir, "trace.client"), a.TraceCycles); err != nil {
+		return nil, err
+	}
+
+	// Window 3: CPU profiles of both sides at once.
+	fmt.Fprintf(progress, "profiling %v\n", cfg.Window)
+	serverProf := capture(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.endpoint, int(cfg.Window.Seconds())), filepath.Join(cfg.Dir, "cpu.server.pprof"))
+	f, err = os.Create(filepath.Join(cfg.Dir, "cpu.client.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return nil, err
+	}
+	a.ProfileCycles, err = loop(cfg.Window)
+	pprof.StopCPUProfile()
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := <-serverProf; err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// capture fetches url into path in the background; the channel gets its
+// outcome.
+func capture(ctx context.Context, url, path string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	return done
+}
+
+// scrape reads every sample of fenced's /metrics, keyed by name and labels
+// as written there.
+func scrape(ctx context.Context, endpoint string) (map[string]float64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// GoroutineTime is the time one kind of goroutine spent in each state
+// during a trace window, per cycle, in microseconds: running on a thread,
+// runnable (ready, waiting for a thread: a hand-off's wake-up delay), and
+// in a system call (fsync, socket reads and writes).
+type GoroutineTime struct {
+	Kind      string  `json:"kind"`
+	RunningUs float64 `json:"runningUs"`
+	RunnableU float64 `json:"runnableUs"`
+	SyscallUs float64 `json:"syscallUs"`
+}
+
+// goroutineKinds names goroutines by a frame of their stacks, first match
+// wins.
+var goroutineKinds = []struct{ frame, kind string }{
+	{"raft.(*Raft).runFSM", "raft FSM (applies entries)"},
+	{"raft.(*Raft).run", "raft leader loop (log write, fsync)"},
+	{"(*hub).run", "watch hub dispatcher"},
+	{"(*expirer).run", "lease expirer"},
+	{"backgroundRead", "net/http background read"},
+	{"net/http.(*conn).serve", "net/http conn (connect-go, handler)"},
+	{"net/http.(*persistConn).readLoop", "client: net/http readLoop"},
+	{"net/http.(*persistConn).writeLoop", "client: net/http writeLoop"},
+	{"bench.RunAnatomy", "client: caller (fenced client, connect-go)"},
+}
+
+// GoroutineTimes reads an execution trace (through `go tool trace
+// -d=parsed`) and sums each kind of goroutine's time in each state,
+// divided by cycles. Goroutines of no known kind are summed as "other"
+// (the runtime's GC workers, timers, the trace reader itself).
+func GoroutineTimes(ctx context.Context, traceFile string, cycles int64) ([]GoroutineTime, error) {
+	cmd := exec.CommandContext(ctx, "go", "tool", "trace", "-d=parsed", traceFile)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	type key struct{ g, state string }
+	var (
+		kind            = map[string]string{}
+		state           = map[string]string{}
+		since           = map[string]int64{}
+		spent           = map[key]int64{}
+		stackOf         string // goroutine whose stack the lines below are
+		header, changed string
+	)
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "M="):
+			stackOf = ""
+			f := strings.Fields(line)
+			if len(f) > 2 {
+				header = strings.TrimPrefix(f[2], "G=")
+			}
+			i := strings.Index(line, " StateTransition Time=")
+			if i < 0 {
+				continue
+			}
+			rest := strings.Fields(line[i+len(" StateTransition Time="):])
+			if len(rest) < 3 || !strings.HasPrefix(rest[1], "GoID=") {
+				continue
+			}
+			t, _ := strconv.ParseInt(rest[0], 10, 64)
+			g := strings.TrimPrefix(rest[1], "GoID=")
+			from, to, ok := strings.Cut(rest[2], "->")
+			if !ok {
+				continue
+			}
+			if _, seen := since[g]; seen {
+				spent[key{g, from}] += t - since[g]
+			}
+			state[g], since[g], changed = to, t, g
+		case line == "TransitionStack=":
+			stackOf = changed
+		case line == "Stack=":
+			stackOf = header
+		case stackOf != "" && kind[stackOf] == "":
+			for _, k := range goroutineKinds {
+				if strings.Contains(line, k.frame) {
+					kind[stackOf] = k.kind
+					break
+				}
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("go tool trace -d=parsed %s: %w", traceFile, err)
+	}
+	byKind := map[string]*GoroutineTime{}
+	var order []*GoroutineTime
+	per := func(ns int64) float64 { return float64(ns) / 1e3 / float64(cycles) }
+	for k, ns := range spent {
+		name := kind[k.g]
+		if name == "" {
+			name = "other"
+		}
+		gt := byKind[name]
+		if gt == nil {
+			gt = &GoroutineTime{Kind: name}
+			byKind[name] = gt
+			order = append(order, gt)
+		}
+		switch k.state {
+		case "Running":
+			gt.RunningUs += per(ns)
+		case "Runnable":
+			gt.RunnableU += per(ns)
+		case "Syscall":
+			gt.SyscallUs += per(ns)
+		}
+	}
+	slices.SortFunc(order, func(a, b *GoroutineTime) int { return cmp.Compare(b.RunningUs, a.RunningUs) })
+	res := make([]GoroutineTime, len(order))
+	for i, gt := range order {
+		res[i] = *gt
+	}
+	return res, nil
+}
+
+// WriteMarkdown writes the cycle's split and the goroutines' times.
+func (a *Anatomy) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	handler := a.HandlerAcqUs + a.HandlerRelUs
+	perEntry := a.Applies
+	fmt.Fprintf(&b, "%d cycles: %.0f µs a cycle (Acquire %.0f, Release %.0f, client clock); CPU per cycle: server %.0f µs, client %.0f µs.\n\n",
+		a.Cycles, a.CycleUs, a.AcquireUs, a.ReleaseUs, a.ServerCPUUs, a.ClientCPUUs)
+	b.WriteString("| part of one cycle | µs | from |\n|---|---:|---|\n")
+	fmt.Fprintf(&b, "| raft log writes (append + fsync), %.1f per cycle | %.0f | fenced_raft_log_write_duration_seconds |\n", a.LogWrites, a.LogWriteUs*a.LogWrites)
+	fmt.Fprintf(&b, "| raft hand-offs and the state machine (submit to applied, less the log write) | %.0f | fenced_raft_apply_duration_seconds − the above |\n", (a.ApplyUs-a.LogWriteUs)*perEntry)
+	fmt.Fprintf(&b, "| handler outside raft (connect interceptors on, routing, lease checks) | %.0f | fenced_request_duration_seconds − apply |\n", handler-a.ApplyUs*perEntry)
+	fmt.Fprintf(&b, "| outside the handler: client, connect-go and net/http on both sides, loopback | %.0f | cycle − fenced_request_duration_seconds |\n", a.CycleUs-handler)
+	for _, side := range []struct {
+		name string
+		gs   []GoroutineTime
+	}{{"server", a.Server}, {"client", a.Client}} {
+		fmt.Fprintf(&b, "\n%s goroutines, µs per cycle (trace of %d cycles):\n\n| goroutine | running | runnable | in a system call |\n|---|---:|---:|---:|\n", side.name, a.TraceCycles)
+		for _, g := range side.gs {
+			fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f |\n", g.Kind, g.RunningUs, g.RunnableU, g.SyscallUs)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
