@@ -1,31 +1,40 @@
 // Package client is the Go client of fenced.
 //
-// Acquire returns a *Lease that renews itself in the background and carries
-// the fencing token to present to every resource the holder writes to:
+// [Client.Acquire] returns a [*Lease] that renews itself in the background
+// and carries the fencing token to present to every resource the holder
+// writes to:
 //
 //	l, err := c.Acquire(ctx, "orders/7")
 //	...
 //	defer l.Release(context.Background())
 //	write(l.Context(), l.Token())
 //
-// A lease's Context is cancelled the moment the client can no longer be sure
-// it holds the lease: a renewal was refused, the local deadline passed
-// without a successful renewal, Lost was called (for example by a guard's
-// transport after a stale-token rejection), or the lease was released.
-// context.Cause of that context says which, and matches ErrLost unless the
-// lease was released.
+// A lease's [Lease.Context] is cancelled the moment the client can no
+// longer be sure it holds the lease: a renewal was refused, the local
+// deadline passed without a successful renewal, [Lease.Lost] was called
+// (for example by a guard's transport after a stale-token rejection), the
+// lease was released, or the client was closed. [context.Cause] of that
+// context says which, and matches [ErrLost] unless the lease was released.
 //
 // After such a loss the client sends one Release with the lease's ID, in
 // the background and bounded by Config.RequestTimeout. The server ends a
 // lease only for its own ID, so this can never end a newer holder's lease,
 // and when it gets through the key is free a TTL sooner than by expiry.
-// Orphan is the exception: it stops renewing without releasing.
+// [Lease.Orphan] is the exception: it stops renewing without releasing.
+// [Client.Close] ends every lease the client still holds that way and
+// returns once nothing the client started is left running.
 //
-// Against a server with security on, Config.TLS (TLSFiles builds one from
-// PEM files) verifies the server and may present a client certificate, and
-// Config.Token is sent as a bearer token on every call. Refusals match
-// ErrUnauthenticated or ErrPermissionDenied. With token signing on, a
-// lease's Signature goes with its token to guards that verify signatures.
+// Against a server with security on, Config.TLS ([TLSFiles] builds one
+// from PEM files) verifies the server and may present a client
+// certificate, and Config.Token is sent as a bearer token on every call.
+// Refusals match [ErrUnauthenticated] or [ErrPermissionDenied]. With token
+// signing on, a lease's Signature goes with its token to guards that verify
+// signatures.
+//
+// The invariants cited by number (I1 to I7) are defined in package
+// [github.com/fencedio/fenced/lease].
+//
+// # Safety
 //
 // Guarantees:
 //   - The local deadline is conservative. It is measured on this process's
@@ -67,4 +76,20 @@
 //     slower than the server's by less than Config.ClockDrift. A clock
 //     slewed faster than that (a daemon correcting a large offset by
 //     slewing rather than stepping) needs a larger ClockDrift.
+//
+// # Cost
+//
+// A client's leases renew over one shared KeepAlive stream, each renewal
+// sent when due (TTL/3 by default), pipelined with the others: one stream
+// for the server instead of one request per renewal. No goroutine waits
+// between renewals. With several endpoints the client finds the leader in
+// the background and sends its calls there, sparing the followers' forwarding.
+//
+// # Compatibility
+//
+// Against a server or an HTTP client without HTTP/2 or KeepAlive, renewals
+// go as unary Renew calls, and a server that does not answer /v1/role is
+// used without looking for the leader: the same leases, at a higher cost.
+// [Client.Watch] resumes on another endpoint after the last revision seen,
+// as revisions are the same on every node.
 package client

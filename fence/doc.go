@@ -1,11 +1,17 @@
 // Package fence enforces fencing tokens at the resource, where writes land.
 //
 // A lease service decides who owns a scope; it cannot stop a paused process
-// or a delayed packet from writing after its lease is gone. A Guard can: it
-// applies a mutation for scope S only if the presented token is at least the
-// highest token it has accepted for S, and then remembers the new token
-// (invariant I5). The check and the mutation are atomic with respect to other
-// mutations of the same scope.
+// or a delayed packet from writing after its lease is gone. A [Guard] can:
+// it applies a mutation for scope S only if the presented token is at least
+// the highest token it has accepted for S, and then remembers the new token
+// (invariant I5; the invariants are defined in package
+// [github.com/fencedio/fenced/lease]). The check and the mutation are
+// atomic with respect to other mutations of the same scope.
+//
+// Every guard takes a Config struct whose zero fields are the defaults
+// documented on them: [NewMemory] takes a [MemoryConfig].
+//
+// # Safety
 //
 // Guarantees:
 //   - A mutation presented with token t for scope S runs only if no mutation
@@ -15,9 +21,9 @@
 //     for the durable guard (package fence/fencebolt), the database for
 //     fencesql and fenceredis.
 //   - Scopes are independent: a token for one scope never fences another.
-//   - Rejections return a *StaleTokenError that matches ErrStaleToken.
+//   - Rejections return a [*StaleTokenError] that matches [ErrStaleToken].
 //   - Every guard, the fencing header parsers and the lease service apply
-//     one rule to scopes, ValidateScope: a lease key is a valid scope and
+//     one rule to scopes, [ValidateScope]: a lease key is a valid scope and
 //     nothing else is. An invalid scope is refused before anything is
 //     checked, applied or recorded.
 //
@@ -33,22 +39,32 @@
 //     huge token accepted once makes every legitimate token of its scope
 //     stale.
 //
-// Signed tokens (opt-in): a guard wrapped by NewSignedGuard (fencesql and
-// fenceredis take a Verifier) runs a mutation only if the token comes with
-// a signature (WithSignature; the Fencing-Token-Signature header) that a
-// trusted Ed25519 key made for that scope and that token. Missing, forged,
-// re-scoped and re-tokened signatures, and those of retired keys, are
-// refused with an error matching ErrBadSignature before the inner guard is
-// asked anything, so they never move the highest token. The lease service
-// signs with --signing-key-file and publishes its keys on /v1/keys
-// (ReadKeySet). Unsigned guards ignore signatures and cost nothing.
+// Signed tokens (opt-in): a guard wrapped by [NewSignedGuard] (fencesql and
+// fenceredis take a Verifier in their Config) runs a mutation only if the
+// token comes with a signature ([WithSignature]; the Fencing-Token-Signature
+// header) that a trusted Ed25519 key made for that scope and that token.
+// Missing, forged, re-scoped and re-tokened signatures, and those of
+// retired keys, are refused with an error matching [ErrBadSignature] before
+// the inner guard is asked anything, so they never move the highest token.
+// The lease service signs with --signing-key-file and publishes its keys on
+// /v1/keys ([ReadKeySet]).
 //
 // Equal tokens are accepted: the current holder writes many times with the
 // same token.
 //
+// # Cost
+//
+// [Memory] serializes the mutations of one scope on a lock of its own,
+// sharded so that unrelated scopes do not contend, and never forgets a
+// scope: its size grows with the scopes it has seen. The durable and
+// database guards pay a write of the highest token only when it rises
+// (fencebolt: a commit and an fsync; see each package). Unsigned guards
+// ignore signatures and cost nothing for them; a signed guard verifies one
+// Ed25519 signature per mutation.
+//
 // # Sequences
 //
-// A write may also carry a sequence number (WithSequence): per scope a guard
+// A write may also carry a sequence number ([WithSequence]): per scope a guard
 // keeps the last sequence accepted under the highest token. A higher token
 // starts a new epoch (any sequence accepted); under the same token a
 // sequence must be above the last one, and one at or below it is a
@@ -64,9 +80,9 @@
 //
 // # Leases
 //
-// Lease is the holder's side of a lease (key, token, Lost); *client.Lease
+// [Lease] is the holder's side of a lease (key, token, Lost); *client.Lease
 // satisfies it. Every guard has a lease-taking form beside its token-taking
-// one (DoLease here and Memory.DoLease; fencebolt.Guard.DoLease and
+// one ([DoLease] here and [Memory.DoLease]; fencebolt.Guard.DoLease and
 // DoTxLease; fencesql.Guard.DoLease; fenceredis.Guard.WithLease; the fencehttp and
 // fenceconnect client halves take a Lease too). It uses the lease's key as
 // the scope and its token, and when the token is stale it calls the lease's
@@ -87,7 +103,7 @@
 // one does not link bbolt: its Do applies the mutation before it records
 // the token, so a crash in between leaves the mutation applied and the token
 // unrecorded; its DoTx, for data kept in the same file, commits both in one
-// transaction. NewSlogObserver turns decisions into logs;
+// transaction. [NewSlogObserver] turns decisions into logs;
 // fence/fenceprom.NewObserver turns them into Prometheus metrics (a package
 // of its own, so that this one does not link the Prometheus client).
 package fence
