@@ -205,11 +205,11 @@ func startFencedCluster(ctx context.Context, bin, dir string, n, maxLeases int) 
 		if err := os.MkdirAll(data, 0o755); err != nil {
 			return nil, err
 		}
-		p, err := startProc("fenced "+id, bin, []string{
+		p, err := startProc("fenced "+id, bin, append([]string{
 			"--node-id", id, "--initial-cluster", strings.Join(ic, ","),
 			"--data-dir", data, "--listen", api, "--raft-listen", raft,
 			"--log-level", "warn", "--max-leases", strconv.Itoa(maxLeases),
-		}, nil, filepath.Join(dir, id+".log"), false)
+		}, perClientLimits(bin, maxLeases)...), nil, filepath.Join(dir, id+".log"), false)
 		if err != nil {
 			return nil, err
 		}

@@ -236,10 +236,11 @@ func startFenced(ctx context.Context, bin, dir string, maxLeases int, env []stri
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
-	p, err := startProc("fenced", bin, append([]string{
+	args := append([]string{
 		"--data-dir", data, "--listen", listen, "--raft-listen", raftListen,
 		"--log-level", "warn", "--max-leases", strconv.Itoa(maxLeases),
-	}, extra...), env, filepath.Join(dir, "fenced.log"), false)
+	}, perClientLimits(bin, maxLeases)...)
+	p, err := startProc("fenced", bin, append(args, extra...), env, filepath.Join(dir, "fenced.log"), false)
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +250,26 @@ func startFenced(ctx context.Context, bin, dir string, maxLeases int, env []stri
 		return nil, err
 	}
 	return s, nil
+}
+
+// perClientLimits lifts fenced's limits per client address, which the
+// harness would hit by design: every benchmark client comes from
+// 127.0.0.1, up to 256 of them with a call each in flight, and the memory
+// workload holds all its leases from there (ZooKeeper gets
+// maxClientCnxns=0 for the same reason). Builds older than a flag do not
+// get it.
+func perClientLimits(bin string, maxLeases int) []string {
+	help, _ := exec.Command(bin, "--help").CombinedOutput()
+	var args []string
+	for _, f := range []struct{ flag, value string }{
+		{"--max-calls-per-client", "1000000"},
+		{"--max-leases-per-client", strconv.Itoa(maxLeases)},
+	} {
+		if bytes.Contains(help, []byte(f.flag+" ")) {
+			args = append(args, f.flag, f.value)
+		}
+	}
+	return args
 }
 
 func newEtcdClient(endpoints []string) (*clientv3.Client, error) {
