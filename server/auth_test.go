@@ -18,6 +18,8 @@ import (
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testpki"
 	"github.com/fencedio/fenced/lease"
+
+	"github.com/fencedio/fenced/server/internal/security"
 )
 
 // serveAPI starts a node with cfg and serves its API on a loopback port;
@@ -490,21 +492,6 @@ func TestClientCertAuth(t *testing.T) {
 	}
 }
 
-func TestPolicyRejects(t *testing.T) {
-	for name, body := range map[string]string{
-		"unknown permission": `{"rules": [{"principal": "a", "prefix": "", "permissions": ["write"]}]}`,
-		"short hash":         `{"tokens": [{"principal": "a", "sha256": "abcd"}]}`,
-		"no principal":       fmt.Sprintf(`{"tokens": [{"sha256": %q}]}`, HashSecret("x")),
-		"duplicate secret":   fmt.Sprintf(`{"tokens": [{"principal": "a", "sha256": %q}, {"principal": "b", "sha256": %q}]}`, HashSecret("x"), HashSecret("x")),
-		"unknown field":      `{"token": []}`,
-		"not json":           `rules: []`,
-	} {
-		if _, err := ParsePolicy([]byte(body)); !errors.Is(err, ErrBadPolicy) {
-			t.Errorf("%s: %v, want ErrBadPolicy", name, err)
-		}
-	}
-}
-
 // waiting returns the number of acquisitions waiting for key.
 func (q *waitQueues) waiting(key string) int {
 	q.mu.Lock()
@@ -557,7 +544,7 @@ type spoofRT struct{ token, principal string }
 
 func (s spoofRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set(forwardedPrincipalHeader, s.principal)
+	r.Header.Set(security.ForwardedPrincipalHeader, s.principal)
 	r.Header.Set(forwardedHeader, "n9")
 	if s.token != "" {
 		r.Header.Set("Authorization", "Bearer "+s.token)
@@ -576,8 +563,8 @@ func TestPublicPortIgnoresForwardedPrincipal(t *testing.T) {
 	if err := s.WaitReady(waitCtx); err != nil {
 		t.Fatal(err)
 	}
-	spoof := &http.Client{Transport: spoofRT{principal: encodePrincipal(Principal{Name: "ops", Method: "token"})}}
-	aliceSpoof := &http.Client{Transport: spoofRT{token: aliceSecret, principal: encodePrincipal(Principal{Name: "ops", Method: "token"})}}
+	spoof := &http.Client{Transport: spoofRT{principal: security.EncodePrincipal(Principal{Name: "ops", Method: "token"})}}
+	aliceSpoof := &http.Client{Transport: spoofRT{token: aliceSecret, principal: security.EncodePrincipal(Principal{Name: "ops", Method: "token"})}}
 
 	_, err := fencedv1connect.NewLeaseServiceClient(spoof, base).Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "a/1", TtlMs: 10_000}))
 	if codeOf(err) != connect.CodeUnauthenticated {

@@ -161,7 +161,7 @@ func (s *Server) clientURL() string {
 		return ""
 	}
 	scheme := "http"
-	if s.sec.tls != nil {
+	if s.sec.TLS != nil {
 		scheme = "https"
 	}
 	return scheme + "://" + addr.String()

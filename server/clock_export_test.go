@@ -40,4 +40,3 @@ func (c *ManualClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 	c.s.expirer.wake()
 }
-

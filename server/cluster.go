@@ -184,12 +184,12 @@ func (c *Config) advertisedRaftAddress() string {
 // newTransport listens on the peer port: raft's connections and forwarded
 // API calls share it (peermux.go).
 func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
-	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.peer, s.log, s)
+	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.Peer, s.log, s)
 	if err != nil {
 		return nil, fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
 	}
 	s.peers = mux
-	if s.sec.peer == nil && s.sec.policy() != nil {
+	if s.sec.Peer == nil && s.sec.Policy() != nil {
 		s.log.Warn("the peer port is plaintext and unauthenticated: whoever reaches it can forward calls in any principal's name; "+
 			"keep it on a network only the nodes reach, or set --peer-cert-file, --peer-key-file and --peer-trusted-ca-file",
 			"raft_listen", mux.ln.Addr().String())

@@ -201,7 +201,7 @@ type Config struct {
 	// set, the port speaks only TLS. Off by default.
 	TLS TLSFiles
 	// PeerTLS turns on mutual TLS for the peer port, raft and forwarded
-	// calls alike (peertls.go): CertFile, KeyFile and TrustedCAFile are all
+	// calls alike (internal/security/peertls.go): CertFile, KeyFile and TrustedCAFile are all
 	// needed, ClientCertAuth is implied. Off by default.
 	PeerTLS TLSFiles
 	// AuthFile is the auth policy (LoadPolicy): bearer token hashes and the
@@ -408,7 +408,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: AdvertiseClientURL: %w", err))
 		}
 	}
-	errs = append(errs, c.TLS.Validate(), c.PeerTLS.validatePeer())
+	errs = append(errs, c.TLS.Validate(), c.PeerTLS.ValidatePeer())
 	return errors.Join(errs...)
 }
 

@@ -89,12 +89,12 @@
 // port. The API side:
 // service.go the Connect handlers (lease API and Revoke), routed.go and
 // forward.go where each call is served, validate.go the input rules, wire.go
-// a lease's wire form, errors.go the mapping to Connect codes, auth.go,
-// sign.go and tls.go security, httpserver.go and dashboard.go the HTTP
-// server and dashboard.
+// a lease's wire form, errors.go the mapping to Connect codes, auth.go and
+// security.go authentication, authorization and signing, httpserver.go and
+// dashboard.go the HTTP server and dashboard.
 //
 // Beneath the node, in packages that import nothing of it (imports_test.go
 // pins the graph): internal/raftlog, the raft log store on disk and its
 // repairs; internal/leadercheck, the coalescing of leadership
-// confirmations.
+// confirmations; internal/security, the TLS, auth and signing files.
 package server

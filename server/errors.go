@@ -9,6 +9,8 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
+
+	"github.com/fencedio/fenced/server/internal/security"
 )
 
 var (
@@ -76,9 +78,9 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, errInvalid):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, errUnauthenticated):
+	case errors.Is(err, ErrUnauthenticated):
 		return connect.NewError(connect.CodeUnauthenticated, err)
-	case errors.Is(err, errPermissionDenied):
+	case errors.Is(err, security.ErrPermissionDenied):
 		return connect.NewError(connect.CodePermissionDenied, err)
 	case errors.Is(err, errTooManyLeases), errors.Is(err, errTooManyWaiters), errors.Is(err, errTooManyStreams), errors.Is(err, errQuotaExceeded):
 		return connect.NewError(connect.CodeResourceExhausted, err)

@@ -68,7 +68,7 @@ func (s *Server) Handler() http.Handler { return s.handler(false) }
 
 // handler is Handler for the public port (peer false) or for the calls
 // other nodes forward over the peer port (peer true). Only the latter
-// trusts the principal a forwarding node names (forwardedPrincipalHeader);
+// trusts the principal a forwarding node names (security.ForwardedPrincipalHeader);
 // on the public port that header is ignored and callers authenticate
 // themselves.
 func (s *Server) handler(peer bool) http.Handler {
@@ -142,14 +142,14 @@ func (s *Server) Serve(ctx context.Context) error {
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	var served net.Listener = s.limitListener(ln)
 	var protocols *http.Protocols
-	if s.sec.tls != nil {
+	if s.sec.TLS != nil {
 		// Only TLS: the buffer sits under it, so that net/http sees the
 		// *tls.Conn it negotiates HTTP/2 on and answers plaintext HTTP
 		// with 400.
 		protocols = new(http.Protocols)
 		protocols.SetHTTP1(true)
 		protocols.SetHTTP2(true)
-		served = tls.NewListener(served, s.sec.tls.ServerConfig())
+		served = tls.NewListener(served, s.sec.TLS.ServerConfig())
 	}
 	s.mu.Lock()
 	if s.ctx.Err() != nil {

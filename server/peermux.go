@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fencedio/fenced/server/internal/security"
 )
 
 // The peer port carries two kinds of connections, told apart by the first
 // byte the dialer writes: raft's own RPCs, and lease API calls a follower
 // forwards to the leader (HTTP/2 without TLS). One port means a follower
 // needs nothing but the leader's raft address, which raft already knows, to
-// reach the leader's API; and peer TLS (peertls.go), which wraps the whole
+// reach the leader's API; and peer TLS (internal/security/peertls.go), which wraps the whole
 // connection before that byte, covers both.
 //
 // After that byte each end says who it is (peerHello), the dialer first:
@@ -162,7 +164,7 @@ var _ raft.StreamLayer = (*peerMux)(nil)
 
 // listenPeers listens on addr; peers are told to dial advertise, or the
 // address listened on if advertise is empty. With tls set, connections in
-// both directions are mutual TLS (peertls.go); log receives refused
+// both directions are mutual TLS (internal/security/peertls.go); log receives refused
 // handshakes. self answers for the node from the first connection on: a
 // peer that asked before it was set was told nothing of the node (an empty
 // name), which a forming member took for a wrong --initial-cluster.
@@ -209,13 +211,13 @@ func (m *peerMux) sort(c net.Conn) {
 	var b [1]byte
 	c.SetDeadline(time.Now().Add(peerHandshakeTimeout))
 	if m.tls != nil {
-		tc := tls.Server(c, m.tls.peerServerConfig())
+		tc := tls.Server(c, m.tls.PeerServerConfig())
 		if err := tc.Handshake(); err != nil {
 			m.log.Warn("peer connection refused: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 			c.Close()
 			return
 		}
-		c = peerConn{tc}
+		c = security.PeerConn{Conn: tc}
 	}
 	if _, err := c.Read(b[:]); err != nil {
 		c.Close()
@@ -321,7 +323,7 @@ func (m *peerMux) dial(ctx context.Context, address string, kind byte) (net.Conn
 func (m *peerMux) dialHello(ctx context.Context, address string, kind byte, h peerHello) (net.Conn, peerHello, error) {
 	var conf *tls.Config
 	if m.tls != nil {
-		conf = m.tls.peerClientConfig(address)
+		conf = m.tls.PeerClientConfig(address)
 	}
 	c, answer, err := dialPeer(ctx, net.Dialer{LocalAddr: m.local}, address, kind, conf, h)
 	if err != nil {

@@ -41,7 +41,7 @@ func copyFile(t *testing.T, from, to string) {
 
 func peerMuxWithTLS(t *testing.T, files TLSFiles) (*peerMux, *TLSReloader) {
 	t.Helper()
-	r, err := NewTLSReloader(files.mutual())
+	r, err := NewTLSReloader(files.Mutual())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 // quotaHolder is whom an acquisition by ctx's caller naming owner counts
 // against: its principal with auth on, else the owner.
 func (s *Server) quotaHolder(ctx context.Context, owner string) string {
-	if s.sec.policy() == nil {
+	if s.sec.Policy() == nil {
 		return owner
 	}
 	p, err := s.principal(ctx)
@@ -43,7 +43,7 @@ func (s *Server) checkLeaseQuota(owner, holder string) error {
 	limit := s.cfg.MaxLeasesPerOwner
 	var ownerN, holderN int
 	s.fsm.read(func(st *lease.State) { ownerN, holderN = st.OwnerLen(owner), st.OwnerLen(holder) })
-	if s.sec.policy() != nil {
+	if s.sec.Policy() != nil {
 		if n := holderN + s.overrides.count(holder, limit-holderN, s.fsm); n >= limit {
 			return &quotaError{Quota: "max-leases-per-owner", Of: "principal", Owner: holder, Used: n, Limit: limit}
 		}
@@ -124,7 +124,7 @@ func (o *ownerOverrides) prune(principal string, v *overridden, f *fsm) {
 
 // holderKind says what a quota holder is, for quotaError.
 func (s *Server) holderKind() string {
-	if s.sec.policy() != nil {
+	if s.sec.Policy() != nil {
 		return "principal"
 	}
 	return "owner"

@@ -23,6 +23,8 @@ import (
 	"github.com/fencedio/fenced/server/internal/raftlog"
 
 	"github.com/fencedio/fenced/server/internal/leadercheck"
+
+	"github.com/fencedio/fenced/server/internal/security"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -49,7 +51,7 @@ type Server struct {
 	replayedTo uint64
 	counts     transitions
 	metrics    *metrics
-	sec        *security // TLS and auth files, reloadable
+	sec        *security.State // TLS and auth files, reloadable
 
 	// notify carries raft's leadership changes to watchLeadership.
 	notify <-chan bool
@@ -159,7 +161,7 @@ func New(cfg Config) (*Server, error) {
 	s.expirer = newExpirer(s.expireLeases)
 	s.forward = newForwarder(s)
 	var err error
-	if s.sec, err = newSecurity(&s.cfg); err != nil {
+	if s.sec, err = security.New(security.Files{TLS: cfg.TLS, PeerTLS: cfg.PeerTLS, AuthFile: cfg.AuthFile, SigningKeyFile: cfg.SigningKeyFile}); err != nil {
 		return nil, err
 	}
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {

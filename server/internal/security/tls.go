@@ -1,4 +1,4 @@
-package server
+package security
 
 import (
 	"crypto/tls"
@@ -119,39 +119,48 @@ func (r *TLSReloader) ServerConfig() *tls.Config {
 	}
 }
 
-// security is the node's TLS, auth and signing state. Reload swaps each
-// part that loads; a part that fails keeps what it had.
-type security struct {
-	cfg  *Config
-	tls  *TLSReloader // nil without TLS
-	peer *TLSReloader // nil without peer TLS
-	pol  atomic.Pointer[Policy]
-	keys atomic.Pointer[keyring] // nil: token signing off
+// Files names the files a node's security is read from; an empty name
+// (or TLSFiles without a certificate) leaves that part off.
+type Files struct {
+	TLS, PeerTLS   TLSFiles
+	AuthFile       string
+	SigningKeyFile string
 }
 
-func newSecurity(cfg *Config) (*security, error) {
-	sec := &security{cfg: cfg}
-	if cfg.TLS.Enabled() {
+// State is a node's TLS, auth and signing state. Reload swaps each part
+// that loads; a part that fails keeps what it had.
+type State struct {
+	files Files
+	TLS   *TLSReloader // nil without TLS
+	Peer  *TLSReloader // nil without peer TLS
+	pol   atomic.Pointer[Policy]
+	keys  atomic.Pointer[Keyring] // nil: token signing off
+}
+
+// New reads every file of files.
+func New(files Files) (*State, error) {
+	sec := &State{files: files}
+	if files.TLS.Enabled() {
 		var err error
-		if sec.tls, err = NewTLSReloader(cfg.TLS); err != nil {
+		if sec.TLS, err = NewTLSReloader(files.TLS); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.PeerTLS.Enabled() {
+	if files.PeerTLS.Enabled() {
 		var err error
-		if sec.peer, err = NewTLSReloader(cfg.PeerTLS.mutual()); err != nil {
+		if sec.Peer, err = NewTLSReloader(files.PeerTLS.Mutual()); err != nil {
 			return nil, fmt.Errorf("peer %w", err)
 		}
 	}
-	if cfg.AuthFile != "" {
-		p, err := LoadPolicy(cfg.AuthFile)
+	if files.AuthFile != "" {
+		p, err := LoadPolicy(files.AuthFile)
 		if err != nil {
 			return nil, err
 		}
 		sec.pol.Store(p)
 	}
-	if cfg.SigningKeyFile != "" {
-		kr, err := loadKeyring(cfg.SigningKeyFile)
+	if files.SigningKeyFile != "" {
+		kr, err := loadKeyring(files.SigningKeyFile)
 		if err != nil {
 			return nil, err
 		}
@@ -160,53 +169,43 @@ func newSecurity(cfg *Config) (*security, error) {
 	return sec, nil
 }
 
-// policy returns the auth policy in force; nil while auth is off.
-func (sec *security) policy() *Policy {
+// Policy returns the auth policy in force; nil while auth is off.
+func (sec *State) Policy() *Policy {
 	if sec == nil {
 		return nil
 	}
 	return sec.pol.Load()
 }
 
-// reload reads the certificate files (API and peer), the auth file and the
-// signing keys again. What fails
-// to load keeps its previous contents, and the errors are returned.
-func (sec *security) reload() error {
+// Keys returns the signing keys in force; nil while signing is off.
+func (sec *State) Keys() *Keyring { return sec.keys.Load() }
+
+// Reload reads the certificate files (API and peer), the auth file and the
+// signing keys again. What fails to load keeps its previous contents, and
+// the errors are returned.
+func (sec *State) Reload() error {
 	var errs []error
-	if sec.tls != nil {
-		errs = append(errs, sec.tls.Reload())
+	if sec.TLS != nil {
+		errs = append(errs, sec.TLS.Reload())
 	}
-	if sec.peer != nil {
-		if err := sec.peer.Reload(); err != nil {
+	if sec.Peer != nil {
+		if err := sec.Peer.Reload(); err != nil {
 			errs = append(errs, fmt.Errorf("peer %w", err))
 		}
 	}
-	if sec.cfg.AuthFile != "" {
-		p, err := LoadPolicy(sec.cfg.AuthFile)
+	if sec.files.AuthFile != "" {
+		p, err := LoadPolicy(sec.files.AuthFile)
 		if err == nil {
 			sec.pol.Store(p)
 		}
 		errs = append(errs, err)
 	}
-	if sec.cfg.SigningKeyFile != "" {
-		kr, err := loadKeyring(sec.cfg.SigningKeyFile)
+	if sec.files.SigningKeyFile != "" {
+		kr, err := loadKeyring(sec.files.SigningKeyFile)
 		if err == nil {
 			sec.keys.Store(kr)
 		}
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// Reload re-reads the TLS certificate files of the API and the peer port,
-// the auth file and the signing key file (fenced does on SIGHUP). New handshakes and requests use them; a file that fails to
-// load keeps its old contents, and the error says which.
-func (s *Server) Reload() error {
-	err := s.sec.reload()
-	if err != nil {
-		s.log.Error("reload failed; keeping the previous files", "err", err)
-	} else {
-		s.log.Info("reloaded TLS and auth files")
-	}
-	return err
 }

@@ -1,4 +1,4 @@
-package server
+package security
 
 import (
 	"crypto/tls"
@@ -29,15 +29,15 @@ import (
 // unauthenticated, and whoever can reach it can act as a member of the
 // cluster (docs/security.md).
 
-// mutual returns f with client certificates required: peers always
+// Mutual returns f with client certificates required: peers always
 // authenticate each other.
-func (f TLSFiles) mutual() TLSFiles {
+func (f TLSFiles) Mutual() TLSFiles {
 	f.ClientCertAuth = true
 	return f
 }
 
-// validatePeer checks the peer TLS files: all three, or none.
-func (f TLSFiles) validatePeer() error {
+// ValidatePeer checks the peer TLS files: all three, or none.
+func (f TLSFiles) ValidatePeer() error {
 	set := 0
 	for _, name := range []string{f.CertFile, f.KeyFile, f.TrustedCAFile} {
 		if name != "" {
@@ -51,9 +51,9 @@ func (f TLSFiles) validatePeer() error {
 	return nil
 }
 
-// peerServerConfig returns the tls.Config of the peer port's listening
+// PeerServerConfig returns the tls.Config of the peer port's listening
 // side, picking up every Reload at the next handshake.
-func (r *TLSReloader) peerServerConfig() *tls.Config {
+func (r *TLSReloader) PeerServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -66,10 +66,10 @@ func (r *TLSReloader) peerServerConfig() *tls.Config {
 	}
 }
 
-// peerClientConfig returns the tls.Config to dial the peer port at
+// PeerClientConfig returns the tls.Config to dial the peer port at
 // address with: this node's certificate, the peer CA, and the dialed host
 // as the name the other node's certificate must carry.
-func (r *TLSReloader) peerClientConfig(address string) *tls.Config {
+func (r *TLSReloader) PeerClientConfig(address string) *tls.Config {
 	cur := r.cur.Load()
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
@@ -104,7 +104,7 @@ func verifyNodeCertificate(cs tls.ConnectionState) error {
 	return fmt.Errorf("peer tls: certificate %q is not a node certificate (no serverAuth usage)", leaf.Subject.String())
 }
 
-// peerConn is a peer connection that passed its TLS handshake. It hides
+// PeerConn is a peer connection that passed its TLS handshake. It hides
 // the *tls.Conn from net/http, which would otherwise serve it as HTTPS
 // with ALPN; forwarded calls speak HTTP/2 with prior knowledge inside it.
-type peerConn struct{ net.Conn }
+type PeerConn struct{ net.Conn }

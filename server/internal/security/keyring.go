@@ -1,4 +1,4 @@
-package server
+package security
 
 import (
 	"crypto/ed25519"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -14,14 +13,14 @@ import (
 	"github.com/fencedio/fenced/fence"
 )
 
-// keyring is the parsed signing key file: the key grants are signed with,
+// Keyring is the parsed signing key file: the key grants are signed with,
 // and every key guards should trust.
-type keyring struct {
+type Keyring struct {
 	signer    *fence.Signer
 	published []fence.PublicKey
 }
 
-// signingFile is the JSON form of a keyring:
+// signingFile is the JSON form of a Keyring:
 //
 //	{
 //	  "active": "2026-12",
@@ -49,7 +48,7 @@ type signingFile struct {
 // ErrBadSigningKeys is returned for a signing key file that cannot be used.
 var ErrBadSigningKeys = errors.New("bad signing key file")
 
-func loadKeyring(path string) (*keyring, error) {
+func loadKeyring(path string) (*Keyring, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadSigningKeys, err)
@@ -60,7 +59,7 @@ func loadKeyring(path string) (*keyring, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBadSigningKeys, path, err)
 	}
-	kr := &keyring{}
+	kr := &Keyring{}
 	for _, k := range f.Keys {
 		pub := fence.PublicKey{KeyID: k.Kid, NotAfter: k.NotAfter}
 		switch {
@@ -97,27 +96,8 @@ func loadKeyring(path string) (*keyring, error) {
 	return kr, nil
 }
 
-// signature returns the signature of token for key, nil with signing off:
-// the field is then absent from the answer, which keeps the JSON of
-// unsigned mode exactly as it was.
-func (s *Server) signature(key string, token uint64) *string {
-	kr := s.sec.keys.Load()
-	if kr == nil {
-		return nil
-	}
-	sig := kr.signer.Sign(key, token)
-	return &sig
-}
+// Sign signs token for key with the active key.
+func (k *Keyring) Sign(key string, token uint64) string { return k.signer.Sign(key, token) }
 
-// serveKeys publishes the keys guards should trust, JWKS-like (see
-// fence.WriteKeySet); 404 with signing off.
-func (s *Server) serveKeys(w http.ResponseWriter, _ *http.Request) {
-	kr := s.sec.keys.Load()
-	if kr == nil {
-		http.Error(w, "token signing is off", http.StatusNotFound)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "max-age=60")
-	fence.WriteKeySet(w, kr.published)
-}
+// Published returns every key guards should trust.
+func (k *Keyring) Published() []fence.PublicKey { return k.published }
