@@ -25,6 +25,7 @@ import (
 var nop = func(context.Context) error { return nil }
 
 func TestBoltReopen(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "fence.db")
 	g, err := fencebolt.Open(path, fencebolt.Config{})
@@ -57,6 +58,7 @@ func TestBoltReopen(t *testing.T) {
 }
 
 func TestBoltDoTx(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	const scope = "objects/x"
@@ -120,6 +122,7 @@ func TestBoltDoTx(t *testing.T) {
 }
 
 func TestBoltOptions(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, o := range []*bbolt.Options{{NoSync: true}, {ReadOnly: true}} {
 		if g, err := fencebolt.Open(filepath.Join(dir, "x.db"), fencebolt.Config{Bolt: o}); err == nil {
@@ -137,6 +140,7 @@ func TestBoltOptions(t *testing.T) {
 }
 
 func TestBoltScopeTooLong(t *testing.T) {
+	t.Parallel()
 	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	scope := strings.Repeat("k", bbolt.MaxKeySize+1)
 	called := false
@@ -152,6 +156,7 @@ func TestBoltScopeTooLong(t *testing.T) {
 // TestBoltCloseWaits checks that Close lets a Do whose apply has already
 // run record its token, instead of closing the file under it.
 func TestBoltCloseWaits(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "fence.db")
 	synctest.Test(t, func(t *testing.T) {
 		g, err := fencebolt.Open(path, fencebolt.Config{})
@@ -195,6 +200,7 @@ const helperEnv = "FENCE_BOLT_HELPER_PATH"
 // again with helperEnv set, and this function then writes tokens until it is
 // killed, printing each one that Do acknowledged.
 func TestBoltHelperProcess(t *testing.T) {
+	t.Parallel()
 	path := os.Getenv(helperEnv)
 	if path == "" {
 		t.Skip("helper process for TestBoltKill")
@@ -233,6 +239,7 @@ func TestBoltHelperProcess(t *testing.T) {
 // TestBoltKill kills a writer with SIGKILL while it is writing tokens and
 // checks that every token it acknowledged is still the floor afterwards.
 func TestBoltKill(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("in helper process")
 	}

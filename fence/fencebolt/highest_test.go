@@ -14,6 +14,7 @@ import (
 
 // HighestTx inside DoTx's apply sees the highest before this mutation.
 func TestBoltHighestTx(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	var seen []uint64
@@ -48,6 +49,7 @@ func TestBoltHighestTx(t *testing.T) {
 // and refuses every mutation of its scope: reading it as 0 would turn
 // fencing off.
 func TestBoltDamagedTokenRefusesMutations(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := openBolt(t, filepath.Join(t.TempDir(), "fence.db"), fencebolt.Config{})
 	if err := g.DB().Update(func(tx *bbolt.Tx) error {

@@ -12,6 +12,7 @@ import (
 )
 
 func TestClientInterceptorUnary(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})
@@ -65,6 +66,7 @@ func TestClientInterceptorUnary(t *testing.T) {
 }
 
 func TestClientInterceptorStream(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})
@@ -115,6 +117,7 @@ func TestClientInterceptorStream(t *testing.T) {
 }
 
 func TestClientInterceptorNonASCIIScope(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})

@@ -17,6 +17,7 @@ import (
 )
 
 func TestInterceptorUnary(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})
@@ -79,6 +80,7 @@ func TestInterceptorUnary(t *testing.T) {
 }
 
 func TestInterceptorRejectsBadHeaders(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		scope, token string
@@ -130,6 +132,7 @@ func TestInterceptorRejectsBadHeaders(t *testing.T) {
 }
 
 func TestInterceptorHandlerErrorIsNotRecorded(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})
@@ -150,6 +153,7 @@ func TestInterceptorHandlerErrorIsNotRecorded(t *testing.T) {
 }
 
 func TestInterceptorExemptProcedures(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})
@@ -180,6 +184,7 @@ func receiveAll(stream *connect.ServerStreamForClient[wrapperspb.StringValue]) (
 }
 
 func TestInterceptorServerStream(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})
@@ -234,6 +239,7 @@ func TestInterceptorServerStream(t *testing.T) {
 // A fenced stream keeps its scope locked until it ends: a write to the same
 // scope that arrives meanwhile runs after the stream, never during it.
 func TestInterceptorStreamHoldsScope(t *testing.T) {
+	t.Parallel()
 	g := &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), entered: make(chan struct{}, 2)}
 	s := &store{streamGate: make(chan struct{}), events: make(chan string, 8)}
 	e := newEnv(t, protocols[0], g, s)
@@ -279,6 +285,7 @@ func TestInterceptorStreamHoldsScope(t *testing.T) {
 }
 
 func TestInterceptorGuardFailure(t *testing.T) {
+	t.Parallel()
 	secret := errors.New("dial tcp 10.1.2.3:5432: connection refused")
 	for _, tt := range []struct {
 		name    string
@@ -305,6 +312,7 @@ func TestInterceptorGuardFailure(t *testing.T) {
 }
 
 func TestInterceptorPanicRecordsNothingAndPropagates(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	seed(t, g, "s", 10)
 	boom := errors.New("boom")
@@ -331,6 +339,7 @@ func TestInterceptorPanicRecordsNothingAndPropagates(t *testing.T) {
 }
 
 func TestNewError(t *testing.T) {
+	t.Parallel()
 	stale := &fence.StaleTokenError{Scope: "s", Presented: 1, Highest: 2}
 	own := connect.NewError(connect.CodeAborted, errors.New("mine"))
 	tests := []struct {
@@ -362,6 +371,7 @@ func TestNewError(t *testing.T) {
 }
 
 func TestStaleFromErrorIgnoresLookalikes(t *testing.T) {
+	t.Parallel()
 	withDetail := func(code connect.Code, fields map[string]any) error {
 		s, err := structpb.NewStruct(fields)
 		if err != nil {

@@ -22,6 +22,7 @@ func (l *ownedLease) Owner() string { return l.owner }
 // TestOwnerTravelsWithToken checks that the client interceptor sends the
 // lease's owner and the server interceptor hands it to the guard's observer.
 func TestOwnerTravelsWithToken(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			var (

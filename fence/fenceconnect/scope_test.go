@@ -19,6 +19,7 @@ func sendable(s string) bool {
 // The interceptor applies fence.ValidateScope to the fencing-scope header:
 // every scope case the transport can carry gets the rule's verdict.
 func TestInterceptorScopeRule(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})

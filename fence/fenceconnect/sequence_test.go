@@ -16,6 +16,7 @@ import (
 // decides; duplicates and gaps come back as errors SequenceFromError
 // decodes, and neither costs the lease.
 func TestSequences(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{StrictSequences: true})

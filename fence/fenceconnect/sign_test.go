@@ -25,6 +25,7 @@ func (l *signedLease) Signature() string { return l.sig }
 // server interceptor refuses missing and wrong ones with permission_denied
 // in every protocol, and the highest token does not move.
 func TestSignedTokens(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			inner := fence.NewMemory(fence.MemoryConfig{})

@@ -15,6 +15,7 @@ import (
 // WithScopeFunc chose, not the header's), and that other requests carry
 // none.
 func TestMiddlewareCredentialsInContext(t *testing.T) {
+	t.Parallel()
 	type seen struct {
 		scope         string
 		token         uint64

@@ -43,6 +43,7 @@ func newFencedServer(t *testing.T, g fence.Guard, opts ...fencehttp.Option) (*ht
 }
 
 func TestMiddlewareSequence(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	const scope = "orders/7"
@@ -81,6 +82,7 @@ func TestMiddlewareSequence(t *testing.T) {
 }
 
 func TestMiddlewareStaleAnswer(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	const scope = "orders/7"
@@ -120,6 +122,7 @@ func TestMiddlewareStaleAnswer(t *testing.T) {
 }
 
 func TestMiddlewareTokensAsJSONNumbersKeepFullRange(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, _ := newFencedServer(t, g)
 	const max = uint64(1<<64 - 1)
@@ -148,6 +151,7 @@ func keys(m map[string]any) []string {
 }
 
 func TestMiddlewareRejectsBadCredentials(t *testing.T) {
+	t.Parallel()
 	tooLong := strings.Repeat("s", fence.MaxScopeBytes+1)
 	tests := []struct {
 		name   string
@@ -216,6 +220,7 @@ func TestMiddlewareRejectsBadCredentials(t *testing.T) {
 
 // The rejections over a real connection, for what a Go client can send.
 func TestMiddlewareRejectsOverHTTP(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	for _, tt := range []struct {
@@ -238,6 +243,7 @@ func TestMiddlewareRejectsOverHTTP(t *testing.T) {
 }
 
 func TestMiddlewareSafeMethodsPassThrough(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	seed(t, g, "s", 10)
@@ -262,6 +268,7 @@ func TestMiddlewareSafeMethodsPassThrough(t *testing.T) {
 }
 
 func TestMiddlewareFailedHandlerDoesNotRaiseHighest(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		opts    []fencehttp.Option
@@ -310,6 +317,7 @@ func TestMiddlewareFailedHandlerDoesNotRaiseHighest(t *testing.T) {
 }
 
 func TestMiddlewarePanicRecordsNothingAndPropagates(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	seed(t, g, "s", 10)
 	boom := errors.New("boom")
@@ -337,6 +345,7 @@ func TestMiddlewarePanicRecordsNothingAndPropagates(t *testing.T) {
 }
 
 func TestMiddlewareScopeFunc(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	var calls atomic.Int32
 	mux := http.NewServeMux()
@@ -384,6 +393,7 @@ func TestMiddlewareScopeFunc(t *testing.T) {
 type ctxKey struct{}
 
 func TestMiddlewarePassesGuardContextToHandler(t *testing.T) {
+	t.Parallel()
 	g := &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), wrap: func(ctx context.Context) context.Context {
 		return context.WithValue(ctx, ctxKey{}, "tx")
 	}}
@@ -400,6 +410,7 @@ func TestMiddlewarePassesGuardContextToHandler(t *testing.T) {
 }
 
 func TestMiddlewareGuardFailure(t *testing.T) {
+	t.Parallel()
 	secret := errors.New("dial tcp 10.1.2.3:5432: connection refused")
 
 	t.Run("before apply", func(t *testing.T) {
@@ -446,6 +457,7 @@ func TestMiddlewareGuardFailure(t *testing.T) {
 }
 
 func TestMiddlewareWaitingRequestEnds(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	entered := make(chan struct{})
 	release := make(chan struct{})
@@ -482,6 +494,7 @@ func TestMiddlewareWaitingRequestEnds(t *testing.T) {
 // resource accepts, in the order it applies them, never decrease, and no two
 // mutations of a scope overlap.
 func TestMiddlewareConcurrentWritersNeverGoBack(t *testing.T) {
+	t.Parallel()
 	const (
 		scopes  = 4
 		writers = 12

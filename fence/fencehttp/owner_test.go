@@ -22,6 +22,7 @@ func (l *ownedLease) Owner() string { return l.owner }
 // TestOwnerTravelsWithToken sends writes through Transport to Middleware
 // and checks that the guard's observer sees the owner of each lease.
 func TestOwnerTravelsWithToken(t *testing.T) {
+	t.Parallel()
 	var (
 		mu   sync.Mutex
 		seen []fence.Decision
@@ -75,6 +76,7 @@ func TestOwnerTravelsWithToken(t *testing.T) {
 }
 
 func TestOwnerFromHeader(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		values []string
 		want   string

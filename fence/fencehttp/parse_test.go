@@ -14,6 +14,7 @@ import (
 )
 
 func TestParseToken(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want uint64
@@ -62,6 +63,7 @@ func TestParseToken(t *testing.T) {
 // of lease keys, to Fencing-Scope: every edge case gets the same verdict, and
 // an invalid scope is a 400 with nothing applied.
 func TestScopeRule(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	var applied atomic.Int32
 	mw := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { applied.Add(1) }))
@@ -104,6 +106,7 @@ func TestScopeRule(t *testing.T) {
 }
 
 func TestFromHeader(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		header http.Header

@@ -22,6 +22,7 @@ import (
 // header value that this resource cannot accept: a client error, answered
 // 400 with the reason, not a 503 that would tell the client to retry.
 func TestMiddlewareTokenOutOfRange(t *testing.T) {
+	t.Parallel()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "fence.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +64,7 @@ func TestMiddlewareTokenOutOfRange(t *testing.T) {
 }
 
 func TestProblemForTokenOutOfRange(t *testing.T) {
+	t.Parallel()
 	for _, err := range []error{
 		fence.ErrTokenOutOfRange,
 		fencesql.ErrTokenOutOfRange,

@@ -18,6 +18,7 @@ import (
 // gap (strict guard), no sequence, a new epoch, and a failed handler that
 // records no sequence.
 func TestSequenceOverHTTP(t *testing.T) {
+	t.Parallel()
 	var applied atomic.Int64
 	var fail atomic.Bool
 	h := fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{StrictSequences: true}))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -90,6 +91,7 @@ func TestSequenceOverHTTP(t *testing.T) {
 }
 
 func TestSequenceHeader(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		vals []string
 		want uint64
@@ -118,6 +120,7 @@ func TestSequenceHeader(t *testing.T) {
 
 // An invalid Fencing-Sequence is a 400 of its own type; nothing runs.
 func TestInvalidSequenceProblem(t *testing.T) {
+	t.Parallel()
 	ran := false
 	h := fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
 	req := httptest.NewRequest(http.MethodPost, "/", nil)
@@ -136,6 +139,7 @@ func TestInvalidSequenceProblem(t *testing.T) {
 // A sequenced request that cannot be carried is an unknown outcome, which
 // fence.Retry sends again with the same sequence.
 func TestTransportUnknownOutcome(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	var seqs []string
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -172,6 +176,7 @@ func (c *counterSeq) NextSequence() uint64 { c.n++; return c.n }
 // A Transport over a fence.Sequenced lease numbers its requests; a request
 // whose context has a sequence keeps it.
 func TestTransportSequencedLease(t *testing.T) {
+	t.Parallel()
 	var got []string
 	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		got = append(got, r.Header.Get(fencehttp.HeaderSequence))

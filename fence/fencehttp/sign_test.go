@@ -29,6 +29,7 @@ func (l *signedLease) Signature() string { return l.sig }
 // missing or wrong one, without running the handler or moving the highest
 // token.
 func TestSignedTokens(t *testing.T) {
+	t.Parallel()
 	inner := fence.NewMemory(fence.MemoryConfig{})
 	signtest.CheckGuard(t, "orders/7", func(v *fence.Verifier) signtest.Mutate {
 		srv := httptest.NewServer(fencehttp.Middleware(fence.NewSignedGuard(inner, v))(

@@ -14,6 +14,7 @@ import (
 )
 
 func TestTransportAttachesHeaders(t *testing.T) {
+	t.Parallel()
 	type seen struct{ scope, token string }
 	got := make(chan seen, 4)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -47,6 +48,7 @@ func TestTransportAttachesHeaders(t *testing.T) {
 }
 
 func TestTransportStaleAnswerLosesLeaseWithoutRetry(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	seed(t, g, "orders/7", 42)
 	var requests atomic.Int32
@@ -97,6 +99,7 @@ func TestTransportStaleAnswerLosesLeaseWithoutRetry(t *testing.T) {
 }
 
 func TestTransportIgnoresOtherAnswers(t *testing.T) {
+	t.Parallel()
 	bigProblem := `{"type":"` + fencehttp.ProblemStaleToken + `","detail":"` + strings.Repeat("x", 70<<10) + `"}`
 	tests := []struct {
 		name        string
@@ -134,6 +137,7 @@ func TestTransportIgnoresOtherAnswers(t *testing.T) {
 }
 
 func TestTransportWithoutLease(t *testing.T) {
+	t.Parallel()
 	body := &closeRecorder{Reader: strings.NewReader("x")}
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://127.0.0.1:1/", body)
 	if err != nil {
@@ -155,6 +159,7 @@ type closeRecorder struct {
 func (c *closeRecorder) Close() error { c.closed = true; return nil }
 
 func TestStaleFromResponseKeepsBody(t *testing.T) {
+	t.Parallel()
 	rec := httptest.NewRecorder()
 	fencehttp.WriteProblem(rec, fencehttp.StaleProblem(&fence.StaleTokenError{Scope: "s", Presented: 3, Highest: 5}))
 	resp := rec.Result()
@@ -170,6 +175,7 @@ func TestStaleFromResponseKeepsBody(t *testing.T) {
 }
 
 func TestProblemFor(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		err    error
 		status int
@@ -193,6 +199,7 @@ func TestProblemFor(t *testing.T) {
 }
 
 func TestTransportNonASCIIScope(t *testing.T) {
+	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	srv, calls := newFencedServer(t, g)
 	const scope = "commandes/été"
