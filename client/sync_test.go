@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
@@ -76,7 +77,6 @@ func wantMembers(t *testing.T, url string, want map[string]string) {
 // AutoSyncInterval in the background), through a membership change and
 // back, with no endpoint configured by hand.
 func TestSyncEndpointsFromMembers(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	cfg := fencedtest.Config(t)
 	cfg.NodeID = "n1"
@@ -119,11 +119,26 @@ func TestSyncEndpointsFromMembers(t *testing.T) {
 		}
 		return nil
 	})
-	l, err := auto.Acquire(ctx, "sync/1")
-	if err != nil {
-		t.Fatalf("acquire through synced endpoints: %v", err)
-	}
-	l.Release(ctx)
+	// The joiner may cost the two-node cluster its leader (seen under the
+	// race detector at load 20): an acquisition served across the change is
+	// answered as of unknown outcome, and the key may stay held by its
+	// unseen grant, so the next try takes another key. Any other error
+	// fails, and so does a change that does not settle within 10s.
+	try := 0
+	testutil.Eventually(t, 10*time.Second, func() error {
+		try++
+		l, err := auto.Acquire(ctx, fmt.Sprintf("sync/%d", try))
+		if errors.Is(err, client.ErrAcquireUncertain) || errors.Is(err, client.ErrUnavailable) {
+			return err
+		}
+		if err != nil {
+			t.Fatalf("acquire through synced endpoints: %v", err)
+		}
+		if err := l.Release(ctx); err != nil && !errors.Is(err, client.ErrUnavailable) {
+			t.Fatalf("release through synced endpoints: %v", err)
+		}
+		return nil
+	})
 
 	if _, err := cluster.RemoveMember(ctx, connect.NewRequest(&fencedv1.RemoveMemberRequest{Id: "n2"})); err != nil {
 		t.Fatal(err)

@@ -95,7 +95,6 @@ func leader(t *testing.T, nodes []*node) int {
 // and an observer carry on through the failover, and the next leader gets
 // a higher token.
 func TestClusterFailover(t *testing.T) {
-	t.Parallel()
 	testenv.SkipUnlessLong(t)
 	nodes := startCluster(t)
 	var urls []string
