@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -222,6 +223,9 @@ func TestQuickRunZooKeeper(t *testing.T) {
 	}
 	if m := rep.Memory[1]; m.System != "zk" || m.Created != locks || m.ActiveGauge != locks || m.Errors != 0 || m.RSS <= 0 {
 		t.Errorf("zk memory: %+v", m)
+	}
+	if _, err := exec.LookPath("jcmd"); err == nil && rep.Memory[1].HeapAfterGC <= 0 {
+		t.Errorf("zk memory: jcmd is installed but no heap figure: %+v", rep.Memory[1])
 	}
 	var md bytes.Buffer
 	if err := rep.WriteWide(&md); err != nil {

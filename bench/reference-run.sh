@@ -24,7 +24,7 @@ settings=(
 	-clients 1,16,64,256
 	-rounds 2
 	-duration 4s
-	-warmup 3s
+	-warmup 5s
 	-leases 100000
 )
 

@@ -73,6 +73,9 @@ func (r *Report) writeMemory(b *strings.Builder) {
 		if m.ActiveGauge > 0 {
 			fmt.Fprintf(b, "; live by the server's count %d", m.ActiveGauge)
 		}
+		if m.HeapAfterGC > 0 {
+			fmt.Fprintf(b, "; JVM heap used after a full GC %s, %.0f bytes per lock", fmtBytes(m.HeapAfterGC), float64(m.HeapAfterGC)/float64(max(m.Created, 1)))
+		}
 		if m.Errors > 0 {
 			fmt.Fprintf(b, "; %d acquisitions failed, first: %s", m.Errors, m.FirstError)
 		}

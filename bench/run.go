@@ -93,6 +93,10 @@ type Memory struct {
 	RSS           int64   `json:"rss"`
 	PeakRSS       int64   `json:"peakRss"`
 	BytesPerLease float64 `json:"bytesPerLease"`
+	// HeapAfterGC is the JVM's used heap right after a full collection
+	// (ZooKeeper, when jcmd is installed): the live data, which RSS only
+	// bounds from above.
+	HeapAfterGC int64 `json:"heapAfterGc,omitempty"`
 }
 
 // Run builds and starts the servers, runs the selected workloads and

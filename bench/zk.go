@@ -349,5 +349,36 @@ func runZKMemory(ctx context.Context, n int, dir, system, jar string, _ int, log
 	if m.Created == 0 {
 		return nil, errors.New("memory: no lock was taken: " + m.FirstError)
 	}
+	if heap, err := jvmHeapAfterGC(ctx, srv.pid()); err != nil {
+		logf("memory: no JVM heap figure: %v", err)
+	} else {
+		m.HeapAfterGC = heap
+		logf("memory: zookeeper heap used after a full GC: %s", fmtBytes(heap))
+	}
 	return m, nil
+}
+
+// jvmHeapAfterGC runs a full collection in JVM pid and returns the heap it
+// then uses, through jcmd (a JDK tool: absent with a bare JRE).
+func jvmHeapAfterGC(ctx context.Context, pid int) (int64, error) {
+	jcmd, err := exec.LookPath("jcmd")
+	if err != nil {
+		return 0, err
+	}
+	p := strconv.Itoa(pid)
+	if out, err := exec.CommandContext(ctx, jcmd, p, "GC.run").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("jcmd GC.run: %w: %s", err, out)
+	}
+	out, err := exec.CommandContext(ctx, jcmd, p, "GC.heap_info").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("jcmd GC.heap_info: %w: %s", err, out)
+	}
+	// " garbage-first heap   total 712704K, used 192632K [...]"
+	_, after, ok := strings.Cut(string(out), " used ")
+	kb, _, ok2 := strings.Cut(after, "K")
+	v, perr := strconv.ParseInt(strings.TrimSpace(kb), 10, 64)
+	if !ok || !ok2 || perr != nil {
+		return 0, fmt.Errorf("jcmd GC.heap_info: no heap figure in %q", out)
+	}
+	return v << 10, nil
 }
