@@ -107,7 +107,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	for _, ev := range replay { // the transitions since a shared snapshot
 		frames = append(frames, ev.sseBytes(s.sseLeaseEvent))
 	}
-	slot, err := s.fanout.acquire(r.Context()) // sending it is fan-out too
+	slot, err := s.fanout.Acquire(r.Context()) // sending it is fan-out too
 	if err != nil {
 		return
 	}
@@ -140,11 +140,11 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 
 // sendTransitions writes the transitions queued for sub after revision
 // (those at or before it are in the snapshot), once a fan-out slot is free
-// (shareGate): under overload a dashboard falls behind, and is sent a
+// (internal/sharegate): under overload a dashboard falls behind, and is sent a
 // resync past WatchBuffer transitions, rather than the write path slowing
 // down. It reports success.
 func (s *Server) sendTransitions(ctx context.Context, sub *subscription, revision uint64, write func(...[]byte) bool) bool {
-	release, err := s.fanout.acquire(ctx)
+	release, err := s.fanout.Acquire(ctx)
 	if err != nil {
 		return false
 	}

@@ -96,5 +96,7 @@
 // Beneath the node, in packages that import nothing of it (imports_test.go
 // pins the graph): internal/raftlog, the raft log store on disk and its
 // repairs; internal/leadercheck, the coalescing of leadership
-// confirmations; internal/security, the TLS, auth and signing files.
+// confirmations; internal/security, the TLS, auth and signing files;
+// internal/sharegate, the slots that keep reads and fan-out from starving
+// writes.
 package server

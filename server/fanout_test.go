@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"connectrpc.com/connect"
@@ -89,44 +88,12 @@ func revisions(evs []*hubEvent) []uint64 {
 	return r
 }
 
-// A fan-out job keeps its slot to itself for at most hold: a send blocked
-// on a subscriber that does not read does not stall the others longer.
-func TestShareGateHold(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := newShareGate(1, 0.5, 20*time.Millisecond, func() bool { return true })
-		start := time.Now()
-		stuck, err := g.acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		next, err := g.acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		// 20ms held, then rests as long again (share 0.5).
-		if got, want := time.Since(start), 40*time.Millisecond; got != want {
-			t.Errorf("next job began %v after a stuck one, want %v", got, want)
-		}
-		stuck() // late: the slot is no longer its own
-		if len(g.slots) != 0 {
-			t.Error("a late release gave back a slot held by another job")
-		}
-		next()
-		if len(g.slots) != 1 {
-			t.Error("slot not given back")
-		}
-	})
-}
-
 // A watcher the server cannot serve within its fan-out budget falls
 // behind; past WatchBuffer events it gets what was queued, then RESYNC.
 func TestWatcherShedWhenFanoutBudgetSpent(t *testing.T) {
 	s := newTestServer(t, Config{WatchBuffer: 4})
 	base := serveTest(t, s)
-	var taken []time.Time
-	for range cap(s.fanout.slots) { // no fan-out time left
-		taken = append(taken, <-s.fanout.slots)
-	}
+	giveBack := s.fanout.Seize() // no fan-out time left
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	c := fencedv1connect.NewLeaseServiceClient(&http.Client{Transport: tr}, base)
@@ -154,9 +121,7 @@ func TestWatcherShedWhenFanoutBudgetSpent(t *testing.T) {
 	for s.hub.watching() != 0 { // until it is cut off
 		time.Sleep(time.Millisecond)
 	}
-	for _, next := range taken {
-		s.fanout.slots <- next
-	}
+	giveBack()
 	o := <-open
 	if o.err != nil {
 		t.Fatal(o.err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"connectrpc.com/connect"
@@ -17,10 +16,7 @@ import (
 func TestListWaitsForReadSlot(t *testing.T) {
 	s := newTestServer(t, Config{})
 	v := &service{s}
-	var taken []time.Time
-	for range cap(s.reads.slots) {
-		taken = append(taken, <-s.reads.slots)
-	}
+	giveBack := s.reads.Seize()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -31,66 +27,13 @@ func TestListWaitsForReadSlot(t *testing.T) {
 	if err := <-done; connect.CodeOf(err) != connect.CodeCanceled {
 		t.Fatalf("List with every read slot taken, caller gone: %v, want canceled", err)
 	}
-	for _, next := range taken {
-		s.reads.slots <- next
-	}
+	giveBack()
 	if _, err := v.List(context.Background(), connect.NewRequest(&fencedv1.ListRequest{})); err != nil {
 		t.Fatalf("List with free slots: %v", err)
 	}
-	if n := len(s.reads.slots); n != cap(s.reads.slots) {
-		t.Errorf("%d of %d read slots free after the List, want all", n, cap(s.reads.slots))
+	if free, total := s.reads.Free(); free != total {
+		t.Errorf("%d of %d read slots free after the List, want all", free, total)
 	}
-}
-
-// While writes wait, a slot whose read took d rests d*(1-share)/share
-// before its next read; with no write waiting it serves at once.
-func TestReadGateRestsWhileWritesWait(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		writes := true
-		g := newShareGate(1, 0.25, 0, func() bool { return writes })
-		release, err := g.acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(30 * time.Millisecond) // the read
-		release()
-		start := time.Now()
-		release, err = g.acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := time.Since(start), 90*time.Millisecond; got != want {
-			t.Errorf("next read after a 30ms read with writes waiting started after %v, want %v", got, want)
-		}
-		time.Sleep(30 * time.Millisecond)
-		release()
-		writes = false
-		start = time.Now()
-		release, err = g.acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		release()
-		if got := time.Since(start); got != 0 {
-			t.Errorf("read with no write waiting started after %v, want at once", got)
-		}
-		// A reader that leaves while its slot rests gives the slot back.
-		writes = true
-		release, _ = g.acquire(context.Background())
-		time.Sleep(30 * time.Millisecond)
-		release()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { _, err := g.acquire(ctx); done <- err }()
-		synctest.Wait() // resting
-		cancel()
-		if err := <-done; err == nil {
-			t.Fatal("acquire with its caller gone while the slot rests succeeded")
-		}
-		if len(g.slots) != 1 {
-			t.Errorf("slot not given back after a canceled acquire")
-		}
-	})
 }
 
 // Dashboards that connect while a snapshot is built share it; a finished or

@@ -25,6 +25,8 @@ import (
 	"github.com/fencedio/fenced/server/internal/leadercheck"
 
 	"github.com/fencedio/fenced/server/internal/security"
+
+	"github.com/fencedio/fenced/server/internal/sharegate"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -98,12 +100,12 @@ type Server struct {
 	// once, to half the cores (at least one): more readers wait for a
 	// slot, parked, instead of taking every core and the scheduler's queue
 	// from the write path; while writes wait, each slot also keeps to
-	// ReadShare of the time (sharegate.go).
-	reads *shareGate
+	// ReadShare of the time (internal/sharegate).
+	reads *sharegate.Gate
 	// fanout bounds the sends to watchers and dashboards in the same way,
 	// to FanoutShare of the time of its slots while writes wait: the
 	// watchers it cannot serve fall behind and are shed with RESYNC.
-	fanout *shareGate
+	fanout *sharegate.Gate
 	// snapshots shares dashboard snapshots between the dashboards that
 	// connect together (snapshotshare.go).
 	snapshots snapshotShare
@@ -155,8 +157,8 @@ func New(cfg Config) (*Server, error) {
 		subscribers:   newStreamLimiter("event subscribers", "max-event-subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
 	}
 	writing := func() bool { return s.applyPending.Load() > 0 }
-	s.reads = newShareGate(max(1, runtime.GOMAXPROCS(0)/2), cfg.ReadShare, 0, writing)
-	s.fanout = newShareGate(max(1, runtime.GOMAXPROCS(0)/2), cfg.FanoutShare, fanoutHold, writing)
+	s.reads = sharegate.New(max(1, runtime.GOMAXPROCS(0)/2), cfg.ReadShare, 0, writing)
+	s.fanout = sharegate.New(max(1, runtime.GOMAXPROCS(0)/2), cfg.FanoutShare, fanoutHold, writing)
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.expirer = newExpirer(s.expireLeases)
 	s.forward = newForwarder(s)
@@ -523,3 +525,9 @@ func (s *Server) closeRaft() error {
 	}
 	return errors.Join(errs...)
 }
+
+// fanoutHold is the longest a send to one watcher or dashboard keeps a
+// fan-out slot to itself. A send of a full queue (WatchBuffer events, some
+// 100 KiB) to a subscriber that reads takes far less; one that stops
+// reading holds its slot this long, not StreamWriteTimeout.
+const fanoutHold = 20 * time.Millisecond

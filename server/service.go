@@ -144,7 +144,7 @@ func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
 	if !stale && !s.Ready() {
 		return nil, connectError(errNotReady)
 	}
-	release, err := s.reads.acquire(ctx)
+	release, err := s.reads.Acquire(ctx)
 	if err != nil {
 		return nil, connectError(err)
 	}
@@ -302,11 +302,11 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: *after}}, false)
 	}
 	batch := v.s.watchBatcher(ctl, envelopeSlot(req.Header().Get("Content-Type")))
-	// The events are taken once a fan-out slot is ours (shareGate): under
+	// The events are taken once a fan-out slot is ours (internal/sharegate): under
 	// overload this watcher falls behind, and is shed with RESYNC past
 	// WatchBuffer events, rather than the write path slowing down.
 	sendAll = func(sub *subscription, replay []*hubEvent) error {
-		release, err := v.s.fanout.acquire(ctx)
+		release, err := v.s.fanout.Acquire(ctx)
 		if err != nil {
 			return nil // the stream is over: the loop below sees it
 		}

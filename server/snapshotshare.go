@@ -121,7 +121,7 @@ func (s *Server) buildSnapshot(ctx context.Context, prefix string, b *snapshotBu
 	}
 	defer func() { <-s.snapshotSlots }()
 	// And it is a read like a List: it waits for a read slot too.
-	release, err := s.reads.acquire(ctx)
+	release, err := s.reads.Acquire(ctx)
 	if err != nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package server
+package sharegate
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// shareGate hands out slots for work that must not starve the write path:
+// Gate hands out slots for work that must not starve the write path:
 // reads (Gets, Lists, dashboard snapshots) and fan-out (sends to watchers
 // and dashboards). At most len(slots) such jobs run at once, the others
 // wait parked instead of filling the run queue. While writes are waiting
@@ -15,7 +15,7 @@ import (
 // that readers and watchers slow down rather than the write path. With no
 // write waiting, or share 1, a slot serves the next job at once. Waiters
 // are served in turn (a channel's receivers are FIFO).
-type shareGate struct {
+type Gate struct {
 	// slots holds one token per free slot: the earliest time it may serve
 	// its next job while writes wait.
 	slots   chan time.Time
@@ -28,18 +28,21 @@ type shareGate struct {
 	hold time.Duration
 }
 
-func newShareGate(n int, share float64, hold time.Duration, pending func() bool) *shareGate {
-	g := &shareGate{slots: make(chan time.Time, n), share: share, hold: hold, pending: pending}
+// New returns a gate of n slots that keep to share of the time while
+// pending reports writes waiting, each job holding its slot at most hold
+// (0: as long as it runs).
+func New(n int, share float64, hold time.Duration, pending func() bool) *Gate {
+	g := &Gate{slots: make(chan time.Time, n), share: share, hold: hold, pending: pending}
 	for range n {
 		g.slots <- time.Time{}
 	}
 	return g
 }
 
-// acquire waits for a slot, and while writes wait for the slot's rest,
+// Acquire waits for a slot, and while writes wait for the slot's rest,
 // then returns the func that gives the slot back after the job. It
 // returns ctx's error if ctx ends first.
-func (g *shareGate) acquire(ctx context.Context) (release func(), err error) {
+func (g *Gate) Acquire(ctx context.Context) (release func(), err error) {
 	var next time.Time
 	select {
 	case next = <-g.slots:
@@ -78,8 +81,20 @@ func (g *shareGate) acquire(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
-// fanoutHold is the longest a send to one watcher or dashboard keeps a
-// fan-out slot to itself. A send of a full queue (WatchBuffer events, some
-// 100 KiB) to a subscriber that reads takes far less; one that stops
-// reading holds its slot this long, not StreamWriteTimeout.
-const fanoutHold = 20 * time.Millisecond
+// Free returns the number of free slots and of slots in all.
+func (g *Gate) Free() (free, total int) { return len(g.slots), cap(g.slots) }
+
+// Seize takes every slot, waiting for those in use, and returns the func
+// that gives them back; until then no job runs, whatever hold is. Tests use
+// it to stand for a budget that is spent.
+func (g *Gate) Seize() (giveBack func()) {
+	taken := make([]time.Time, 0, cap(g.slots))
+	for range cap(g.slots) {
+		taken = append(taken, <-g.slots)
+	}
+	return func() {
+		for _, next := range taken {
+			g.slots <- next
+		}
+	}
+}
