@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/internal/torture"
+	"github.com/fencedio/fenced/internal/torture/proc"
 	"github.com/spf13/cobra"
 )
 
@@ -72,7 +73,7 @@ the negative control found none), 1 for any other error.`,
 		},
 	}
 	tortureFlags(cmd, &cfg, &out, &postgresDB)
-	for _, role := range []string{torture.RoleNode, torture.RoleWorker, torture.RoleStore} {
+	for _, role := range []string{proc.RoleNode, proc.RoleWorker, proc.RoleStore} {
 		cmd.AddCommand(tortureChildCmd(role))
 	}
 	return cmd
@@ -127,7 +128,7 @@ func tortureChildCmd(role string) *cobra.Command {
 			if spec == "" {
 				return errors.New("--spec is required")
 			}
-			return torture.RunChild(cmd.Context(), role, []byte(spec), os.Stdout, os.Stderr)
+			return proc.RunChild(cmd.Context(), role, []byte(spec), os.Stdout, os.Stderr)
 		},
 	}
 	cmd.Flags().StringVar(&spec, "spec", "", "JSON specification from the harness")

@@ -18,6 +18,7 @@ import (
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/netfault"
+	"github.com/fencedio/fenced/internal/torture/proc"
 	"github.com/fencedio/fenced/server"
 )
 
@@ -127,7 +128,7 @@ const recoveryTimeout = 30 * time.Second
 func (e *engine) startCluster(ctx context.Context) error {
 	cfg := &e.cfg
 	e.netem = netfault.NewNetwork()
-	specs := make([]NodeSpec, cfg.Nodes)
+	specs := make([]proc.NodeSpec, cfg.Nodes)
 	var initial []string
 	for i := range cfg.Nodes {
 		ip := netfault.NodeIP(i)
@@ -146,7 +147,7 @@ func (e *engine) startCluster(ctx context.Context) error {
 		e.linkProxies = append(e.linkProxies, p)
 		e.netem.AddNode(ip, i)
 		id := fmt.Sprintf("node%d", i+1)
-		specs[i] = NodeSpec{
+		specs[i] = proc.NodeSpec{
 			NodeID: id, DataDir: filepath.Join(cfg.OutputDir, id), Listen: listen, RaftListen: raftAddr,
 			RaftAdvertise: p.Addr(), MinTTL: cfg.NodeMinTTL, HeartbeatTimeout: cfg.NodeHeartbeatTimeout,
 			SnapshotThreshold: cfg.NodeSnapshotThreshold, SnapshotInterval: cfg.NodeSnapshotInterval,
@@ -290,7 +291,7 @@ func (e *engine) clusterWhole(ctx context.Context) string {
 		}
 	}
 	for _, n := range e.localNodes {
-		if !n.healthy() {
+		if !n.Healthy() {
 			return n.Name() + " is not healthy"
 		}
 	}
@@ -313,7 +314,7 @@ type nodeState struct {
 	Leases  []string // key, lease ID, token, owner of each lease
 }
 
-func (e *engine) nodeState(ctx context.Context, n *localNode) (nodeState, error) {
+func (e *engine) nodeState(ctx context.Context, n *proc.LocalNode) (nodeState, error) {
 	var st server.Stats
 	if err := getJSON(ctx, n.Endpoint()+"/v1/stats", &st); err != nil {
 		return nodeState{}, err

@@ -16,6 +16,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/torture/netfault"
+	"github.com/fencedio/fenced/internal/torture/proc"
 	"github.com/fencedio/fenced/internal/torture/worker"
 )
 
@@ -169,8 +170,8 @@ func (e *engine) pauseLeader(ctx context.Context, leader int) string {
 	if !ok {
 		d = e.uniform(3*e.electionTimeout(), 6*e.electionTimeout())
 	}
-	p := e.localNodes[leader].proc
-	if err := p.signal(sigStop); err != nil {
+	p := e.localNodes[leader].Proc
+	if err := p.Signal(proc.SigStop); err != nil {
 		return "leader-pause failed: " + err.Error()
 	}
 	sleepCtx(ctx, d)
@@ -178,7 +179,7 @@ func (e *engine) pauseLeader(ctx context.Context, leader int) string {
 	if e.acks != nil {
 		renewed = e.acks.renewals[leader].Load()
 	}
-	_ = p.signal(sigCont)
+	_ = p.Signal(proc.SigCont)
 	// A renewal the woken leader acknowledges before it finds out that it
 	// was deposed is what the holders are frozen for; with the nodes'
 	// reports, they are frozen as soon as the woken node answers one
@@ -201,7 +202,7 @@ func (e *engine) pauseLeader(ctx context.Context, leader int) string {
 		e.countCluster(func(s *ClusterFaultStats) { s.HoldersFrozen++ })
 	}
 	e.countCluster(func(s *ClusterFaultStats) { s.LeaderPauses++ })
-	return fmt.Sprintf("leader-pause: SIGSTOP %s for %v%s", p.name, d.Round(time.Millisecond), frozen)
+	return fmt.Sprintf("leader-pause: SIGSTOP %s for %v%s", p.Name, d.Round(time.Millisecond), frozen)
 }
 
 // freezeHolders freezes every worker that holds a lease and is not frozen
@@ -256,8 +257,8 @@ func (e *engine) diskLoss(ctx context.Context, leader int) string {
 	if err := w.Kill(context.Background()); err != nil {
 		e.logf("disk-loss: kill %s: %v", w.Name(), err)
 	}
-	if err := os.RemoveAll(w.spec.DataDir); err != nil {
-		e.logf("disk-loss: wipe %s: %v", w.spec.DataDir, err)
+	if err := os.RemoveAll(w.Spec.DataDir); err != nil {
+		e.logf("disk-loss: wipe %s: %v", w.Spec.DataDir, err)
 	}
 	for _, j := range downSide {
 		if err := e.localNodes[j].Kill(context.Background()); err != nil {
@@ -269,7 +270,7 @@ func (e *engine) diskLoss(ctx context.Context, leader int) string {
 	if err := w.Start(context.Background()); err != nil {
 		e.logf("disk-loss: start %s: %v", w.Name(), err)
 	}
-	w.proc.expectExit(true)
+	w.Proc.ExpectExit(true)
 	sleepCtx(ctx, e.uniform(4*e.electionTimeout(), 4*e.electionTimeout()+e.cfg.TTL))
 	for _, j := range downSide {
 		if err := e.localNodes[j].Start(context.Background()); err != nil {
@@ -283,7 +284,7 @@ func (e *engine) diskLoss(ctx context.Context, leader int) string {
 	err := e.awaitCluster(rctx)
 	cancel()
 	if err == nil && w.Up() {
-		w.proc.expectExit(false)
+		w.Proc.ExpectExit(false)
 		e.mu.Lock()
 		e.rejoinedWiped = append(e.rejoinedWiped, timedNote{time.Now().UnixNano(), fmt.Sprintf("%s lost its data directory, was started with its usual command line and is a voter again without having been removed and added back", w.Name())})
 		e.mu.Unlock()
@@ -416,10 +417,10 @@ func (e *engine) slowLinks(ctx context.Context) string {
 func (e *engine) rollingRestart() string {
 	for _, i := range e.perm(len(e.localNodes)) {
 		nd := e.localNodes[i]
-		if nd.stop(10 * time.Second) {
+		if nd.Stop(10 * time.Second) {
 			e.logf("rolling restart: %s did not stop within 10s and was killed", nd.Name())
 		} else {
-			e.checkExit(nd.proc)
+			e.checkExit(nd.Proc)
 		}
 		if err := nd.Start(context.Background()); err != nil {
 			e.logf("restart %s: %v", nd.Name(), err)
@@ -478,12 +479,12 @@ func (e *engine) memberReAdd(ctx context.Context, i int) string {
 		e.recoveryProblems = append(e.recoveryProblems, fmt.Sprintf("member-re-add: %s: %v", nd.Name(), err))
 		e.mu.Unlock()
 	}
-	if err := os.RemoveAll(nd.spec.DataDir); err != nil {
-		e.logf("member-re-add: wipe %s: %v", nd.spec.DataDir, err)
+	if err := os.RemoveAll(nd.Spec.DataDir); err != nil {
+		e.logf("member-re-add: wipe %s: %v", nd.Spec.DataDir, err)
 	}
-	spec := nd.spec
+	spec := nd.Spec
 	spec.InitialCluster, spec.Join = "", true
-	nd.respec(e.cfg.Command, spec)
+	nd.Respec(e.cfg.Command, spec)
 	if err := nd.Start(context.Background()); err != nil {
 		e.logf("restart %s: %v", nd.Name(), err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/internal/torture/proc"
 )
 
 // Config configures a torture run. The zero value of every field means its
@@ -194,8 +195,8 @@ type Config struct {
 
 // Validate fills in defaults and checks the configuration.
 func (c *Config) Validate() error {
-	if !signalsSupported {
-		return errUnsupported
+	if !proc.SignalsSupported {
+		return proc.ErrUnsupported
 	}
 	if err := c.setDefaults(); err != nil {
 		return err

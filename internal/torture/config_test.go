@@ -4,14 +4,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencedio/fenced/internal/torture/proc"
 )
 
 // TestWorkerCommand: the first WorkerCommandWorkers workers run the worker
 // command (all of them by default), the others the Go worker; bad counts
 // are refused.
 func TestWorkerCommand(t *testing.T) {
-	if !signalsSupported {
-		t.Skip(errUnsupported)
+	if !proc.SignalsSupported {
+		t.Skip(proc.ErrUnsupported)
 	}
 	for _, tc := range []struct {
 		n       int
@@ -46,8 +48,8 @@ func TestWorkerCommand(t *testing.T) {
 // TestClusterTimingFromTTL: a cluster's election timeout defaults to TTL/4
 // and may not exceed it.
 func TestClusterTimingFromTTL(t *testing.T) {
-	if !signalsSupported {
-		t.Skip(errUnsupported)
+	if !proc.SignalsSupported {
+		t.Skip(proc.ErrUnsupported)
 	}
 	cfg := Config{Nodes: 3, TTL: 2 * time.Second, OutputDir: t.TempDir()}
 	if err := cfg.Validate(); err != nil {

@@ -56,12 +56,19 @@
 //   - Every process that exits on its own (a panic in the client, the
 //     server or the store) is a violation, and is restarted.
 //
-// The harness is laid out by concern. Package worker is the worker
-// process, package history records what the workers did and package check
-// judges it; none of them controls another process. In this package, engine.go runs the phases of a run, processes.go starts
-// and restarts the children, faults.go injects the single-node faults,
-// cluster.go and clusterfaults.go form, break and check a cluster, and
-// evidence.go reads back the resources.
+// The harness is laid out by concern, its imports running one way
+// (imports_test.go):
+//
+//   - history: the workers' records, merged into one history;
+//   - check: the checkers, which judge a history and start nothing;
+//   - worker: the Go worker process;
+//   - netfault: the delaying store proxy and the cluster's link proxies;
+//   - proc: the child processes (node, store, worker) and their control;
+//   - this package, the engine, on top: engine.go runs the phases of a
+//     run, processes.go starts and restarts the children, faults.go
+//     injects the single-node faults, cluster.go and clusterfaults.go
+//     form, break and check a cluster, evidence.go reads back the
+//     resources and report.go sums up. Only cmd/fencectl imports it.
 //
 // # Checkers
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/history"
 	"github.com/fencedio/fenced/internal/torture/netfault"
+	"github.com/fencedio/fenced/internal/torture/proc"
 )
 
 // Run runs one torture test: it starts the node(s), the store and the
@@ -55,8 +56,8 @@ type engine struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand
 
-	nodes      []Node
-	localNodes []*localNode
+	nodes      []proc.Node
+	localNodes []*proc.LocalNode
 	// netem and linkProxies are a cluster's network (Nodes > 1).
 	netem       *netfault.Network
 	linkProxies []*netfault.LinkProxy
@@ -71,7 +72,7 @@ type engine struct {
 	acks *ackListener
 	// clusterChecks are the end-of-run cluster checks.
 	clusterChecks []check.Result
-	storeProc     *child
+	storeProc     *proc.Child
 	storeURL      string
 	proxy         *netfault.DelayProxy
 	db            *sql.DB
@@ -104,7 +105,7 @@ type timedNote struct {
 type workerState struct {
 	id          int
 	incarnation int
-	proc        *child
+	proc        *proc.Child
 	history     string
 	state       string
 	key         string
@@ -270,7 +271,7 @@ func (e *engine) readBack() (*history.History, *check.Evidence, error) {
 	}
 	if e.storeProc != nil {
 		// The last store crash may have just been restarted.
-		if err := waitHealthy(rctx, e.storeURL+"/healthz"); err != nil {
+		if err := proc.WaitHealthy(rctx, e.storeURL+"/healthz"); err != nil {
 			return nil, nil, fmt.Errorf("torture: store: %w (see store.log)", err)
 		}
 	}
@@ -285,7 +286,7 @@ func (e *engine) readBack() (*history.History, *check.Evidence, error) {
 	}
 	e.stopServices()
 	for _, n := range e.localNodes {
-		taken, restored := snapshotCounts(n.proc.logPath)
+		taken, restored := snapshotCounts(n.Proc.LogPath)
 		e.mu.Lock()
 		e.stats.SnapshotsTaken += taken
 		e.stats.SnapshotRestores += restored

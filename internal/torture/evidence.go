@@ -17,6 +17,7 @@ import (
 	"github.com/fencedio/fenced/fence/fencehttp"
 	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/history"
+	"github.com/fencedio/fenced/internal/torture/proc"
 	"github.com/fencedio/fenced/internal/torture/worker"
 	"github.com/fencedio/fenced/store"
 )
@@ -161,7 +162,7 @@ func snapshotCounts(logPath string) (taken, restored int) {
 			taken, restored, t, r = taken+t, restored+r, 0, 0
 			continue
 		}
-		if rest, ok := strings.CutPrefix(line, statsPrefix); ok {
+		if rest, ok := strings.CutPrefix(line, proc.StatsPrefix); ok {
 			fmt.Sscanf(rest, "snapshots=%d restores=%d", &t, &r)
 		}
 	}

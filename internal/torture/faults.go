@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/history"
+	"github.com/fencedio/fenced/internal/torture/proc"
 	"github.com/fencedio/fenced/internal/torture/worker"
 )
 
@@ -73,7 +74,7 @@ func (e *engine) pause(ws *workerState, lease int, delay time.Duration) {
 	}
 	ws.paused = true
 	e.mu.Unlock()
-	if err := ws.proc.signal(sigStop); err != nil {
+	if err := ws.proc.Signal(proc.SigStop); err != nil {
 		e.mu.Lock()
 		ws.paused = false
 		e.mu.Unlock()
@@ -83,7 +84,7 @@ func (e *engine) pause(ws *workerState, lease int, delay time.Duration) {
 	e.stats.Pauses++
 	e.mu.Unlock()
 	sleepCtx(ctx, e.uniform(e.cfg.PauseMin, e.cfg.PauseMax))
-	_ = ws.proc.signal(sigCont)
+	_ = ws.proc.Signal(proc.SigCont)
 	e.mu.Lock()
 	ws.paused = false
 	e.mu.Unlock()
@@ -97,7 +98,7 @@ func (e *engine) startFaults(ctx context.Context) {
 		e.faults.Add(1)
 		go func() { defer e.faults.Done(); e.clusterFaults(ctx) }()
 	} else if !e.cfg.NoCrashes {
-		var crashable []Node
+		var crashable []proc.Node
 		for _, n := range e.nodes {
 			if n.Crashable() {
 				crashable = append(crashable, n)
@@ -130,7 +131,7 @@ func (e *engine) acquiring() int {
 // right after a worker starts an acquisition or frees a key (so that a
 // grant is being written), and starts it again after a short downtime. Every
 // node is up again when it returns.
-func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
+func (e *engine) crashNodes(ctx context.Context, nodes []proc.Node) {
 	iv := e.cfg.CrashInterval
 	for {
 		if !sleepCtx(ctx, e.uniform(iv/2, iv*3/2)) {
@@ -167,7 +168,7 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		if ctx.Err() != nil {
 			return
 		}
-		var up []Node
+		var up []proc.Node
 		for _, n := range nodes {
 			if n.Up() {
 				up = append(up, n)
@@ -181,7 +182,7 @@ func (e *engine) crashNodes(ctx context.Context, nodes []Node) {
 		e.rngMu.Unlock()
 		// Not after an acknowledgement: the kill must follow it at once.
 		c := e.crash(ctx, n, !afterAck, ackAt)
-		if ln, ok := n.(*localNode); ok {
+		if ln, ok := n.(*proc.LocalNode); ok {
 			e.awaitNode(ln)
 		}
 		e.mu.Lock()
@@ -224,7 +225,7 @@ func (e *engine) crashStore(ctx context.Context) {
 		if !sleepCtx(ctx, e.uniform(iv/2, iv*3/2)) {
 			return
 		}
-		if err := e.storeProc.kill(); err != nil {
+		if err := e.storeProc.Kill(); err != nil {
 			e.logf("crash store: %v", err)
 		}
 		e.mu.Lock()
@@ -235,7 +236,7 @@ func (e *engine) crashStore(ctx context.Context) {
 		e.mu.Unlock()
 		down := e.uniform(e.cfg.DownMin, e.cfg.DownMax)
 		sleepCtx(ctx, down)
-		if err := e.storeProc.start(); err != nil {
+		if err := e.storeProc.Start(); err != nil {
 			e.logf("restart store: %v", err)
 		}
 		e.logf("crashed the store (kill -9%s), down %v", map[bool]string{true: ", power loss", false: ""}[e.cfg.LoseUnsynced], down.Round(time.Millisecond))
@@ -254,12 +255,12 @@ type crashed struct {
 // starts the node again after DownMin..DownMax (at once if ctx ends).
 // ackAt is when the node reported the acknowledgement the kill is aimed
 // at, if it is.
-func (e *engine) crash(ctx context.Context, n Node, mayForce bool, ackAt time.Time) crashed {
+func (e *engine) crash(ctx context.Context, n proc.Node, mayForce bool, ackAt time.Time) crashed {
 	var c crashed
-	if ln, ok := n.(*localNode); ok && mayForce && e.chance(enabled(e.cfg.SnapshotBeforeCrash)) && ln.healthy() {
+	if ln, ok := n.(*proc.LocalNode); ok && mayForce && e.chance(enabled(e.cfg.SnapshotBeforeCrash)) && ln.Healthy() {
 		// The node handles the signal once it serves; a snapshot of a
 		// few leases takes a few milliseconds, so most finish first.
-		c.forced = ln.proc.signal(sigSnapshot) == nil
+		c.forced = ln.Proc.Signal(proc.SigSnapshot) == nil
 		time.Sleep(e.uniform(time.Millisecond, 30*time.Millisecond))
 	}
 	c.inflight = e.acquiring()
@@ -295,10 +296,10 @@ func (e *engine) crash(ctx context.Context, n Node, mayForce bool, ackAt time.Ti
 // awaitNode waits until a restarted single node serves again, and records a
 // recovery problem if it does not within recoveryTimeout: a node that lost
 // its configuration, for instance, never leads again.
-func (e *engine) awaitNode(n *localNode) {
+func (e *engine) awaitNode(n *proc.LocalNode) {
 	ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
 	defer cancel()
-	if err := waitHealthy(ctx, n.Endpoint()+"/healthz"); err != nil {
+	if err := proc.WaitHealthy(ctx, n.Endpoint()+"/healthz"); err != nil {
 		e.mu.Lock()
 		e.recoveryProblems = append(e.recoveryProblems, fmt.Sprintf("after a crash, %s did not serve again within %v: %v", n.Name(), recoveryTimeout, err))
 		e.mu.Unlock()
@@ -318,7 +319,7 @@ func (e *engine) checkNodeBack() check.Result {
 	ctx, cancel := context.WithTimeout(context.Background(), recoveryTimeout)
 	defer cancel()
 	for _, n := range e.localNodes {
-		if err := waitHealthy(ctx, n.Endpoint()+"/healthz"); err != nil {
+		if err := proc.WaitHealthy(ctx, n.Endpoint()+"/healthz"); err != nil {
 			back.AddViolation("at the end of the run, %s did not serve within %v: %v", n.Name(), recoveryTimeout, err)
 		}
 	}

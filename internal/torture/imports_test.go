@@ -20,7 +20,8 @@ var layers = map[string][]string{
 	"check":    {"history"},
 	"worker":   {"history"},
 	"netfault": {"history"},
-	"":         {"history", "check", "worker", "netfault"},
+	"proc":     {"history", "worker"},
+	"":         {"history", "check", "worker", "netfault", "proc"},
 }
 
 // TestImportsRunOneWay pins the harness's import graph with `go list

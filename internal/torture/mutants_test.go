@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/testenv"
+	"github.com/fencedio/fenced/internal/torture/proc"
 )
 
 // TestMutants measures the checkers: it builds this package's test binary
@@ -30,8 +31,8 @@ func TestMutants(t *testing.T) {
 		t.Skip("mutant runs take minutes; skipped with -short")
 	}
 	testenv.SkipUnlessLong(t)
-	if !signalsSupported {
-		t.Skip(errUnsupported)
+	if !proc.SignalsSupported {
+		t.Skip(proc.ErrUnsupported)
 	}
 	start := time.Now()
 	bin := buildMutantBinary(t)

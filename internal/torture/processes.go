@@ -13,15 +13,16 @@ import (
 	"github.com/fencedio/fenced/fence/fencesql"
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/testutil"
+	"github.com/fencedio/fenced/internal/torture/proc"
 	"github.com/fencedio/fenced/internal/torture/worker"
 )
 
 func (e *engine) startNodes(ctx context.Context) error {
 	cfg := &e.cfg
 	if cfg.Endpoint != "" {
-		n := &externalNode{endpoint: strings.TrimRight(cfg.Endpoint, "/"), killCmd: cfg.NodeKillCommand, runCmd: cfg.NodeStartCommand}
+		n := proc.NewExternalNode(strings.TrimRight(cfg.Endpoint, "/"), cfg.NodeKillCommand, cfg.NodeStartCommand)
 		e.nodes = append(e.nodes, n)
-		e.logf("testing the fenced deployment at %s (crashes: %v)", n.endpoint, n.Crashable() && !cfg.NoCrashes)
+		e.logf("testing the fenced deployment at %s (crashes: %v)", n.Endpoint(), n.Crashable() && !cfg.NoCrashes)
 		return nil
 	}
 	if cfg.Nodes > 1 {
@@ -37,7 +38,7 @@ func (e *engine) startNodes(ctx context.Context) error {
 			return err
 		}
 		id := fmt.Sprintf("node%d", i+1)
-		err = e.addLocalNode(ctx, NodeSpec{
+		err = e.addLocalNode(ctx, proc.NodeSpec{
 			NodeID: id, DataDir: filepath.Join(cfg.OutputDir, id), Listen: listen, RaftListen: raftAddr,
 			MinTTL: cfg.NodeMinTTL, HeartbeatTimeout: cfg.NodeHeartbeatTimeout,
 			SnapshotThreshold: cfg.NodeSnapshotThreshold, SnapshotInterval: cfg.NodeSnapshotInterval,
@@ -49,7 +50,7 @@ func (e *engine) startNodes(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, n := range e.localNodes {
-		if err := waitHealthy(wctx, n.Endpoint()+"/healthz"); err != nil {
+		if err := proc.WaitHealthy(wctx, n.Endpoint()+"/healthz"); err != nil {
 			return fmt.Errorf("torture: %s: %w (see %s.log)", n.Name(), err, filepath.Join(e.cfg.OutputDir, n.Name()))
 		}
 	}
@@ -70,22 +71,22 @@ func (e *engine) failpointEnv() []string {
 }
 
 // addLocalNode starts a node process of the run.
-func (e *engine) addLocalNode(ctx context.Context, spec NodeSpec) error {
-	n, err := newLocalNode(e.cfg.Command, spec, filepath.Join(e.cfg.OutputDir, spec.NodeID+".log"))
+func (e *engine) addLocalNode(ctx context.Context, spec proc.NodeSpec) error {
+	n, err := proc.NewLocalNode(e.cfg.Command, spec, filepath.Join(e.cfg.OutputDir, spec.NodeID+".log"))
 	if err != nil {
 		return err
 	}
-	n.proc.env = e.failpointEnv()
+	n.Proc.Env = e.failpointEnv()
 	if e.cfg.Nodes > 1 {
-		n.proc.env = append(n.proc.env, failpoint.LogStallEnvVar+"="+e.stallPath(spec.NodeID))
+		n.Proc.Env = append(n.Proc.Env, failpoint.LogStallEnvVar+"="+e.stallPath(spec.NodeID))
 	}
 	if e.acks != nil {
-		n.proc.env = append(n.proc.env, e.acks.env(len(e.localNodes)))
+		n.Proc.Env = append(n.Proc.Env, e.acks.env(len(e.localNodes)))
 	}
 	if len(e.cfg.Failpoints) > 0 {
 		e.logf("mutants switched on in %s: %s", spec.NodeID, strings.Join(e.cfg.Failpoints, ","))
 	}
-	n.proc.onExit = func(err error) { e.serviceCrashed(n.proc, err) }
+	n.Proc.OnExit = func(err error) { e.serviceCrashed(n.Proc, err) }
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
@@ -104,23 +105,23 @@ func (e *engine) startStore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(StoreSpec{DataDir: filepath.Join(cfg.OutputDir, "store"), Listen: addr, NoFencing: cfg.NoFencing})
-	e.storeProc = &child{
-		name:    "store",
-		argv:    append(append([]string{}, cfg.Command...), RoleStore, "--spec", string(b)),
-		logPath: filepath.Join(cfg.OutputDir, "store.log"),
+	b, _ := json.Marshal(proc.StoreSpec{DataDir: filepath.Join(cfg.OutputDir, "store"), Listen: addr, NoFencing: cfg.NoFencing})
+	e.storeProc = &proc.Child{
+		Name:    "store",
+		Argv:    append(append([]string{}, cfg.Command...), proc.RoleStore, "--spec", string(b)),
+		LogPath: filepath.Join(cfg.OutputDir, "store.log"),
 	}
 	if cfg.LoseUnsynced {
-		e.storeProc.env = []string{failpoint.LoseUnsyncedEnvVar + "=1"}
+		e.storeProc.Env = []string{failpoint.LoseUnsyncedEnvVar + "=1"}
 	}
-	e.storeProc.onExit = func(err error) { e.serviceCrashed(e.storeProc, err) }
-	if err := e.storeProc.start(); err != nil {
+	e.storeProc.OnExit = func(err error) { e.serviceCrashed(e.storeProc, err) }
+	if err := e.storeProc.Start(); err != nil {
 		return err
 	}
 	e.storeURL = "http://" + addr
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := waitHealthy(wctx, e.storeURL+"/healthz"); err != nil {
+	if err := proc.WaitHealthy(wctx, e.storeURL+"/healthz"); err != nil {
 		return fmt.Errorf("torture: store: %w (see store.log)", err)
 	}
 	return nil
@@ -188,7 +189,7 @@ func (e *engine) workerArgv(ws *workerState) []string {
 	if e.foreignWorker(ws.id) {
 		return append(append([]string{}, e.cfg.WorkerCommand...), "--spec", string(b))
 	}
-	return append(append([]string{}, e.cfg.Command...), RoleWorker, "--spec", string(b))
+	return append(append([]string{}, e.cfg.Command...), proc.RoleWorker, "--spec", string(b))
 }
 
 // foreignWorker reports whether worker id runs Config.WorkerCommand.
@@ -203,17 +204,17 @@ func (e *engine) foreignWorker(id int) bool {
 func (e *engine) startWorkers() error {
 	for i := range e.cfg.Workers {
 		ws := &workerState{id: i, history: filepath.Join(e.cfg.OutputDir, fmt.Sprintf("worker%d.jsonl", i)), state: worker.EventIdle}
-		ws.proc = &child{
-			name:     fmt.Sprintf("worker%d", i),
-			argv:     e.workerArgv(ws),
-			logPath:  filepath.Join(e.cfg.OutputDir, fmt.Sprintf("worker%d.log", i)),
-			onStdout: func(line []byte) { e.onEvent(ws, line) },
-			onExit:   func(err error) { e.workerCrashed(ws, err) },
+		ws.proc = &proc.Child{
+			Name:     fmt.Sprintf("worker%d", i),
+			Argv:     e.workerArgv(ws),
+			LogPath:  filepath.Join(e.cfg.OutputDir, fmt.Sprintf("worker%d.log", i)),
+			OnStdout: func(line []byte) { e.onEvent(ws, line) },
+			OnExit:   func(err error) { e.workerCrashed(ws, err) },
 		}
 		e.mu.Lock()
 		e.workers[i] = ws
 		e.mu.Unlock()
-		if err := ws.proc.start(); err != nil {
+		if err := ws.proc.Start(); err != nil {
 			return err
 		}
 	}
@@ -222,14 +223,14 @@ func (e *engine) startWorkers() error {
 
 // crashedf records a process that exited on its own: a bug in the client
 // library, the worker, the node or the store.
-func (e *engine) crashedf(p *child, err error) {
-	msg := fmt.Sprintf("%s exited with an error: %v", p.name, err)
+func (e *engine) crashedf(p *proc.Child, err error) {
+	msg := fmt.Sprintf("%s exited with an error: %v", p.Name, err)
 	if err == nil {
 		// The harness signals a child only with SIGKILL, SIGSTOP and
 		// SIGCONT during a run; a clean exit means a signal from elsewhere.
-		msg = fmt.Sprintf("%s exited cleanly without being asked to: a SIGTERM or SIGINT from outside the harness?", p.name)
+		msg = fmt.Sprintf("%s exited cleanly without being asked to: a SIGTERM or SIGINT from outside the harness?", p.Name)
 	}
-	if ex := logExcerpt(p.logPath, 8); ex != "" {
+	if ex := proc.LogExcerpt(p.LogPath, 8); ex != "" {
 		msg += "\n" + ex
 	}
 	e.mu.Lock()
@@ -249,23 +250,23 @@ func (e *engine) workerCrashed(ws *workerState, err error) {
 	}
 	ws.incarnation++
 	ws.state, ws.paused, ws.lease = worker.EventIdle, false, 0
-	ws.proc.argv = e.workerArgv(ws)
-	if err := ws.proc.start(); err != nil {
-		e.logf("restart %s: %v", ws.proc.name, err)
+	ws.proc.Argv = e.workerArgv(ws)
+	if err := ws.proc.Start(); err != nil {
+		e.logf("restart %s: %v", ws.proc.Name, err)
 	}
 }
 
 // serviceCrashed records the crash of a node or store and starts it again,
 // unless the run is ending.
-func (e *engine) serviceCrashed(p *child, err error) {
+func (e *engine) serviceCrashed(p *proc.Child, err error) {
 	e.crashedf(p, err)
 	time.Sleep(e.cfg.DownMin)
 	e.mu.Lock()
 	stopping := e.stopping
 	e.mu.Unlock()
-	if !stopping && !p.running() {
-		if err := p.start(); err != nil {
-			e.logf("restart %s: %v", p.name, err)
+	if !stopping && !p.Running() {
+		if err := p.Start(); err != nil {
+			e.logf("restart %s: %v", p.Name, err)
 		}
 	}
 }
@@ -286,11 +287,11 @@ func (e *engine) stopWorkers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if w.proc.stop(grace) {
+			if w.proc.Stop(grace) {
 				e.mu.Lock()
 				e.stats.WorkersKilled++
 				e.mu.Unlock()
-				e.logf("%s did not stop within %v and was killed", w.proc.name, grace)
+				e.logf("%s did not stop within %v and was killed", w.proc.Name, grace)
 				return
 			}
 			e.checkExit(w.proc)
@@ -301,20 +302,20 @@ func (e *engine) stopWorkers() {
 
 // stopServices stops the store and nodes gracefully.
 func (e *engine) stopServices() {
-	if e.storeProc != nil && !e.storeProc.stop(15*time.Second) {
+	if e.storeProc != nil && !e.storeProc.Stop(15*time.Second) {
 		e.checkExit(e.storeProc)
 	}
 	for _, n := range e.localNodes {
-		if !n.stop(10 * time.Second) {
-			e.checkExit(n.proc)
+		if !n.Stop(10 * time.Second) {
+			e.checkExit(n.Proc)
 		}
 	}
 }
 
 // checkExit records a process asked to stop that exited with an error, for
 // instance status 66 from a race-detector build that saw a data race.
-func (e *engine) checkExit(p *child) {
-	if err := p.exitError(); err != nil {
+func (e *engine) checkExit(p *proc.Child) {
+	if err := p.ExitError(); err != nil {
 		e.crashedf(p, fmt.Errorf("on a graceful stop: %w", err))
 	}
 }
@@ -322,7 +323,7 @@ func (e *engine) checkExit(p *child) {
 // cleanup kills whatever still runs and drops the run's tables.
 func (e *engine) cleanup() {
 	e.mu.Lock()
-	var procs []*child
+	var procs []*proc.Child
 	for _, w := range e.workers {
 		procs = append(procs, w.proc)
 	}
@@ -331,11 +332,11 @@ func (e *engine) cleanup() {
 		procs = append(procs, e.storeProc)
 	}
 	for _, n := range e.localNodes {
-		procs = append(procs, n.proc)
+		procs = append(procs, n.Proc)
 	}
 	for _, p := range procs {
-		if p.running() {
-			_ = p.kill()
+		if p.Running() {
+			_ = p.Kill()
 		}
 	}
 	if e.proxy != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/testenv"
 	"github.com/fencedio/fenced/internal/torture/check"
+	"github.com/fencedio/fenced/internal/torture/proc"
 )
 
 // TestMain doubles as the harness's child processes: Config.Command is this
@@ -22,7 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) == 4 && os.Args[2] == "--spec" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := RunChild(ctx, os.Args[1], []byte(os.Args[3]), os.Stdout, os.Stderr)
+		err := proc.RunChild(ctx, os.Args[1], []byte(os.Args[3]), os.Stdout, os.Stderr)
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "torture child:", err)
@@ -57,8 +58,8 @@ func tortureConfig(t *testing.T, d time.Duration) Config {
 		t.Skip("torture runs take tens of seconds; skipped with -short")
 	}
 	testenv.SkipUnlessLong(t)
-	if !signalsSupported {
-		t.Skip(errUnsupported)
+	if !proc.SignalsSupported {
+		t.Skip(proc.ErrUnsupported)
 	}
 	dsn := testenv.PostgresURL(t)
 	self, err := os.Executable()

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package torture
+package proc
 
 import "syscall"
 

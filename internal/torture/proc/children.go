@@ -1,4 +1,4 @@
-package torture
+package proc
 
 import (
 	"context"
@@ -40,9 +40,9 @@ type NodeSpec struct {
 	Join           bool   `json:"join,omitempty"`
 }
 
-// statsPrefix starts the lines in which a node reports how many snapshots
+// StatsPrefix starts the lines in which a node reports how many snapshots
 // it took and restored; the harness sums the last line of each process.
-const statsPrefix = "torture-stats "
+const StatsPrefix = "torture-stats "
 
 // RunNode runs one fenced node, as cmd/fenced does, until ctx ends. It is
 // the process that the harness kills with SIGKILL and starts again on the
@@ -50,7 +50,7 @@ const statsPrefix = "torture-stats "
 // fenced itself, so that requests during recovery are part of the test.
 //
 // SIGUSR1 makes it take a snapshot at once (the harness sends it just
-// before some kills). It writes a statsPrefix line to logs whenever its
+// before some kills). It writes a StatsPrefix line to logs whenever its
 // count of snapshots taken or restored changes.
 func RunNode(ctx context.Context, spec NodeSpec, logs io.Writer) error {
 	// Before anything else: SIGUSR1 would otherwise kill the process.
@@ -109,7 +109,7 @@ func nodeSnapshots(ctx context.Context, srv *server.Server, force <-chan os.Sign
 		taken, restored := srv.SnapshotStats()
 		if taken != lastTaken || restored != lastRestored {
 			lastTaken, lastRestored = taken, restored
-			fmt.Fprintf(logs, "%ssnapshots=%d restores=%d\n", statsPrefix, taken, restored)
+			fmt.Fprintf(logs, "%ssnapshots=%d restores=%d\n", StatsPrefix, taken, restored)
 		}
 	}
 	report()

@@ -1,4 +1,4 @@
-package torture
+package proc
 
 import "syscall"
 
