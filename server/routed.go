@@ -222,7 +222,11 @@ func confirmed[Req, Resp any](s *Server, local func(context.Context, *connect.Re
 }
 
 func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
-	if staleRead(req.Header()) || failpoint.Enabled(failpoint.FollowerLocalRead) && !r.s.Ready() {
+	if failpoint.Enabled(failpoint.FollowerLocalRead) && !r.s.Ready() {
+		// The mutant: a follower answers a linearizable Get from its own state.
+		return read(ctx, r.s, req.Msg, true, r.local.checkGet, r.local.get)
+	}
+	if staleRead(req.Header()) {
 		return read(ctx, r.s, req.Msg, true, r.local.checkGet, r.local.get)
 	}
 	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Get, confirmed(r.s, r.local.Get))
