@@ -118,12 +118,12 @@ func (o *Op) String() string {
 	return s
 }
 
-// objectValue is the value a write stores; checkers recompute it.
+// ObjectValue is the value a write stores; checkers recompute it.
 func ObjectValue(op *Op) []byte {
 	return fmt.Appendf(nil, "%s|%d|w%d|%s", op.Key, op.Token, op.Worker, op.Object)
 }
 
-// recorder appends operations to a history file. Each record is one
+// Recorder appends operations to a history file. Each record is one
 // write(2), so records survive a SIGKILL of the worker.
 type Recorder struct {
 	mu     sync.Mutex
@@ -133,12 +133,12 @@ type Recorder struct {
 	err    error
 }
 
-// newRecorder numbers operations from after+1.
+// NewRecorder numbers operations from after+1.
 func NewRecorder(w io.Writer, worker int, after int64) *Recorder {
 	return &Recorder{w: w, worker: worker, seq: after}
 }
 
-// begin stamps op with the next sequence number and the call time and
+// Begin stamps op with the next sequence number and the call time and
 // records the invocation.
 func (r *Recorder) Begin(op *Op) {
 	r.mu.Lock()
@@ -149,7 +149,7 @@ func (r *Recorder) Begin(op *Op) {
 	r.writeLocked(op)
 }
 
-// end stamps the return time and records the result.
+// End stamps the return time and records the result.
 func (r *Recorder) End(op *Op, outcome Outcome, code string, err error) {
 	op.Return = time.Now().UnixNano()
 	op.Outcome, op.Code = outcome, code

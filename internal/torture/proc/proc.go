@@ -29,7 +29,7 @@ type Child struct {
 	done     chan struct{}
 	exitErr  error
 	intended bool // the current process is being killed or stopped
-	// env is added to the harness's environment for the child (the
+	// Env is added to the harness's environment for the child (the
 	// failpoints of a node).
 	Env []string
 }
