@@ -1,7 +1,8 @@
 // Package check judges a torture run's history: it takes the merged
 // history of the workers (package history) and the evidence read back
 // from the resources (Evidence), and returns one Result per checker. It
-// starts no process, opens no connection and reads no clock; only
+// starts no process and opens no connection; the clock only bounds the
+// linearizability search (one that runs out is reported unknown); only
 // LinearizablePerKey writes a file (porcupine's visualization of a
 // failure), into the directory it is given.
 //
