@@ -17,8 +17,8 @@ import (
 // appliedBatch hands on the transitions of one applied batch in log order,
 // their records gathered into one write (Config.LogOutput).
 func (s *Server) appliedBatch(events []lease.Event) {
-	s.cfg.LogOutput.gather()
-	defer s.cfg.LogOutput.flush()
+	s.cfg.LogOutput.Gather()
+	defer s.cfg.LogOutput.Flush()
 	for _, ev := range events {
 		s.applied(ev)
 	}

@@ -14,6 +14,10 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"io"
+
+	"github.com/fencedio/fenced/server/internal/logs"
 )
 
 // Config configures a Server. The zero value of every field means its
@@ -448,3 +452,10 @@ func setDefault[T comparable](p *T, def T) {
 		*p = def
 	}
 }
+
+// LogWriter lets the node write the transition records of one applied
+// batch in one write; see Config.LogOutput.
+type LogWriter = logs.Writer
+
+// NewLogWriter returns a LogWriter that writes to w.
+func NewLogWriter(w io.Writer) *LogWriter { return logs.NewWriter(w) }

@@ -98,5 +98,6 @@
 // repairs; internal/leadercheck, the coalescing of leadership
 // confirmations; internal/security, the TLS, auth and signing files;
 // internal/sharegate, the slots that keep reads and fan-out from starving
-// writes.
+// writes; internal/logs, raft's records into slog and the batched log
+// writer.
 package server

@@ -27,6 +27,8 @@ import (
 	"github.com/fencedio/fenced/server/internal/security"
 
 	"github.com/fencedio/fenced/server/internal/sharegate"
+
+	"github.com/fencedio/fenced/server/internal/logs"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -193,7 +195,7 @@ func (s *Server) startRaft() error {
 	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	hlog := newRaftLogger(s.cfg.RaftLogger, hclog.Warn)
+	hlog := logs.NewRaftLogger(s.cfg.RaftLogger, hclog.Warn)
 	var err error
 	// The store locks the directory first, so nothing below touches a
 	// directory another process uses.

@@ -1,4 +1,4 @@
-package server
+package logs
 
 import (
 	"context"
@@ -24,8 +24,8 @@ type raftLogger struct {
 
 var _ hclog.Logger = (*raftLogger)(nil)
 
-// newRaftLogger returns raft's logger over l, at minLevel and above.
-func newRaftLogger(l *slog.Logger, minLevel hclog.Level) *raftLogger {
+// NewRaftLogger returns raft's logger over l, at minLevel and above.
+func NewRaftLogger(l *slog.Logger, minLevel hclog.Level) *raftLogger {
 	r := &raftLogger{log: l, name: "raft", level: new(atomic.Int32)}
 	r.level.Store(int32(minLevel))
 	return r

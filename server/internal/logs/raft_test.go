@@ -1,4 +1,4 @@
-package server
+package logs
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 // the minimum level are dropped.
 func TestRaftLoggerWritesSlogRecords(t *testing.T) {
 	var buf bytes.Buffer
-	l := newRaftLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), hclog.Warn)
+	l := NewRaftLogger(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), hclog.Warn)
 	l.Info("dropped: below the minimum")
 	l.Warn("heartbeat timeout reached", "last-leader-id", "n2")
 	l.Named("wal").With("segment", 3).Error("cannot sync", "err", "EIO")

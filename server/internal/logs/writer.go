@@ -1,15 +1,15 @@
-package server
+package logs
 
 import (
 	"io"
 	"sync"
 )
 
-// logBatchLimit bounds the bytes a LogWriter gathers before it writes them
+// logBatchLimit bounds the bytes a Writer gathers before it writes them
 // out anyway, so a large batch (a burst of expiries) holds little memory.
 const logBatchLimit = 64 << 10
 
-// A LogWriter is the writer under Config.Logger's handler, handed to the
+// A Writer is the writer under Config.Logger's handler, handed to the
 // server as Config.LogOutput so that it can write the transition records
 // of one applied batch of commits with one write instead of one each.
 // Under load a batch carries tens of transitions, and a write(2) per
@@ -21,18 +21,18 @@ const logBatchLimit = 64 << 10
 // and then written together. A process killed in that window loses those
 // records from the log, not the transitions: they are in raft's log.
 // Safe for concurrent use.
-type LogWriter struct {
+type Writer struct {
 	mu       sync.Mutex
 	w        io.Writer
 	gathered bool
 	buf      []byte
 }
 
-// NewLogWriter returns a LogWriter that writes to w.
-func NewLogWriter(w io.Writer) *LogWriter { return &LogWriter{w: w} }
+// NewWriter returns a Writer that writes to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
 // Write writes p, or keeps it for the end of the batch being applied.
-func (lw *LogWriter) Write(p []byte) (int, error) {
+func (lw *Writer) Write(p []byte) (int, error) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
 	if !lw.gathered {
@@ -47,9 +47,9 @@ func (lw *LogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// gather keeps what is written from now until flush. A nil LogWriter
+// Gather keeps what is written from now until Flush. A nil Writer
 // does nothing.
-func (lw *LogWriter) gather() {
+func (lw *Writer) Gather() {
 	if lw == nil {
 		return
 	}
@@ -58,9 +58,9 @@ func (lw *LogWriter) gather() {
 	lw.mu.Unlock()
 }
 
-// flush writes what was kept since gather, in one write, and lets writes
+// Flush writes what was kept since Gather, in one write, and lets writes
 // through again. The handler above would have ignored a failed write too.
-func (lw *LogWriter) flush() {
+func (lw *Writer) Flush() {
 	if lw == nil {
 		return
 	}
@@ -70,7 +70,7 @@ func (lw *LogWriter) flush() {
 	lw.writeGathered()
 }
 
-func (lw *LogWriter) writeGathered() error {
+func (lw *Writer) writeGathered() error {
 	if len(lw.buf) == 0 {
 		return nil
 	}
