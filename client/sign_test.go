@@ -53,7 +53,7 @@ func TestSignedLeaseThroughTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	guard := fence.NewMemory(fence.MemoryConfig{})
-	resource := httptest.NewServer(fencehttp.Middleware(fence.NewSignedGuard(guard, v))(
+	resource := httptest.NewServer(fencehttp.Middleware(fence.NewSignedGuard(guard, v), fencehttp.Config{})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })))
 	defer resource.Close()
 

@@ -49,7 +49,7 @@ func API(guard *fencesql.Guard) http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	return fencehttp.Middleware(guard.TxGuard())(mux)
+	return fencehttp.Middleware(guard.TxGuard(), fencehttp.Config{})(mux)
 }
 
 // Run is one night's run: wait in line for the lease, then bill.

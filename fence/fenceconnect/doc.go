@@ -39,7 +39,7 @@
 // Non-guarantees:
 //   - The server trusts the client's fencing-scope; it cannot tell which
 //     key a token was issued for.
-//   - Every procedure is fenced unless WithProcedures exempts it; an exempt
+//   - Every procedure is fenced unless InterceptorConfig.Procedures exempts it; an exempt
 //     procedure that mutates is not fenced.
 //   - A fenced stream blocks every other writer of its scope for as long as
 //     it stays open. Long-lived streams that only read should be exempted.

@@ -37,7 +37,7 @@ func Example() {
 			value = req.Msg.GetValue() // runs only for a current token, one writer at a time
 			return connect.NewResponse(wrapperspb.String("stored")), nil
 		},
-		connect.WithInterceptors(fenceconnect.NewInterceptor(guard)),
+		connect.WithInterceptors(fenceconnect.NewInterceptor(guard, fenceconnect.InterceptorConfig{})),
 	))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
@@ -90,7 +90,7 @@ func ExampleNewClientInterceptor_lease() {
 			value = req.Msg.GetValue()
 			return connect.NewResponse(wrapperspb.String("stored")), nil
 		},
-		connect.WithInterceptors(fenceconnect.NewInterceptor(fence.NewMemory(fence.MemoryConfig{}))),
+		connect.WithInterceptors(fenceconnect.NewInterceptor(fence.NewMemory(fence.MemoryConfig{}), fenceconnect.InterceptorConfig{})),
 	))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()

@@ -134,7 +134,7 @@ func newEnv(t *testing.T, p protocol, g fence.Guard, s *store) *env {
 	}
 	s.applied = map[string]int{}
 	e := &env{guard: g, store: s}
-	icpt := connect.WithInterceptors(fenceconnect.NewInterceptor(g, fenceconnect.WithProcedures(exemptGet)))
+	icpt := connect.WithInterceptors(fenceconnect.NewInterceptor(g, fenceconnect.InterceptorConfig{Procedures: exemptGet}))
 	mux := http.NewServeMux()
 	mux.Handle(putProcedure, connect.NewUnaryHandler(putProcedure, s.put, icpt))
 	mux.Handle(getProcedure, connect.NewUnaryHandler(getProcedure, s.get, icpt))

@@ -11,15 +11,15 @@ import (
 	"github.com/fencedio/fenced/fence/internal/guarded"
 )
 
-// Option configures NewInterceptor.
-type Option func(*serverInterceptor)
-
-// WithProcedures fences only the procedures for which fenced returns true;
-// the others pass through without a token. fenced gets the full procedure
-// name, such as "/acme.store.v1.StoreService/Put". Default: every procedure
-// is fenced, so a read that should not need a token must be exempted here.
-func WithProcedures(fenced func(procedure string) bool) Option {
-	return func(i *serverInterceptor) { i.fenced = fenced }
+// InterceptorConfig configures NewInterceptor; a zero field means the
+// default documented on it.
+type InterceptorConfig struct {
+	// Procedures fences only the procedures for which it returns true; the
+	// others pass through without a token. It gets the full procedure name,
+	// such as "/acme.store.v1.StoreService/Put". Default: every procedure
+	// is fenced, so a read that should not need a token must be exempted
+	// here.
+	Procedures func(procedure string) bool
 }
 
 // NewInterceptor returns a handler-side interceptor that runs every fenced
@@ -44,19 +44,19 @@ func WithProcedures(fenced func(procedure string) bool) Option {
 // scope wait until it ends. This keeps every effect of the stream fenced;
 // checking only at the start would let a stream keep writing after a newer
 // holder has written. Give streams deadlines, and exempt long-lived reads
-// (watches) with WithProcedures.
+// (watches) with InterceptorConfig.Procedures.
 //
 // A panic in a handler is recovered inside g.Do, so the guard records
 // nothing and releases the scope, and is then raised again.
 //
 // The interceptor does nothing on the client side; see NewClientInterceptor.
-func NewInterceptor(g fence.Guard, opts ...Option) connect.Interceptor {
+func NewInterceptor(g fence.Guard, cfg InterceptorConfig) connect.Interceptor {
 	if g == nil {
 		panic("fenceconnect: NewInterceptor with a nil Guard")
 	}
-	i := &serverInterceptor{guard: g, fenced: func(string) bool { return true }}
-	for _, opt := range opts {
-		opt(i)
+	i := &serverInterceptor{guard: g, fenced: cfg.Procedures}
+	if i.fenced == nil {
+		i.fenced = func(string) bool { return true }
 	}
 	return i
 }

@@ -316,7 +316,7 @@ func TestInterceptorPanicRecordsNothingAndPropagates(t *testing.T) {
 	g := fence.NewMemory(fence.MemoryConfig{})
 	seed(t, g, "s", 10)
 	boom := errors.New("boom")
-	unary := fenceconnect.NewInterceptor(g).WrapUnary(func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) {
+	unary := fenceconnect.NewInterceptor(g, fenceconnect.InterceptorConfig{}).WrapUnary(func(context.Context, connect.AnyRequest) (connect.AnyResponse, error) {
 		panic(boom)
 	})
 	req := connect.NewRequest(wrapperspb.String("v"))

@@ -15,7 +15,7 @@ func withCredentials(ctx context.Context, scope string, token uint64) context.Co
 }
 
 // ScopeFromContext returns the scope of the fenced request whose context ctx
-// is: the one Middleware checked (from Fencing-Scope or WithScopeFunc), so
+// is: the one Middleware checked (from Fencing-Scope or Config.ScopeFunc), so
 // a handler need not parse the headers again. ok is false outside a fenced
 // request (a safe method, or no Middleware).
 func ScopeFromContext(ctx context.Context) (scope string, ok bool) {

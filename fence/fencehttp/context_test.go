@@ -12,7 +12,7 @@ import (
 
 // TestMiddlewareCredentialsInContext checks that the handler of a fenced
 // request reads the checked scope and token from its context (the scope
-// WithScopeFunc chose, not the header's), and that other requests carry
+// Config.ScopeFunc chose, not the header's), and that other requests carry
 // none.
 func TestMiddlewareCredentialsInContext(t *testing.T) {
 	t.Parallel()
@@ -26,25 +26,25 @@ func TestMiddlewareCredentialsInContext(t *testing.T) {
 		got.scope, got.okScope = fencehttp.ScopeFromContext(r.Context())
 		got.token, got.okTk = fencehttp.TokenFromContext(r.Context())
 	})
-	byPath := fencehttp.WithScopeFunc(func(r *http.Request) (string, error) {
+	byPath := fencehttp.Config{ScopeFunc: func(r *http.Request) (string, error) {
 		return "objects/" + strings.TrimPrefix(r.URL.Path, "/"), nil
-	})
+	}}
 	for _, tc := range []struct {
 		name   string
-		opts   []fencehttp.Option
+		cfg    fencehttp.Config
 		method string
 		want   seen
 	}{
-		{"header scope", nil, http.MethodPut, seen{"orders/7", 18446744073709551615, true, true}},
-		{"scope func", []fencehttp.Option{byPath}, http.MethodPost, seen{"objects/a", 18446744073709551615, true, true}},
-		{"safe method", nil, http.MethodGet, seen{}},
+		{"header scope", fencehttp.Config{}, http.MethodPut, seen{"orders/7", 18446744073709551615, true, true}},
+		{"scope func", byPath, http.MethodPost, seen{"objects/a", 18446744073709551615, true, true}},
+		{"safe method", fencehttp.Config{}, http.MethodGet, seen{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got = seen{}
 			req := httptest.NewRequest(tc.method, "/a", nil)
 			req.Header = fencedHeader("orders/7", "18446744073709551615")
 			rec := httptest.NewRecorder()
-			fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}), tc.opts...)(h).ServeHTTP(rec, req)
+			fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}), tc.cfg)(h).ServeHTTP(rec, req)
 			if rec.Code != http.StatusOK {
 				t.Fatalf("status %d: %s", rec.Code, rec.Body)
 			}

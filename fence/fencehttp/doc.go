@@ -68,7 +68,7 @@
 // Non-guarantees:
 //   - The server cannot tell whether a token was issued for the scope it is
 //     presented with; it trusts the client's Fencing-Scope (or the mapping
-//     given with WithScopeFunc). Scopes are independent (invariant I6) only
+//     given with Config.ScopeFunc). Scopes are independent (invariant I6) only
 //     as long as clients name them truthfully.
 //   - Safe methods (GET, HEAD, OPTIONS, TRACE) are neither checked nor
 //     serialized with writes. A handler that mutates on GET is not fenced.

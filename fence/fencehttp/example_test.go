@@ -27,7 +27,7 @@ func ExampleMiddleware() {
 		}
 		value = string(b) // runs only for a current token, one writer at a time
 	})
-	srv := httptest.NewServer(fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}))(store))
+	srv := httptest.NewServer(fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}), fencehttp.Config{})(store))
 	defer srv.Close()
 
 	put := func(token uint64, body string) *http.Response {
@@ -72,7 +72,7 @@ func (l *exampleLease) Token() uint64  { return l.token }
 func (l *exampleLease) Lost(err error) { fmt.Println("lease", l.token, "lost:", err) }
 
 func ExampleTransport() {
-	srv := httptest.NewServer(fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	srv := httptest.NewServer(fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}), fencehttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	defer srv.Close()
 
 	write := func(lease *exampleLease) {
@@ -112,7 +112,7 @@ func ExampleTransport_lease() {
 
 	// The resource: stores the body of each write whose token is current.
 	var value string
-	resource := httptest.NewServer(fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}))(http.HandlerFunc(
+	resource := httptest.NewServer(fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}), fencehttp.Config{})(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			body, err := io.ReadAll(r.Body)
 			if err != nil {

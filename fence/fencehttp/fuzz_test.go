@@ -54,7 +54,7 @@ func FuzzFromHeader(f *testing.F) {
 
 		g := fence.NewMemory(fence.MemoryConfig{})
 		ran := false
-		h2 := fencehttp.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true }))
+		h2 := fencehttp.Middleware(g, fencehttp.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true }))
 		req := httptest.NewRequest(http.MethodPost, "/", nil)
 		req.Header = h
 		rec := httptest.NewRecorder()

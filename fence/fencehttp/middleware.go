@@ -11,40 +11,34 @@ import (
 	"github.com/fencedio/fenced/fence/internal/guarded"
 )
 
-// Option configures Middleware.
-type Option func(*config)
+// Config configures Middleware; a zero field means the default documented
+// on it.
+type Config struct {
+	// ScopeFunc derives the scope from the request (for example from its
+	// path) instead of the Fencing-Scope header, which is then ignored. The
+	// result is validated like a header value; an error from it answers 400
+	// with the text of the error as the problem's detail.
+	//
+	// The mapping is the server's to choose (invariant I6 allows it when
+	// configured): a client's token fences whatever scope ScopeFunc
+	// returns. Default: the Fencing-Scope header.
+	ScopeFunc func(*http.Request) (string, error)
+	// FailedStatus decides which final statuses of the wrapped handler
+	// count as a failed mutation; a failed mutation does not record its
+	// token. Default: status >= 500. A 4xx answer still records the token:
+	// the request proved it holds a current token, and recording it only
+	// fences older holders.
+	FailedStatus func(status int) bool
+	// Logger is where the middleware reports the one case it cannot fix in
+	// its answer: the handler answered, but the guard then failed to record
+	// the token. Default: slog.Default().
+	Logger *slog.Logger
+}
 
 type config struct {
 	scopeFunc func(*http.Request) (string, error)
 	failed    func(status int) bool
 	logger    *slog.Logger
-}
-
-// WithScopeFunc derives the scope from the request (for example from its
-// path) instead of the Fencing-Scope header, which is then ignored. The
-// result is validated like a header value; an error from f answers 400 with
-// the text of the error as the problem's detail.
-//
-// The mapping is the server's to choose (invariant I6 allows it when
-// configured): a client's token fences whatever scope f returns.
-// Default: the Fencing-Scope header.
-func WithScopeFunc(f func(*http.Request) (string, error)) Option {
-	return func(c *config) { c.scopeFunc = f }
-}
-
-// WithFailedStatus decides which final statuses of the wrapped handler count
-// as a failed mutation; a failed mutation does not record its token. Default:
-// status >= 500. A 4xx answer still records the token: the request proved
-// it holds a current token, and recording it only fences older holders.
-func WithFailedStatus(failed func(status int) bool) Option {
-	return func(c *config) { c.failed = failed }
-}
-
-// WithLogger sets where the middleware reports the one case it cannot fix
-// in its answer: the handler answered, but the guard then failed to record
-// the token. Default: slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
 }
 
 // Middleware fences every request whose method is not safe (anything but
@@ -59,7 +53,7 @@ func WithLogger(l *slog.Logger) Option {
 // fencesql.Guard.TxGuard does), with the checked scope and token
 // (ScopeFromContext, TokenFromContext). The token is
 // recorded when the handler's final status is not a failure (see
-// WithFailedStatus); a handler that writes nothing answers 200 and succeeds.
+// Config.FailedStatus); a handler that writes nothing answers 200 and succeeds.
 //
 // Answers given without calling the handler (all application/problem+json):
 // 428 when the token is missing, 400 when the token or scope is malformed
@@ -71,16 +65,16 @@ func WithLogger(l *slog.Logger) Option {
 //
 // A panic in the handler is recovered inside g.Do, so the guard records
 // nothing and releases the scope, and is then raised again.
-func Middleware(g fence.Guard, opts ...Option) func(http.Handler) http.Handler {
+func Middleware(g fence.Guard, cfg Config) func(http.Handler) http.Handler {
 	if g == nil {
 		panic("fencehttp: Middleware with a nil Guard")
 	}
-	c := config{
-		failed: func(status int) bool { return status >= http.StatusInternalServerError },
-		logger: slog.Default(),
+	c := config{scopeFunc: cfg.ScopeFunc, failed: cfg.FailedStatus, logger: cfg.Logger}
+	if c.failed == nil {
+		c.failed = func(status int) bool { return status >= http.StatusInternalServerError }
 	}
-	for _, opt := range opts {
-		opt(&c)
+	if c.logger == nil {
+		c.logger = slog.Default()
 	}
 	return func(next http.Handler) http.Handler {
 		return &middleware{guard: g, next: next, config: c}

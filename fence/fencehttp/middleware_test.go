@@ -34,10 +34,15 @@ func countingHandler(c *counter) http.Handler {
 	})
 }
 
-func newFencedServer(t *testing.T, g fence.Guard, opts ...fencehttp.Option) (*httptest.Server, *counter) {
+func newFencedServer(t *testing.T, g fence.Guard) (*httptest.Server, *counter) {
+	t.Helper()
+	return newFencedServerWith(t, g, fencehttp.Config{})
+}
+
+func newFencedServerWith(t *testing.T, g fence.Guard, cfg fencehttp.Config) (*httptest.Server, *counter) {
 	t.Helper()
 	c := &counter{}
-	srv := httptest.NewServer(fencehttp.Middleware(g, opts...)(countingHandler(c)))
+	srv := httptest.NewServer(fencehttp.Middleware(g, cfg)(countingHandler(c)))
 	t.Cleanup(srv.Close)
 	return srv, c
 }
@@ -185,7 +190,7 @@ func TestMiddlewareRejectsBadCredentials(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})
 			var calls atomic.Int32
-			h := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
+			h := fencehttp.Middleware(g, fencehttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
 			// Straight into the handler: several of these values cannot be
 			// sent by net/http's client, but can arrive from other clients.
 			req := httptest.NewRequest(http.MethodPut, "/x", strings.NewReader("v"))
@@ -271,21 +276,21 @@ func TestMiddlewareFailedHandlerDoesNotRaiseHighest(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		opts    []fencehttp.Option
+		cfg     fencehttp.Config
 		status  int
 		records bool
 	}{
-		{"500", nil, http.StatusInternalServerError, false},
-		{"503", nil, http.StatusServiceUnavailable, false},
-		{"404 records", nil, http.StatusNotFound, true},
-		{"412 records", nil, http.StatusPreconditionFailed, true},
-		{"201 records", nil, http.StatusCreated, true},
-		{"custom: 422 fails", []fencehttp.Option{fencehttp.WithFailedStatus(func(s int) bool { return s >= 400 })}, http.StatusUnprocessableEntity, false},
+		{"500", fencehttp.Config{}, http.StatusInternalServerError, false},
+		{"503", fencehttp.Config{}, http.StatusServiceUnavailable, false},
+		{"404 records", fencehttp.Config{}, http.StatusNotFound, true},
+		{"412 records", fencehttp.Config{}, http.StatusPreconditionFailed, true},
+		{"201 records", fencehttp.Config{}, http.StatusCreated, true},
+		{"custom: 422 fails", fencehttp.Config{FailedStatus: func(s int) bool { return s >= 400 }}, http.StatusUnprocessableEntity, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := fence.NewMemory(fence.MemoryConfig{})
-			srv, calls := newFencedServer(t, g, tt.opts...)
+			srv, calls := newFencedServerWith(t, g, tt.cfg)
 			seed(t, g, "s", 10)
 			h := fencedHeader("s", "50")
 			h.Set("X-Status", strconv.Itoa(tt.status))
@@ -321,7 +326,7 @@ func TestMiddlewarePanicRecordsNothingAndPropagates(t *testing.T) {
 	g := fence.NewMemory(fence.MemoryConfig{})
 	seed(t, g, "s", 10)
 	boom := errors.New("boom")
-	h := fencehttp.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := fencehttp.Middleware(g, fencehttp.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK) // even after a success status, a panic is a failure
 		panic(boom)
 	}))
@@ -361,7 +366,7 @@ func TestMiddlewareScopeFunc(t *testing.T) {
 		}
 		return "objects/" + name, nil
 	}
-	srv := httptest.NewServer(fencehttp.Middleware(g, fencehttp.WithScopeFunc(scopeOf))(mux))
+	srv := httptest.NewServer(fencehttp.Middleware(g, fencehttp.Config{ScopeFunc: scopeOf})(mux))
 	t.Cleanup(srv.Close)
 
 	// The header scope is ignored; the path decides.
@@ -398,7 +403,7 @@ func TestMiddlewarePassesGuardContextToHandler(t *testing.T) {
 		return context.WithValue(ctx, ctxKey{}, "tx")
 	}}
 	var got any
-	h := fencehttp.Middleware(g)(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+	h := fencehttp.Middleware(g, fencehttp.Config{})(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		got = r.Context().Value(ctxKey{})
 	}))
 	req := httptest.NewRequest(http.MethodPut, "/", nil)
@@ -416,7 +421,7 @@ func TestMiddlewareGuardFailure(t *testing.T) {
 	t.Run("before apply", func(t *testing.T) {
 		g := &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), before: secret}
 		var calls atomic.Int32
-		h := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
+		h := fencehttp.Middleware(g, fencehttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(1) }))
 		req := httptest.NewRequest(http.MethodPut, "/", nil)
 		req.Header = fencedHeader("s", "1")
 		rec := httptest.NewRecorder()
@@ -436,7 +441,7 @@ func TestMiddlewareGuardFailure(t *testing.T) {
 		g := &hookGuard{Guard: fence.NewMemory(fence.MemoryConfig{}), after: secret}
 		var logs bytes.Buffer
 		logger := slog.New(slog.NewJSONHandler(&logs, nil))
-		h := fencehttp.Middleware(g, fencehttp.WithLogger(logger))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := fencehttp.Middleware(g, fencehttp.Config{Logger: logger})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusCreated)
 		}))
 		req := httptest.NewRequest(http.MethodPut, "/", nil)
@@ -461,7 +466,7 @@ func TestMiddlewareWaitingRequestEnds(t *testing.T) {
 	g := fence.NewMemory(fence.MemoryConfig{})
 	entered := make(chan struct{})
 	release := make(chan struct{})
-	h := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := fencehttp.Middleware(g, fencehttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		close(entered)
 		<-release
 	}))
@@ -522,7 +527,7 @@ func TestMiddlewareConcurrentWritersNeverGoBack(t *testing.T) {
 		accepted[scope] = append(accepted[scope], token)
 		mu.Unlock()
 	})
-	srv := httptest.NewServer(fencehttp.Middleware(g)(handler))
+	srv := httptest.NewServer(fencehttp.Middleware(g, fencehttp.Config{})(handler))
 	t.Cleanup(srv.Close)
 	tr := srv.Client().Transport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = writers * scopes

@@ -33,7 +33,7 @@ func TestOwnerTravelsWithToken(t *testing.T) {
 		seen = append(seen, d)
 	})
 	g := fence.NewMemory(fence.MemoryConfig{Observer: obs})
-	srv := httptest.NewServer(fencehttp.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(fencehttp.Middleware(g, fencehttp.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})))
 	defer srv.Close()

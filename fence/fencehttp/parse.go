@@ -107,7 +107,7 @@ func ParseToken(s string) (uint64, error) {
 //
 // HTTP/1.1 strips leading and trailing spaces from header values, so a scope
 // that starts or ends with a space cannot travel in Fencing-Scope; derive
-// such scopes with WithScopeFunc instead.
+// such scopes with Config.ScopeFunc instead.
 func FromHeader(h http.Header) (scope string, token uint64, err error) {
 	token, err = TokenFromHeader(h)
 	if err != nil {
@@ -124,7 +124,7 @@ func FromHeader(h http.Header) (scope string, token uint64, err error) {
 }
 
 // TokenFromHeader reads and parses the Fencing-Token header alone, for
-// servers that derive the scope from something else (see WithScopeFunc).
+// servers that derive the scope from something else (see Config.ScopeFunc).
 func TokenFromHeader(h http.Header) (uint64, error) {
 	v, err := single(h, HeaderToken)
 	if err != nil {

@@ -66,7 +66,7 @@ func TestScopeRule(t *testing.T) {
 	t.Parallel()
 	g := fence.NewMemory(fence.MemoryConfig{})
 	var applied atomic.Int32
-	mw := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { applied.Add(1) }))
+	mw := fencehttp.Middleware(g, fencehttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { applied.Add(1) }))
 	for _, tc := range scopetest.Cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			h := http.Header{fencehttp.HeaderScope: {tc.Scope}, fencehttp.HeaderToken: {"9"}}

@@ -21,7 +21,7 @@ func TestSequenceOverHTTP(t *testing.T) {
 	t.Parallel()
 	var applied atomic.Int64
 	var fail atomic.Bool
-	h := fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{StrictSequences: true}))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{StrictSequences: true}), fencehttp.Config{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if fail.Load() {
 			w.WriteHeader(http.StatusInternalServerError)
 			return
@@ -122,7 +122,7 @@ func TestSequenceHeader(t *testing.T) {
 func TestInvalidSequenceProblem(t *testing.T) {
 	t.Parallel()
 	ran := false
-	h := fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
+	h := fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}), fencehttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
 	req := httptest.NewRequest(http.MethodPost, "/", nil)
 	req.Header = fencedHeader("s", "3")
 	req.Header.Set(fencehttp.HeaderSequence, "0")

@@ -32,7 +32,7 @@ func TestSignedTokens(t *testing.T) {
 	t.Parallel()
 	inner := fence.NewMemory(fence.MemoryConfig{})
 	signtest.CheckGuard(t, "orders/7", func(v *fence.Verifier) signtest.Mutate {
-		srv := httptest.NewServer(fencehttp.Middleware(fence.NewSignedGuard(inner, v))(
+		srv := httptest.NewServer(fencehttp.Middleware(fence.NewSignedGuard(inner, v), fencehttp.Config{})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })))
 		t.Cleanup(srv.Close)
 		return func(ctx context.Context, scope string, token uint64) (bool, error) {

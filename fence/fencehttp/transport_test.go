@@ -52,7 +52,7 @@ func TestTransportStaleAnswerLosesLeaseWithoutRetry(t *testing.T) {
 	g := fence.NewMemory(fence.MemoryConfig{})
 	seed(t, g, "orders/7", 42)
 	var requests atomic.Int32
-	fenced := fencehttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	fenced := fencehttp.Middleware(g, fencehttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
 		fenced.ServeHTTP(w, r)

@@ -17,7 +17,7 @@ import (
 // keeps its data in the same database: the handler runs inside the
 // transaction and writes through it.
 //
-//	mw := fencehttp.Middleware(guard.TxGuard())
+//	mw := fencehttp.Middleware(guard.TxGuard(), fencehttp.Config{})
 //	// in the handler:
 //	tx, _ := fencesql.TxFromContext(r.Context())
 //	_, err := tx.ExecContext(r.Context(), `UPDATE invoices SET ...`)

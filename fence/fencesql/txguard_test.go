@@ -43,7 +43,7 @@ func TestTxGuardBehindMiddleware(t *testing.T) {
 			}
 			rw.WriteHeader(http.StatusNoContent)
 		})
-		srv := httptest.NewServer(fencehttp.Middleware(g.TxGuard())(h))
+		srv := httptest.NewServer(fencehttp.Middleware(g.TxGuard(), fencehttp.Config{})(h))
 		t.Cleanup(srv.Close)
 		put := func(token uint64, query string) int {
 			t.Helper()

@@ -167,7 +167,7 @@ func Run(ctx context.Context, guarded bool, log io.Writer) (res Result, err erro
 		w.WriteHeader(http.StatusNoContent)
 	})
 	if guarded {
-		h = fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}))(h)
+		h = fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}), fencehttp.Config{})(h)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
