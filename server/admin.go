@@ -13,6 +13,8 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/hashicorp/raft"
+
+	"github.com/fencedio/fenced/server/internal/peers"
 )
 
 // errUnknownMember is returned for a member ID that is not in the
@@ -170,16 +172,16 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 }
 
 // admit asks the node at addr who it is and, if it waits to be added,
-// makes it a voting member of this cluster (identity.go) before raft adds
+// makes it a voting member of this cluster (internal/peers/identity.go) before raft adds
 // it. A member still in the configuration whose node started on a new
 // data directory is refused: it must be removed first, so that no
 // configuration counts its lost votes.
 func (a *admin) admit(ctx context.Context, id, addr string) error {
-	ctx, cancel := context.WithTimeout(ctx, peerHandshakeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, peers.HandshakeTimeout)
 	defer cancel()
-	st, err := a.s.peers.status(ctx, addr)
+	st, err := a.s.peers.Status(ctx, addr)
 	if err != nil {
-		if errors.Is(err, ErrClusterMismatch) {
+		if errors.Is(err, peers.ErrClusterMismatch) {
 			return fmt.Errorf("add member %s: %w", id, err)
 		}
 		return fmt.Errorf("add member %s: %w: no answer at %s (%v); start it first with fenced --join --node-id %s", id, errMemberNotAddable, addr, err, id)
@@ -194,7 +196,7 @@ func (a *admin) admit(ctx context.Context, id, addr string) error {
 		return fmt.Errorf("add member %s: %w: %s is in the configuration, and the node at %s started on a new data directory since: "+
 			"its votes and log were lost. Remove it first (fencectl member remove %s), then add it", id, errMemberNotAddable, id, addr, id)
 	}
-	if _, err := a.s.peers.admitPeer(ctx, addr, id); err != nil {
+	if _, err := a.s.peers.AdmitPeer(ctx, addr, id); err != nil {
 		return fmt.Errorf("add member %s: %w: %v", id, errMemberNotAddable, err)
 	}
 	return nil

@@ -14,6 +14,8 @@ import (
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/fencedio/fenced/server/internal/peers"
 )
 
 // Clusters
@@ -23,7 +25,7 @@ import (
 // fenced --initial-cluster n1=HOST:PORT,n2=...), and its own name in it
 // (Config.NodeID). A node whose data directory holds no raft state
 // bootstraps with that list once every other member in it has answered
-// (identity.go: a member that lost its data directory must not form the
+// (internal/peers/identity.go: a member that lost its data directory must not form the
 // cluster again); the nodes elect a leader once a majority runs. A node
 // restarted on its data directory rejoins with the membership stored there
 // and ignores the list. With no list, a node is a cluster of one, as it
@@ -182,9 +184,9 @@ func (c *Config) advertisedRaftAddress() string {
 }
 
 // newTransport listens on the peer port: raft's connections and forwarded
-// API calls share it (peermux.go).
+// API calls share it (internal/peers).
 func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
-	mux, err := listenPeers(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.Peer, s.log, s)
+	mux, err := peers.Listen(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.Peer, s.log, peerSelf{s})
 	if err != nil {
 		return nil, fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
 	}
@@ -192,11 +194,11 @@ func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
 	if s.sec.Peer == nil && s.sec.Policy() != nil {
 		s.log.Warn("the peer port is plaintext and unauthenticated: whoever reaches it can forward calls in any principal's name; "+
 			"keep it on a network only the nodes reach, or set --peer-cert-file, --peer-key-file and --peer-trusted-ca-file",
-			"raft_listen", mux.ln.Addr().String())
+			"raft_listen", mux.ListenAddr().String())
 	}
 	return newContactTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mux, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
-	}), s.ident.votes.Load), nil
+	}), s.ident.Votes), nil
 }
 
 // joining reports whether this node, on an empty data directory, waits to
@@ -205,10 +207,16 @@ func (s *Server) joining() bool {
 	return s.cfg.Join || s.cfg.InitialClusterState == ClusterExisting
 }
 
+// peerSelf is the node as its peer port presents it.
+type peerSelf struct{ s *Server }
+
+func (p peerSelf) Hello() peers.Hello           { return p.s.hello() }
+func (p peerSelf) Admit(from peers.Hello) error { return p.s.admit(from) }
+
 // hello is what this node says of itself on every peer connection.
-func (s *Server) hello() peerHello {
-	id := s.ident.get()
-	return peerHello{Cluster: id.Cluster, Node: s.cfg.NodeID, Instance: id.Instance, Votes: id.Votes,
+func (s *Server) hello() peers.Hello {
+	id := s.ident.Get()
+	return peers.Hello{Cluster: id.Cluster, Node: s.cfg.NodeID, Instance: id.Instance, Votes: id.Votes,
 		HasState: s.hasRaftState(), Joining: s.joining(), Initial: id.Initial}
 }
 
@@ -221,11 +229,11 @@ func (s *Server) hasRaftState() bool {
 
 // admit makes this node, waiting to be added, a voting member of the
 // cluster of the node that adds it (fencectl member add).
-func (s *Server) admit(from peerHello) error {
+func (s *Server) admit(from peers.Hello) error {
 	if from.Admit != s.cfg.NodeID {
 		return fmt.Errorf("%w: this is member %q, not %q", errMemberNotAddable, s.cfg.NodeID, from.Admit)
 	}
-	if err := s.ident.join(from.Cluster, from.Initial); err != nil {
+	if err := s.ident.Join(from.Cluster, from.Initial); err != nil {
 		return err
 	}
 	s.log.Info("added to the cluster: this member votes from now on", "cluster_id", from.Cluster, "by", from.Node)
@@ -235,11 +243,11 @@ func (s *Server) admit(from peerHello) error {
 // bootstrap starts a new cluster from the initial cluster, or a cluster of
 // one; a node told to join waits instead to be added by a leader.
 func (s *Server) bootstrap() error {
-	me := s.ident.get()
+	me := s.ident.Get()
 	switch {
 	case failpoint.Enabled(failpoint.SilentRebootstrap) && !s.joining():
 		me.Votes = true
-		if err := s.ident.save(me); err != nil {
+		if err := s.ident.Save(me); err != nil {
 			return err
 		}
 		return s.bootstrapRaft()
@@ -249,7 +257,7 @@ func (s *Server) bootstrap() error {
 		return nil
 	case len(s.cfg.InitialCluster) <= 1:
 		initial := map[string]string{s.cfg.NodeID: me.Instance}
-		if err := s.ident.join(formationID(initial), initial); err != nil {
+		if err := s.ident.Join(peers.FormationID(initial), initial); err != nil {
 			return err
 		}
 		return s.bootstrapRaft()
@@ -282,13 +290,13 @@ const formRetry = 250 * time.Millisecond
 // refuses, when a peer belongs to a cluster that counts this member with
 // another data directory.
 func (s *Server) form() error {
-	me := s.ident.get()
+	me := s.ident.Get()
 	seen := map[string]string{s.cfg.NodeID: me.Instance}
 	var lastNote time.Time
 	tick := time.NewTicker(formRetry)
 	defer tick.Stop()
 	for {
-		if s.ident.votes.Load() {
+		if s.ident.Votes() {
 			return nil // added by a leader meanwhile
 		}
 		var missing []string
@@ -296,11 +304,11 @@ func (s *Server) form() error {
 			if _, ok := seen[p.ID]; ok {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, peerHandshakeTimeout)
-			st, err := s.peers.status(ctx, p.Address)
+			ctx, cancel := context.WithTimeout(s.ctx, peers.HandshakeTimeout)
+			st, err := s.peers.Status(ctx, p.Address)
 			cancel()
 			switch {
-			case errors.Is(err, ErrClusterMismatch):
+			case errors.Is(err, peers.ErrClusterMismatch):
 				return err
 			case err != nil:
 				missing = append(missing, p.ID)
@@ -309,9 +317,9 @@ func (s *Server) form() error {
 				return fmt.Errorf("the initial cluster names %s %s, but the node there is %q: check --initial-cluster", p.ID, p.Address, st.Node)
 			case st.Votes || st.HasState:
 				if st.Initial[s.cfg.NodeID] != me.Instance {
-					return &MemberBootstrappedError{Node: s.cfg.NodeID, Address: string(s.trans.LocalAddr()), Peer: p.ID + " (" + p.Address + ")"}
+					return &peers.MemberBootstrappedError{Node: s.cfg.NodeID, Address: string(s.trans.LocalAddr()), Peer: p.ID + " (" + p.Address + ")"}
 				}
-				if err := s.ident.join(st.Cluster, st.Initial); err != nil {
+				if err := s.ident.Join(st.Cluster, st.Initial); err != nil {
 					return err
 				}
 				return s.bootstrapRaft()
@@ -319,10 +327,10 @@ func (s *Server) form() error {
 			seen[p.ID] = st.Instance
 		}
 		if len(missing) == 0 {
-			if err := s.ident.join(formationID(seen), seen); err != nil {
+			if err := s.ident.Join(peers.FormationID(seen), seen); err != nil {
 				return err
 			}
-			s.log.Info("every initial member answered: bootstrapping a new cluster", "cluster_id", s.ident.get().Cluster)
+			s.log.Info("every initial member answered: bootstrapping a new cluster", "cluster_id", s.ident.Get().Cluster)
 			return s.bootstrapRaft()
 		}
 		if time.Since(lastNote) > 10*time.Second {
@@ -360,9 +368,9 @@ func (s *Server) noteExistingState() {
 		s.log.Info("raft state found in the data directory: rejoining with the stored membership, the initial cluster is ignored",
 			"data_dir", s.cfg.DataDir)
 	}
-	if !s.ident.votes.Load() {
+	if !s.ident.Votes() {
 		s.log.Warn("this member's data directory started empty and it has not been added since: it does not vote. "+
-			"If it is still in the configuration under its old data directory, "+recoverySteps(s.cfg.NodeID, string(s.trans.LocalAddr())),
+			"If it is still in the configuration under its old data directory, "+peers.RecoverySteps(s.cfg.NodeID, string(s.trans.LocalAddr())),
 			"node_id", s.cfg.NodeID)
 	}
 }
@@ -386,7 +394,7 @@ type Role struct {
 	// ClusterID is the cluster this member belongs to; empty while it
 	// waits to be added, or for a data directory older than cluster IDs.
 	ClusterID string `json:"clusterId"`
-	// Votes is false while this member waits to be added (identity.go).
+	// Votes is false while this member waits to be added (internal/peers/identity.go).
 	Votes bool `json:"votes"`
 }
 
@@ -407,7 +415,7 @@ func (s *Server) Role() Role {
 	r := Role{
 		NodeID: s.cfg.NodeID, Role: strings.ToLower(s.raft.State().String()), Ready: s.Ready(),
 		LeaderID: string(id), LeaderAddress: string(addr), Term: s.raft.CurrentTerm(), Members: []Member{},
-		ClusterID: s.ident.get().Cluster, Votes: s.ident.votes.Load(),
+		ClusterID: s.ident.Get().Cluster, Votes: s.ident.Votes(),
 		ClientURL: s.clientURL(),
 	}
 	if f := s.raft.GetConfiguration(); f.Error() == nil {

@@ -57,11 +57,11 @@ type Config struct {
 	// or ClusterExisting. It matters only while the data directory holds
 	// no raft state. ClusterNew forms a new cluster with the other members
 	// of InitialCluster (or a cluster of one) once each of them has
-	// answered, and refuses to start (ErrMemberBootstrapped) when one
+	// answered, and refuses to start (peers.ErrMemberBootstrapped) when one
 	// already belongs to a cluster that counts this member with another
 	// data directory. ClusterExisting waits to be added to a running
 	// cluster, as Join does. A member that waits to be added does not vote
-	// until it is (identity.go). Default ClusterNew.
+	// until it is (internal/peers/identity.go). Default ClusterNew.
 	InitialClusterState string
 	// Join makes a node with no raft state wait to be added to a running
 	// cluster (ClusterService.AddMember, fencectl member add) instead of

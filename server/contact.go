@@ -28,7 +28,7 @@ var errNoQuorumContact = errors.New("not the leader, or no quorum contact since 
 // contactTransport is raft's transport, noting when each peer last answered
 // an AppendEntries of this node's term, by the request's send time.
 //
-// It also keeps a member that may not vote (identity.go) out of elections:
+// It also keeps a member that may not vote (internal/peers/identity.go) out of elections:
 // vote and pre-vote requests to it are refused here, before raft sees
 // them, a handover of leadership to it fails, and it sends no vote
 // requests of its own.

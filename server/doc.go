@@ -46,7 +46,7 @@
 //     cluster it refuses once a peer answers (and waits while none does);
 //     with --join or --initial-cluster-state existing it copies the log but
 //     refuses every vote. Peers of another cluster (different cluster IDs)
-//     are refused on every peer connection (identity.go).
+//     are refused on every peer connection (internal/peers/identity.go).
 //   - Bad input is refused with invalid_argument and changes nothing
 //     (validate.go); domain errors are mapped to Connect codes in one place
 //     (connectError).
@@ -78,16 +78,14 @@
 //   - A node started without an initial cluster has no peers to ask: on an
 //     empty data directory it forms a new cluster of one even if members
 //     were added to it; data directories from fenced restore or earlier
-//     versions carry no cluster ID (identity.go).
+//     versions carry no cluster ID (internal/peers/identity.go).
 //
 // Layout: server.go is the node (start-up, raft wiring, leadership, Close);
 // apply.go the write path and what every node keeps beside the state
 // machine; leases.go the lease operations in domain terms (the Go API);
 // expiry.go, waiters.go and contact.go the leader's deadlines, wait queues
-// and quorum contact; cluster.go,
-// identity.go and peermux.go membership, a member's identity and the peer
-// port. The API side:
-// service.go the Connect handlers (lease API and Revoke), routed.go and
+// and quorum contact; cluster.go membership. The API side: service.go the
+// Connect handlers (lease API and Revoke), routed.go and
 // forward.go where each call is served, validate.go the input rules, wire.go
 // a lease's wire form, errors.go the mapping to Connect codes, auth.go and
 // security.go authentication, authorization and signing, httpserver.go and
@@ -99,5 +97,5 @@
 // confirmations; internal/security, the TLS, auth and signing files;
 // internal/sharegate, the slots that keep reads and fan-out from starving
 // writes; internal/logs, raft's records into slog and the batched log
-// writer.
+// writer; internal/peers, the peer port and a member's identity.
 package server

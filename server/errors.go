@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencedio/fenced/server/internal/security"
+
+	"github.com/fencedio/fenced/server/internal/peers"
 )
 
 var (
@@ -72,7 +74,7 @@ func connectError(err error) error {
 			ce.AddDetail(d)
 		}
 		return ce
-	case errors.Is(err, errMemberNotAddable), errors.Is(err, ErrClusterMismatch):
+	case errors.Is(err, errMemberNotAddable), errors.Is(err, peers.ErrClusterMismatch):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, lease.ErrNotHeld), errors.Is(err, errUnknownMember):
 		return connect.NewError(connect.CodeNotFound, err)

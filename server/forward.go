@@ -12,11 +12,13 @@ import (
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/hashicorp/raft"
+
+	"github.com/fencedio/fenced/server/internal/peers"
 )
 
 // Any node serves every call. The leader serves Acquire, Renew, Release,
 // Get and List itself; any other node forwards them to the leader over the
-// peer port (peermux.go) with the caller's deadline, and hands back the
+// peer port (internal/peers/mux.go) with the caller's deadline, and hands back the
 // leader's answer as it came: code, message and details. Watch is served by
 // every node from the transitions it applied itself, which are the same on
 // every node, in the same order and with the same revisions.
@@ -134,7 +136,7 @@ func newForwarder(s *Server) *forwarder {
 		transport: &http.Transport{
 			Protocols: protocols,
 			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				return s.peers.dial(ctx, addr, peerAPI)
+				return s.peers.DialKind(ctx, addr, peers.KindAPI)
 			},
 			IdleConnTimeout: 90 * time.Second,
 		},
@@ -262,7 +264,7 @@ func (s *Server) servePeerAPI() {
 	s.peerAPI = srv
 	s.mu.Unlock()
 	s.wg.Add(2)
-	go func() { defer s.wg.Done(); srv.Serve(s.peers.apiListener()) }()
+	go func() { defer s.wg.Done(); srv.Serve(s.peers.APIListener()) }()
 	go func() { defer s.wg.Done(); s.forward.watchLeader() }()
 }
 

@@ -1,40 +1,25 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/hashicorp/raft"
+
+	"github.com/fencedio/fenced/server/internal/peers"
 )
 
-// fakeSelf is a peer port's node with a fixed hello.
-type fakeSelf struct{ h peerHello }
-
-func (f *fakeSelf) hello() peerHello { return f.h }
-func (f *fakeSelf) admit(from peerHello) error {
-	f.h.Cluster, f.h.Votes = from.Cluster, true
-	return nil
-}
-
-func peerMuxOf(t *testing.T, cluster string) *peerMux {
+// peerMuxOf listens on a peer port of a node that says nothing of itself.
+func peerMuxOf(t *testing.T) *peers.Mux {
 	t.Helper()
-	return peerMuxLogging(t, cluster, slog.New(slog.DiscardHandler))
-}
-
-func peerMuxLogging(t *testing.T, cluster string, log *slog.Logger) *peerMux {
-	t.Helper()
-	m, err := listenPeers("127.0.0.1:0", "", nil, log, &fakeSelf{peerHello{Cluster: cluster, Node: "node-" + cluster}})
+	m, err := peers.Listen("127.0.0.1:0", "", nil, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,82 +27,16 @@ func peerMuxLogging(t *testing.T, cluster string, log *slog.Logger) *peerMux {
 	return m
 }
 
-// Every peer connection, raft's and forwarded calls alike, is refused
-// between two members whose cluster IDs differ, on both ends; a member
-// with no cluster ID yet (waiting to be added) is refused by nobody.
-func TestPeerConnectionsCheckClusterID(t *testing.T) {
-	for _, tc := range []struct {
-		name, dialer, listener string
-		refused                bool
-	}{
-		{"same cluster", "c1", "c1", false},
-		{"other cluster", "c1", "c2", true},
-		{"dialer waits to be added", "", "c1", false},
-		{"listener waits to be added", "c1", "", false},
-	} {
-		for _, kind := range []byte{peerRaft, peerAPI} {
-			t.Run(tc.name+"/"+string(kind), func(t *testing.T) {
-				var logged syncBuffer
-				from, to := peerMuxOf(t, tc.dialer), peerMuxLogging(t, tc.listener, slog.New(slog.NewTextHandler(&logged, nil)))
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				c, err := from.dial(ctx, to.Addr().String(), kind)
-				if tc.refused {
-					var mismatch *ClusterMismatchError
-					if !errors.As(err, &mismatch) || !errors.Is(err, ErrClusterMismatch) || mismatch.PeerCluster != tc.listener {
-						t.Fatalf("dial across clusters: %v, want a ClusterMismatchError naming %q", err, tc.listener)
-					}
-					select {
-					case in := <-to.raftConns:
-						in.Close()
-						t.Fatal("a refused connection was handed to raft")
-					case in := <-to.apiConns:
-						in.Close()
-						t.Fatal("a refused connection was handed to the forwarded-call server")
-					case <-time.After(100 * time.Millisecond):
-					}
-					if got := logged.String(); !strings.Contains(got, "peer connection refused") || !strings.Contains(got, "another cluster") {
-						t.Errorf("the listener logged %q, want the refusal and its reason", got)
-					}
-					return
-				}
-				if err != nil {
-					t.Fatalf("dial: %v", err)
-				}
-				defer c.Close()
-				var in net.Conn
-				if kind == peerRaft {
-					in, err = to.Accept()
-				} else {
-					in, err = to.apiListener().Accept()
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer in.Close()
-				if _, err := c.Write([]byte("x")); err != nil {
-					t.Fatal(err)
-				}
-				b := make([]byte, 1)
-				in.SetReadDeadline(time.Now().Add(5 * time.Second))
-				if _, err := io.ReadFull(in, b); err != nil || b[0] != 'x' {
-					t.Fatalf("the accepted connection read %q, %v", b, err)
-				}
-			})
-		}
-	}
-}
-
 // A member that may not vote refuses vote and pre-vote requests before
 // raft sees them, refuses a leadership handover, and asks for no votes;
 // log replication reaches raft. Once added, it votes.
 func TestMemberWithoutVoteStaysOutOfElections(t *testing.T) {
 	var votes atomic.Bool
-	mux := peerMuxOf(t, "")
+	mux := peerMuxOf(t)
 	ct := newContactTransport(raft.NewNetworkTransport(mux, 2, 5*time.Second, io.Discard), votes.Load)
 	t.Cleanup(func() { ct.Close() })
 	consumer := ct.Consumer()
-	peer := raft.NewNetworkTransport(peerMuxOf(t, ""), 2, 5*time.Second, io.Discard)
+	peer := raft.NewNetworkTransport(peerMuxOf(t), 2, 5*time.Second, io.Discard)
 	t.Cleanup(func() { peer.Close() })
 	target := raft.ServerAddress(mux.Addr().String())
 
@@ -150,7 +69,7 @@ func TestMemberWithoutVoteStaysOutOfElections(t *testing.T) {
 	if err := peer.AppendEntries("n2", target, &raft.AppendEntriesRequest{RPCHeader: header, Term: 7}, &app); err != nil || !app.Success {
 		t.Errorf("log replication to a member that may not vote: %+v, %v", app, err)
 	}
-	if err := ct.RequestVote("n1", raft.ServerAddress(peerMuxOf(t, "").Addr().String()), &raft.RequestVoteRequest{}, &raft.RequestVoteResponse{}); !errors.Is(err, errNoVote) {
+	if err := ct.RequestVote("n1", raft.ServerAddress(peerMuxOf(t).Addr().String()), &raft.RequestVoteRequest{}, &raft.RequestVoteResponse{}); !errors.Is(err, errNoVote) {
 		t.Errorf("a member that may not vote asked for a vote: %v", err)
 	}
 
@@ -221,25 +140,7 @@ func TestClusterIDDrawnAtBootstrap(t *testing.T) {
 	if ids[2] == ids[0] {
 		t.Errorf("a wiped node drew the same cluster ID %s again", ids[0])
 	}
-	if _, err := os.Stat(filepath.Join(dir, identityFileName)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, peers.IdentityFileName)); err != nil {
 		t.Error(err)
 	}
-}
-
-// syncBuffer collects what a logger writes from other goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

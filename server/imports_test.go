@@ -19,6 +19,7 @@ const module = "github.com/fencedio/fenced/"
 var layers = [][]string{
 	{"server/internal/raftlog", "server/internal/leadercheck", "server/internal/security",
 		"server/internal/sharegate", "server/internal/logs"},
+	{"server/internal/peers"},
 	{"server"},
 }
 

@@ -29,6 +29,8 @@ import (
 	"github.com/fencedio/fenced/server/internal/sharegate"
 
 	"github.com/fencedio/fenced/server/internal/logs"
+
+	"github.com/fencedio/fenced/server/internal/peers"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -42,9 +44,9 @@ type Server struct {
 	// raftLogs is the log store raft was given: the WAL behind its wrappers.
 	raftLogs raft.LogStore
 	trans    *contactTransport
-	ident    *identityStore // the member's identity in its data directory
-	peers    *peerMux       // the peer port: raft and forwarded calls
-	forward  *forwarder     // clients of the leader's API
+	ident    *peers.IdentityStore // the member's identity in its data directory
+	peers    *peers.Mux           // the peer port: raft and forwarded calls
+	forward  *forwarder           // clients of the leader's API
 	peerAPI  *http.Server
 	expirer  *expirer
 	leader   *leadercheck.Check
@@ -82,7 +84,7 @@ type Server struct {
 	closeOnce sync.Once
 	raftDown  chan struct{}
 
-	// mu guards listener, http and peerAPI, which Serve sets, and orders
+	// mu guards listener, http and peers.KindAPI, which Serve sets, and orders
 	// spawn with the end of ctx.
 	mu       sync.Mutex
 	listener net.Listener
@@ -241,7 +243,7 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
-	if s.ident, err = openIdentity(s.cfg.DataDir, existing); err != nil {
+	if s.ident, err = peers.OpenIdentity(s.cfg.DataDir, existing); err != nil {
 		return err
 	}
 	if s.trans, err = s.newTransport(hlog); err != nil {

@@ -1,4 +1,4 @@
-package server
+package peers
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // reach the leader's API; and peer TLS (internal/security/peertls.go), which wraps the whole
 // connection before that byte, covers both.
 //
-// After that byte each end says who it is (peerHello), the dialer first:
+// After that byte each end says who it is (Hello), the dialer first:
 // its cluster ID, node ID and instance (identity.go). The listener refuses
 // a peer whose cluster ID differs from its own, and says so in its answer;
 // the dialer checks the listener's answer the same way. Two more kinds
@@ -34,14 +34,14 @@ import (
 // an admission, which makes a member waiting to be added part of the
 // dialer's cluster.
 const (
-	peerRaft   byte = 'R'
-	peerAPI    byte = 'A'
-	peerStatus byte = 'S'
-	peerAdmit  byte = 'J'
+	KindRaft   byte = 'R'
+	KindAPI    byte = 'A'
+	KindStatus byte = 'S'
+	KindAdmit  byte = 'J'
 )
 
-// peerHello is what each end of a peer connection says of itself.
-type peerHello struct {
+// Hello is what each end of a peer connection says of itself.
+type Hello struct {
 	Cluster  string `json:"clusterId,omitempty"`
 	Node     string `json:"node,omitempty"`
 	Instance string `json:"instance,omitempty"`
@@ -58,25 +58,25 @@ type peerHello struct {
 	Refused string `json:"refused,omitempty"`
 }
 
-// peerSelf is the node behind a peer port: what it says of itself, and
+// Self is the node behind a peer port: what it says of itself, and
 // how it takes an admission.
-type peerSelf interface {
-	hello() peerHello
-	admit(from peerHello) error
+type Self interface {
+	Hello() Hello
+	Admit(from Hello) error
 }
 
 // maxHello bounds a hello on the wire (its length is a uint16).
 const maxHello = 1<<16 - 1
 
 // checkPeer refuses a peer of another cluster: both IDs known and unequal.
-func checkPeer(local, remote peerHello, addr string) error {
+func checkPeer(local, remote Hello, addr string) error {
 	if local.Cluster != "" && remote.Cluster != "" && local.Cluster != remote.Cluster {
 		return &ClusterMismatchError{Peer: remote.Node + " (" + addr + ")", Cluster: local.Cluster, PeerCluster: remote.Cluster}
 	}
 	return nil
 }
 
-func writeHello(w io.Writer, kind byte, h peerHello) error {
+func writeHello(w io.Writer, kind byte, h Hello) error {
 	b, err := json.Marshal(h)
 	if err != nil {
 		return err
@@ -93,9 +93,9 @@ func writeHello(w io.Writer, kind byte, h peerHello) error {
 	return err
 }
 
-func readHello(r io.Reader) (peerHello, error) {
+func readHello(r io.Reader) (Hello, error) {
 	var n [2]byte
-	var h peerHello
+	var h Hello
 	if _, err := io.ReadFull(r, n[:]); err != nil {
 		return h, err
 	}
@@ -106,25 +106,25 @@ func readHello(r io.Reader) (peerHello, error) {
 	return h, json.Unmarshal(b, &h)
 }
 
-// peerHandshakeTimeout bounds how long an accepted connection may take to
+// HandshakeTimeout bounds how long an accepted connection may take to
 // complete its TLS handshake and send its first byte.
-const peerHandshakeTimeout = 10 * time.Second
+const HandshakeTimeout = 10 * time.Second
 
-// peerMux accepts connections on the peer port and sorts them by their
+// Mux accepts connections on the peer port and sorts them by their
 // first byte. It is raft's StreamLayer (raft connections) and a
 // net.Listener of forwarded API connections.
-type peerMux struct {
+type Mux struct {
 	ln        net.Listener
 	advertise net.Addr
 	// local is the address peer connections are dialed from (nil: the
 	// system's choice); see dialSource.
 	local net.Addr
 	// tls makes every connection mutual TLS; nil: plaintext.
-	tls *TLSReloader
+	tls *security.TLSReloader
 	log *slog.Logger
 
 	// self says who this node is on every connection; nil: nobody (tests).
-	self peerSelf
+	self Self
 
 	raftConns chan net.Conn
 	apiConns  chan net.Conn
@@ -136,15 +136,15 @@ type peerMux struct {
 }
 
 // hello is what this node says of itself.
-func (m *peerMux) hello() peerHello {
+func (m *Mux) hello() Hello {
 	if m.self == nil {
-		return peerHello{}
+		return Hello{}
 	}
-	return m.self.hello()
+	return m.self.Hello()
 }
 
 // logRefusal logs a refused peer connection, once a minute per peer (key).
-func (m *peerMux) logRefusal(key string, err error) {
+func (m *Mux) logRefusal(key string, err error) {
 	m.refusalsMu.Lock()
 	last, seen := m.refusals[key]
 	fresh := !seen || time.Since(last) > time.Minute
@@ -160,15 +160,15 @@ func (m *peerMux) logRefusal(key string, err error) {
 	}
 }
 
-var _ raft.StreamLayer = (*peerMux)(nil)
+var _ raft.StreamLayer = (*Mux)(nil)
 
-// listenPeers listens on addr; peers are told to dial advertise, or the
+// Listen listens on addr; peers are told to dial advertise, or the
 // address listened on if advertise is empty. With tls set, connections in
 // both directions are mutual TLS (internal/security/peertls.go); log receives refused
 // handshakes. self answers for the node from the first connection on: a
 // peer that asked before it was set was told nothing of the node (an empty
 // name), which a forming member took for a wrong --initial-cluster.
-func listenPeers(addr, advertise string, tls *TLSReloader, log *slog.Logger, self peerSelf) (*peerMux, error) {
+func Listen(addr, advertise string, tls *security.TLSReloader, log *slog.Logger, self Self) (*Mux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -184,13 +184,13 @@ func listenPeers(addr, advertise string, tls *TLSReloader, log *slog.Logger, sel
 		ln.Close()
 		return nil, fmt.Errorf("raft address %s: peers cannot dial an unspecified address", adv)
 	}
-	m := &peerMux{ln: ln, advertise: adv, local: dialSource(ln.Addr()), tls: tls, log: log, self: self,
+	m := &Mux{ln: ln, advertise: adv, local: dialSource(ln.Addr()), tls: tls, log: log, self: self,
 		raftConns: make(chan net.Conn), apiConns: make(chan net.Conn), done: make(chan struct{})}
 	go m.acceptLoop()
 	return m, nil
 }
 
-func (m *peerMux) acceptLoop() {
+func (m *Mux) acceptLoop() {
 	for {
 		c, err := m.ln.Accept()
 		if err != nil {
@@ -207,9 +207,9 @@ func (m *peerMux) acceptLoop() {
 
 // sort completes the TLS handshake of c (with peer TLS on), reads its first
 // byte and hands c to its consumer.
-func (m *peerMux) sort(c net.Conn) {
+func (m *Mux) sort(c net.Conn) {
 	var b [1]byte
-	c.SetDeadline(time.Now().Add(peerHandshakeTimeout))
+	c.SetDeadline(time.Now().Add(HandshakeTimeout))
 	if m.tls != nil {
 		tc := tls.Server(c, m.tls.PeerServerConfig())
 		if err := tc.Handshake(); err != nil {
@@ -225,11 +225,11 @@ func (m *peerMux) sort(c net.Conn) {
 	}
 	var to chan net.Conn
 	switch b[0] {
-	case peerRaft:
+	case KindRaft:
 		to = m.raftConns
-	case peerAPI:
+	case KindAPI:
 		to = m.apiConns
-	case peerStatus, peerAdmit:
+	case KindStatus, KindAdmit:
 	default:
 		c.Close()
 		return
@@ -241,10 +241,10 @@ func (m *peerMux) sort(c net.Conn) {
 	}
 	local := m.hello()
 	err = checkPeer(local, remote, c.RemoteAddr().String())
-	if err == nil && b[0] == peerAdmit {
+	if err == nil && b[0] == KindAdmit {
 		if m.self == nil {
 			err = errors.New("this peer port takes no admission")
-		} else if err = m.self.admit(remote); err == nil {
+		} else if err = m.self.Admit(remote); err == nil {
 			local = m.hello()
 		}
 	}
@@ -265,9 +265,9 @@ func (m *peerMux) sort(c net.Conn) {
 }
 
 // Accept returns the next raft connection.
-func (m *peerMux) Accept() (net.Conn, error) { return m.accept(m.raftConns, nil) }
+func (m *Mux) Accept() (net.Conn, error) { return m.accept(m.raftConns, nil) }
 
-func (m *peerMux) accept(from chan net.Conn, closed <-chan struct{}) (net.Conn, error) {
+func (m *Mux) accept(from chan net.Conn, closed <-chan struct{}) (net.Conn, error) {
 	select {
 	case c := <-from:
 		return c, nil
@@ -279,7 +279,7 @@ func (m *peerMux) accept(from chan net.Conn, closed <-chan struct{}) (net.Conn, 
 }
 
 // Close stops accepting both kinds of connections.
-func (m *peerMux) Close() error {
+func (m *Mux) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
 		close(m.done)
@@ -289,13 +289,13 @@ func (m *peerMux) Close() error {
 }
 
 // Addr is the address peers dial: raft stores it in the configuration.
-func (m *peerMux) Addr() net.Addr { return m.advertise }
+func (m *Mux) Addr() net.Addr { return m.advertise }
 
 // Dial opens a raft connection to a peer.
-func (m *peerMux) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+func (m *Mux) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return m.dial(ctx, string(address), peerRaft)
+	return m.DialKind(ctx, string(address), KindRaft)
 }
 
 // dialSource is the address to dial peers from when listening on listen: on
@@ -315,12 +315,12 @@ func dialSource(listen net.Addr) net.Addr {
 
 // dial connects to the peer port at address, announces kind and
 // exchanges hellos: a peer of another cluster is refused.
-func (m *peerMux) dial(ctx context.Context, address string, kind byte) (net.Conn, error) {
+func (m *Mux) DialKind(ctx context.Context, address string, kind byte) (net.Conn, error) {
 	c, _, err := m.dialHello(ctx, address, kind, m.hello())
 	return c, err
 }
 
-func (m *peerMux) dialHello(ctx context.Context, address string, kind byte, h peerHello) (net.Conn, peerHello, error) {
+func (m *Mux) dialHello(ctx context.Context, address string, kind byte, h Hello) (net.Conn, Hello, error) {
 	var conf *tls.Config
 	if m.tls != nil {
 		conf = m.tls.PeerClientConfig(address)
@@ -336,8 +336,8 @@ func (m *peerMux) dialHello(ctx context.Context, address string, kind byte, h pe
 }
 
 // status asks the peer at address who it is.
-func (m *peerMux) status(ctx context.Context, address string) (peerHello, error) {
-	c, answer, err := m.dialHello(ctx, address, peerStatus, m.hello())
+func (m *Mux) Status(ctx context.Context, address string) (Hello, error) {
+	c, answer, err := m.dialHello(ctx, address, KindStatus, m.hello())
 	if err != nil {
 		return answer, err
 	}
@@ -347,10 +347,10 @@ func (m *peerMux) status(ctx context.Context, address string) (peerHello, error)
 
 // admitPeer makes the member node waiting at address a voting member of
 // this node's cluster, and returns what it says of itself then.
-func (m *peerMux) admitPeer(ctx context.Context, address, node string) (peerHello, error) {
+func (m *Mux) AdmitPeer(ctx context.Context, address, node string) (Hello, error) {
 	h := m.hello()
 	h.Admit = node
-	c, answer, err := m.dialHello(ctx, address, peerAdmit, h)
+	c, answer, err := m.dialHello(ctx, address, KindAdmit, h)
 	if err != nil {
 		return answer, err
 	}
@@ -360,12 +360,12 @@ func (m *peerMux) admitPeer(ctx context.Context, address, node string) (peerHell
 
 // apiListener returns a net.Listener of forwarded API connections. Closing
 // it leaves the raft side open.
-func (m *peerMux) apiListener() net.Listener {
+func (m *Mux) APIListener() net.Listener {
 	return &apiListener{m: m, closed: make(chan struct{})}
 }
 
 type apiListener struct {
-	m      *peerMux
+	m      *Mux
 	closed chan struct{}
 	once   sync.Once
 }
@@ -380,15 +380,15 @@ func (l *apiListener) Close() error {
 // dialPeer connects to a peer port, over TLS with conf unless it is nil,
 // announces the kind of connection and says hello; it returns the peer's
 // answer, and an error if either end refuses the other.
-func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte, conf *tls.Config, hello peerHello) (net.Conn, peerHello, error) {
-	var answer peerHello
+func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte, conf *tls.Config, hello Hello) (net.Conn, Hello, error) {
+	var answer Hello
 	c, err := d.DialContext(ctx, "tcp", address)
 	if err != nil {
 		return nil, answer, err
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
-		dl = time.Now().Add(peerHandshakeTimeout)
+		dl = time.Now().Add(HandshakeTimeout)
 	}
 	c.SetDeadline(dl) // a peer that stalls the handshake cannot hold the dialer
 	if conf != nil {
@@ -418,3 +418,6 @@ func dialPeer(ctx context.Context, d net.Dialer, address string, kind byte, conf
 	c.SetDeadline(time.Time{})
 	return c, answer, nil
 }
+
+// ListenAddr is the address the peer port listens on.
+func (m *Mux) ListenAddr() net.Addr { return m.ln.Addr() }

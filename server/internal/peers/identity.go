@@ -1,4 +1,4 @@
-package server
+package peers
 
 import (
 	"crypto/rand"
@@ -24,14 +24,14 @@ import (
 // entry it acknowledged. Were it to vote again under its old name, a
 // candidate missing acknowledged entries could win with its vote, and a
 // lease held by one client could be granted to another. So a member's data
-// directory says whether the cluster may count on it (identityFileName):
+// directory says whether the cluster may count on it (IdentityFileName):
 //
 //   - instance: random, drawn when the directory is first used. A member
 //     that comes back on an empty directory has another one.
 //   - cluster ID: random, agreed when the cluster forms (a hash of the
 //     initial members' instances), given to each member added later. Every
 //     peer connection, raft's and forwarded calls alike, starts with both
-//     ends' IDs (peermux.go); two different IDs refuse the connection. A
+//     ends' IDs (mux.go); two different IDs refuse the connection. A
 //     member that lost its directory cannot draw the same ID again.
 //   - votes: whether the directory holds state the cluster counts on. It
 //     does once the member bootstrapped the cluster, once it was added
@@ -78,8 +78,8 @@ import (
 // that have one and carry a different one. The peer port is trusted as
 // before (peer TLS): a node that reaches it can claim any identity.
 
-// identityFileName is the member's identity in its data directory.
-const identityFileName = "member.json"
+// IdentityFileName is the member's identity in its data directory.
+const IdentityFileName = "member.json"
 
 var (
 	// ErrMemberBootstrapped means a member started on an empty data
@@ -92,9 +92,9 @@ var (
 	ErrClusterMismatch = errors.New("peer belongs to another cluster")
 )
 
-// recoverySteps is the documented recovery of member id, whose raft
+// RecoverySteps is the documented recovery of member id, whose raft
 // address is addr ("" if unknown), after it lost its data directory.
-func recoverySteps(id, addr string) string {
+func RecoverySteps(id, addr string) string {
 	if addr == "" {
 		addr = "RAFTHOST:PORT"
 	}
@@ -113,7 +113,7 @@ type MemberBootstrappedError struct {
 func (e *MemberBootstrappedError) Error() string {
 	return fmt.Sprintf("%v: %s is a member of a running cluster that counts %s with another data directory; "+
 		"this one is new, so its votes and log were lost. To bring %s back: %s",
-		ErrMemberBootstrapped, e.Peer, e.Node, e.Node, recoverySteps(e.Node, e.Address))
+		ErrMemberBootstrapped, e.Peer, e.Node, e.Node, RecoverySteps(e.Node, e.Address))
 }
 
 func (e *MemberBootstrappedError) Is(target error) bool { return target == ErrMemberBootstrapped }
@@ -128,13 +128,13 @@ type ClusterMismatchError struct {
 func (e *ClusterMismatchError) Error() string {
 	return fmt.Sprintf("%v: %s has the cluster ID %s, this member %s. The two belong to different clusters, "+
 		"or one started a new cluster on an empty data directory; to bring such a member back: %s",
-		ErrClusterMismatch, e.Peer, e.PeerCluster, e.Cluster, recoverySteps("ID", ""))
+		ErrClusterMismatch, e.Peer, e.PeerCluster, e.Cluster, RecoverySteps("ID", ""))
 }
 
 func (e *ClusterMismatchError) Is(target error) bool { return target == ErrClusterMismatch }
 
-// identity is what the data directory says about the member (see above).
-type identity struct {
+// Identity is what the data directory says about the member (see above).
+type Identity struct {
 	Cluster  string `json:"clusterId,omitempty"`
 	Instance string `json:"instance"`
 	Votes    bool   `json:"votes"`
@@ -144,44 +144,44 @@ type identity struct {
 	Initial map[string]string `json:"initialMembers,omitempty"`
 }
 
-// identityStore keeps the identity file of a data directory.
-type identityStore struct {
+// IdentityStore keeps the identity file of a data directory.
+type IdentityStore struct {
 	path  string
 	mu    sync.Mutex
-	id    identity
+	id    Identity
 	votes atomic.Bool // id.Votes, read on every vote request
 }
 
-// openIdentity reads dir's identity file. A directory without one gets a
+// OpenIdentity reads dir's identity file. A directory without one gets a
 // new instance; it votes if it already holds raft state (written before
 // the file existed).
-func openIdentity(dir string, hasState bool) (*identityStore, error) {
-	s := &identityStore{path: filepath.Join(dir, identityFileName)}
+func OpenIdentity(dir string, hasState bool) (*IdentityStore, error) {
+	s := &IdentityStore{path: filepath.Join(dir, IdentityFileName)}
 	b, err := os.ReadFile(s.path)
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(b, &s.id); err != nil || s.id.Instance == "" {
-			return nil, fmt.Errorf("identity file %s is damaged (%v): %s", s.path, err, recoverySteps("this member", ""))
+			return nil, fmt.Errorf("Identity file %s is damaged (%v): %s", s.path, err, RecoverySteps("this member", ""))
 		}
 		s.votes.Store(s.id.Votes)
 		return s, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("identity file: %w", err)
+		return nil, fmt.Errorf("Identity file: %w", err)
 	}
-	if err := s.save(identity{Instance: randomHex(16), Votes: hasState}); err != nil {
+	if err := s.Save(Identity{Instance: randomHex(16), Votes: hasState}); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *identityStore) get() identity {
+func (s *IdentityStore) Get() Identity {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.id
 }
 
 // save writes id and makes it durable before it takes effect.
-func (s *identityStore) save(id identity) error {
+func (s *IdentityStore) Save(id Identity) error {
 	b, err := json.MarshalIndent(id, "", "  ")
 	if err != nil {
 		return err
@@ -189,7 +189,7 @@ func (s *identityStore) save(id identity) error {
 	tmp := s.path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("identity file: %w", err)
+		return fmt.Errorf("Identity file: %w", err)
 	}
 	_, err = f.Write(append(b, '\n'))
 	if err == nil {
@@ -205,7 +205,7 @@ func (s *identityStore) save(id identity) error {
 		err = raftlog.SyncDir(filepath.Dir(s.path))
 	}
 	if err != nil {
-		return fmt.Errorf("identity file: %w", err)
+		return fmt.Errorf("Identity file: %w", err)
 	}
 	s.mu.Lock()
 	s.id = id
@@ -216,19 +216,19 @@ func (s *identityStore) save(id identity) error {
 
 // join makes the member a voting member of cluster, with the initial
 // members given; it refuses a member of another cluster.
-func (s *identityStore) join(cluster string, initial map[string]string) error {
-	id := s.get()
+func (s *IdentityStore) Join(cluster string, initial map[string]string) error {
+	id := s.Get()
 	if id.Votes && id.Cluster != cluster {
 		return fmt.Errorf("%w: this member belongs to cluster %q, not %q", ErrClusterMismatch, id.Cluster, cluster)
 	}
 	id.Cluster, id.Votes, id.Initial = cluster, true, initial
-	return s.save(id)
+	return s.Save(id)
 }
 
-// formationID is the ID of a cluster formed by the members with these
+// FormationID is the ID of a cluster formed by the members with these
 // instances: every initial member computes the same one, and a member with
 // a new instance cannot.
-func formationID(initial map[string]string) string {
+func FormationID(initial map[string]string) string {
 	parts := make([]string, 0, len(initial))
 	for node, inst := range initial {
 		parts = append(parts, node+"="+inst)
@@ -243,3 +243,7 @@ func randomHex(n int) string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Votes reports whether the member votes (Identity.Votes), read on every
+// vote request.
+func (s *IdentityStore) Votes() bool { return s.votes.Load() }

@@ -1,4 +1,4 @@
-package server
+package peers
 
 import (
 	"net"
@@ -21,7 +21,7 @@ func TestPeerDialFromListenIP(t *testing.T) {
 		{"127.0.0.12:0", "127.0.0.12"},
 		{"127.0.0.1:0", "127.0.0.1"},
 	} {
-		m, err := listenPeers(tc.listen, "", nil, nil, nil)
+		m, err := Listen(tc.listen, "", nil, nil, nil)
 		if err != nil {
 			t.Skipf("cannot listen on %s: %v", tc.listen, err)
 		}
