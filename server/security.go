@@ -17,8 +17,6 @@ type (
 	TLSReloader = security.TLSReloader
 	// Policy is a parsed auth file.
 	Policy = security.Policy
-	// Rule grants permissions on a key prefix.
-	Rule = security.Rule
 	// Permission is a set of permissions.
 	Permission = security.Permission
 	// Principal is an authenticated caller.
@@ -50,15 +48,8 @@ func ParsePolicy(b []byte) (*Policy, error) { return security.ParsePolicy(b) }
 // HashSecret returns what an auth file stores for a bearer token secret.
 func HashSecret(secret string) string { return security.HashSecret(secret) }
 
-var (
-	// ErrUnauthenticated matches the errors of Policy.Authenticate.
-	ErrUnauthenticated = security.ErrUnauthenticated
-	// ErrBadPolicy is returned for an auth file that cannot be used.
-	ErrBadPolicy = security.ErrBadPolicy
-	// ErrBadSigningKeys is returned for a signing key file that cannot be
-	// used.
-	ErrBadSigningKeys = security.ErrBadSigningKeys
-)
+// ErrUnauthenticated matches the errors of Policy.Authenticate.
+var ErrUnauthenticated = security.ErrUnauthenticated
 
 // Reload re-reads the TLS certificate files of the API and the peer port,
 // the auth file and the signing key file (fenced does on SIGHUP). New handshakes and requests use them; a file that fails to
