@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"testing"
 	"time"
@@ -12,9 +13,15 @@ import (
 	"github.com/fencedio/fenced/lease"
 )
 
+// freeLoopback returns a loopback address whose port was just free.
+//
+// The port is free only until the caller binds it, and outgoing loopback
+// connections take their ports from 127.0.0.1's ephemeral range: a random
+// address elsewhere in 127.0.0.0/8 keeps them from taking it meanwhile.
 func freeLoopback(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
