@@ -7,8 +7,8 @@
 #
 # Writes OUTDIR/report.json (every run), OUTDIR/table.md (the tables and
 # the machine's description) and OUTDIR/progress.log. Needs Go, and
-# ZooKeeper with a JRE (Debian: apt-get install zookeeper). About 10
-# minutes on 2 cores.
+# ZooKeeper with a JRE (Debian: apt-get install zookeeper). About
+# 7 minutes on 2 cores.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
