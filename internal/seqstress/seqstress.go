@@ -102,7 +102,10 @@ func Run(t testing.TB, cfg Config, write func(ctx context.Context, token uint64)
 			tok := issued.Add(1)
 			seqs := &counter{}
 			for ctx.Err() == nil {
-				cut := rand.Float64() < cfg.CutShare
+				// Every writer's first write is cut, so that a run
+				// that gets few writes through (a loaded machine, many
+				// faults) still exercises a cut first attempt.
+				cut := cfg.CutShare > 0 && (len(writes[w]) == 0 || rand.Float64() < cfg.CutShare)
 				attempt := 0
 				var key Key
 				err := fence.Retry(context.Background(), seqs, cfg.Attempts, func(rctx context.Context) error {
