@@ -48,7 +48,7 @@ func (r *routedService) KeepAlive(ctx context.Context, stream *keepAliveStream) 
 			}
 		}
 	}()
-	if err := r.answerKeepAlives(ctx, stream, reqs); err != nil {
+	if err := r.answerKeepAlives(ctx, stream.Send, reqs); err != nil {
 		// net/http forbids reading the body once the handler has returned:
 		// end the reader's wait for the next request first.
 		cancel()
@@ -67,7 +67,7 @@ func (r *routedService) KeepAlive(ctx context.Context, stream *keepAliveStream) 
 
 // answerKeepAlives answers the requests from reqs, in order, a batch of
 // those already read at a time, until reqs is closed or a send fails.
-func (r *routedService) answerKeepAlives(ctx context.Context, stream *keepAliveStream, reqs <-chan *fencedv1.KeepAliveRequest) error {
+func (r *routedService) answerKeepAlives(ctx context.Context, send func(*fencedv1.KeepAliveResponse) error, reqs <-chan *fencedv1.KeepAliveRequest) error {
 	ctl := streamControlFrom(ctx)
 	var (
 		batch   = make([]*fencedv1.KeepAliveRequest, 0, keepAliveAhead)
@@ -91,7 +91,7 @@ func (r *routedService) answerKeepAlives(ctx context.Context, stream *keepAliveS
 		scratch, answers = r.keepAliveBatch(ctx, batch, scratch[:0], answers[:0])
 		for i, resp := range answers {
 			ctl.beforeSend(0, i < len(answers)-1)
-			if err := stream.Send(resp); err != nil {
+			if err := send(resp); err != nil {
 				return err
 			}
 		}
