@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// ManualClock is a lease clock that moves only when a test advances it, so
-// that tests of TTLs, renewals and expiry do not depend on how fast the
-// machine runs. Raft's own timing (heartbeats, elections) stays on the wall
-// clock.
+// ManualClock is a lease clock that moves only when a test advances it:
+// the fake clock of tests of a running node (see expirer.clock for why
+// these cannot use testing/synctest). Raft's own timing (heartbeats,
+// elections) stays on the wall clock.
 type ManualClock struct {
 	mu  sync.Mutex
 	now time.Time

@@ -47,9 +47,15 @@ type expirer struct {
 	maxInflight int // expire calls at once
 	submitting  sync.WaitGroup
 
-	// clock, when set, replaces the wall clock for every deadline: tests
-	// set a manual one so that TTLs of a few hundred milliseconds pass when
-	// the test says, not when a loaded machine gets round to it.
+	// clock, when set, replaces the wall clock for every deadline. It is
+	// how tests of a running node fake lease time (UseManualClock), so
+	// that TTLs of a few hundred milliseconds pass when the test says.
+	// Such a node cannot run in a testing/synctest bubble: its peer port
+	// is a real TCP listener, a goroutine waiting in its Accept never
+	// counts as durably blocked, so the bubble's clock never moves and
+	// the node never elects itself. Tests of the expirer alone own no
+	// socket and run in a bubble instead (expiry_test.go), where
+	// time.Now is already fake and clock stays unset.
 	clock atomic.Pointer[func() time.Time]
 }
 
