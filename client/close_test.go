@@ -3,15 +3,13 @@ package client_test
 import (
 	"context"
 	"errors"
-	"regexp"
-	"runtime"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // TestCloseLeavesNothingRunning: Close ends the client's leases and returns
@@ -21,7 +19,7 @@ import (
 func TestCloseLeavesNothingRunning(t *testing.T) {
 	fake := &fakeService{hangRelease: true}
 	_, h := fencedv1connect.NewLeaseServiceHandler(fake)
-	before := clientGoroutines()
+	before := testutil.Goroutines()
 	c, err := client.New(client.Config{
 		Endpoints:  []string{"http://a.fenced.test", "http://b.fenced.test"}, // a leader search at the first call
 		HTTPClient: inProcess{h}, TTL: 3 * time.Second, RenewInterval: 10 * time.Millisecond,
@@ -44,7 +42,7 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if left := newGoroutines(before, clientGoroutines()); len(left) > 0 {
+	if left := testutil.GoroutinesSince(before, "fencedio/fenced/client."); len(left) > 0 {
 		t.Fatalf("%d goroutines of the client still running after Close:\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 	for _, l := range leases[1:] {
@@ -61,39 +59,4 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-}
-
-var goroutineID = regexp.MustCompile(`^goroutine (\d+) `)
-
-// clientGoroutines returns the stacks of the goroutines running code of
-// package client, by goroutine ID.
-func clientGoroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	found := map[string]string{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if m := goroutineID.FindStringSubmatch(g); m != nil && strings.Contains(g, "fencedio/fenced/client.") {
-			found[m[1]] = g
-		}
-	}
-	return found
-}
-
-// newGoroutines returns the stacks in after of goroutines not in before.
-func newGoroutines(before, after map[string]string) []string {
-	var left []string
-	for id, g := range after {
-		if _, ok := before[id]; !ok {
-			left = append(left, g)
-		}
-	}
-	slices.Sort(left)
-	return left
 }

@@ -2,65 +2,28 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
-// goroutines returns the stack of every running goroutine by its header
-// line's id ("goroutine 7").
-func goroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	all := map[string]string{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		head, _, _ := strings.Cut(g, " [")
-		all[head] = g
-	}
-	return all
-}
-
-// leaked returns the goroutines, not in before, that run code of fenced or
-// hashicorp (raft, its WAL).
-func leaked(before map[string]string) []string {
-	var bad []string
-	for id, stack := range goroutines() {
-		if _, ok := before[id]; ok {
-			continue
-		}
-		if strings.Contains(stack, "github.com/fencedio/fenced/") || strings.Contains(stack, "github.com/hashicorp/") {
-			bad = append(bad, stack)
-		}
-	}
-	return bad
-}
-
 // checkNoLeak fails t if goroutines started since before still run node
-// code 10 s after the node closed. Nothing signals a goroutine's end, so it
-// polls; a goroutine that ends does so right after Close returns.
+// code (fenced's or hashicorp's: raft, its WAL) 10 s after the node closed.
+// Nothing signals a goroutine's end, so it polls; a goroutine that ends
+// does so right after Close returns.
 func checkNoLeak(t *testing.T, before map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		bad := leaked(before)
-		if len(bad) == 0 {
-			return
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if bad := testutil.GoroutinesSince(before, "github.com/fencedio/fenced/", "github.com/hashicorp/"); len(bad) > 0 {
+			return fmt.Errorf("%d goroutines left after Close:\n\n%s", len(bad), strings.Join(bad, "\n\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines left after Close:\n\n%s", len(bad), strings.Join(bad, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestCloseEndsEveryGoroutine: once Close returns, nothing the node started
@@ -70,7 +33,7 @@ func TestCloseEndsEveryGoroutine(t *testing.T) {
 	for _, viaServe := range []bool{false, true} {
 		name := map[bool]string{false: "Close", true: "Serve's ctx"}[viaServe]
 		t.Run(name, func(t *testing.T) {
-			before := goroutines()
+			before := testutil.Goroutines()
 			s := startStorageNode(t, storageConfig(t.TempDir()))
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {

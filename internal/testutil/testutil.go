@@ -1,7 +1,8 @@
 // Package testutil holds the small helpers that tests and the harnesses
 // built on them (bench, torture) would otherwise each write again: waiting
-// for a condition without a fixed sleep, picking a free loopback port, and
-// collecting concurrent log output.
+// for a condition without a fixed sleep, picking a free loopback port,
+// collecting concurrent log output, and finding the goroutines a test left
+// running.
 package testutil
 
 import (
@@ -9,6 +10,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,4 +131,43 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Goroutines returns the stack of every goroutine of the process, by its
+// header's id ("goroutine 7"). Take it before starting what a test checks,
+// and pass it to GoroutinesSince afterwards.
+func Goroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	all := map[string]string{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		id, _, _ := strings.Cut(g, " [")
+		all[id] = g
+	}
+	return all
+}
+
+// GoroutinesSince returns the stacks, sorted, of the goroutines running
+// now that were not in before and whose stacks mention any of code (say
+// "github.com/fencedio/fenced/client."): what a test started and left
+// running.
+func GoroutinesSince(before map[string]string, code ...string) []string {
+	var left []string
+	for id, g := range Goroutines() {
+		if _, ok := before[id]; ok {
+			continue
+		}
+		if slices.ContainsFunc(code, func(c string) bool { return strings.Contains(g, c) }) {
+			left = append(left, g)
+		}
+	}
+	slices.Sort(left)
+	return left
 }

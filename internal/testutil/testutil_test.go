@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -78,4 +79,33 @@ func TestFreeAddrBelowEphemeralRange(t *testing.T) {
 		}
 		seen[addr] = true
 	}
+}
+
+// parked blocks until release closes: a goroutine with a name to look for.
+func parked(started chan<- struct{}, release <-chan struct{}) {
+	close(started)
+	<-release
+}
+
+func TestGoroutinesSinceFindsWhatWasStarted(t *testing.T) {
+	before := Goroutines()
+	started, release := make(chan struct{}), make(chan struct{})
+	go parked(started, release)
+	<-started
+	if left := GoroutinesSince(before, "testutil.parked"); len(left) != 1 || !strings.Contains(left[0], "testutil.parked(") {
+		t.Fatalf("GoroutinesSince = %q, want the one parked goroutine", left)
+	}
+	if left := GoroutinesSince(before, "testutil.nothingOfThatName"); len(left) != 0 {
+		t.Errorf("GoroutinesSince of other code = %q, want none", left)
+	}
+	if left := GoroutinesSince(Goroutines(), "testutil.parked"); len(left) != 0 {
+		t.Errorf("GoroutinesSince of a set that has it = %q, want none", left)
+	}
+	close(release)
+	Eventually(t, 10*time.Second, func() error {
+		if left := GoroutinesSince(before, "testutil.parked"); len(left) != 0 {
+			return fmt.Errorf("%d still running after its end", len(left))
+		}
+		return nil
+	})
 }
