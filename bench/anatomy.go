@@ -255,7 +255,7 @@ type GoroutineTime struct {
 var goroutineKinds = []struct{ frame, kind string }{
 	{"raft.(*Raft).runFSM", "raft FSM (applies entries)"},
 	{"raft.(*Raft).run", "raft leader loop (log write, fsync)"},
-	{"(*hub).run", "watch hub dispatcher"},
+	{"fanout.(*Hub).Run", "watch hub dispatcher"},
 	{"(*expirer).run", "lease expirer"},
 	{"backgroundRead", "net/http background read"},
 	{"net/http.(*conn).serve", "net/http conn (connect-go, handler)"},

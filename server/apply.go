@@ -69,7 +69,7 @@ func (s *Server) applied(ev lease.Event) {
 			s.logTransition("lease expired", l)
 		}
 	}
-	s.hub.publish(ev)
+	s.hub.Publish(ev)
 }
 
 // logTransition logs a transition of l at info level: the fields every
@@ -89,7 +89,7 @@ func (s *Server) logTransition(msg string, l lease.Lease, extra ...slog.Attr) {
 
 func (s *Server) restored(st *lease.State) {
 	s.resetDeadlines(st)
-	s.hub.restored(st.Applied())
+	s.hub.Restored(st.Applied())
 	s.clientLeases.reset()
 	s.waiters.freedAll()
 }

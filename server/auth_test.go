@@ -314,8 +314,8 @@ func TestRevoke(t *testing.T) {
 	l := held.Msg.GetLease()
 	// Watch from the state after the Acquire, as a Watch does: the
 	// Acquire's own event may still be on its way to the watchers.
-	sub, _, _ := s.hub.subscribe("a/", s.fsm.revision())
-	defer s.hub.unsubscribe(sub)
+	sub, _, _ := s.hub.Subscribe("a/", s.fsm.revision())
+	defer s.hub.Unsubscribe(sub)
 
 	type granted struct {
 		l   *fencedv1.Lease
@@ -341,8 +341,8 @@ func TestRevoke(t *testing.T) {
 	if r.Msg.GetRevokedBy() != "ops" || r.Msg.GetLease().GetToken() != l.GetToken() || r.Msg.GetLease().GetLeaseId() != "" {
 		t.Fatalf("revoke answered %v", r.Msg)
 	}
-	<-sub.ready
-	evs := sub.take()
+	<-sub.Ready()
+	evs := sub.Take()
 	if len(evs) == 0 {
 		t.Fatal("no event of the revocation")
 	}

@@ -12,6 +12,7 @@ import (
 
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/fanout"
 )
 
 //go:embed ui
@@ -94,18 +95,18 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	sub, snapJSON, replay, revision, ok := s.eventsSnapshot(r.Context(), prefix)
+	sub, snapJSON, replay, revision, ok := s.snapshots.Subscribe(r.Context(), s.hub, prefix, s.buildSnapshot)
 	if !ok {
 		return
 	}
-	defer s.hub.unsubscribe(sub)
+	defer s.hub.Unsubscribe(sub)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	write := s.sseWriter(w, flusher)
 	// Reconnect a second after a lost connection (browsers default to 3s).
 	frames := [][]byte{[]byte("retry: 1000\n\n"), sseFrame("snapshot", snapJSON)}
 	for _, ev := range replay { // the transitions since a shared snapshot
-		frames = append(frames, ev.sseBytes(s.sseLeaseEvent))
+		frames = append(frames, ev.Frame(s.sseLeaseEvent))
 	}
 	slot, err := s.fanout.Acquire(r.Context()) // sending it is fan-out too
 	if err != nil {
@@ -127,10 +128,10 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			if !write([]byte(": keepalive\n\n")) {
 				return
 			}
-		case <-sub.lost:
+		case <-sub.Lost():
 			write(sseFrame("resync", []byte("{}")))
 			return
-		case <-sub.ready:
+		case <-sub.Ready():
 			if !s.sendTransitions(r.Context(), sub, revision, write) || !pause(r.Context(), eventsInterval) {
 				return
 			}
@@ -138,23 +139,55 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// buildSnapshot builds the dashboard snapshot of prefix: the JSON of the
+// current leases under it (at most ListLimit) and the revision it reflects.
+// ok is false if ctx ends while it waits for a slot.
+func (s *Server) buildSnapshot(ctx context.Context, prefix string) (snapJSON []byte, revision uint64, ok bool) {
+	// Building a snapshot costs O(ListLimit) memory and CPU; at most
+	// snapshotSlots are built at once (of different prefixes).
+	select {
+	case s.snapshotSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, false
+	}
+	defer func() { <-s.snapshotSlots }()
+	// And it is a read like a List: it waits for a read slot too.
+	release, err := s.reads.Acquire(ctx)
+	if err != nil {
+		return nil, 0, false
+	}
+	defer release()
+	view := s.fsm.view()
+	leases := view.List(prefix, s.cfg.ListLimit)
+	remaining := s.expirer.remainingOf(leases, s.expirer.now())
+	snap := struct {
+		Revision uint64      `json:"revision"`
+		Leases   []leaseJSON `json:"leases"`
+	}{Revision: view.Applied(), Leases: make([]leaseJSON, len(leases))}
+	for i, l := range leases {
+		snap.Leases[i] = dashboardLease(wireLease(l, remaining[i], publicView))
+	}
+	snapJSON, _ = json.Marshal(snap)
+	return snapJSON, snap.Revision, true
+}
+
 // sendTransitions writes the transitions queued for sub after revision
 // (those at or before it are in the snapshot), once a fan-out slot is free
 // (internal/sharegate): under overload a dashboard falls behind, and is sent a
 // resync past WatchBuffer transitions, rather than the write path slowing
 // down. It reports success.
-func (s *Server) sendTransitions(ctx context.Context, sub *subscription, revision uint64, write func(...[]byte) bool) bool {
+func (s *Server) sendTransitions(ctx context.Context, sub *fanout.Subscription, revision uint64, write func(...[]byte) bool) bool {
 	release, err := s.fanout.Acquire(ctx)
 	if err != nil {
 		return false
 	}
 	defer release()
-	evs := sub.take()
-	defer sub.recycle(evs)
+	evs := sub.Take()
+	defer sub.Recycle(evs)
 	frames := make([][]byte, 0, len(evs))
 	for _, ev := range evs {
 		if ev.Revision > revision {
-			frames = append(frames, ev.sseBytes(s.sseLeaseEvent))
+			frames = append(frames, ev.Frame(s.sseLeaseEvent))
 		}
 	}
 	return len(frames) == 0 || write(frames...)
@@ -205,7 +238,7 @@ func sseFrame(event string, data []byte) []byte {
 }
 
 // sseLeaseEvent is the dashboard's "lease" frame of ev, made once per event
-// and shared by every subscriber (hubEvent.sseBytes).
+// and shared by every subscriber (fanout.Event.Frame).
 func (s *Server) sseLeaseEvent(ev lease.Event) []byte {
 	b, _ := json.Marshal(struct {
 		Type     string    `json:"type"`

@@ -154,6 +154,21 @@ func (f *fsm) view() lease.View {
 // (readRevision): Watch from it neither misses nor repeats an event.
 func (f *fsm) revision() uint64 { return max(f.view().Applied(), 1) }
 
+// readRevision is the revision a read of st reflects, for Get and List: the
+// log index of the last applied command. Every event of a command is
+// produced by the same locked Apply that advances it, so the state read
+// includes exactly the events up to it, and Watch from it (events after it)
+// neither misses nor repeats one.
+//
+// A node that has applied no command yet reads as revision 1, not 0: Watch
+// takes after_revision 0 to mean "no replay", which would drop events
+// applied between the read and the subscription. 1 is safe because it is
+// never a command's index (raft's first entry is the cluster
+// configuration), so "after 1" is every event there is.
+func readRevision(st *lease.State) uint64 {
+	return max(st.Applied(), 1)
+}
+
 type fsmSnapshot struct {
 	snap    *lease.Snapshot
 	members map[string]string

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/server/internal/fanout"
 )
 
 // A List beyond the read slots waits for one, and gives up when its caller
@@ -36,33 +37,6 @@ func TestListWaitsForReadSlot(t *testing.T) {
 	}
 }
 
-// Dashboards that connect while a snapshot is built share it; a finished or
-// abandoned one is built anew, so that a page's snapshot is as of about when
-// it connected.
-func TestSnapshotShareClaim(t *testing.T) {
-	var sh snapshotShare
-	b, mine := sh.claim("a/")
-	if !mine {
-		t.Fatal("first claim: not asked to build")
-	}
-	if b2, mine2 := sh.claim("a/"); b2 != b || mine2 {
-		t.Fatal("claim while the snapshot is built: not given the one in flight")
-	}
-	if _, mine := sh.claim("b/"); !mine {
-		t.Fatal("claim of another prefix shares the snapshot of a/")
-	}
-	b.ok = true
-	close(b.done)
-	b3, mine3 := sh.claim("a/")
-	if b3 == b || !mine3 {
-		t.Fatal("claim after the snapshot was built: given the finished one")
-	}
-	close(b3.done) // abandoned: ok false
-	if b4, mine4 := sh.claim("a/"); b4 == b3 || !mine4 {
-		t.Fatal("claim after an abandoned build: given it")
-	}
-}
-
 // A dashboard given a shared snapshot gets every transition after it
 // exactly once, from the replay or its subscription.
 func TestSharedSnapshotNoGapNoDuplicate(t *testing.T) {
@@ -71,25 +45,25 @@ func TestSharedSnapshotNoGapNoDuplicate(t *testing.T) {
 	if _, err := s.Acquire(ctx, "d/1", "o", time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
-	sub1, _, _, rev1, ok := s.eventsSnapshot(ctx, "d/")
+	sub1, _, _, rev1, ok := s.snapshots.Subscribe(ctx, s.hub, "d/", s.buildSnapshot)
 	if !ok {
 		t.Fatal("first snapshot failed")
 	}
-	defer s.hub.unsubscribe(sub1)
+	defer s.hub.Unsubscribe(sub1)
 	if _, err := s.Acquire(ctx, "d/2", "o", time.Minute, 0); err != nil {
 		t.Fatal(err)
 	}
 	for seen := false; !seen; { // until the acquisition of d/2 is dispatched
-		<-sub1.ready
-		for _, ev := range sub1.take() {
+		<-sub1.Ready()
+		for _, ev := range sub1.Take() {
 			seen = seen || ev.Lease.Key == "d/2" && ev.Revision > rev1
 		}
 	}
-	sub2, json2, replay, rev2, ok := s.eventsSnapshot(ctx, "d/")
+	sub2, json2, replay, rev2, ok := s.snapshots.Subscribe(ctx, s.hub, "d/", s.buildSnapshot)
 	if !ok {
 		t.Fatal("second snapshot failed")
 	}
-	defer s.hub.unsubscribe(sub2)
+	defer s.hub.Unsubscribe(sub2)
 	var snap struct {
 		Leases []leaseJSON `json:"leases"`
 	}
@@ -97,7 +71,7 @@ func TestSharedSnapshotNoGapNoDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	inSnap := slices.ContainsFunc(snap.Leases, func(l leaseJSON) bool { return l.Key == "d/2" })
-	inReplay := slices.ContainsFunc(replay, func(ev *hubEvent) bool { return ev.Lease.Key == "d/2" && ev.Revision > rev2 })
+	inReplay := slices.ContainsFunc(replay, func(ev *fanout.Event) bool { return ev.Lease.Key == "d/2" && ev.Revision > rev2 })
 	if inSnap == inReplay {
 		t.Fatalf("d/2 in the snapshot: %v, in the replay: %v; want exactly one", inSnap, inReplay)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/server/internal/fanout"
 )
 
 // Rejections are recorded by the leader (rejections.go), but Watch is
@@ -104,7 +105,7 @@ func (r *rejectionRelay) follow(ctx context.Context, addr string) error {
 	defer stream.Close()
 	for stream.Receive() && ctx.Err() == nil {
 		if ev := stream.Msg().GetEvent(); ev.GetType() == fencedv1.Event_REJECTED && ev.GetRejection() != nil {
-			r.s.hub.publishRelayed(ev.GetRejection())
+			r.s.hub.PublishRelayed(rejectedEvent(ev.GetRejection(), 0))
 		}
 	}
 	return stream.Err()
@@ -123,22 +124,22 @@ func (f *forwarder) currentEpoch() context.Context {
 // is cut off from what it missed and goes on.
 func (s *Server) serveRelay(ctx context.Context, stream *connect.ServerStream[fencedv1.WatchResponse]) error {
 	ctl := streamControlFrom(ctx)
-	sub := s.hub.subscribeRelay()
-	defer func() { s.hub.unsubscribe(sub) }()
+	sub := s.hub.SubscribeRelay()
+	defer func() { s.hub.Unsubscribe(sub) }()
 	for {
-		var evs []*hubEvent
+		var evs []*fanout.Event
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-sub.ready:
-			evs = sub.take()
-		case <-sub.lost:
-			evs = sub.take()
-			sub = s.hub.subscribeRelay()
+		case <-sub.Ready():
+			evs = sub.Take()
+		case <-sub.Lost():
+			evs = sub.Take()
+			sub = s.hub.SubscribeRelay()
 		}
 		for i, ev := range evs {
 			ctl.beforeSend(s.cfg.StreamWriteTimeout, i < len(evs)-1)
-			if err := stream.Send(ev.watch); err != nil {
+			if err := stream.Send(ev.Message(0)); err != nil {
 				return err
 			}
 		}

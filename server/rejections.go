@@ -277,7 +277,7 @@ func (s *Server) recordRejections(ctx context.Context, rs []*fencedv1.StaleRejec
 			slog.String("highest_owner", e.HighestOwner),
 			slog.String("resource", e.Resource),
 			slog.String("reported_owner", e.ReportedOwner))
-		s.hub.publishRejection(e)
+		s.hub.PublishRejection(rejectedEvent(e, 0))
 	}
 	return total
 }

@@ -28,6 +28,8 @@ import (
 
 	"github.com/fencedio/fenced/server/internal/sharegate"
 
+	"github.com/fencedio/fenced/server/internal/fanout"
+
 	"github.com/fencedio/fenced/server/internal/logs"
 
 	"github.com/fencedio/fenced/server/internal/peers"
@@ -51,7 +53,7 @@ type Server struct {
 	expirer  *expirer
 	leader   *leadercheck.Check
 	waiters  *waitQueues
-	hub      *hub
+	hub      *fanout.Hub
 	expired  recentlyExpired
 	// replayedTo is the last log index written before this process started.
 	replayedTo uint64
@@ -111,8 +113,8 @@ type Server struct {
 	// watchers it cannot serve fall behind and are shed with RESYNC.
 	fanout *sharegate.Gate
 	// snapshots shares dashboard snapshots between the dashboards that
-	// connect together (snapshotshare.go).
-	snapshots snapshotShare
+	// connect together.
+	snapshots fanout.SnapshotShare
 	// beforeLeaderReset, if set, runs in becomeLeader just before the
 	// deadlines are reset: tests use it to apply entries in that window.
 	beforeLeaderReset func()
@@ -152,7 +154,7 @@ func New(cfg Config) (*Server, error) {
 
 		clientLeases: newClientLeases(),
 		calls:        newCallSlots(cfg.MaxCallsPerClient),
-		hub:          newHub(cfg.WatchHistory, cfg.WatchBuffer),
+		hub:          fanout.NewHub(cfg.WatchHistory, cfg.WatchBuffer, eventToProto),
 
 		raftDown: make(chan struct{}),
 
@@ -187,7 +189,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.wg.Add(3)
-	go func() { defer s.wg.Done(); s.hub.run(s.ctx.Done()) }()
+	go func() { defer s.wg.Done(); s.hub.Run(s.ctx.Done()) }()
 	go func() { defer s.wg.Done(); s.expirer.run(s.ctx.Done()) }()
 	go func() { defer s.wg.Done(); s.watchLeadership() }()
 	return s, nil

@@ -11,6 +11,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/fanout"
 )
 
 // service serves the lease API from this node's own state; routedService
@@ -18,7 +19,7 @@ import (
 type service struct{ s *Server }
 
 func (s *Server) handlerOptions() []connect.HandlerOption {
-	return append(s.codecs(),
+	return append(fanout.Codecs(s.hub),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		// Lease messages are a few hundred bytes, and a List page of 100
 		// leases about 10 KiB: compressing them costs more CPU (a quarter
@@ -242,9 +243,9 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	if req.Msg.GetRejections() {
 		defer v.s.relay.join()()
 	}
-	sub, replay, complete := v.s.hub.subscribe(prefix, after)
-	sub.rejections.Store(req.Msg.GetRejections())
-	defer func() { v.s.hub.unsubscribe(sub) }()
+	sub, replay, complete := v.s.hub.Subscribe(prefix, after)
+	sub.WantRejections(req.Msg.GetRejections())
+	defer func() { v.s.hub.Unsubscribe(sub) }()
 	if !complete {
 		after = v.s.fsm.revision()
 		if err := resync(); err != nil {
@@ -260,11 +261,11 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-sub.ready:
+		case <-sub.Ready():
 			if err := sendAll(sub, nil); err != nil {
 				return err
 			}
-		case <-sub.lost:
+		case <-sub.Lost():
 			// Fell behind: deliver what was queued, then say so and start
 			// again from now.
 			if err := sendAll(sub, nil); err != nil {
@@ -273,8 +274,8 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			// The RESYNC's revision is the new start: the transitions
 			// up to it that are still undispatched are not sent after it.
 			after = v.s.fsm.revision()
-			sub, _, _ = v.s.hub.subscribe(prefix, after)
-			sub.rejections.Store(req.Msg.GetRejections())
+			sub, _, _ = v.s.hub.Subscribe(prefix, after)
+			sub.WantRejections(req.Msg.GetRejections())
 			if err := resync(); err != nil {
 				return err
 			}
@@ -287,7 +288,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 // is nil, and resync a RESYNC event.
 func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse],
 	after *uint64,
-) (sendAll func(sub *subscription, replay []*hubEvent) error, resync func() error) {
+) (sendAll func(sub *fanout.Subscription, replay []*fanout.Event) error, resync func() error) {
 	// Every send must finish within StreamWriteTimeout: a watcher that
 	// stops reading is cut off instead of holding its goroutine forever.
 	// A batch of queued events is flushed once, after its last event.
@@ -301,11 +302,17 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 	resync = func() error {
 		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: *after}}, false)
 	}
-	batch := v.s.watchBatcher(ctl, envelopeSlot(req.Header().Get("Content-Type")))
+	// Once connect has sent the headers, a batch of events goes out in one
+	// write below connect, where the stream control allows it.
+	var writeFlush func([]byte) error
+	if ctl != nil {
+		writeFlush = func(b []byte) error { return ctl.writeFlush(v.s.cfg.StreamWriteTimeout, b) }
+	}
+	batch := fanout.NewBatcher(req.Header().Get("Content-Type"), writeFlush)
 	// The events are taken once a fan-out slot is ours (internal/sharegate): under
 	// overload this watcher falls behind, and is shed with RESYNC past
 	// WatchBuffer events, rather than the write path slowing down.
-	sendAll = func(sub *subscription, replay []*hubEvent) error {
+	sendAll = func(sub *fanout.Subscription, replay []*fanout.Event) error {
 		release, err := v.s.fanout.Acquire(ctx)
 		if err != nil {
 			return nil // the stream is over: the loop below sees it
@@ -316,17 +323,17 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 		// delivered already.
 		taken := replay
 		if sub != nil {
-			taken = sub.take()
-			defer sub.recycle(taken)
+			taken = sub.Take()
+			defer sub.Recycle(taken)
 		}
-		evs := slices.DeleteFunc(taken, func(ev *hubEvent) bool { return !ev.rejection && ev.Revision <= *after })
+		evs := slices.DeleteFunc(taken, func(ev *fanout.Event) bool { return !ev.IsRejection() && ev.Revision <= *after })
 		if !sent && len(evs) > 0 {
-			if err := send(watchMessage(evs[0], *after), len(evs) > 1); err != nil {
+			if err := send(evs[0].Message(*after), len(evs) > 1); err != nil {
 				return err
 			}
 			evs = evs[1:]
 		}
-		return batch(evs, func(ev *hubEvent, more bool) error { return send(watchMessage(ev, *after), more) })
+		return batch(evs, func(ev *fanout.Event, more bool) error { return send(ev.Message(*after), more) })
 	}
 	return sendAll, resync
 }

@@ -84,17 +84,3 @@ func TestWatchBatchesEveryProtocol(t *testing.T) {
 		})
 	}
 }
-
-// Without watchers events are dispatched as they come; with many, rounds
-// are spaced, but never by more than 50ms.
-func TestRoundInterval(t *testing.T) {
-	if d := roundInterval(0); d != 0 {
-		t.Errorf("roundInterval(0) = %v, want 0", d)
-	}
-	if a, b := roundInterval(10), roundInterval(1000); !(0 < a && a < b) {
-		t.Errorf("roundInterval(10) = %v, roundInterval(1000) = %v: want 0 < first < second", a, b)
-	}
-	if d := roundInterval(1 << 30); d != 50*time.Millisecond {
-		t.Errorf("roundInterval(2^30) = %v, want the 50ms cap", d)
-	}
-}

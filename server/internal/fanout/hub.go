@@ -1,4 +1,4 @@
-package server
+package fanout
 
 import (
 	"strings"
@@ -10,26 +10,26 @@ import (
 	"github.com/fencedio/fenced/lease"
 )
 
-// hub fans applied events out to watchers. It keeps the last events so a
+// Hub fans applied events out to watchers. It keeps the last events so a
 // watcher can resume after a revision.
 //
-// The apply path only appends each event to a queue (publish, O(1), never
-// blocks); a dispatcher goroutine (run) moves them into the history and
+// The apply path only appends each event to a queue (Publish, O(1), never
+// blocks); a dispatcher goroutine (Run) moves them into the history and
 // into the watchers' queues. So however many watchers there are, and however
 // slow, the raft apply goroutine does the same work. Each event is wrapped
-// once in a hubEvent that every watcher shares, with its Watch message built
-// once and its dashboard encoding made once, on first use.
+// once in an Event that every watcher shares, with its Watch message built
+// once and its other encodings made once, on first use.
 //
 // A watcher's queue starts empty and grows only as far as it falls behind,
-// up to buffer events; one that falls further is cut off (lost is closed)
+// up to buffer events; one that falls further is cut off (Lost is closed)
 // and told to resync.
-type hub struct {
+type Hub struct {
 	inMu    sync.Mutex
-	in      []hubItem     // published, not yet dispatched
+	in      []item        // published, not yet dispatched
 	inReady chan struct{} // cap 1: signalled when in becomes non-empty
 
-	mu      sync.Mutex  // guards everything below; held by the dispatcher
-	history []*hubEvent // ring, oldest at start
+	mu      sync.Mutex // guards everything below; held by the dispatcher
+	history []*Event   // ring, oldest at start
 	start   int
 	size    int
 	// floor is the highest revision whose events may be missing from
@@ -38,47 +38,50 @@ type hub struct {
 	// last is the revision of the last transition dispatched, or of the
 	// snapshot restored since.
 	last   uint64
-	subs   map[*subscription]struct{}
+	subs   map[*Subscription]struct{}
 	buffer int
+	// message is the Watch event of a transition.
+	message func(lease.Event) *fencedv1.Event
 
 	// kept maps the Watch message of every event in history to its event,
 	// for sharingCodec. An event evicted while still queued for a slow
 	// watcher is simply encoded again for it.
 	keptMu sync.RWMutex
-	kept   map[*fencedv1.WatchResponse]*hubEvent
+	kept   map[*fencedv1.WatchResponse]*Event
 }
 
-// hubItem is one published event, or (ev nil) a restore at revision.
-type hubItem struct {
-	ev       *hubEvent
+// item is one published event, or (ev nil) a restore at revision.
+type item struct {
+	ev       *Event
 	restored uint64
 }
 
-// hubEvent is one event as every watcher shares it. watch is built by the
-// dispatcher and never modified after; sse is the dashboard's encoding, made
-// by the first subscriber that needs it.
-type hubEvent struct {
+// Event is one event as every watcher shares it. Its Watch message is
+// built by the dispatcher and never modified after; its encodings are made
+// by the first subscriber that needs each.
+type Event struct {
 	lease.Event
 	watch *fencedv1.WatchResponse
-	// rejection marks a REJECTED event (watch_rejections.go): not kept in
+	// rejection marks a REJECTED event (rejections.go): not kept in
 	// history, sent only to subscriptions that asked for rejections.
 	rejection bool
 	// relayed marks a REJECTED event recorded by the leader, not this node.
 	relayed bool
 
-	sseOnce sync.Once
-	sse     []byte
-	enc     [numSlots]encoding // by sharingCodec
+	frameOnce sync.Once
+	frame     []byte
+	enc       [numSlots]encoding // by sharingCodec
 }
 
-// sseBytes returns the dashboard's encoding of the event, made by encode on
-// the first call only.
-func (e *hubEvent) sseBytes(encode func(lease.Event) []byte) []byte {
-	e.sseOnce.Do(func() { e.sse = encode(e.Event) })
-	return e.sse
+// Frame returns the event encoded by encode (the dashboard's frame), made
+// on the first call only and shared by every later caller.
+func (e *Event) Frame(encode func(lease.Event) []byte) []byte {
+	e.frameOnce.Do(func() { e.frame = encode(e.Event) })
+	return e.frame
 }
 
-type subscription struct {
+// Subscription is one watcher's queue of events, filled by the dispatcher.
+type Subscription struct {
 	prefix string
 	// after: the transitions up to this revision are not queued. They were
 	// applied before the subscriber's starting point but dispatched after
@@ -86,20 +89,35 @@ type subscription struct {
 	after uint64
 
 	mu    sync.Mutex
-	queue []*hubEvent   // grows on demand, at most hub.buffer
-	spare []*hubEvent   // an empty array for the next queue (recycle)
+	queue []*Event      // grows on demand, at most Hub.buffer
+	spare []*Event      // an empty array for the next queue (Recycle)
 	ready chan struct{} // cap 1: signalled when queue becomes non-empty
 	// lost is closed when the subscriber fell behind and was dropped.
 	lost chan struct{}
 	// rejections: also queue REJECTED events.
 	rejections atomic.Bool
 	// relay: another node's relay of the rejections this node records;
-	// queues no transitions (watch_rejections.go).
+	// queues no transitions (rejections.go).
 	relay bool
 }
 
-// take returns the queued events and empties the queue.
-func (s *subscription) take() []*hubEvent {
+func newSubscription(prefix string, after uint64) *Subscription {
+	return &Subscription{prefix: prefix, after: after, ready: make(chan struct{}, 1), lost: make(chan struct{})}
+}
+
+// Ready receives when events were queued since the last Take.
+func (s *Subscription) Ready() <-chan struct{} { return s.ready }
+
+// Lost is closed when the subscriber fell more than the hub's buffer
+// behind and was dropped: it is offered nothing more, and what was queued
+// before is still there to Take.
+func (s *Subscription) Lost() <-chan struct{} { return s.lost }
+
+// WantRejections sets whether REJECTED events are queued too.
+func (s *Subscription) WantRejections(want bool) { s.rejections.Store(want) }
+
+// Take returns the queued events and empties the queue.
+func (s *Subscription) Take() []*Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queue
@@ -107,10 +125,10 @@ func (s *subscription) take() []*hubEvent {
 	return q
 }
 
-// recycle gives back q, taken and sent, as the array of a later queue:
+// Recycle gives back q, taken and sent, as the array of a later queue:
 // thousands of watchers refilling their queues every round otherwise make
 // garbage enough to keep the GC scanning the leases.
-func (s *subscription) recycle(q []*hubEvent) {
+func (s *Subscription) Recycle(q []*Event) {
 	clear(q[:cap(q)])
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,22 +137,25 @@ func (s *subscription) recycle(q []*hubEvent) {
 	}
 }
 
-func newHub(history, buffer int) *hub {
-	return &hub{history: make([]*hubEvent, history), subs: make(map[*subscription]struct{}), buffer: buffer,
-		inReady: make(chan struct{}, 1), kept: make(map[*fencedv1.WatchResponse]*hubEvent)}
+// NewHub returns a hub that keeps the last history transitions for
+// resuming watchers and cuts off a watcher more than buffer events behind.
+// message makes the Watch event of a transition, once per transition.
+func NewHub(history, buffer int, message func(lease.Event) *fencedv1.Event) *Hub {
+	return &Hub{history: make([]*Event, history), subs: make(map[*Subscription]struct{}), buffer: buffer,
+		message: message, inReady: make(chan struct{}, 1), kept: make(map[*fencedv1.WatchResponse]*Event)}
 }
 
-// publish queues ev for the dispatcher. It is called by the apply path and
+// Publish queues ev for the dispatcher. It is called by the apply path and
 // never blocks on watchers.
-func (h *hub) publish(ev lease.Event) {
-	h.enqueue(hubItem{ev: &hubEvent{Event: ev}})
+func (h *Hub) Publish(ev lease.Event) {
+	h.enqueue(item{ev: &Event{Event: ev}})
 }
 
-// restored forgets history older than a snapshot taken at revision, and
+// Restored forgets history older than a snapshot taken at revision, and
 // drops every watcher, once the events published before it are dispatched.
-func (h *hub) restored(revision uint64) { h.enqueue(hubItem{restored: revision}) }
+func (h *Hub) Restored(revision uint64) { h.enqueue(item{restored: revision}) }
 
-func (h *hub) enqueue(it hubItem) {
+func (h *Hub) enqueue(it item) {
 	h.inMu.Lock()
 	h.in = append(h.in, it)
 	h.inMu.Unlock()
@@ -144,13 +165,13 @@ func (h *hub) enqueue(it hubItem) {
 	}
 }
 
-// run dispatches published events until done is closed. Under load it
+// Run dispatches published events until done is closed. Under load it
 // dispatches at most once per roundInterval(watchers): the events
 // published meanwhile go out together, so each watcher wakes, sends and
 // flushes once per round for many events instead of once per event. The
 // first event after a quiet spell goes out at once.
-func (h *hub) run(done <-chan struct{}) {
-	var batch []hubItem
+func (h *Hub) Run(done <-chan struct{}) {
+	var batch []item
 	var last time.Time
 	watchers := 0
 	for {
@@ -194,10 +215,10 @@ func roundInterval(n int) time.Duration {
 // each watcher together: one lock and one wake-up per watcher per round,
 // not per event, so a round's cost in watchers stays small however many
 // events it carries.
-func (h *hub) dispatch(batch []hubItem) int {
+func (h *Hub) dispatch(batch []item) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var evs []*hubEvent // kept, not yet offered to the watchers
+	var evs []*Event // kept, not yet offered to the watchers
 	for _, it := range batch {
 		switch {
 		case it.ev == nil:
@@ -219,7 +240,7 @@ func (h *hub) dispatch(batch []hubItem) int {
 
 // restore forgets the history up to a snapshot restored at revision and
 // drops every watcher. Called by the dispatcher with h.mu held.
-func (h *hub) restore(revision uint64) {
+func (h *Hub) restore(revision uint64) {
 	for i := 0; i < h.size; i++ {
 		h.forget(h.history[(h.start+i)%len(h.history)])
 		h.history[(h.start+i)%len(h.history)] = nil
@@ -235,8 +256,8 @@ func (h *hub) restore(revision uint64) {
 
 // keep builds ev's Watch message and adds ev to the history, evicting the
 // oldest event when it is full. Called by the dispatcher with h.mu held.
-func (h *hub) keep(ev *hubEvent) {
-	ev.watch = &fencedv1.WatchResponse{Event: eventToProto(ev.Event)}
+func (h *Hub) keep(ev *Event) {
+	ev.watch = &fencedv1.WatchResponse{Event: h.message(ev.Event)}
 	h.last = ev.Revision
 	if len(h.history) == 0 {
 		return
@@ -258,11 +279,11 @@ func (h *hub) keep(ev *hubEvent) {
 // fanOut offers evs, transitions in revision order, to every watcher of a
 // prefix they match, each watcher's share at once. Called by the
 // dispatcher with h.mu held.
-func (h *hub) fanOut(evs []*hubEvent) {
+func (h *Hub) fanOut(evs []*Event) {
 	if len(evs) == 0 {
 		return
 	}
-	byPrefix := map[string][]*hubEvent{"": evs} // the events under each prefix
+	byPrefix := map[string][]*Event{"": evs} // the events under each prefix
 	for s := range h.subs {
 		if s.relay {
 			continue
@@ -285,7 +306,7 @@ func (h *hub) fanOut(evs []*hubEvent) {
 // offer queues evs for s, or as many as fit and then cuts s off (lost)
 // when its queue would hold more than buffer events. Called by the
 // dispatcher with h.mu held.
-func (h *hub) offer(s *subscription, evs []*hubEvent) {
+func (h *Hub) offer(s *Subscription, evs []*Event) {
 	for len(evs) > 0 && !evs[0].rejection && evs[0].Revision <= s.after {
 		evs = evs[1:] // in revision order
 	}
@@ -307,30 +328,30 @@ func (h *hub) offer(s *subscription, evs []*hubEvent) {
 	}
 }
 
-func (h *hub) forget(ev *hubEvent) {
+func (h *Hub) forget(ev *Event) {
 	h.keptMu.Lock()
 	delete(h.kept, ev.watch)
 	h.keptMu.Unlock()
 }
 
 // encoded returns the kept event whose Watch message is w, or nil.
-func (h *hub) encoded(w *fencedv1.WatchResponse) *hubEvent {
+func (h *Hub) encoded(w *fencedv1.WatchResponse) *Event {
 	h.keptMu.RLock()
 	defer h.keptMu.RUnlock()
 	return h.kept[w]
 }
 
-// subscribe registers a watcher of the transitions under prefix after
+// Subscribe registers a watcher of the transitions under prefix after
 // revision after. When after > 0 it also returns the kept events after that
 // revision, and complete=false if some may be missing. Resuming scans the
-// kept history (at most WatchHistory events), never the leases. With after
-// 0 the watcher is offered every transition dispatched from now on,
+// kept history (at most history events), never the leases. With after 0
+// the watcher is offered every transition dispatched from now on,
 // including those applied before the call but not yet dispatched: to start
-// at a state read, pass its revision (readRevision).
-func (h *hub) subscribe(prefix string, after uint64) (s *subscription, replay []*hubEvent, complete bool) {
+// at a state read, pass its revision.
+func (h *Hub) Subscribe(prefix string, after uint64) (s *Subscription, replay []*Event, complete bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s = &subscription{prefix: prefix, after: after, ready: make(chan struct{}, 1), lost: make(chan struct{})}
+	s = newSubscription(prefix, after)
 	h.subs[s] = struct{}{}
 	if after == 0 {
 		return s, nil, true
@@ -344,23 +365,16 @@ func (h *hub) subscribe(prefix string, after uint64) (s *subscription, replay []
 	return s, replay, after >= h.floor
 }
 
-func (h *hub) unsubscribe(s *subscription) {
+// Unsubscribe stops offering events to s.
+func (h *Hub) Unsubscribe(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.subs, s)
 }
 
-// readRevision is the revision a read of st reflects, for Get and List: the
-// log index of the last applied command. Every event of a command is
-// produced by the same locked Apply that advances it, so the state read
-// includes exactly the events up to it, and Watch from it (events after it)
-// neither misses nor repeats one.
-//
-// A node that has applied no command yet reads as revision 1, not 0: Watch
-// takes after_revision 0 to mean "no replay", which would drop events
-// applied between the read and the subscription. 1 is safe because it is
-// never a command's index (raft's first entry is the cluster
-// configuration), so "after 1" is every event there is.
-func readRevision(st *lease.State) uint64 {
-	return max(st.Applied(), 1)
+// Watching returns the number of subscriptions.
+func (h *Hub) Watching() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
 }
