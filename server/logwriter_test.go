@@ -10,28 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/lease"
 	"github.com/hashicorp/raft"
 )
-
-// writeRecorder keeps every Write it is given, separately.
-type writeRecorder struct {
-	mu     sync.Mutex
-	writes []string
-}
-
-func (r *writeRecorder) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.writes = append(r.writes, string(p))
-	return len(p), nil
-}
-
-func (r *writeRecorder) all() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.writes...)
-}
 
 // The state machine hands on the transitions of one applied batch
 // together, in log order: what lets a server gather their records.
@@ -62,7 +44,7 @@ func TestFSMHandsOnABatchTogether(t *testing.T) {
 // A server given its logger's writer writes every transition record whole,
 // however the records were gathered.
 func TestServerWritesEveryTransitionRecordThroughLogOutput(t *testing.T) {
-	var out writeRecorder
+	var out testutil.SyncBuffer
 	lw := NewLogWriter(&out)
 	s := newTestServer(t, Config{Logger: slog.New(slog.NewTextHandler(lw, nil)), LogOutput: lw})
 	ctx := context.Background()
@@ -89,7 +71,7 @@ func TestServerWritesEveryTransitionRecordThroughLogOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	var acquired, released int
-	for _, w := range out.all() {
+	for _, w := range out.Writes() {
 		if !strings.HasSuffix(w, "\n") {
 			t.Fatalf("a write ends inside a record: %q", w)
 		}

@@ -114,16 +114,33 @@ func MustFreeAddr(t testing.TB) string {
 }
 
 // SyncBuffer is an io.Writer that many goroutines may write to while a test
-// reads what they wrote, such as the output of a server's logger.
+// reads what they wrote, such as the output of a server's logger: all of
+// it (String) or call by call (Writes).
 type SyncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
+	mu   sync.Mutex
+	b    strings.Builder
+	ends []int // where each Write ended in b
 }
 
 func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.b.Write(p)
+	s.b.Write(p)
+	s.ends = append(s.ends, s.b.Len())
+	return len(p), nil
+}
+
+// Writes returns what each Write call wrote, in order: for tests of how
+// output is split into writes.
+func (s *SyncBuffer) Writes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, start := s.b.String(), 0
+	writes := make([]string, len(s.ends))
+	for i, end := range s.ends {
+		writes[i], start = all[start:end], end
+	}
+	return writes
 }
 
 // String returns everything written so far.

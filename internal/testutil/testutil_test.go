@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,4 +109,19 @@ func TestGoroutinesSinceFindsWhatWasStarted(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func TestSyncBufferKeepsEachWrite(t *testing.T) {
+	var b SyncBuffer
+	for _, s := range []string{"a\n", "", "bc\nd\n"} {
+		if n, err := b.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if got, want := b.Writes(), []string{"a\n", "", "bc\nd\n"}; !slices.Equal(got, want) {
+		t.Errorf("Writes() = %q, want %q", got, want)
+	}
+	if got, want := b.String(), "a\nbc\nd\n"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
 }

@@ -2,35 +2,17 @@ package logs
 
 import (
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
-// writeRecorder keeps every Write it is given, separately.
-type writeRecorder struct {
-	mu     sync.Mutex
-	writes []string
-}
-
-func (r *writeRecorder) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.writes = append(r.writes, string(p))
-	return len(p), nil
-}
-
-func (r *writeRecorder) all() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.writes...)
-}
-
 func TestLogWriterGathersBetweenGatherAndFlush(t *testing.T) {
-	var out writeRecorder
+	var out testutil.SyncBuffer
 	lw := NewWriter(&out)
 
 	lw.Write([]byte("a\n"))
-	if got := out.all(); len(got) != 1 || got[0] != "a\n" {
+	if got := out.Writes(); len(got) != 1 || got[0] != "a\n" {
 		t.Fatalf("outside a batch: writes %q, want one write %q", got, "a\n")
 	}
 	lw.Gather()
@@ -39,16 +21,16 @@ func TestLogWriterGathersBetweenGatherAndFlush(t *testing.T) {
 			t.Fatalf("Write(%q) = %d, %v", s, n, err)
 		}
 	}
-	if got := out.all(); len(got) != 1 {
+	if got := out.Writes(); len(got) != 1 {
 		t.Fatalf("during a batch: %d writes reached the output, want none after the first", len(got)-1)
 	}
 	lw.Flush()
-	if got := out.all(); len(got) != 2 || got[1] != "b\nc\nd\n" {
+	if got := out.Writes(); len(got) != 2 || got[1] != "b\nc\nd\n" {
 		t.Fatalf("after flush: writes %q, want the batch as one write %q", got, "b\nc\nd\n")
 	}
 	lw.Flush() // nothing kept: no empty write
 	lw.Write([]byte("e\n"))
-	if got := out.all(); len(got) != 3 || got[2] != "e\n" {
+	if got := out.Writes(); len(got) != 3 || got[2] != "e\n" {
 		t.Fatalf("after the batch: writes %q, want %q written at once", got, "e\n")
 	}
 
@@ -58,20 +40,20 @@ func TestLogWriterGathersBetweenGatherAndFlush(t *testing.T) {
 }
 
 func TestLogWriterWritesALargeBatchEarly(t *testing.T) {
-	var out writeRecorder
+	var out testutil.SyncBuffer
 	lw := NewWriter(&out)
 	lw.Gather()
 	record := []byte(strings.Repeat("x", 1023) + "\n")
 	for range logBatchLimit / len(record) {
 		lw.Write(record)
 	}
-	got := out.all()
+	got := out.Writes()
 	if len(got) != 1 || len(got[0]) != logBatchLimit {
 		t.Fatalf("%d writes before flush, want one of %d bytes once the limit is reached", len(got), logBatchLimit)
 	}
 	lw.Write(record)
 	lw.Flush()
-	if got := out.all(); len(got) != 2 || got[1] != string(record) {
+	if got := out.Writes(); len(got) != 2 || got[1] != string(record) {
 		t.Fatalf("after flush: %d writes, want the rest as a second write", len(got))
 	}
 }
