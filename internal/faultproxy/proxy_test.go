@@ -8,43 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// echoServer echoes every line back until the connection closes.
-func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if _, err := c.Write([]byte(line)); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
+	"github.com/fencedio/fenced/internal/testutil"
+)
 
 func newProxy(t *testing.T) *Proxy {
 	t.Helper()
-	p, err := Listen("127.0.0.1:0", echoServer(t))
+	p, err := Listen("127.0.0.1:0", testutil.EchoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

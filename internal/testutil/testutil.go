@@ -1,12 +1,13 @@
 // Package testutil holds the small helpers that tests and the harnesses
 // built on them (bench, torture) would otherwise each write again: waiting
 // for a condition without a fixed sleep, picking a free loopback port,
-// collecting concurrent log output, and finding the goroutines a test left
-// running.
+// collecting concurrent log output, echoing connections, and finding the
+// goroutines a test left running.
 package testutil
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -148,6 +149,28 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// EchoServer listens on a loopback port until the test ends and sends
+// every connection back what it receives; it returns the address. It stands
+// for the server behind a proxy under test.
+func EchoServer(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // Goroutines returns the stack of every goroutine of the process, by its

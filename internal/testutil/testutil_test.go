@@ -3,6 +3,7 @@ package testutil
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -123,5 +124,21 @@ func TestSyncBufferKeepsEachWrite(t *testing.T) {
 	}
 	if got, want := b.String(), "a\nbc\nd\n"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+func TestEchoServerSendsBackWhatItGets(t *testing.T) {
+	c, err := net.Dial("tcp", EchoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "ping\n" {
+		t.Fatalf("echo %q (%v), want %q", got, err, "ping\n")
 	}
 }

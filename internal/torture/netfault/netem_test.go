@@ -7,27 +7,9 @@ import (
 	"os"
 	"testing"
 	"time"
-)
 
-// echoServer answers every connection by echoing it.
-func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
-}
+	"github.com/fencedio/fenced/internal/testutil"
+)
 
 // dialFrom connects to addr from node i's loopback address.
 func dialFrom(t *testing.T, i int, addr string) net.Conn {
@@ -62,7 +44,7 @@ func TestLinkProxyPartitions(t *testing.T) {
 	for i := range 3 {
 		n.AddNode(NodeIP(i), i)
 	}
-	p, err := NewLinkProxy(n, 0, echoServer(t))
+	p, err := NewLinkProxy(n, 0, testutil.EchoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
