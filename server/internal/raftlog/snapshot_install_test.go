@@ -29,34 +29,21 @@ func TestFollowerKeepsLogPastOlderSnapshot(t *testing.T) {
 	f := startFakeLeaderFollower(t, dir)
 
 	f.appendEntries(t, 0, 1, 20, 20)
-	f.fsm.waitApplied(t, 20)
 
 	// As raft's leader does after an install: the next append follows
 	// the snapshot's own entry, which the follower must still match.
 	f.installSnapshot(t, 12)
 	f.appendEntries(t, 12, 13, 22, 22)
-	f.fsm.waitApplied(t, 22)
 
-	if got, want := f.fsm.history(), "1-20 restore@12 13-22"; got != want {
-		t.Errorf("state machine saw %s, want %s", got, want)
-	}
-	first, _ := f.logs.FirstIndex()
-	last, _ := f.logs.LastIndex()
-	if first != 12 || last != 22 {
-		t.Errorf("log holds %d..%d after the snapshot at 12, want 12..22", first, last)
-	}
+	f.expectHistory(t, "1-20 restore@12 13-22")
+	f.expectLog(t, "12..22", "after the snapshot at 12")
 	f.close(t)
 
 	// And the node starts again on what it wrote.
 	f = startFakeLeaderFollower(t, dir)
 	defer f.close(t)
-	first, _ = f.logs.FirstIndex()
-	last, _ = f.logs.LastIndex()
-	if first != 12 || last != 22 {
-		t.Errorf("log holds %d..%d after a restart, want 12..22", first, last)
-	}
+	f.expectLog(t, "12..22", "after a restart")
 	f.appendEntries(t, 22, 23, 23, 23)
-	f.fsm.waitApplied(t, 23)
 }
 
 // TestFollowerKeepsLogPastTwoInstalls: a leader may send the same older
@@ -69,20 +56,12 @@ func TestFollowerKeepsLogPastTwoInstalls(t *testing.T) {
 	defer f.close(t)
 
 	f.appendEntries(t, 0, 1, 20, 20)
-	f.fsm.waitApplied(t, 20)
 
 	f.installSnapshot(t, 12)
 	f.installSnapshot(t, 12)
-	first, _ := f.logs.FirstIndex()
-	last, _ := f.logs.LastIndex()
-	if first != 12 || last != 20 {
-		t.Fatalf("log holds %d..%d after two installs at 12, want 12..20", first, last)
-	}
+	f.expectLog(t, "12..20", "after two installs at 12")
 	f.appendEntries(t, 12, 13, 22, 22)
-	f.fsm.waitApplied(t, 22)
-	if got, want := f.fsm.history(), "1-20 restore@12 restore@12 13-22"; got != want {
-		t.Errorf("state machine saw %s, want %s", got, want)
-	}
+	f.expectHistory(t, "1-20 restore@12 restore@12 13-22")
 }
 
 // TestNewFollowerKeepsLogPastSecondInstall: a member added empty installs
@@ -98,18 +77,10 @@ func TestNewFollowerKeepsLogPastSecondInstall(t *testing.T) {
 
 	f.installSnapshot(t, 12)
 	f.appendEntries(t, 12, 13, 20, 20)
-	f.fsm.waitApplied(t, 20)
 	f.installSnapshot(t, 12)
-	first, _ := f.logs.FirstIndex()
-	last, _ := f.logs.LastIndex()
-	if first != 13 || last != 20 {
-		t.Fatalf("log holds %d..%d after a second install at 12, want 13..20", first, last)
-	}
+	f.expectLog(t, "13..20", "after a second install at 12")
 	f.appendEntries(t, 20, 21, 22, 22)
-	f.fsm.waitApplied(t, 22)
-	if got, want := f.fsm.history(), "restore@12 13-20 restore@12 13-22"; got != want {
-		t.Errorf("state machine saw %s, want %s", got, want)
-	}
+	f.expectHistory(t, "restore@12 13-20 restore@12 13-22")
 }
 
 // TestNewFollowerAppendsAfterSecondInstall: after each install raft's leader
@@ -125,20 +96,15 @@ func TestNewFollowerAppendsAfterSecondInstall(t *testing.T) {
 
 	f.installSnapshot(t, 12)
 	f.appendEntries(t, 12, 13, 20, 20)
-	f.fsm.waitApplied(t, 20)
 	f.installSnapshot(t, 12)
 	f.appendEntries(t, 12, 13, 22, 22)
-	f.fsm.waitApplied(t, 22)
-	if got, want := f.fsm.history(), "restore@12 13-20 restore@12 13-22"; got != want {
-		t.Errorf("state machine saw %s, want %s", got, want)
-	}
+	f.expectHistory(t, "restore@12 13-20 restore@12 13-22")
 	f.close(t)
 
 	// A restarted node answers for the snapshot's entry too.
 	f = startFakeLeaderFollower(t, dir)
 	defer f.close(t)
 	f.appendEntries(t, 12, 13, 23, 23)
-	f.fsm.waitApplied(t, 23)
 }
 
 // TestRestartedFollowerTruncatesConflictAfterSnapshot: a node that restarts
@@ -154,22 +120,14 @@ func TestRestartedFollowerTruncatesConflictAfterSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	f := startFakeLeaderFollower(t, dir)
 	f.appendEntries(t, 0, 1, 20, 12) // 13..20 are not committed
-	f.fsm.waitApplied(t, 12)
-	f.installSnapshot(t, 12) // a snapshot at 12 on disk, the log 12..20 kept
+	f.installSnapshot(t, 12)         // a snapshot at 12 on disk, the log 12..20 kept
 	f.close(t)
 
 	f = startFakeLeaderFollower(t, dir)
 	defer f.close(t)
 	f.appendInTerm(t, 2, 12, 13, 15, 15)
-	f.fsm.waitApplied(t, 15)
-	if got, want := f.fsm.history(), "restore@12 13-15"; got != want {
-		t.Errorf("state machine saw %s, want %s", got, want)
-	}
-	first, _ := f.logs.FirstIndex()
-	last, _ := f.logs.LastIndex()
-	if first != 12 || last != 15 {
-		t.Errorf("log holds %d..%d, want 12..15", first, last)
-	}
+	f.expectHistory(t, "restore@12 13-15")
+	f.expectLog(t, "12..15", "after the new leader's append")
 	var l raft.Log
 	if err := f.logs.GetLog(13, &l); err != nil || l.Term != 2 {
 		t.Errorf("entry 13: term %d (%v), want the new leader's term 2", l.Term, err)
@@ -183,18 +141,10 @@ func TestFollowerTruncatesConflictAfterOlderSnapshot(t *testing.T) {
 	f := startFakeLeaderFollower(t, t.TempDir())
 	defer f.close(t)
 	f.appendEntries(t, 0, 1, 20, 12)
-	f.fsm.waitApplied(t, 12)
 	f.installSnapshot(t, 12)
 	f.appendInTerm(t, 2, 12, 13, 15, 15)
-	f.fsm.waitApplied(t, 15)
-	if got, want := f.fsm.history(), "1-12 restore@12 13-15"; got != want {
-		t.Errorf("state machine saw %s, want %s", got, want)
-	}
-	first, _ := f.logs.FirstIndex()
-	last, _ := f.logs.LastIndex()
-	if first != 12 || last != 15 {
-		t.Errorf("log holds %d..%d, want 12..15", first, last)
-	}
+	f.expectHistory(t, "1-12 restore@12 13-15")
+	f.expectLog(t, "12..15", "after the new leader's append")
 }
 
 // fakeLeaderFollower is one raft node on the node's own log store chain,
@@ -248,12 +198,34 @@ func startFakeLeaderFollower(t *testing.T, dir string) *fakeLeaderFollower {
 
 var fakeLeaderHeader = raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("leader"), Addr: []byte("leader")}
 
+// expectLog checks that the follower's log holds want, "first..last",
+// after what the test just did.
+func (f *fakeLeaderFollower) expectLog(t *testing.T, want, after string) {
+	t.Helper()
+	first, _ := f.logs.FirstIndex()
+	last, _ := f.logs.LastIndex()
+	if got := fmt.Sprintf("%d..%d", first, last); got != want {
+		t.Errorf("log holds %s %s, want %s", got, after, want)
+	}
+}
+
+// expectHistory checks what raft did to the state machine so far.
+func (f *fakeLeaderFollower) expectHistory(t *testing.T, want string) {
+	t.Helper()
+	if got := f.fsm.history(); got != want {
+		t.Errorf("state machine saw %s, want %s", got, want)
+	}
+}
+
+// appendEntries appends entries of term 1 and waits until the state
+// machine has applied up to commit.
 func (f *fakeLeaderFollower) appendEntries(t *testing.T, prev, from, to, commit uint64) {
 	t.Helper()
 	f.appendInTerm(t, 1, prev, from, to, commit)
 }
 
-// appendInTerm appends entries of term after prev, an entry of term 1.
+// appendInTerm appends entries of term after prev, an entry of term 1, and
+// waits until the state machine has applied up to commit.
 func (f *fakeLeaderFollower) appendInTerm(t *testing.T, term, prev, from, to, commit uint64) {
 	t.Helper()
 	req := &raft.AppendEntriesRequest{RPCHeader: fakeLeaderHeader, Term: term,
@@ -268,6 +240,7 @@ func (f *fakeLeaderFollower) appendInTerm(t *testing.T, term, prev, from, to, co
 	if err := f.leader.AppendEntries("follower", "follower", req, &resp); err != nil || !resp.Success {
 		t.Fatalf("append %d..%d after %d: %v, success %v", from, to, prev, err, resp.Success)
 	}
+	f.fsm.waitApplied(t, commit)
 }
 
 func (f *fakeLeaderFollower) installSnapshot(t *testing.T, index uint64) {
