@@ -64,8 +64,10 @@ func NewBatcher(ct string, writeFlush func([]byte) error) Batcher {
 			// shared with the next stream that has a burst to send: under
 			// overload thousands of watchers each send their queue in
 			// turn, and garbage of that size makes the GC scan the leases
-			// over and over.
-			burstBufs.Put(&buf)
+			// over and over. The pool gets a slice of its own: the
+			// stream's variable is reused for its next burst.
+			pooled := buf[:0]
+			burstBufs.Put(&pooled)
 			buf = nil
 		}
 		return err
