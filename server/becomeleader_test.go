@@ -3,11 +3,18 @@ package server
 import (
 	"context"
 	"errors"
+	"maps"
+	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+
+	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -137,5 +144,46 @@ func TestHeldRefusalNeedsTheReadyTerm(t *testing.T) {
 	}
 	if err := s.Release(ctx, "k", strings.Repeat("0", len(l.ID))); !errors.Is(err, errNotReady) {
 		t.Errorf("release of a lease this node does not know, two terms after the ready one: %v, want errNotReady", err)
+	}
+}
+
+// A call that reaches a node raft has just made leader, before the node
+// serves (its Barrier not yet applied), waits until it serves rather than
+// being refused: the waiting acquisition an old leader passes on when it
+// steps down lands in exactly that window, and a refusal there would end
+// the wait with an unknown outcome.
+func TestCallAtANewLeaderWaitsUntilItServes(t *testing.T) {
+	// A heartbeat timeout (awaitServing's bound) far longer than the
+	// test's steps, so that only a refusal can end the call early.
+	s := newTestServer(t, Config{HeartbeatTimeout: time.Second, MinTTL: time.Second})
+	ctx := context.Background()
+	s.leaderMu.Lock()
+	s.readyTerm.Store(0)
+	s.setLeading(true) // raft's word that this node leads, as watchLeadership passes it on
+	s.leaderMu.Unlock()
+
+	r := s.leaseService().(*routedService)
+	req := connect.NewRequest(&fencedv1.AcquireRequest{Key: "k", Owner: "w", TtlMs: 60_000, WaitMs: 5_000})
+	req.Header().Set(forwardedHeader, "n9")
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Acquire(ctx, req)
+		done <- err
+	}()
+	for !slices.ContainsFunc(slices.Collect(maps.Values(testutil.Goroutines())), func(g string) bool {
+		return strings.Contains(g, "server.(*Server).awaitServing")
+	}) {
+		select {
+		case err := <-done:
+			t.Fatalf("answered before the node served: %v", err)
+		default:
+			runtime.Gosched()
+		}
+	}
+	if !s.serveTerm(ctx, s.currentTerm()) {
+		t.Fatal("the node did not serve")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("acquisition at a new leader once it serves: %v", err)
 	}
 }

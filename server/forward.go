@@ -243,8 +243,34 @@ func (s *Server) setLeading(leader bool) {
 		s.endLeading()
 		s.leading, s.endLeading = nil, nil
 	}
+	s.serving = nil
 	if leader {
 		s.leading, s.endLeading = context.WithCancel(context.Background())
+		s.serving = make(chan struct{})
+	}
+}
+
+// awaitServing waits, for at most a heartbeat timeout, until this node,
+// which raft has made leader, serves: its Barrier applied and its
+// deadlines reset (becomeLeader). A call that reaches a new leader in that
+// window, such as a waiting acquisition the old leader passed on when it
+// stepped down, is then served instead of refused as not ready. It returns
+// at once when this node does not lead or already serves, and when
+// leadership or ctx ends.
+func (s *Server) awaitServing(ctx context.Context) {
+	s.leaderMu.Lock()
+	serving, leading := s.serving, s.leading
+	s.leaderMu.Unlock()
+	if serving == nil || leading == nil {
+		return
+	}
+	give := time.NewTimer(s.cfg.HeartbeatTimeout)
+	defer give.Stop()
+	select {
+	case <-serving:
+	case <-leading.Done():
+	case <-ctx.Done():
+	case <-give.C:
 	}
 }
 

@@ -85,11 +85,13 @@ func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1conne
 	if h.Get(forwardedHeader) != "" {
 		// Forwarded here by a node that took this one for the leader.
 		if r.s.raft.State() == raft.Leader {
-			return nil, false, nil // not ready yet: served locally, which waits or answers unavailable
+			r.s.awaitServing(ctx) // then served here, refused if this node still does not serve
+			return nil, false, nil
 		}
 		return nil, false, connectError(errNotReady)
 	}
 	if r.s.raft.State() == raft.Leader {
+		r.s.awaitServing(ctx)
 		return nil, false, nil
 	}
 	rpc, err := r.s.forward.leader(ctx)

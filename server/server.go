@@ -74,6 +74,10 @@ type Server struct {
 	// lead); see whileLeading. Guarded by leaderMu.
 	leading    context.Context
 	endLeading context.CancelFunc
+	// serving is closed once this node serves (readyTerm set) in the
+	// leadership leading belongs to; nil while it does not lead. Guarded
+	// by leaderMu.
+	serving chan struct{}
 
 	// ctx is the node's life and the context of every request: Close ends
 	// it with cause errClosed, a node that stops itself with a *stopped
@@ -409,6 +413,10 @@ func (s *Server) serveTerm(ctx context.Context, term uint64) bool {
 	s.expirer.activate(term)
 	s.readyTerm.Store(term)
 	s.everLed.Store(true)
+	if s.serving != nil {
+		close(s.serving)
+		s.serving = nil // closed once: a later serveTerm of this leadership finds none
+	}
 	s.waiters.freedAll()
 	s.log.Info("serving as leader", "leases", n, "term", term)
 	return true
