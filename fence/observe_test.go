@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 func TestSlogObserver(t *testing.T) {
@@ -70,7 +71,7 @@ func TestSlogObserver(t *testing.T) {
 
 func TestSlogObserverRejectionsConcurrent(t *testing.T) {
 	t.Parallel()
-	var buf lockedBuffer
+	var buf testutil.SyncBuffer
 	obs := fence.NewSlogObserver(slog.New(slog.NewJSONHandler(&buf, nil)))
 	const n = 200
 	var wg sync.WaitGroup
@@ -97,21 +98,4 @@ func TestSlogObserverRejectionsConcurrent(t *testing.T) {
 	if len(seen) != n {
 		t.Errorf("%d distinct counts, want %d", len(seen), n)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/store"
 )
 
@@ -476,22 +477,11 @@ func TestAuditEndpoint(t *testing.T) {
 }
 
 // syncBuffer collects log output written from handler goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+type syncBuffer struct{ testutil.SyncBuffer }
 
 func (s *syncBuffer) records(t *testing.T) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	dec := json.NewDecoder(bytes.NewReader(s.b.Bytes()))
+	dec := json.NewDecoder(strings.NewReader(s.String()))
 	for dec.More() {
 		var m map[string]any
 		if err := dec.Decode(&m); err != nil {

@@ -1,7 +1,6 @@
 package fencereport_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,26 +23,9 @@ import (
 	"github.com/fencedio/fenced/fence/fencesql"
 	"github.com/fencedio/fenced/internal/fencedtest"
 	"github.com/fencedio/fenced/internal/testenv"
+	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/store"
 )
-
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestEndToEnd: worker-A holds jobs/invoices, pauses, and its lease
 // expires; worker-B takes the key and writes. A's late writes are refused
@@ -57,7 +38,7 @@ func TestEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cfg := fencedtest.Config(t)
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	srv := fencedtest.StartConfig(t, cfg)

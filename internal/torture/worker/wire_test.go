@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,22 +18,11 @@ import (
 )
 
 // syncBuffer is a history sink that tests can read while it is written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+type syncBuffer struct{ testutil.SyncBuffer }
 
 func (s *syncBuffer) history(t *testing.T) *history.History {
 	t.Helper()
-	s.mu.Lock()
-	data := append([]byte(nil), s.b.Bytes()...)
-	s.mu.Unlock()
+	data := []byte(s.String())
 	path := t.TempDir() + "/h.jsonl"
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)

@@ -7,9 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // fakeSelf is a peer port's node with a fixed hello.
@@ -51,7 +52,7 @@ func TestPeerConnectionsCheckClusterID(t *testing.T) {
 	} {
 		for _, kind := range []byte{KindRaft, KindAPI} {
 			t.Run(tc.name+"/"+string(kind), func(t *testing.T) {
-				var logged syncBuffer
+				var logged testutil.SyncBuffer
 				from, to := peerMuxOf(t, tc.dialer), peerMuxLogging(t, tc.listener, slog.New(slog.NewTextHandler(&logged, nil)))
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
@@ -100,22 +101,4 @@ func TestPeerConnectionsCheckClusterID(t *testing.T) {
 			})
 		}
 	}
-}
-
-// syncBuffer collects what a logger writes from other goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
