@@ -16,6 +16,7 @@ import (
 func nop(context.Context) error { return nil }
 
 func TestObserver(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	reg := prometheus.NewPedanticRegistry()
 	memObs, err := fenceprom.NewObserver(reg, "memory")
@@ -95,6 +96,7 @@ fenced_guard_token_gap_count{guard="memory"} 3
 }
 
 func TestObserverConflict(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	// Something else already owns the name with other labels.
 	reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -14,6 +14,7 @@ import (
 // TestOwnerIsAnExemplar checks that the owner of a rejection rides on the
 // rejected counter as an exemplar and never becomes a label.
 func TestOwnerIsAnExemplar(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
 	obs, err := fenceprom.NewObserver(reg, "memory")
 	if err != nil {

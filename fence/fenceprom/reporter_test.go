@@ -21,6 +21,7 @@ func (fakeReporter) Dropped() uint64  { return 2 }
 func (fakeReporter) Pending() int     { return 3 }
 
 func TestRegisterReporter(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
 	if err := fenceprom.RegisterReporter(reg, fakeReporter{}); err != nil {
 		t.Fatal(err)

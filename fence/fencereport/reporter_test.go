@@ -58,6 +58,7 @@ func reject(t testing.TB, g fence.Guard, n int) {
 }
 
 func TestReporterCoalescesAndSends(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	rep, err := fencereport.New(fencereport.Config{Resource: "ledger-http", Sender: rec, FlushInterval: time.Hour})
 	if err != nil {
@@ -106,6 +107,7 @@ func TestReporterCoalescesAndSends(t *testing.T) {
 // the queue never exceeds its bound, and every rejection is either
 // pending, sent or counted as dropped.
 func TestReporterUnderFailure(t *testing.T) {
+	t.Parallel()
 	addr, err := testutil.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +160,7 @@ func TestReporterUnderFailure(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range []fencereport.Config{
 		{Sender: stuck{}},
 		{Resource: "r"},
@@ -174,6 +177,7 @@ func TestConfigValidate(t *testing.T) {
 // A duplicate write is counted apart and never reported as stale, even when
 // an observer is handed one with the tokens of a stale decision.
 func TestReporterCountsDuplicatesApart(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	rep, err := fencereport.New(fencereport.Config{Resource: "ledger-http", Sender: rec, FlushInterval: time.Hour})
 	if err != nil {
