@@ -4,13 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/client"
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // benchClient returns a client of a fake server on loopback that answers
@@ -38,18 +38,12 @@ func benchClient(b *testing.B) *client.Client {
 // operation as cpu-ns/op: less sensitive than ns/op to other load on a
 // shared machine. It includes the fake server's share.
 func reportCPU(b *testing.B) {
-	start := processCPU()
+	start := testutil.ProcessCPU()
 	b.Cleanup(func() {
 		if b.N > 0 {
-			b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(testutil.ProcessCPU()-start)/float64(b.N), "cpu-ns/op")
 		}
 	})
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func BenchmarkClientAcquireRelease(b *testing.B) {

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/internal/testutil"
 
 	"github.com/fencedio/fenced/server/internal/leadercheck"
 )
@@ -153,7 +152,7 @@ func BenchmarkKeepAlive(b *testing.B) {
 			ids := acquireKeys(b, c, bc.streams)
 			var next atomic.Int64
 			b.ReportAllocs()
-			cpu := processCPU()
+			cpu := testutil.ProcessCPU()
 			b.ResetTimer()
 			var wg sync.WaitGroup
 			for s := range bc.streams {
@@ -161,7 +160,7 @@ func BenchmarkKeepAlive(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64(testutil.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
@@ -207,10 +206,4 @@ func keepAliveLoop(b *testing.B, c caller, s int, id string, inFlight int, next 
 		}
 		<-credits
 	}
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

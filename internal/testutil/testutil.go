@@ -1,8 +1,8 @@
 // Package testutil holds the small helpers that tests and the harnesses
 // built on them (bench, torture) would otherwise each write again: waiting
 // for a condition without a fixed sleep, picking a free loopback port,
-// collecting concurrent log output, echoing connections, and finding the
-// goroutines a test left running.
+// collecting concurrent log output, echoing connections, finding the
+// goroutines a test left running, and reading the process's CPU time.
 package testutil
 
 import (
@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -210,4 +211,12 @@ func GoroutinesSince(before map[string]string, code ...string) []string {
 	}
 	slices.Sort(left)
 	return left
+}
+
+// ProcessCPU returns the CPU time (user and system) this process has used,
+// for benchmarks that report CPU per operation beside time per operation.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
