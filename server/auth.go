@@ -13,13 +13,11 @@ import (
 )
 
 // authResult is what authenticate found for a request, carried in its
-// context to the interceptor and handlers.
+// context (callInfo) to the interceptor and handlers.
 type authResult struct {
 	p   Principal
 	err error
 }
-
-type authKey struct{}
 
 // authenticate identifies the caller of every API request, from a bearer
 // token or else a verified client certificate, and passes the outcome on in
@@ -34,8 +32,9 @@ func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fwd := r.Header.Get(security.ForwardedPrincipalHeader)
 		if !peer {
-			r.Header.Del(security.ForwardedPrincipalHeader)
-			r.Header.Del(relayHeader)
+			// Both names are canonical: Header.Del would canonicalize them again.
+			delete(r.Header, security.ForwardedPrincipalHeader)
+			delete(r.Header, relayHeader)
 			fwd = ""
 		}
 		pol := s.sec.Policy()
@@ -52,8 +51,22 @@ func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
 		default:
 			res.p, res.err = pol.Authenticate(r, time.Now())
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, res)))
+		if c := callInfoOf(r.Context()); c != nil {
+			c.auth, c.authed = res, true
+			next.ServeHTTP(w, r)
+			return
+		}
+		c := &callInfo{auth: res, authed: true}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callInfoKey{}, c)))
 	})
+}
+
+// authResultOf is what authenticate found for ctx's request, if it ran.
+func authResultOf(ctx context.Context) (authResult, bool) {
+	if c := callInfoOf(ctx); c != nil && c.authed {
+		return c.auth, true
+	}
+	return authResult{}, false
 }
 
 // forwardPrincipal sets on h, the headers of a call this node forwards to
@@ -63,7 +76,7 @@ func (s *Server) forwardPrincipal(ctx context.Context, h http.Header) {
 	if s.sec.Policy() == nil {
 		return
 	}
-	if res, ok := ctx.Value(authKey{}).(authResult); ok && res.err == nil {
+	if res, ok := authResultOf(ctx); ok && res.err == nil {
 		h.Set(security.ForwardedPrincipalHeader, security.EncodePrincipal(res.p))
 	}
 }
@@ -74,7 +87,7 @@ func (s *Server) principal(ctx context.Context) (Principal, error) {
 	if s.sec.Policy() == nil {
 		return security.Anonymous, nil
 	}
-	res, ok := ctx.Value(authKey{}).(authResult)
+	res, ok := authResultOf(ctx)
 	if !ok {
 		return Principal{}, fmt.Errorf("%w: request did not pass authentication", ErrUnauthenticated)
 	}

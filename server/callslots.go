@@ -36,20 +36,22 @@ func newCallSlots(limit int) *callSlots {
 	return &callSlots{limit: limit, inUse: make(map[string]int)}
 }
 
-// take reserves a slot for a call from addr, or returns nil and the
-// slots addr has in use when all of its slots are taken.
-func (c *callSlots) take(addr string) (*callSlot, int) {
+// take reserves a slot for a call from addr into slot, or returns false
+// and the slots addr has in use when all of its slots are taken.
+func (c *callSlots) take(addr string, slot *callSlot) (bool, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.inUse[addr]
 	if n >= c.limit {
-		return nil, n
+		return false, n
 	}
 	c.inUse[addr] = n + 1
-	return &callSlot{slots: c, addr: addr}, n + 1
+	slot.slots, slot.addr = c, addr
+	return true, n + 1
 }
 
-// callSlot is one call's slot; release gives it back, once.
+// callSlot is one call's slot; release gives it back, once. The zero
+// callSlot holds none.
 type callSlot struct {
 	slots    *callSlots
 	addr     string
@@ -57,7 +59,7 @@ type callSlot struct {
 }
 
 func (s *callSlot) release() {
-	if s == nil || s.released.Swap(true) {
+	if s == nil || s.slots == nil || s.released.Swap(true) {
 		return
 	}
 	c := s.slots
@@ -68,13 +70,12 @@ func (s *callSlot) release() {
 	}
 }
 
-type callSlotKey struct{}
-
 // releaseCallSlot gives back the slot of ctx's call, if it holds one: the
 // call is about to wait for something other than the server's cores.
 func releaseCallSlot(ctx context.Context) {
-	s, _ := ctx.Value(callSlotKey{}).(*callSlot)
-	s.release()
+	if c := callInfoOf(ctx); c != nil {
+		c.slot.release()
+	}
 }
 
 // limitCalls refuses a unary call from a client address that already has
@@ -85,13 +86,14 @@ func releaseCallSlot(ctx context.Context) {
 func (s *Server) limitCalls(h http.Handler) http.Handler {
 	refuse := connect.NewErrorWriter(s.handlerOptions()...)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		addr := clientAddr(r.Context())
-		if addr == "" || isStreamProcedure(r) {
+		c := callInfoOf(r.Context())
+		if c == nil || c.addr == "" || isStreamProcedure(r) {
 			h.ServeHTTP(w, r)
 			return
 		}
-		slot, n := s.calls.take(addr)
-		if slot == nil {
+		addr := c.addr
+		ok, n := s.calls.take(addr, &c.slot)
+		if !ok {
 			s.metrics.refused("max-calls-per-client")
 			if r.ProtoMajor == 1 {
 				// Else net/http reads the unread body before answering.
@@ -101,7 +103,7 @@ func (s *Server) limitCalls(h http.Handler) http.Handler {
 				Owner: addr, Used: n, Limit: s.cfg.MaxCallsPerClient}))
 			return
 		}
-		defer slot.release()
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callSlotKey{}, slot)))
+		defer c.slot.release()
+		h.ServeHTTP(w, r)
 	})
 }

@@ -36,7 +36,23 @@ import (
 // follower forwards to the leader.
 const forwardedClientHeader = "Fenced-Forwarded-Client"
 
-type clientAddrKey struct{}
+// callInfo is what the API's middleware learns of one request, carried in
+// its context as one value that each layer fills in: one allocation and
+// one copy of the request for all of them, not one per layer.
+type callInfo struct {
+	addr   string     // withClientAddr
+	slot   callSlot   // limitCalls, when slot.slots is set
+	auth   authResult // authenticate, when authed is set
+	authed bool
+}
+
+type callInfoKey struct{}
+
+// callInfoOf is what is known of ctx's caller; nil when the call did not come over HTTP.
+func callInfoOf(ctx context.Context) *callInfo {
+	c, _ := ctx.Value(callInfoKey{}).(*callInfo)
+	return c
+}
 
 // withClientAddr puts the caller's address in the request's context: the
 // TCP peer's IP, or over the peer port (peer true) the address a
@@ -47,17 +63,19 @@ func withClientAddr(next http.Handler, peer bool) http.Handler {
 		if fwd := r.Header.Get(forwardedClientHeader); peer && fwd != "" {
 			addr = fwd
 		} else if !peer {
-			r.Header.Del(forwardedClientHeader)
+			delete(r.Header, forwardedClientHeader) // canonical already: Header.Del would canonicalize it again
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientAddrKey{}, addr)))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callInfoKey{}, &callInfo{addr: addr})))
 	})
 }
 
 // clientAddr is the address of ctx's caller; "" when the call did not come
 // over HTTP.
 func clientAddr(ctx context.Context) string {
-	addr, _ := ctx.Value(clientAddrKey{}).(string)
-	return addr
+	if c := callInfoOf(ctx); c != nil {
+		return c.addr
+	}
+	return ""
 }
 
 // forwardClient names ctx's caller on the headers of a forwarded call.
