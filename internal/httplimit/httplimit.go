@@ -237,23 +237,32 @@ func CloseOnBodyError(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		st := &bodyState{rc: http.NewResponseController(w)}
-		r = r.WithContext(context.WithValue(r.Context(), bodyStateKey{}, st))
-		r.Body = &watchedBody{ReadCloser: r.Body, st: st}
-		cw := &closingWriter{ResponseWriter: w, failed: &st.failed}
-		next.ServeHTTP(cw, r)
+		// One allocation for the whole watch: the state, the body and the
+		// writer point into it.
+		st := &bodyState{w: w}
+		st.body = watchedBody{ReadCloser: r.Body, st: st}
+		st.cw = closingWriter{ResponseWriter: w, failed: &st.failed}
+		if enveloped(r) {
+			// Only EnvelopeLimit, which acts on these alone, reports
+			// through the context; other requests keep theirs.
+			r = r.WithContext(context.WithValue(r.Context(), bodyStateKey{}, st))
+		}
+		r.Body = &st.body
+		next.ServeHTTP(&st.cw, r)
 		if st.failed.Load() {
-			cw.send()
+			st.cw.send()
 		}
 	})
 }
 
-// bodyState is what CloseOnBodyError knows of a request's body. It rides
-// in the request's context, so that readers above the body (EnvelopeLimit)
-// can report a failure of their own.
+// bodyState is what CloseOnBodyError knows of a request's body. For
+// enveloped requests it rides in the request's context, so that readers
+// above the body (EnvelopeLimit) can report a failure of their own.
 type bodyState struct {
 	failed atomic.Bool
-	rc     *http.ResponseController
+	w      http.ResponseWriter // the connection's, for its read deadline
+	body   watchedBody
+	cw     closingWriter
 }
 
 type bodyStateKey struct{}
@@ -263,7 +272,7 @@ type bodyStateKey struct{}
 // connection; the client may never send it, so reads end now.
 func (st *bodyState) fail() {
 	if !st.failed.Swap(true) {
-		_ = st.rc.SetReadDeadline(time.Now())
+		_ = http.NewResponseController(st.w).SetReadDeadline(time.Now())
 	}
 }
 
@@ -336,9 +345,8 @@ func BodyDeadline(next http.Handler, timeout time.Duration, stream func(*http.Re
 			next.ServeHTTP(w, r)
 			return
 		}
-		rc := http.NewResponseController(w)
-		if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
-			r.Body = &deadlineBody{ReadCloser: r.Body, clear: func() { rc.SetReadDeadline(time.Time{}) }}
+		if http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout)) == nil {
+			r.Body = &deadlineBody{ReadCloser: r.Body, w: w}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -346,8 +354,8 @@ func BodyDeadline(next http.Handler, timeout time.Duration, stream func(*http.Re
 
 type deadlineBody struct {
 	io.ReadCloser
-	once  sync.Once
-	clear func()
+	once sync.Once
+	w    http.ResponseWriter // whose read deadline to clear
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
@@ -357,6 +365,8 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+func (b *deadlineBody) clear() { _ = http.NewResponseController(b.w).SetReadDeadline(time.Time{}) }
 
 // ErrMessageTooLarge fails the read of a streamed message whose length
 // prefix exceeds the limit.
@@ -369,12 +379,18 @@ var ErrMessageTooLarge = errors.New("message length exceeds the limit")
 // unchanged.
 func EnvelopeLimit(next http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ct := r.Header.Get("Content-Type")
-		if r.Body != nil && (strings.HasPrefix(ct, "application/grpc") || strings.HasPrefix(ct, "application/connect+")) {
+		if r.Body != nil && enveloped(r) {
 			r.Body = &envelopeBody{ReadCloser: r.Body, max: max, failed: func() { bodyFailed(r) }}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// enveloped reports whether r's body is a stream of enveloped messages:
+// gRPC (application/grpc*) or Connect streaming (application/connect+*).
+func enveloped(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	return strings.HasPrefix(ct, "application/grpc") || strings.HasPrefix(ct, "application/connect+")
 }
 
 // envelopeBody follows the 5-byte prefixes (flags, big-endian length) of
