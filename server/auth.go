@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/fencedio/fenced/server/internal/security"
 )
 
@@ -34,7 +35,7 @@ func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
 		if !peer {
 			// Both names are canonical: Header.Del would canonicalize them again.
 			delete(r.Header, security.ForwardedPrincipalHeader)
-			delete(r.Header, relayHeader)
+			delete(r.Header, rejections.RelayHeader)
 			fwd = ""
 		}
 		pol := s.sec.Policy()
@@ -46,7 +47,7 @@ func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
 		switch {
 		case fwd != "":
 			res.p, res.err = security.DecodePrincipal(fwd)
-		case r.Header.Get(relayHeader) != "": // only on the peer port
+		case r.Header.Get(rejections.RelayHeader) != "": // only on the peer port
 			res.p = relayPrincipal
 		default:
 			res.p, res.err = pol.Authenticate(r, time.Now())

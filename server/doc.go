@@ -69,8 +69,8 @@
 //     transitions.
 //   - Stale rejections reported by resources live in the leader's memory
 //     only, and REJECTED Watch events are not replayed: a node relays the
-//     leader's to its watchers (rejection_relay.go), so a watcher may miss
-//     those recorded from a leader change until its node reconnects.
+//     leader's to its watchers (internal/rejections), so a watcher may
+//     miss those recorded from a leader change until its node reconnects.
 //   - Wait queues and deadlines live in the leader's memory only; counts of
 //     transitions (/v1/stats, /metrics) start at zero with each process.
 //   - Per-owner quotas count what owners say they are unless auth is on,
@@ -97,5 +97,7 @@
 // confirmations; internal/security, the TLS, auth and signing files;
 // internal/sharegate, the slots that keep reads and fan-out from starving
 // writes; internal/logs, raft's records into slog and the batched log
-// writer; internal/peers, the peer port and a member's identity.
+// writer; internal/peers, the peer port and a member's identity;
+// internal/rejections, the book of stale rejections, the checks of a report
+// and the relay of the leader's rejections to other nodes' watchers.
 package server

@@ -18,7 +18,8 @@ const module = "github.com/fencedio/fenced/"
 // tangle. A new package under server/ is placed here.
 var layers = [][]string{
 	{"server/internal/raftlog", "server/internal/leadercheck", "server/internal/security",
-		"server/internal/sharegate", "server/internal/logs", "server/internal/fanout"},
+		"server/internal/sharegate", "server/internal/logs", "server/internal/fanout",
+		"server/internal/rejections"},
 	{"server/internal/peers"},
 	{"server"},
 }

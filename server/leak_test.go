@@ -43,6 +43,9 @@ func TestCloseEndsEveryGoroutine(t *testing.T) {
 			served := make(chan error, 1)
 			go func() { served <- s.ServeListener(ctx, ln) }()
 			acquireN(t, s, "k", 3)
+			// A rejection watcher that never leaves: the relay it starts
+			// ends with the node all the same.
+			s.relay.Join()
 			resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
 			if err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/rejections"
 )
 
 // relayRT sends the header the nodes use to relay rejections, as a client
@@ -17,7 +18,7 @@ type relayRT struct{ token string }
 
 func (s relayRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set(relayHeader, "true")
+	r.Header.Set(rejections.RelayHeader, "true")
 	r.Header.Set(forwardedHeader, "n9")
 	if s.token != "" {
 		r.Header.Set("Authorization", "Bearer "+s.token)

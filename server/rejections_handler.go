@@ -2,14 +2,12 @@ package server
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"net/http"
-	"strconv"
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/hashicorp/raft"
 )
 
@@ -41,18 +39,18 @@ func (v *rejectionService) leader(ctx context.Context, h http.Header) fencedv1co
 func (s *Server) registerRejections(mux *http.ServeMux, peer bool) {
 	path, h := fencedv1connect.NewRejectionServiceHandler(&rejectionService{s: s}, s.handlerOptions()...)
 	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
-	mux.Handle("GET /v1/rejections", s.authenticate(http.HandlerFunc(s.serveRejections), peer))
+	mux.Handle("GET /v1/rejections", s.authenticate(rejections.ListHandler(s.listRejections), peer))
 }
 
 func (v *rejectionService) ReportRejections(ctx context.Context, req *connect.Request[fencedv1.ReportRejectionsRequest]) (*connect.Response[fencedv1.ReportRejectionsResponse], error) {
 	rs := req.Msg.GetRejections()
-	if err := validateReport(rs); err != nil {
-		v.s.rejections.reports.WithLabelValues("invalid").Inc()
+	if err := rejections.Validate(rs, wireRules{}); err != nil {
+		v.s.rejections.CountReport(rejections.Invalid)
 		return nil, connectError(err)
 	}
 	for _, r := range rs {
 		if _, err := v.s.authorize(ctx, PermReport, r.GetScope()); err != nil {
-			v.s.rejections.reports.WithLabelValues("denied").Inc()
+			v.s.rejections.CountReport(rejections.Denied)
 			return nil, connectError(err)
 		}
 	}
@@ -61,7 +59,7 @@ func (v *rejectionService) ReportRejections(ctx context.Context, req *connect.Re
 			return rpc.ReportRejections(ctx, forwarded(ctx, v.s, req.Msg))
 		})
 	}
-	v.s.rejections.reports.WithLabelValues("recorded").Inc()
+	v.s.rejections.CountReport(rejections.Recorded)
 	n := v.s.recordRejections(ctx, rs)
 	return connect.NewResponse(&fencedv1.ReportRejectionsResponse{Recorded: n}), nil
 }
@@ -84,71 +82,15 @@ func (v *rejectionService) ListRejections(ctx context.Context, req *connect.Requ
 			return rpc.ListRejections(ctx, forwarded(ctx, v.s, req.Msg))
 		})
 	}
-	limit := int(req.Msg.GetLimit())
-	if limit == 0 {
-		limit = defaultRejectionList
-	}
-	list, total := v.s.rejections.list(prefix, limit, func(string) bool { return true })
+	list, total := v.s.rejections.List(prefix, int(req.Msg.GetLimit()))
 	return connect.NewResponse(&fencedv1.ListRejectionsResponse{Rejections: list, Total: total}), nil
 }
 
-// rejectionJSON is a rejection as the dashboard reads it; tokens are
-// strings because JavaScript numbers lose precision above 2^53.
-type rejectionJSON struct {
-	Scope            string `json:"scope"`
-	Resource         string `json:"resource"`
-	PresentedToken   string `json:"presentedToken"`
-	PresentedOwner   string `json:"presentedOwner"`
-	PresentedGranted int64  `json:"presentedGrantedUnixMs"`
-	HighestToken     string `json:"highestToken"`
-	HighestOwner     string `json:"highestOwner"`
-	HighestGranted   int64  `json:"highestGrantedUnixMs"`
-	ReportedOwner    string `json:"reportedOwner"`
-	Count            uint64 `json:"count"`
-	ScopeCount       uint64 `json:"scopeCount"`
-	ResourceCount    uint64 `json:"resourceCount"`
-	FirstUnixMs      int64  `json:"firstUnixMs"`
-	LastUnixMs       int64  `json:"lastUnixMs"`
-}
-
-// serveRejections answers GET /v1/rejections?prefix=&limit= for the
-// dashboard: ListRejections as JSON, under the same rules.
-func (s *Server) serveRejections(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, _ := strconv.Atoi(q.Get("limit"))
-	resp, err := (&rejectionService{s: s}).ListRejections(r.Context(),
-		connect.NewRequest(&fencedv1.ListRejectionsRequest{Prefix: q.Get("prefix"), Limit: int32(min(max(limit, 0), maxRejectionEntries))}))
+// listRejections is ListRejections for the dashboard's JSON view.
+func (s *Server) listRejections(ctx context.Context, req *fencedv1.ListRejectionsRequest) (*fencedv1.ListRejectionsResponse, error) {
+	resp, err := (&rejectionService{s: s}).ListRejections(ctx, connect.NewRequest(req))
 	if err != nil {
-		status := http.StatusBadRequest
-		if ce := new(connect.Error); errors.As(err, &ce) {
-			switch ce.Code() {
-			case connect.CodeUnauthenticated:
-				status = http.StatusUnauthorized
-			case connect.CodePermissionDenied:
-				status = http.StatusForbidden
-			case connect.CodeUnavailable:
-				status = http.StatusServiceUnavailable
-			}
-		}
-		http.Error(w, err.Error(), status)
-		return
+		return nil, err
 	}
-	out := struct {
-		Total      uint64          `json:"total"`
-		Rejections []rejectionJSON `json:"rejections"`
-	}{Total: resp.Msg.GetTotal(), Rejections: make([]rejectionJSON, 0, len(resp.Msg.GetRejections()))}
-	for _, e := range resp.Msg.GetRejections() {
-		out.Rejections = append(out.Rejections, rejectionJSON{
-			Scope: e.Scope, Resource: e.Resource,
-			PresentedToken: strconv.FormatUint(e.PresentedToken, 10), PresentedOwner: e.PresentedOwner,
-			PresentedGranted: e.PresentedGrantedUnixMs,
-			HighestToken:     strconv.FormatUint(e.HighestToken, 10), HighestOwner: e.HighestOwner,
-			HighestGranted: e.HighestGrantedUnixMs, ReportedOwner: e.ReportedOwner,
-			Count: e.Count, ScopeCount: e.ScopeCount, ResourceCount: e.ResourceCount,
-			FirstUnixMs: e.FirstUnixMs, LastUnixMs: e.LastUnixMs,
-		})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	json.NewEncoder(w).Encode(out)
+	return resp.Msg, nil
 }

@@ -12,7 +12,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/fencedio/fenced/server/internal/rejections"
 )
 
 func rejectionClient(base, token string) fencedv1connect.RejectionServiceClient {
@@ -34,7 +34,7 @@ func TestReportRejectionsInvalid(t *testing.T) {
 	c := rejectionClient(base, "")
 	ctx := context.Background()
 	good := &fencedv1.StaleRejection{Scope: "a/1", PresentedToken: 3, HighestToken: 4, Resource: "r"}
-	many := make([]*fencedv1.StaleRejection, maxReportEntries+1)
+	many := make([]*fencedv1.StaleRejection, rejections.MaxReportEntries+1)
 	for i := range many {
 		many[i] = good
 	}
@@ -44,7 +44,7 @@ func TestReportRejectionsInvalid(t *testing.T) {
 		"presented 0":           {good, {Scope: "a/1", HighestToken: 4}},
 		"presented not below":   {good, {Scope: "a/1", PresentedToken: 4, HighestToken: 4}},
 		"owner too long":        {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Owner: strings.Repeat("o", MaxOwnerBytes+1)}},
-		"resource too long":     {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Resource: strings.Repeat("r", MaxResourceBytes+1)}},
+		"resource too long":     {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Resource: strings.Repeat("r", rejections.MaxResourceBytes+1)}},
 		"resource with newline": {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Resource: "r\n"}},
 		"too many":              many,
 	} {
@@ -190,35 +190,5 @@ func TestGrantMemoryBounds(t *testing.T) {
 	}
 	if _, ok := m.lookup("a", 2); !ok {
 		t.Error("second newest grant forgotten")
-	}
-}
-
-func TestRejectionBookBounds(t *testing.T) {
-	s := newTestServer(t, Config{})
-	none := func(string, uint64) (grant, bool) { return grant{}, false }
-	now := time.Unix(1000, 0)
-	for i := range maxRejectionEntries + 10 {
-		s.rejections.add(&fencedv1.StaleRejection{Scope: fmt.Sprint("k/", i), PresentedToken: 1, HighestToken: 2, Count: 2}, now, none)
-	}
-	list, total := s.rejections.list("", 2*maxRejectionEntries, func(string) bool { return true })
-	if len(list) != maxRejectionEntries || total != 2*(maxRejectionEntries+10) {
-		t.Fatalf("%d entries, total %d; want %d entries, total %d", len(list), total, maxRejectionEntries, 2*(maxRejectionEntries+10))
-	}
-	if list[0].GetScope() != fmt.Sprint("k/", maxRejectionEntries+9) || list[len(list)-1].GetScope() != "k/10" {
-		t.Errorf("kept %s..%s, want the newest", list[0].GetScope(), list[len(list)-1].GetScope())
-	}
-	if list[0].GetPresentedOwner() != "" || list[0].GetCount() != 2 {
-		t.Errorf("unresolved entry %v", list[0])
-	}
-	// The resource label is bounded: the 33rd resource and later count as
-	// "other" (the unnamed resource above holds one of the 32).
-	for i := range maxResourceLabels + 5 {
-		s.rejections.add(&fencedv1.StaleRejection{Scope: "k/r", PresentedToken: 1, HighestToken: 2, Resource: fmt.Sprint("r", i)}, now, none)
-	}
-	if n := testutil.CollectAndCount(s.rejections.byResource); n != maxResourceLabels+1 {
-		t.Errorf("%d resource series, want %d and other", n, maxResourceLabels)
-	}
-	if got := testutil.ToFloat64(s.rejections.byResource.WithLabelValues("other")); got != 6 {
-		t.Errorf("other = %v, want 6", got)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/logs"
 
 	"github.com/fencedio/fenced/server/internal/peers"
+	"github.com/fencedio/fenced/server/internal/rejections"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,
@@ -129,8 +130,8 @@ type Server struct {
 	// grants and rejections: stale rejections reported by resources
 	// (rejections.go).
 	grants     *grantMemory
-	rejections *rejectionBook
-	relay      *rejectionRelay // the leader's rejections, for this node's watchers
+	rejections *rejections.Book
+	relay      *rejections.Relay // the leader's rejections, for this node's watchers
 
 	// overrides counts leases granted under another owner's name (quota.go).
 	overrides ownerOverrides

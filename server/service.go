@@ -12,6 +12,7 @@ import (
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/fanout"
+	"github.com/fencedio/fenced/server/internal/rejections"
 )
 
 // service serves the lease API from this node's own state; routedService
@@ -217,7 +218,7 @@ func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.Li
 }
 
 func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
-	if req.Header().Get(relayHeader) != "" {
+	if req.Header().Get(rejections.RelayHeader) != "" {
 		return v.s.serveRelay(ctx, stream) // another node, on the peer port
 	}
 	prefix := req.Msg.GetPrefix()
@@ -241,7 +242,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	}
 	sendAll, resync := v.watchSenders(ctx, req, stream, &after)
 	if req.Msg.GetRejections() {
-		defer v.s.relay.join()()
+		defer v.s.relay.Join()()
 	}
 	sub, replay, complete := v.s.hub.Subscribe(prefix, after)
 	sub.WantRejections(req.Msg.GetRejections())
