@@ -25,7 +25,9 @@ func keptEvents(t *testing.T, history int, revs ...uint64) (*Hub, []*Event) {
 	for _, ev := range evs {
 		batch = append(batch, item{ev: ev})
 	}
+	h.mu.Lock()
 	h.dispatch(batch)
+	h.mu.Unlock()
 	return h, evs
 }
 

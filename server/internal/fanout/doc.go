@@ -16,6 +16,7 @@
 //
 // Not guaranteed: delivery to a subscription that was cut off, or of
 // events older than the history; REJECTED events are not kept for replay.
-// When an event is dispatched depends on the number of watchers (rounds
-// are spaced up to 50ms), not on when it was published.
+// When an event is dispatched depends on the watchers, not on when it was
+// published: rounds are spaced up to 50ms, and while nobody watches,
+// transitions enter the history by the batch or when one subscribes.
 package fanout

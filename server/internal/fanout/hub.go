@@ -20,15 +20,26 @@ import (
 // once in an Event that every watcher shares, with its Watch message built
 // once and its other encodings made once, on first use.
 //
+// While nobody watches, a transition does not wake the dispatcher: up to
+// idleBatch of them wait in the queue and go into the history together,
+// or when the next watcher subscribes, which dispatches them itself
+// first. So a node nobody watches spends one wake-up per idleBatch
+// transitions on its history, not one per transition, and a watcher that
+// resumes finds every transition in the history as before.
+//
 // A watcher's queue starts empty and grows only as far as it falls behind,
 // up to buffer events; one that falls further is cut off (Lost is closed)
 // and told to resync.
 type Hub struct {
 	inMu    sync.Mutex
 	in      []item        // published, not yet dispatched
-	inReady chan struct{} // cap 1: signalled when in becomes non-empty
+	inReady chan struct{} // cap 1: signalled when in has items to dispatch
+	// watchers is len(subs), for publishers: while it is 0 they wake the
+	// dispatcher only every idleBatch transitions.
+	watchers atomic.Int64
 
 	mu      sync.Mutex // guards everything below; held by the dispatcher
+	spareIn []item     // an empty array for the next in
 	history []*Event   // ring, oldest at start
 	start   int
 	size    int
@@ -148,17 +159,32 @@ func NewHub(history, buffer int, message func(lease.Event) *fencedv1.Event) *Hub
 // Publish queues ev for the dispatcher. It is called by the apply path and
 // never blocks on watchers.
 func (h *Hub) Publish(ev lease.Event) {
-	h.enqueue(item{ev: &Event{Event: ev}})
+	h.enqueue(item{ev: &Event{Event: ev}}, false)
 }
 
 // Restored forgets history older than a snapshot taken at revision, and
 // drops every watcher, once the events published before it are dispatched.
-func (h *Hub) Restored(revision uint64) { h.enqueue(item{restored: revision}) }
+func (h *Hub) Restored(revision uint64) { h.enqueue(item{restored: revision}, true) }
 
-func (h *Hub) enqueue(it item) {
+// idleBatch is how many transitions wait for the dispatcher while nobody
+// watches: enough that its wake-ups cost next to nothing per transition,
+// few enough that their memory does not matter.
+const idleBatch = 64
+
+// enqueue queues it and wakes the dispatcher, unless nobody watches, it is
+// a transition (not urgent) and fewer than idleBatch items wait. The next
+// Subscribe dispatches what waits before it reads the history.
+func (h *Hub) enqueue(it item, urgent bool) {
 	h.inMu.Lock()
 	h.in = append(h.in, it)
+	waiting := len(h.in)
 	h.inMu.Unlock()
+	// Read after the append: a Subscribe that counted itself before
+	// this load is seen here, one that counts itself after it finds it
+	// in (see join).
+	if !urgent && waiting < idleBatch && h.watchers.Load() == 0 {
+		return
+	}
 	select {
 	case h.inReady <- struct{}{}:
 	default:
@@ -171,7 +197,6 @@ func (h *Hub) enqueue(it item) {
 // flushes once per round for many events instead of once per event. The
 // first event after a quiet spell goes out at once.
 func (h *Hub) Run(done <-chan struct{}) {
-	var batch []item
 	var last time.Time
 	watchers := 0
 	for {
@@ -190,12 +215,24 @@ func (h *Hub) Run(done <-chan struct{}) {
 			}
 		}
 		last = time.Now()
-		h.inMu.Lock()
-		batch, h.in = h.in, batch[:0]
-		h.inMu.Unlock()
-		watchers = h.dispatch(batch)
-		clear(batch)
+		h.mu.Lock()
+		watchers = h.dispatchWaiting()
+		h.mu.Unlock()
 	}
+}
+
+// dispatchWaiting dispatches the items published and not yet dispatched,
+// and returns the number of subscriptions. Called with h.mu held, so that
+// the dispatcher and Subscribe dispatch in the order of publication.
+func (h *Hub) dispatchWaiting() int {
+	h.inMu.Lock()
+	batch := h.in
+	h.in = h.spareIn
+	h.inMu.Unlock()
+	n := h.dispatch(batch)
+	clear(batch)
+	h.spareIn = batch[:0]
+	return n
 }
 
 // roundInterval is the least time between two dispatch rounds with n
@@ -214,10 +251,8 @@ func roundInterval(n int) time.Duration {
 // returns the number of subscriptions. The transitions of a batch reach
 // each watcher together: one lock and one wake-up per watcher per round,
 // not per event, so a round's cost in watchers stays small however many
-// events it carries.
+// events it carries. Called with h.mu held.
 func (h *Hub) dispatch(batch []item) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	var evs []*Event // kept, not yet offered to the watchers
 	for _, it := range batch {
 		switch {
@@ -252,6 +287,7 @@ func (h *Hub) restore(revision uint64) {
 		delete(h.subs, s)
 		close(s.lost)
 	}
+	h.watchers.Store(0)
 }
 
 // keep builds ev's Watch message and adds ev to the history, evicting the
@@ -319,6 +355,7 @@ func (h *Hub) offer(s *Subscription, evs []*Event) {
 	s.mu.Unlock()
 	if n < len(evs) {
 		delete(h.subs, s)
+		h.watchers.Store(int64(len(h.subs)))
 		close(s.lost)
 		return
 	}
@@ -352,10 +389,11 @@ func (h *Hub) Subscribe(prefix string, after uint64) (s *Subscription, replay []
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s = newSubscription(prefix, after)
-	h.subs[s] = struct{}{}
 	if after == 0 {
+		h.join(s, true)
 		return s, nil, true
 	}
+	h.join(s, false)
 	for i := 0; i < h.size; i++ {
 		ev := h.history[(h.start+i)%len(h.history)]
 		if ev.Revision > after && strings.HasPrefix(ev.Lease.Key, prefix) {
@@ -370,6 +408,27 @@ func (h *Hub) Unsubscribe(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.subs, s)
+	h.watchers.Store(int64(len(h.subs)))
+}
+
+// join registers s. If nobody watched, transitions may wait undispatched
+// (enqueue): join dispatches them, offered to s if offerWaiting, else
+// only into the history that s replays from. s is counted first, so that
+// a transition published meanwhile is either among those or wakes the
+// dispatcher. Called with h.mu held.
+func (h *Hub) join(s *Subscription, offerWaiting bool) {
+	idle := len(h.subs) == 0
+	h.watchers.Store(int64(len(h.subs) + 1))
+	if offerWaiting {
+		h.subs[s] = struct{}{}
+	}
+	if idle {
+		h.dispatchWaiting() // may drop s (restore, or cut off)
+	}
+	if !offerWaiting {
+		h.subs[s] = struct{}{}
+	}
+	h.watchers.Store(int64(len(h.subs)))
 }
 
 // Watching returns the number of subscriptions.

@@ -15,13 +15,13 @@ import (
 // (SubscribeRelay). It is not kept for replay. Its revision is set when it
 // is dispatched.
 func (h *Hub) PublishRejection(ev *fencedv1.Event) {
-	h.enqueue(item{ev: rejectionEvent(ev, false)})
+	h.enqueue(item{ev: rejectionEvent(ev, false)}, true)
 }
 
 // PublishRelayed queues ev, the REJECTED event of a rejection recorded by
 // the leader and relayed to this node, for this node's rejection watchers
 // only.
-func (h *Hub) PublishRelayed(ev *fencedv1.Event) { h.enqueue(item{ev: rejectionEvent(ev, true)}) }
+func (h *Hub) PublishRelayed(ev *fencedv1.Event) { h.enqueue(item{ev: rejectionEvent(ev, true)}, true) }
 
 func rejectionEvent(e *fencedv1.Event, relayed bool) *Event {
 	return &Event{
@@ -64,7 +64,7 @@ func (h *Hub) SubscribeRelay() *Subscription {
 	s := newSubscription("", 0)
 	s.relay = true
 	s.rejections.Store(true)
-	h.subs[s] = struct{}{}
+	h.join(s, false)
 	return s
 }
 
