@@ -99,5 +99,7 @@
 // writes; internal/logs, raft's records into slog and the batched log
 // writer; internal/peers, the peer port and a member's identity;
 // internal/rejections, the book of stale rejections, the checks of a report
-// and the relay of the leader's rejections to other nodes' watchers.
+// and the relay of the leader's rejections to other nodes' watchers;
+// internal/dashboard, the dashboard's page and the encoding of its event
+// stream.
 package server

@@ -20,7 +20,7 @@ var layers = [][]string{
 	{"server/internal/raftlog", "server/internal/leadercheck", "server/internal/security",
 		"server/internal/sharegate", "server/internal/logs", "server/internal/fanout",
 		"server/internal/rejections"},
-	{"server/internal/peers"},
+	{"server/internal/peers", "server/internal/dashboard"},
 	{"server"},
 }
 
