@@ -47,7 +47,7 @@ func (s *Server) applied(ev lease.Event) {
 			s.logTransition("lease acquired", l, slog.Duration("ttl", l.TTL))
 		}
 	case lease.Released:
-		s.clientLeases.ended(l.Key, l.ID)
+		s.clientLeases.Ended(l.Key, l.ID)
 		s.expirer.remove(l.Key, l.ID)
 		s.expired.take(l.Key)
 		s.waiters.freed(l.Key)
@@ -60,7 +60,7 @@ func (s *Server) applied(ev lease.Event) {
 			}
 		}
 	case lease.Expired:
-		s.clientLeases.ended(l.Key, l.ID)
+		s.clientLeases.Ended(l.Key, l.ID)
 		s.expirer.remove(l.Key, l.ID)
 		s.expired.put(l)
 		s.waiters.freed(l.Key)
@@ -90,7 +90,7 @@ func (s *Server) logTransition(msg string, l lease.Lease, extra ...slog.Attr) {
 func (s *Server) restored(st *lease.State) {
 	s.resetDeadlines(st)
 	s.hub.Restored(st.Applied())
-	s.clientLeases.reset()
+	s.clientLeases.Reset()
 	s.waiters.freedAll()
 }
 

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"net/http"
-	"sync"
-	"sync/atomic"
 
 	"connectrpc.com/connect"
 )
@@ -25,56 +23,11 @@ import (
 // bound them. Calls without a client address (the Go API) are not
 // counted.
 
-// callSlots counts the calls in progress per client address.
-type callSlots struct {
-	limit int
-	mu    sync.Mutex
-	inUse map[string]int
-}
-
-func newCallSlots(limit int) *callSlots {
-	return &callSlots{limit: limit, inUse: make(map[string]int)}
-}
-
-// take reserves a slot for a call from addr into slot, or returns false
-// and the slots addr has in use when all of its slots are taken.
-func (c *callSlots) take(addr string, slot *callSlot) (bool, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.inUse[addr]
-	if n >= c.limit {
-		return false, n
-	}
-	c.inUse[addr] = n + 1
-	slot.slots, slot.addr = c, addr
-	return true, n + 1
-}
-
-// callSlot is one call's slot; release gives it back, once. The zero
-// callSlot holds none.
-type callSlot struct {
-	slots    *callSlots
-	addr     string
-	released atomic.Bool
-}
-
-func (s *callSlot) release() {
-	if s == nil || s.slots == nil || s.released.Swap(true) {
-		return
-	}
-	c := s.slots
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.inUse[s.addr]--; c.inUse[s.addr] <= 0 {
-		delete(c.inUse, s.addr)
-	}
-}
-
 // releaseCallSlot gives back the slot of ctx's call, if it holds one: the
 // call is about to wait for something other than the server's cores.
 func releaseCallSlot(ctx context.Context) {
 	if c := callInfoOf(ctx); c != nil {
-		c.slot.release()
+		c.slot.Release()
 	}
 }
 
@@ -92,7 +45,7 @@ func (s *Server) limitCalls(h http.Handler) http.Handler {
 			return
 		}
 		addr := c.addr
-		ok, n := s.calls.take(addr, &c.slot)
+		ok, n := s.calls.Take(addr, &c.slot)
 		if !ok {
 			s.metrics.refused("max-calls-per-client")
 			if r.ProtoMajor == 1 {
@@ -103,7 +56,7 @@ func (s *Server) limitCalls(h http.Handler) http.Handler {
 				Owner: addr, Used: n, Limit: s.cfg.MaxCallsPerClient}))
 			return
 		}
-		defer c.slot.release()
+		defer c.slot.Release()
 		h.ServeHTTP(w, r)
 	})
 }

@@ -33,9 +33,7 @@ func stallCall(t *testing.T, base, ip string) (net.Conn, *bufio.Reader) {
 func waitCalls(t *testing.T, s *Server, addr string, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // no signal to wait on
-		s.calls.mu.Lock()
-		got := s.calls.inUse[addr]
-		s.calls.mu.Unlock()
+		got := s.calls.InUse(addr)
 		if got == n {
 			return
 		}

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -107,7 +106,7 @@ func TestLeasesPerClient(t *testing.T) {
 	if _, err := acquire(abuser, "b"); err != nil {
 		t.Fatal(err)
 	}
-	for _, hdr := range [][]string{nil, {forwardedClientHeader, "127.0.0.9"}} {
+	for _, hdr := range [][]string{nil, {admission.ForwardedClientHeader, "127.0.0.9"}} {
 		_, err = acquire(abuser, "c", hdr...)
 		if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "max-leases-per-client") {
 			t.Fatalf("third lease from one address (headers %q): %v, want resource_exhausted naming max-leases-per-client", hdr, err)
@@ -124,28 +123,5 @@ func TestLeasesPerClient(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("max-leases-per-client")); got != 2 {
 		t.Errorf("fenced_limit_refusals_total{limit=max-leases-per-client} = %v, want 2", got)
-	}
-}
-
-// The forwarded client address counts only on the peer port, where the
-// calls other nodes forward arrive; on the public port the header is
-// dropped and the connection's address counts.
-func TestClientAddrForwardedOnlyOverPeerPort(t *testing.T) {
-	for _, peer := range []bool{false, true} {
-		var got, header string
-		h := withClientAddr(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got, header = clientAddr(r.Context()), r.Header.Get(forwardedClientHeader)
-		}), peer)
-		r := httptest.NewRequest("POST", "/", nil)
-		r.RemoteAddr = "127.0.0.2:4000"
-		r.Header.Set(forwardedClientHeader, "192.0.2.9")
-		h.ServeHTTP(httptest.NewRecorder(), r)
-		want := "127.0.0.2"
-		if peer {
-			want = "192.0.2.9"
-		}
-		if got != want || (!peer && header != "") {
-			t.Errorf("peer port %v: client address %q (header left %q), want %q", peer, got, header, want)
-		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/dashboard"
 )
 
@@ -65,7 +66,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	release, err := s.subscribers.acquire(clientIP(r.RemoteAddr))
+	release, err := s.subscribers.Acquire(admission.ClientIP(r.RemoteAddr))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusTooManyRequests)
 		return

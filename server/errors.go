@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/hashicorp/raft"
 
 	"github.com/fencedio/fenced/server/internal/security"
@@ -84,7 +85,7 @@ func connectError(err error) error {
 		return connect.NewError(connect.CodeUnauthenticated, err)
 	case errors.Is(err, security.ErrPermissionDenied):
 		return connect.NewError(connect.CodePermissionDenied, err)
-	case errors.Is(err, errTooManyLeases), errors.Is(err, errTooManyWaiters), errors.Is(err, errTooManyStreams), errors.Is(err, errQuotaExceeded):
+	case errors.Is(err, errTooManyLeases), errors.Is(err, errTooManyWaiters), errors.Is(err, admission.ErrTooManyStreams), errors.Is(err, errQuotaExceeded):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, errNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),

@@ -141,6 +141,14 @@ func (f *fsm) read(fn func(*lease.State)) {
 	fn(f.state)
 }
 
+// isCurrent reports whether lease id of key is current.
+func (f *fsm) isCurrent(key, id string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, err := f.state.Current(key, id)
+	return err == nil
+}
+
 // view returns a frozen view of the leases, taken in O(1) under the read
 // lock; reading it needs no lock, so lists and snapshots for the dashboard
 // never hold up the apply path however long they are.

@@ -17,6 +17,7 @@ import (
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/internal/httplimit"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -45,7 +46,7 @@ func (s *Server) httpErrorLog() *log.Logger {
 func (s *Server) limitListener(ln net.Listener) net.Listener {
 	return s.cfg.httpLimits().Listener(bufferedListener{ln}, func(c net.Conn) {
 		s.metrics.refused("max-conns-per-client")
-		s.refusedConns.log(s.log, clientIP(c.RemoteAddr().String()), s.cfg.MaxConnsPerClient)
+		s.refusedConns.Log(s.log, admission.ClientIP(c.RemoteAddr().String()), s.cfg.MaxConnsPerClient)
 	})
 }
 

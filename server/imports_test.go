@@ -19,7 +19,7 @@ const module = "github.com/fencedio/fenced/"
 var layers = [][]string{
 	{"server/internal/raftlog", "server/internal/leadercheck", "server/internal/security",
 		"server/internal/sharegate", "server/internal/logs", "server/internal/fanout",
-		"server/internal/rejections"},
+		"server/internal/rejections", "server/internal/admission"},
 	{"server/internal/peers", "server/internal/dashboard"},
 	{"server"},
 }

@@ -26,7 +26,7 @@ func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.
 		s.overrides.add(holder, l.Key, l.ID, s.fsm)
 	}
 	if err == nil {
-		s.clientLeases.add(clientAddr(ctx), l.Key, l.ID, s.fsm)
+		s.clientLeases.Add(clientAddr(ctx), l.Key, l.ID, func() bool { return s.fsm.isCurrent(l.Key, l.ID) })
 	}
 	return l, err
 }

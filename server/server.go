@@ -17,6 +17,7 @@ import (
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
@@ -104,7 +105,7 @@ type Server struct {
 	applyPending  atomic.Int64
 	applyProgress atomic.Int64
 	// watchers and subscribers cap Watch and /v1/events streams.
-	watchers, subscribers *streamLimiter
+	watchers, subscribers *admission.StreamLimiter
 	// snapshotSlots bounds the dashboard snapshots built at once.
 	snapshotSlots chan struct{}
 	// reads bounds the Gets, Lists and dashboard snapshots answered at
@@ -135,13 +136,12 @@ type Server struct {
 
 	// overrides counts leases granted under another owner's name (quota.go).
 	overrides ownerOverrides
-	// clientLeases counts the leases granted per client address
-	// (clientlimits.go).
-	clientLeases *clientLeases
+	// clientLeases counts the leases granted per client address.
+	clientLeases *admission.Leases
 	// calls counts the calls in progress per client address (callslots.go).
-	calls *callSlots
+	calls *admission.CallSlots
 	// refusedConns logs the connections closed by MaxConnsPerClient.
-	refusedConns refusalLog
+	refusedConns admission.RefusalLog
 }
 
 // New opens (or creates) the node's data directory and starts raft. A node
@@ -157,15 +157,13 @@ func New(cfg Config) (*Server, error) {
 		fsm:     newFSM(cfg.MaxIdleKeys),
 		waiters: newWaitQueues(),
 
-		clientLeases: newClientLeases(),
-		calls:        newCallSlots(cfg.MaxCallsPerClient),
+		clientLeases: admission.NewLeases(),
+		calls:        admission.NewCallSlots(cfg.MaxCallsPerClient),
 		hub:          fanout.NewHub(cfg.WatchHistory, cfg.WatchBuffer, eventToProto),
 
 		raftDown: make(chan struct{}),
 
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
-		watchers:      newStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient),
-		subscribers:   newStreamLimiter("event subscribers", "max-event-subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient),
 	}
 	writing := func() bool { return s.applyPending.Load() > 0 }
 	s.reads = sharegate.New(max(1, runtime.GOMAXPROCS(0)/2), cfg.ReadShare, 0, writing)
@@ -180,7 +178,9 @@ func New(cfg Config) (*Server, error) {
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	s.watchers.refused, s.subscribers.refused = s.metrics.refused, s.metrics.refused
+	s.watchers = admission.NewStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient, s.metrics.refused)
+	s.subscribers = admission.NewStreamLimiter("event subscribers", "max-event-subscribers",
+		cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient, s.metrics.refused)
 	s.fsm.onEvents = s.appliedBatch
 	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
 	s.fsm.onRestore = s.restored

@@ -11,6 +11,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/rejections"
 )
@@ -228,7 +229,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	if _, err := v.s.authorize(ctx, PermWatch, prefix); err != nil {
 		return connectError(err)
 	}
-	release, err := v.s.watchers.acquire(clientIP(req.Peer().Addr))
+	release, err := v.s.watchers.Acquire(admission.ClientIP(req.Peer().Addr))
 	if err != nil {
 		return connectError(err)
 	}

@@ -2,77 +2,9 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"sync"
 	"time"
 )
-
-// errTooManyStreams refuses a Watch or dashboard subscription beyond a
-// limit; it maps to resource_exhausted (HTTP 429 on /v1/events).
-var errTooManyStreams = errors.New("too many streams")
-
-// streamLimiter caps open streams of one kind, in total and per client IP.
-type streamLimiter struct {
-	kind           string // "watchers", "event subscribers": named in errors
-	flag           string // "max-watchers", "max-event-subscribers": the flag setting max
-	max, perClient int
-	// refused, if set, is told the flag of each limit that refuses.
-	refused func(limit string)
-
-	mu    sync.Mutex
-	total int
-	byIP  map[string]int
-}
-
-func newStreamLimiter(kind, flag string, max, perClient int) *streamLimiter {
-	return &streamLimiter{kind: kind, flag: flag, max: max, perClient: perClient, byIP: make(map[string]int)}
-}
-
-func (l *streamLimiter) refuse(limit string) {
-	if l.refused != nil {
-		l.refused(limit)
-	}
-}
-
-// acquire takes a slot for a stream from ip, or says which limit is full.
-// The returned func gives the slot back.
-func (l *streamLimiter) acquire(ip string) (func(), error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.total >= l.max {
-		l.refuse(l.flag)
-		return nil, fmt.Errorf("%w: %d %s open on this server (limit %d)", errTooManyStreams, l.total, l.kind, l.max)
-	}
-	if l.byIP[ip] >= l.perClient {
-		l.refuse(l.flag + "-per-client")
-		return nil, fmt.Errorf("%w: %d %s open from %s (limit %d per client)", errTooManyStreams, l.byIP[ip], l.kind, ip, l.perClient)
-	}
-	l.total++
-	l.byIP[ip]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.total--
-			if l.byIP[ip]--; l.byIP[ip] <= 0 {
-				delete(l.byIP, ip)
-			}
-		})
-	}, nil
-}
-
-// clientIP is the host part of a remote address; the address itself when it
-// has no port.
-func clientIP(addr string) string {
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		return host
-	}
-	return addr
-}
 
 type streamControlKey struct{}
 

@@ -151,9 +151,7 @@ func TestStalledWatcherIsCutOff(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	registered := false
 	for {
-		s.watchers.mu.Lock()
-		open := s.watchers.total
-		s.watchers.mu.Unlock()
+		open := s.watchers.Open()
 		if open == 1 {
 			registered = true
 		}
