@@ -18,6 +18,7 @@ import (
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/internal/httplimit"
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/streamwrite"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -76,7 +77,7 @@ func (s *Server) Handler() http.Handler { return s.handler(false) }
 func (s *Server) handler(peer bool) http.Handler {
 	mux := http.NewServeMux()
 	leasePath, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
-	leaseAPI := s.limitCalls(explainRefusals(withStreamControl(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))))
+	leaseAPI := s.limitCalls(explainRefusals(streamwrite.Wrap(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)), isStreamProcedure)))
 	mux.Handle(leasePath, leaseAPI)
 	path, h := fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
 	mux.Handle(path, s.limitCalls(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer))))

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"time"
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/server/internal/streamwrite"
 )
 
 // keepAliveAhead bounds the requests of one KeepAlive stream read ahead of
@@ -52,9 +52,7 @@ func (r *routedService) KeepAlive(ctx context.Context, stream *keepAliveStream) 
 		// net/http forbids reading the body once the handler has returned:
 		// end the reader's wait for the next request first.
 		cancel()
-		if ctl := streamControlFrom(ctx); ctl != nil {
-			_ = ctl.rc.SetReadDeadline(time.Now())
-		}
+		streamwrite.From(ctx).EndReads()
 		for range reqs {
 		}
 		return err
@@ -68,7 +66,7 @@ func (r *routedService) KeepAlive(ctx context.Context, stream *keepAliveStream) 
 // answerKeepAlives answers the requests from reqs, in order, a batch of
 // those already read at a time, until reqs is closed or a send fails.
 func (r *routedService) answerKeepAlives(ctx context.Context, send func(*fencedv1.KeepAliveResponse) error, reqs <-chan *fencedv1.KeepAliveRequest) error {
-	ctl := streamControlFrom(ctx)
+	ctl := streamwrite.From(ctx)
 	var (
 		batch   = make([]*fencedv1.KeepAliveRequest, 0, keepAliveAhead)
 		scratch []renewal
@@ -90,7 +88,7 @@ func (r *routedService) answerKeepAlives(ctx context.Context, send func(*fencedv
 		}
 		scratch, answers = r.keepAliveBatch(ctx, batch, scratch[:0], answers[:0])
 		for i, resp := range answers {
-			ctl.beforeSend(0, i < len(answers)-1)
+			ctl.BeforeSend(0, i < len(answers)-1)
 			if err := send(resp); err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/rejections"
+	"github.com/fencedio/fenced/server/internal/streamwrite"
 )
 
 // Stale rejections reported by resources (RejectionService) are kept by
@@ -98,7 +99,7 @@ func (s *Server) publishRelayed(e *fencedv1.Rejection) { s.hub.PublishRelayed(re
 // watchers. A relay that falls behind is cut off from what it missed and
 // goes on.
 func (s *Server) serveRelay(ctx context.Context, stream *connect.ServerStream[fencedv1.WatchResponse]) error {
-	ctl := streamControlFrom(ctx)
+	ctl := streamwrite.From(ctx)
 	sub := s.hub.SubscribeRelay()
 	defer func() { s.hub.Unsubscribe(sub) }()
 	for {
@@ -113,7 +114,7 @@ func (s *Server) serveRelay(ctx context.Context, stream *connect.ServerStream[fe
 			sub = s.hub.SubscribeRelay()
 		}
 		for i, ev := range evs {
-			ctl.beforeSend(s.cfg.StreamWriteTimeout, i < len(evs)-1)
+			ctl.BeforeSend(s.cfg.StreamWriteTimeout, i < len(evs)-1)
 			if err := stream.Send(ev.Message(0)); err != nil {
 				return err
 			}

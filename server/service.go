@@ -14,6 +14,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/rejections"
+	"github.com/fencedio/fenced/server/internal/streamwrite"
 )
 
 // service serves the lease API from this node's own state; routedService
@@ -294,10 +295,10 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 	// Every send must finish within StreamWriteTimeout: a watcher that
 	// stops reading is cut off instead of holding its goroutine forever.
 	// A batch of queued events is flushed once, after its last event.
-	ctl := streamControlFrom(ctx)
+	ctl := streamwrite.From(ctx)
 	sent := false // connect has sent the headers
 	send := func(m *fencedv1.WatchResponse, more bool) error {
-		ctl.beforeSend(v.s.cfg.StreamWriteTimeout, more)
+		ctl.BeforeSend(v.s.cfg.StreamWriteTimeout, more)
 		sent = true
 		return stream.Send(m)
 	}
@@ -308,7 +309,7 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 	// write below connect, where the stream control allows it.
 	var writeFlush func([]byte) error
 	if ctl != nil {
-		writeFlush = func(b []byte) error { return ctl.writeFlush(v.s.cfg.StreamWriteTimeout, b) }
+		writeFlush = func(b []byte) error { return ctl.WriteFlush(v.s.cfg.StreamWriteTimeout, b) }
 	}
 	batch := fanout.NewBatcher(req.Header().Get("Content-Type"), writeFlush)
 	// The events are taken once a fan-out slot is ours (internal/sharegate): under
