@@ -242,6 +242,9 @@ type Config struct {
 	// wrapLogStore, if set, wraps the raft log store: tests use it to make
 	// writes fail.
 	wrapLogStore func(raft.LogStore) raft.LogStore
+	// beforeApply, if set, runs before the state machine applies each
+	// batch of entries: tests use it to hold a node in its replay.
+	beforeApply func()
 }
 
 // The defaults of Config's fields, documented on each field; cmd/fenced's

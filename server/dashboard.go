@@ -52,7 +52,9 @@ func (s *Server) registerDashboard(mux *http.ServeMux) {
 // serveEvents streams lease transitions as server-sent events: first a
 // "snapshot" event with every current lease under ?prefix= (at most
 // ListLimit), then one "lease" event per transition after it. A watcher that
-// falls behind gets a "resync" event and should reconnect.
+// falls behind gets a "resync" event and should reconnect. A node that has
+// not yet applied the log it held at start sends nothing until it has
+// (awaitCatchUp).
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	wr := dashboard.NewWriter(w, s.cfg.StreamWriteTimeout)
 	if wr == nil {
@@ -72,6 +74,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	if !s.awaitCatchUp(r.Context()) {
+		return
+	}
 	sub, snapJSON, replay, revision, ok := s.snapshots.Subscribe(r.Context(), s.hub, prefix, s.buildSnapshot)
 	if !ok {
 		return

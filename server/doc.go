@@ -33,7 +33,10 @@
 //     leadership confirmation that began after the read arrived.
 //   - Watch is served by every node from the transitions it applied, which
 //     are the same on every node, in log order, with the log index as
-//     revision; a watcher that falls behind is told so (RESYNC).
+//     revision; a watcher that falls behind is told so (RESYNC). A node
+//     starts Watch streams and dashboard snapshots only once it has applied
+//     the log it held at start (catchup.go): a restarted node never shows
+//     the leases of that log as gone.
 //   - A release, revocation or expiry of a key with waiters hands the key to
 //     the first of them in the same log entry, with a token of its own.
 //   - Every blocking call honours its context. When a context ends while a
@@ -89,7 +92,8 @@
 // forward.go where each call is served, validate.go the input rules, wire.go
 // a lease's wire form, errors.go the mapping to Connect codes, auth.go and
 // security.go authentication, authorization and signing, httpserver.go and
-// dashboard.go the HTTP server and dashboard.
+// dashboard.go the HTTP server and dashboard, catchup.go when streams may
+// start after a restart.
 //
 // Beneath the node, in packages that import nothing of it (imports_test.go
 // pins the graph): internal/raftlog, the raft log store on disk and its

@@ -34,6 +34,12 @@ type fsm struct {
 	snapshots, restores atomic.Uint64
 	// onProgress is called after every applied batch.
 	onProgress func()
+	// beforeApply, if set, is called before every batch (tests).
+	beforeApply func()
+	// lastIndex is the index of the last entry this process applied: a
+	// command or a configuration, the entries raft hands to the state
+	// machine (catchup.go).
+	lastIndex atomic.Uint64
 }
 
 var (
@@ -52,6 +58,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 
 // ApplyBatch applies consecutive entries under one lock.
 func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	if f.beforeApply != nil {
+		f.beforeApply()
+	}
 	results := make([]any, len(logs))
 	events := make([]lease.Event, 0, len(logs))
 	f.mu.Lock()
@@ -76,6 +85,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		}
 	}
 	f.mu.Unlock()
+	if len(logs) > 0 {
+		f.lastIndex.Store(logs[len(logs)-1].Index)
+	}
 	f.onProgress()
 	f.onEvents(events)
 	return results

@@ -59,9 +59,15 @@ type Server struct {
 	expired  recentlyExpired
 	// replayedTo is the last log index written before this process started.
 	replayedTo uint64
-	counts     transitions
-	metrics    *metrics
-	sec        *security.State // TLS and auth files, reloadable
+	// caughtUp is closed once the state machine has applied that log
+	// (catchup.go); streams that start from the state wait for it.
+	caughtUp chan struct{}
+	// catchUpWait, if set, runs when a stream starts to wait for caughtUp:
+	// tests use it to act while it waits.
+	catchUpWait func()
+	counts      transitions
+	metrics     *metrics
+	sec         *security.State // TLS and auth files, reloadable
 
 	// notify carries raft's leadership changes to watchLeadership.
 	notify <-chan bool
@@ -162,6 +168,7 @@ func New(cfg Config) (*Server, error) {
 		hub:          fanout.NewHub(cfg.WatchHistory, cfg.WatchBuffer, eventToProto),
 
 		raftDown: make(chan struct{}),
+		caughtUp: make(chan struct{}),
 
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
 	}
@@ -184,6 +191,7 @@ func New(cfg Config) (*Server, error) {
 	s.fsm.onEvents = s.appliedBatch
 	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
 	s.fsm.onRestore = s.restored
+	s.fsm.beforeApply = cfg.beforeApply
 	if err := s.initRejections(); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
@@ -193,7 +201,8 @@ func New(cfg Config) (*Server, error) {
 		s.wg.Wait()
 		return nil, err
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go func() { defer s.wg.Done(); s.watchCatchUp() }()
 	go func() { defer s.wg.Done(); s.hub.Run(s.ctx.Done()) }()
 	go func() { defer s.wg.Done(); s.expirer.run(s.ctx.Done()) }()
 	go func() { defer s.wg.Done(); s.watchLeadership() }()

@@ -235,6 +235,9 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		return connectError(err)
 	}
 	defer release()
+	if !v.s.awaitCatchUp(ctx) {
+		return nil
+	}
 	// Without after_revision the stream starts at the state this node has
 	// applied now: a transition applied before the call but not yet
 	// dispatched to the watchers is not sent.
