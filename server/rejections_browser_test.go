@@ -66,7 +66,7 @@ func TestDashboardShowsRejection(t *testing.T) {
 		dirs = append(dirs, d)
 	}
 	screenshot(t, ctx, 1280, "fenced-dashboard-rejection.png", dirs...)
-	if p := problems.stop(); len(p) > 0 {
+	if p := problems.stop(nil); len(p) > 0 {
 		t.Errorf("page problems: %q", p)
 	}
 }
