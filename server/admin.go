@@ -12,9 +12,8 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
-	"github.com/hashicorp/raft"
-
 	"github.com/fencedio/fenced/server/internal/peers"
+	"github.com/hashicorp/raft"
 )
 
 // errUnknownMember is returned for a member ID that is not in the

@@ -18,7 +18,6 @@ import (
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testpki"
 	"github.com/fencedio/fenced/lease"
-
 	"github.com/fencedio/fenced/server/internal/security"
 )
 

@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/raftlog"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-
-	"github.com/fencedio/fenced/server/internal/raftlog"
 )
 
 // Backup and restore

@@ -13,7 +13,6 @@ import (
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
-
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/lease"
 )

@@ -12,10 +12,9 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-
-	"github.com/fencedio/fenced/server/internal/peers"
 )
 
 // Clusters

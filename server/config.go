@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -11,13 +12,10 @@ import (
 
 	"github.com/fencedio/fenced/internal/httplimit"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/logs"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"io"
-
-	"github.com/fencedio/fenced/server/internal/logs"
 )
 
 // Config configures a Server. The zero value of every field means its

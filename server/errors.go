@@ -9,11 +9,9 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
-	"github.com/hashicorp/raft"
-
-	"github.com/fencedio/fenced/server/internal/security"
-
 	"github.com/fencedio/fenced/server/internal/peers"
+	"github.com/fencedio/fenced/server/internal/security"
+	"github.com/hashicorp/raft"
 )
 
 var (

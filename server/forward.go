@@ -11,9 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
-	"github.com/hashicorp/raft"
-
 	"github.com/fencedio/fenced/server/internal/peers"
+	"github.com/hashicorp/raft"
 )
 
 // Any node serves every call. The leader serves Acquire, Renew, Release,

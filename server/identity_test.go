@@ -11,9 +11,8 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/internal/testutil"
-	"github.com/hashicorp/raft"
-
 	"github.com/fencedio/fenced/server/internal/peers"
+	"github.com/hashicorp/raft"
 )
 
 // peerMuxOf listens on a peer port of a node that says nothing of itself.

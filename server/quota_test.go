@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 )
 

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
-
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/fencedtest"

@@ -18,23 +18,16 @@ import (
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/fanout"
+	"github.com/fencedio/fenced/server/internal/leadercheck"
+	"github.com/fencedio/fenced/server/internal/logs"
+	"github.com/fencedio/fenced/server/internal/peers"
+	"github.com/fencedio/fenced/server/internal/raftlog"
+	"github.com/fencedio/fenced/server/internal/rejections"
+	"github.com/fencedio/fenced/server/internal/security"
+	"github.com/fencedio/fenced/server/internal/sharegate"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-
-	"github.com/fencedio/fenced/server/internal/raftlog"
-
-	"github.com/fencedio/fenced/server/internal/leadercheck"
-
-	"github.com/fencedio/fenced/server/internal/security"
-
-	"github.com/fencedio/fenced/server/internal/sharegate"
-
-	"github.com/fencedio/fenced/server/internal/fanout"
-
-	"github.com/fencedio/fenced/server/internal/logs"
-
-	"github.com/fencedio/fenced/server/internal/peers"
-	"github.com/fencedio/fenced/server/internal/rejections"
 )
 
 // Server is one fenced node: the lease state machine replicated by raft,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/raftlog"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -22,8 +23,6 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/fencedio/fenced/server/internal/raftlog"
 )
 
 func storageConfig(dir string) Config {

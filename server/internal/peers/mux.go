@@ -13,9 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/fencedio/fenced/server/internal/security"
+	"github.com/hashicorp/raft"
 )
 
 // The peer port carries two kinds of connections, told apart by the first

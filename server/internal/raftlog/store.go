@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -20,8 +21,6 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/fencedio/fenced/internal/failpoint/failstore"
 )
 
 // The data directory:
