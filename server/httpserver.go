@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -76,10 +75,9 @@ func (s *Server) Handler() http.Handler { return s.handler(false) }
 // themselves.
 func (s *Server) handler(peer bool) http.Handler {
 	mux := http.NewServeMux()
-	leasePath, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
-	leaseAPI := s.limitCalls(explainRefusals(streamwrite.Wrap(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)), isStreamProcedure)))
-	mux.Handle(leasePath, leaseAPI)
-	path, h := fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
+	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
+	mux.Handle(path, s.limitCalls(explainRefusals(streamwrite.Wrap(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)), isStreamProcedure))))
+	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
 	mux.Handle(path, s.limitCalls(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/keys", s.serveKeys)
@@ -97,25 +95,7 @@ func (s *Server) handler(peer bool) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return withClientAddr(s.protectDashboard(procedureFirst(leasePath, leaseAPI, mux), peer), peer)
-}
-
-// procedureFirst serves calls of the service under prefix (the prefix and
-// one more path segment: a procedure) with h, and every other request with
-// mux. The mux would send those calls to h as well, since none of its
-// other patterns lies under prefix; passing it by saves its matching (two
-// allocations and a path walk) on nearly every request the API gets. Paths
-// the mux would clean or redirect ("..", "."), and escaped ones, still go
-// to it.
-func procedureFirst(prefix string, h, mux http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if rest, ok := strings.CutPrefix(r.URL.Path, prefix); ok && r.URL.RawPath == "" && rest != "" && rest != "." && rest != ".." &&
-			!strings.Contains(rest, "/") {
-			h.ServeHTTP(w, r)
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return withClientAddr(s.protectDashboard(mux, peer), peer)
 }
 
 // maxConcurrentSnapshots bounds the dashboard snapshots built at once; one

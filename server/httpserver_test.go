@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -205,34 +204,5 @@ func TestBodyDeadlineSparesWaits(t *testing.T) {
 	}()
 	if code, body := post("Acquire", `{"key":"k","owner":"b","ttlMs":60000,"waitMs":10000}`); code != 200 || !strings.Contains(body, `"owner":"b"`) {
 		t.Fatalf("waiting acquisition: %d %s, want the grant after the release", code, body)
-	}
-}
-
-// TestProcedureFirstRoutesAsTheMux: a procedure's call passes the mux by;
-// everything the mux would route elsewhere, clean or redirect goes to it.
-func TestProcedureFirstRoutesAsTheMux(t *testing.T) {
-	const prefix = "/fenced.v1.LeaseService/"
-	var served string
-	h := procedureFirst(prefix,
-		http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = "procedure" }),
-		http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = "mux" }))
-	for target, want := range map[string]string{
-		prefix + "Acquire":              "procedure",
-		prefix + "Acquire?x=1":          "procedure",
-		prefix:                          "mux",
-		prefix + "..":                   "mux",
-		prefix + "%2E%2E":               "mux",
-		prefix + ".":                    "mux",
-		prefix + "Acquire/":             "mux",
-		prefix + "a/../Acquire":         "mux",
-		"/fenced.v1.Lease%53ervice/Get": "mux",
-		"/fenced.v1.LeaseService":       "mux",
-		"/healthz":                      "mux",
-	} {
-		served = ""
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, target, nil))
-		if served != want {
-			t.Errorf("%s: served by %s, want %s", target, served, want)
-		}
 	}
 }
