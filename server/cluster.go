@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/server/internal/contact"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -184,7 +185,7 @@ func (c *Config) advertisedRaftAddress() string {
 
 // newTransport listens on the peer port: raft's connections and forwarded
 // API calls share it (internal/peers).
-func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
+func (s *Server) newTransport(hlog hclog.Logger) (*contact.Transport, error) {
 	mux, err := peers.Listen(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.Peer, s.log, peerSelf{s})
 	if err != nil {
 		return nil, fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
@@ -195,7 +196,7 @@ func (s *Server) newTransport(hlog hclog.Logger) (*contactTransport, error) {
 			"keep it on a network only the nodes reach, or set --peer-cert-file, --peer-key-file and --peer-trusted-ca-file",
 			"raft_listen", mux.ListenAddr().String())
 	}
-	return newContactTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return contact.New(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mux, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
 	}), s.ident.Votes), nil
 }

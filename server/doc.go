@@ -18,7 +18,7 @@
 //     every node.
 //   - A renewal is acknowledged only after this node confirmed, by a quorum
 //     contact that began after the renewal arrived, that it still leads
-//     (internal/leadercheck, contact.go); the new deadline counts from before that
+//     (internal/leadercheck, internal/contact, contact.go); the new deadline counts from before that
 //     contact, so it never outlives what the confirmed leadership covers.
 //     Renewals that arrived before one contact began may share it (the
 //     KeepAlive stream batches those it read ahead); a sole voter's own
@@ -98,7 +98,9 @@
 // Beneath the node, in packages that import nothing of it (imports_test.go
 // pins the graph): internal/raftlog, the raft log store on disk and its
 // repairs; internal/leadercheck, the coalescing of leadership
-// confirmations; internal/security, the TLS, auth and signing files;
+// confirmations; internal/contact, raft's transport noting each peer's last
+// answer and keeping a member that may not vote out of elections;
+// internal/security, the TLS, auth and signing files;
 // internal/sharegate, the slots that keep reads and fan-out from starving
 // writes; internal/logs, raft's records into slog and the batched log
 // writer; internal/peers, the peer port and a member's identity;

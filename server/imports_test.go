@@ -17,7 +17,7 @@ const module = "github.com/fencedio/fenced/"
 // nothing of those above it, and imports cannot silently grow back into a
 // tangle. A new package under server/ is placed here.
 var layers = [][]string{
-	{"server/internal/raftlog", "server/internal/leadercheck", "server/internal/security",
+	{"server/internal/raftlog", "server/internal/leadercheck", "server/internal/contact", "server/internal/security",
 		"server/internal/sharegate", "server/internal/logs", "server/internal/fanout",
 		"server/internal/rejections", "server/internal/admission",
 		"server/internal/streamwrite"},

@@ -18,6 +18,7 @@ import (
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/contact"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/leadercheck"
 	"github.com/fencedio/fenced/server/internal/logs"
@@ -40,7 +41,7 @@ type Server struct {
 	store *raftlog.Store
 	// raftLogs is the log store raft was given: the WAL behind its wrappers.
 	raftLogs raft.LogStore
-	trans    *contactTransport
+	trans    *contact.Transport
 	ident    *peers.IdentityStore // the member's identity in its data directory
 	peers    *peers.Mux           // the peer port: raft and forwarded calls
 	forward  *forwarder           // clients of the leader's API
