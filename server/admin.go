@@ -12,18 +12,10 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/hashicorp/raft"
 )
-
-// errUnknownMember is returned for a member ID that is not in the
-// configuration: not_found.
-var errUnknownMember = errors.New("no such member")
-
-// errMemberNotAddable is returned when the node to add is not running, is
-// another node, or is a member that lost its data directory and has not
-// been removed: failed_precondition.
-var errMemberNotAddable = errors.New("cannot add the member")
 
 // membershipTimeout bounds how long a membership change may wait to be
 // accepted by raft (another change in progress).
@@ -64,7 +56,7 @@ func (a *admin) members() ([]*fencedv1.Member, error) {
 func (a *admin) ListMembers(context.Context, *connect.Request[fencedv1.ListMembersRequest]) (*connect.Response[fencedv1.ListMembersResponse], error) {
 	ms, err := a.members()
 	if err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	_, leader := a.s.raft.LeaderWithID()
 	return connect.NewResponse(&fencedv1.ListMembersResponse{Members: ms, LeaderId: string(leader), Term: a.s.raft.CurrentTerm()}), nil
@@ -73,7 +65,7 @@ func (a *admin) ListMembers(context.Context, *connect.Request[fencedv1.ListMembe
 func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.AddMemberRequest]) (*connect.Response[fencedv1.AddMemberResponse], error) {
 	id, addr := req.Msg.GetId(), req.Msg.GetAddress()
 	if err := validateMember(id, addr); err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	rpc, err := a.leader(ctx, req.Header())
 	if err != nil {
@@ -84,19 +76,19 @@ func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.Add
 		return resp, unreached(ctx, err)
 	}
 	if err := a.admit(ctx, id, addr); err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	add := a.s.raft.AddVoter
 	if req.Msg.GetNonVoter() {
 		add = a.s.raft.AddNonvoter
 	}
 	if err := add(raft.ServerID(id), raft.ServerAddress(addr), 0, membershipTimeout).Error(); err != nil {
-		return nil, connectError(fmt.Errorf("add member %s: %w", id, err))
+		return nil, apierr.Connect(fmt.Errorf("add member %s: %w", id, err))
 	}
 	a.s.log.Info("member added", "member", id, "address", addr, "voter", !req.Msg.GetNonVoter())
 	ms, err := a.members()
 	if err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	return connect.NewResponse(&fencedv1.AddMemberResponse{Members: ms}), nil
 }
@@ -104,7 +96,7 @@ func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.Add
 func (a *admin) RemoveMember(ctx context.Context, req *connect.Request[fencedv1.RemoveMemberRequest]) (*connect.Response[fencedv1.RemoveMemberResponse], error) {
 	id := req.Msg.GetId()
 	if id == "" {
-		return nil, connectError(invalidf("id is required"))
+		return nil, apierr.Connect(apierr.Invalidf("id is required"))
 	}
 	rpc, err := a.leader(ctx, req.Header())
 	if err != nil {
@@ -115,15 +107,15 @@ func (a *admin) RemoveMember(ctx context.Context, req *connect.Request[fencedv1.
 		return resp, unreached(ctx, err)
 	}
 	if _, ok := a.member(id); !ok {
-		return nil, connectError(fmt.Errorf("remove member %q: %w", id, errUnknownMember))
+		return nil, apierr.Connect(fmt.Errorf("remove member %q: %w", id, apierr.ErrUnknownMember))
 	}
 	if err := a.s.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
-		return nil, connectError(fmt.Errorf("remove member %s: %w", id, err))
+		return nil, apierr.Connect(fmt.Errorf("remove member %s: %w", id, err))
 	}
 	a.s.log.Info("member removed", "member", id)
 	ms, err := a.members()
 	if err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	return connect.NewResponse(&fencedv1.RemoveMemberResponse{Members: ms}), nil
 }
@@ -141,7 +133,7 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 	if id := req.Msg.GetId(); id != "" {
 		m, ok := a.member(id)
 		if !ok {
-			return nil, connectError(fmt.Errorf("transfer leadership to %q: %w", id, errUnknownMember))
+			return nil, apierr.Connect(fmt.Errorf("transfer leadership to %q: %w", id, apierr.ErrUnknownMember))
 		}
 		if id == a.s.cfg.NodeID {
 			return connect.NewResponse(&fencedv1.TransferLeadershipResponse{LeaderId: id}), nil
@@ -151,7 +143,7 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 		f = a.s.raft.LeadershipTransfer()
 	}
 	if err := f.Error(); err != nil {
-		return nil, connectError(fmt.Errorf("transfer leadership: %w", err))
+		return nil, apierr.Connect(fmt.Errorf("transfer leadership: %w", err))
 	}
 	// The transfer is done when another node leads; wait until this one
 	// knows which.
@@ -164,7 +156,7 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 		}
 		select {
 		case <-ctx.Done():
-			return nil, connectError(ctx.Err())
+			return nil, apierr.Connect(ctx.Err())
 		case <-tick.C:
 		}
 	}
@@ -183,20 +175,20 @@ func (a *admin) admit(ctx context.Context, id, addr string) error {
 		if errors.Is(err, peers.ErrClusterMismatch) {
 			return fmt.Errorf("add member %s: %w", id, err)
 		}
-		return fmt.Errorf("add member %s: %w: no answer at %s (%v); start it first with fenced --join --node-id %s", id, errMemberNotAddable, addr, err, id)
+		return fmt.Errorf("add member %s: %w: no answer at %s (%v); start it first with fenced --join --node-id %s", id, apierr.ErrMemberNotAddable, addr, err, id)
 	}
 	if st.Node != id {
-		return fmt.Errorf("add member %s: %w: the node at %s is %q", id, errMemberNotAddable, addr, st.Node)
+		return fmt.Errorf("add member %s: %w: the node at %s is %q", id, apierr.ErrMemberNotAddable, addr, st.Node)
 	}
 	if st.Votes {
 		return nil // a member of this cluster: a change of suffrage or address
 	}
 	if _, in := a.member(id); in {
 		return fmt.Errorf("add member %s: %w: %s is in the configuration, and the node at %s started on a new data directory since: "+
-			"its votes and log were lost. Remove it first (fencectl member remove %s), then add it", id, errMemberNotAddable, id, addr, id)
+			"its votes and log were lost. Remove it first (fencectl member remove %s), then add it", id, apierr.ErrMemberNotAddable, id, addr, id)
 	}
 	if _, err := a.s.peers.AdmitPeer(ctx, addr, id); err != nil {
-		return fmt.Errorf("add member %s: %w: %v", id, errMemberNotAddable, err)
+		return fmt.Errorf("add member %s: %w: %v", id, apierr.ErrMemberNotAddable, err)
 	}
 	return nil
 }
@@ -216,17 +208,17 @@ func (a *admin) member(id string) (raft.Server, bool) {
 
 func validateMember(id, addr string) error {
 	if id == "" {
-		return invalidf("id is required")
+		return apierr.Invalidf("id is required")
 	}
 	if err := validateText("id", id); err != nil {
 		return err
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return invalidf("address %q: %v", addr, err)
+		return apierr.Invalidf("address %q: %v", addr, err)
 	}
 	if ip := net.ParseIP(host); host == "" || port == "0" || (ip != nil && ip.IsUnspecified()) {
-		return invalidf("address %q: peers cannot dial it", addr)
+		return apierr.Invalidf("address %q: peers cannot dial it", addr)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // appliedBatch hands on the transitions of one applied batch in log order,
@@ -163,7 +164,7 @@ func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Resu
 		return s.apply(ctx, c)
 	}
 	c.NextID, c.Owner, c.TTL = w.nextID, w.want.Owner, w.want.TTL
-	wait := func() (lease.Result, error) { return lease.Result{}, errNotReady }
+	wait := func() (lease.Result, error) { return lease.Result{}, apierr.ErrNotReady }
 	if s.Ready() {
 		wait = s.applyAsync(ctx, c)
 	}
@@ -176,10 +177,10 @@ func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Resu
 
 // apply writes c to the log and returns its result once applied, which
 // implies committed and fsynced. If ctx ends first the outcome is uncertain
-// (errUncertain, see await).
+// (apierr.ErrUncertain, see await).
 func (s *Server) apply(ctx context.Context, c lease.Command) (lease.Result, error) {
 	if !s.Ready() {
-		return lease.Result{}, errNotReady
+		return lease.Result{}, apierr.ErrNotReady
 	}
 	return s.applyAlways(ctx, c)
 }
@@ -228,7 +229,7 @@ func (s *Server) applyAsync(ctx context.Context, c lease.Command) func() (lease.
 
 // await waits for the answer of an apply started by applyAsync, or until
 // ctx ends. An apply given up on this way may still be committed: the
-// answer is errUncertain with ctx's cause, never "not applied". A call whose
+// answer is apierr.ErrUncertain with ctx's cause, never "not applied". A call whose
 // ctx ended because the node is closing waits on, until raft has shut down:
 // Close drains the API before it stops raft, so writes in flight get their
 // outcome. (raft never answers an apply still queued in its buffered apply
@@ -252,14 +253,14 @@ func (s *Server) await(ctx context.Context, wait func() (lease.Result, error)) (
 	case <-ctx.Done():
 	}
 	cause := context.Cause(ctx)
-	if errors.Is(cause, errClosed) {
+	if errors.Is(cause, apierr.ErrClosed) {
 		select {
 		case a := <-c:
 			return a.res, a.err
 		case <-s.raftDown:
 		}
 	}
-	return lease.Result{}, fmt.Errorf("%w: %w", errUncertain, cause)
+	return lease.Result{}, fmt.Errorf("%w: %w", apierr.ErrUncertain, cause)
 }
 
 func newLeaseID() string {

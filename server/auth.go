@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/fencedio/fenced/server/internal/security"
 )
@@ -170,7 +171,7 @@ type checkInterceptor func(ctx context.Context) error
 func (check checkInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if err := check(ctx); err != nil {
-			return nil, connectError(err)
+			return nil, apierr.Connect(err)
 		}
 		return next(ctx, req)
 	}
@@ -183,7 +184,7 @@ func (check checkInterceptor) WrapStreamingClient(next connect.StreamingClientFu
 func (check checkInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		if err := check(ctx); err != nil {
-			return connectError(err)
+			return apierr.Connect(err)
 		}
 		return next(ctx, conn)
 	}

@@ -15,6 +15,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // A run of becomeLeader must not reset the deadlines from a view of the
@@ -111,11 +112,11 @@ func TestConfirmationNeedsTheReadyTerm(t *testing.T) {
 	}
 	base := s.raft.CurrentTerm()
 	s.termOverride = func() uint64 { return base + 2 }
-	if err := s.confirmRead(ctx); !errors.Is(err, errNotReady) {
-		t.Errorf("read confirmed two terms after the ready one: %v, want errNotReady", err)
+	if err := s.confirmRead(ctx); !errors.Is(err, apierr.ErrNotReady) {
+		t.Errorf("read confirmed two terms after the ready one: %v, want apierr.ErrNotReady", err)
 	}
-	if _, err := s.Renew(ctx, "k", l.ID); !errors.Is(err, errNotReady) {
-		t.Errorf("renewal two terms after the ready one: %v, want errNotReady", err)
+	if _, err := s.Renew(ctx, "k", l.ID); !errors.Is(err, apierr.ErrNotReady) {
+		t.Errorf("renewal two terms after the ready one: %v, want apierr.ErrNotReady", err)
 	}
 }
 
@@ -135,14 +136,14 @@ func TestHeldRefusalNeedsTheReadyTerm(t *testing.T) {
 	}
 	base := s.raft.CurrentTerm()
 	s.termOverride = func() uint64 { return base + 2 }
-	if _, err := s.Acquire(ctx, "k", "b", time.Minute, 0); !errors.Is(err, errNotReady) {
-		t.Errorf("acquire of a held key two terms after the ready one: %v, want errNotReady", err)
+	if _, err := s.Acquire(ctx, "k", "b", time.Minute, 0); !errors.Is(err, apierr.ErrNotReady) {
+		t.Errorf("acquire of a held key two terms after the ready one: %v, want apierr.ErrNotReady", err)
 	}
-	if _, err := s.Acquire(ctx, "k", "b", time.Minute, 50*time.Millisecond); !errors.Is(err, errNotReady) {
-		t.Errorf("waiting acquire of a held key two terms after the ready one: %v, want errNotReady", err)
+	if _, err := s.Acquire(ctx, "k", "b", time.Minute, 50*time.Millisecond); !errors.Is(err, apierr.ErrNotReady) {
+		t.Errorf("waiting acquire of a held key two terms after the ready one: %v, want apierr.ErrNotReady", err)
 	}
-	if err := s.Release(ctx, "k", strings.Repeat("0", len(l.ID))); !errors.Is(err, errNotReady) {
-		t.Errorf("release of a lease this node does not know, two terms after the ready one: %v, want errNotReady", err)
+	if err := s.Release(ctx, "k", strings.Repeat("0", len(l.ID))); !errors.Is(err, apierr.ErrNotReady) {
+		t.Errorf("release of a lease this node does not know, two terms after the ready one: %v, want apierr.ErrNotReady", err)
 	}
 }
 

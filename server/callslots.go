@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"connectrpc.com/connect"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // Calls in progress per client address (Config.MaxCallsPerClient). The
@@ -52,7 +53,7 @@ func (s *Server) limitCalls(h http.Handler) http.Handler {
 				// Else net/http reads the unread body before answering.
 				w.Header().Set("Connection", "close")
 			}
-			_ = refuse.Write(w, r, connectError(&quotaError{Quota: "max-calls-per-client", Of: "client address",
+			_ = refuse.Write(w, r, apierr.Connect(&apierr.QuotaError{Quota: "max-calls-per-client", Of: "client address",
 				Owner: addr, Used: n, Limit: s.cfg.MaxCallsPerClient}))
 			return
 		}

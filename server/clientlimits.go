@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // Limits per client address. Without authentication a client is free to
@@ -72,7 +73,7 @@ func (s *Server) checkClientLeases(addr string) error {
 		return nil
 	}
 	if n := s.clientLeases.Count(addr); n >= s.cfg.MaxLeasesPerClient {
-		return &quotaError{Quota: "max-leases-per-client", Of: "client address", Owner: addr, Used: n, Limit: s.cfg.MaxLeasesPerClient}
+		return &apierr.QuotaError{Quota: "max-leases-per-client", Of: "client address", Owner: addr, Used: n, Limit: s.cfg.MaxLeasesPerClient}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/contact"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/hashicorp/go-hclog"
@@ -231,7 +232,7 @@ func (s *Server) hasRaftState() bool {
 // cluster of the node that adds it (fencectl member add).
 func (s *Server) admit(from peers.Hello) error {
 	if from.Admit != s.cfg.NodeID {
-		return fmt.Errorf("%w: this is member %q, not %q", errMemberNotAddable, s.cfg.NodeID, from.Admit)
+		return fmt.Errorf("%w: this is member %q, not %q", apierr.ErrMemberNotAddable, s.cfg.NodeID, from.Admit)
 	}
 	if err := s.ident.Join(from.Cluster, from.Initial); err != nil {
 		return err

@@ -1,20 +1,15 @@
 package server
 
 import (
-	"errors"
 	"time"
 
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/hashicorp/raft"
 )
 
 // Renewals need a quorum contact that began after they arrived: see
 // internal/contact, whose Transport records, per peer, when the last
 // AppendEntries of this node's term that was answered was sent.
-
-// errNoQuorumContact is returned when leadership was confirmed by raft but
-// no quorum answered a request sent after the check began, after a few
-// rounds: unavailable, the caller may retry.
-var errNoQuorumContact = errors.New("not the leader, or no quorum contact since the request arrived")
 
 // verifyLeader is one leadership check for leadercheck.Check: raft's
 // VerifyLeader, then a quorum contact begun after the check began. Each
@@ -44,7 +39,7 @@ func (s *Server) verifyLeader() error {
 			return nil
 		}
 	}
-	return errNoQuorumContact
+	return apierr.ErrNoQuorumContact
 }
 
 // soleLeader reports whether this node leads and is the only voter of the

@@ -52,7 +52,7 @@
 //     are refused on every peer connection (internal/peers/identity.go).
 //   - Bad input is refused with invalid_argument and changes nothing
 //     (validate.go); domain errors are mapped to Connect codes in one place
-//     (connectError).
+//     (apierr.Connect).
 //
 // Non-guarantees:
 //   - A lease may outlive its holder's last renewal by more than its TTL:
@@ -90,7 +90,7 @@
 // and quorum contact; cluster.go membership. The API side: service.go the
 // Connect handlers (lease API and Revoke), routed.go and
 // forward.go where each call is served, validate.go the input rules, wire.go
-// a lease's wire form, errors.go the mapping to Connect codes, auth.go and
+// a lease's wire form, auth.go and
 // security.go authentication, authorization and signing, httpserver.go and
 // dashboard.go the HTTP server and dashboard, catchup.go when streams may
 // start after a restart.
@@ -107,5 +107,6 @@
 // internal/rejections, the book of stale rejections, the checks of a report
 // and the relay of the leader's rejections to other nodes' watchers;
 // internal/dashboard, the dashboard's page and the encoding of its event
-// stream.
+// stream; internal/apierr, the domain errors and their one mapping to
+// Connect codes.
 package server

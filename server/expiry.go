@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // expirer holds the leader's view of lease deadlines, on the monotonic
@@ -140,7 +141,7 @@ func (e *expirer) remove(key, id string) {
 // renewal was accepted in term, the leadership term that confirmed it. A
 // deadline only moves forward: a renewal that lands after a later one
 // changes nothing. A renewal of another term than the deadlines' is
-// refused (errNotReady): the deadlines were reset since, and the node may
+// refused (apierr.ErrNotReady): the deadlines were reset since, and the node may
 // have missed the lease's end in between. A lease whose deadline passed
 // cannot be renewed, whether its expiry is being written or still waits
 // for a free submission slot.
@@ -151,7 +152,7 @@ func (e *expirer) renew(key, id string, now time.Time, term uint64) (lease.Lease
 		term = e.term // the mutant: a renewal of any term counts in this one
 	}
 	if term != e.term {
-		return lease.Lease{}, errNotReady
+		return lease.Lease{}, apierr.ErrNotReady
 	}
 	t, ok := e.byKey[key]
 	if !ok || t.lease.ID != id || t.deadline <= mono(now) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // expiryHarness runs an expirer inside a synctest bubble, where time.Sleep
@@ -205,8 +206,8 @@ func TestExpirer(t *testing.T) {
 			h.e.reset([]*lease.Lease{testLease("k", "id", 10*time.Second)}, time.Now())
 			h.e.activate(3)
 			h.sleepUntil(4 * time.Second)
-			if _, err := h.e.renew("k", "id", time.Now(), 1); !errors.Is(err, errNotReady) {
-				h.t.Fatalf("renewal of term 1 in term 3: %v, want errNotReady", err)
+			if _, err := h.e.renew("k", "id", time.Now(), 1); !errors.Is(err, apierr.ErrNotReady) {
+				h.t.Fatalf("renewal of term 1 in term 3: %v, want apierr.ErrNotReady", err)
 			}
 			h.sleepUntil(12*time.Second - time.Nanosecond)
 			h.expect()

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/hashicorp/raft"
 )
@@ -29,14 +30,6 @@ import (
 
 // forwardedHeader marks a call forwarded by another node.
 const forwardedHeader = "Fenced-Forwarded-By"
-
-// errDeposed is the cause of a call's context when this node stopped
-// leading while it served the call.
-var errDeposed = errors.New("this node stopped leading")
-
-// errLeaderChanged ends a forwarded call when this node learns of another
-// leader (or loses the one it knew) while the call is at the old one.
-var errLeaderChanged = errors.New("the leader changed while the call was forwarded to it")
 
 // forwarder holds the clients of the leader's API, by raft address.
 type forwarder struct {
@@ -57,7 +50,7 @@ func (f *forwarder) leaderChanged() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.endEpoch != nil {
-		f.endEpoch(errLeaderChanged)
+		f.endEpoch(apierr.ErrLeaderChanged)
 	}
 	f.epoch, f.endEpoch = context.WithCancelCause(context.Background())
 }
@@ -69,7 +62,7 @@ func (f *forwarder) bound(ctx context.Context) (context.Context, func()) {
 	epoch := f.epoch
 	f.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(epoch, func() { cancel(errLeaderChanged) })
+	stop := context.AfterFunc(epoch, func() { cancel(apierr.ErrLeaderChanged) })
 	return ctx, func() { stop(); cancel(nil) }
 }
 
@@ -81,8 +74,8 @@ func forwardCall[T any](f *forwarder, ctx context.Context, call func(context.Con
 	fctx, done := f.bound(ctx)
 	defer done()
 	resp, err := call(fctx)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(fctx), errLeaderChanged) {
-		return nil, connectError(errLeaderChanged)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(fctx), apierr.ErrLeaderChanged) {
+		return nil, apierr.Connect(apierr.ErrLeaderChanged)
 	}
 	return resp, unreached(ctx, err)
 }
@@ -102,7 +95,7 @@ func unreached(ctx context.Context, err error) error {
 		return err
 	}
 	if ctx.Err() != nil {
-		return connectError(fmt.Errorf("%w: %w", context.Cause(ctx), err))
+		return apierr.Connect(fmt.Errorf("%w: %w", context.Cause(ctx), err))
 	}
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errLeaderUnreached, err))
 }
@@ -176,10 +169,10 @@ func (f *forwarder) leaderFor(ctx context.Context, h http.Header, here bool) (st
 		return "", nil
 	}
 	if h.Get(forwardedHeader) != "" {
-		return "", connectError(errNotReady)
+		return "", apierr.Connect(apierr.ErrNotReady)
 	}
 	addr, err := f.leaderAddr(ctx)
-	return addr, connectError(err)
+	return addr, apierr.Connect(err)
 }
 
 func (f *forwarder) adminClient(addr string) fencedv1connect.AdminServiceClient {
@@ -210,15 +203,15 @@ func (f *forwarder) leaderAddr(ctx context.Context) (string, error) {
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-s.ctx.Done():
-			return "", errNotReady
+			return "", apierr.ErrNotReady
 		case <-give.C:
-			return "", errNotReady
+			return "", apierr.ErrNotReady
 		case <-tick.C:
 		}
 	}
 }
 
-// whileLeading derives a context that ends with cause errDeposed when this
+// whileLeading derives a context that ends with cause apierr.ErrDeposed when this
 // node stops leading. It is for calls that wait on the leader (queued
 // acquisitions), so that they go on at the new leader instead of waiting
 // out their time here.
@@ -228,10 +221,10 @@ func (s *Server) whileLeading(ctx context.Context) (context.Context, func()) {
 	s.leaderMu.Unlock()
 	ctx, cancel := context.WithCancelCause(ctx)
 	if lead == nil {
-		cancel(errDeposed)
+		cancel(apierr.ErrDeposed)
 		return ctx, func() {}
 	}
-	stop := context.AfterFunc(lead, func() { cancel(errDeposed) })
+	stop := context.AfterFunc(lead, func() { cancel(apierr.ErrDeposed) })
 	return ctx, func() { stop(); cancel(nil) }
 }
 

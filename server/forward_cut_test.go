@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // TestAfterCut: a retried acquisition that finds the key held by its own
@@ -14,7 +15,7 @@ import (
 // and a holder with another owner stand.
 func TestAfterCut(t *testing.T) {
 	held := func(owner string) error {
-		return connectError(&lease.HeldError{Key: "k", Owner: owner, Token: 7})
+		return apierr.Connect(&lease.HeldError{Key: "k", Owner: owner, Token: 7})
 	}
 	for _, tc := range []struct {
 		name      string
@@ -26,8 +27,8 @@ func TestAfterCut(t *testing.T) {
 		{"first try held by self", held("me"), 0, 0, false},
 		{"retry held by self", held("me"), 1, connect.CodeUnavailable, true},
 		{"retry held by another", held("you"), 2, 0, false},
-		{"retry without a leader", connectError(errNotReady), 1, connect.CodeUnavailable, true},
-		{"retry refused as bad input", connectError(invalidf("no")), 1, 0, false},
+		{"retry without a leader", apierr.Connect(apierr.ErrNotReady), 1, connect.CodeUnavailable, true},
+		{"retry refused as bad input", apierr.Connect(apierr.Invalidf("no")), 1, 0, false},
 	} {
 		got := retriedAcquireError(tc.err, tc.attempt, "me")
 		if tc.wantCode == 0 {

@@ -185,7 +185,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 }
 
 // baseContext is the context requests derive from. Close ends it with
-// cause errClosed, which ends open Watch streams; writes in flight still get
+// cause apierr.ErrClosed, which ends open Watch streams; writes in flight still get
 // their outcome (see await).
 func (s *Server) baseContext() context.Context { return s.ctx }
 

@@ -22,6 +22,7 @@ var layers = [][]string{
 		"server/internal/rejections", "server/internal/admission",
 		"server/internal/streamwrite"},
 	{"server/internal/peers", "server/internal/dashboard"},
+	{"server/internal/apierr"},
 	{"server"},
 }
 

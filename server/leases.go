@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // Acquire grants key to owner for ttl or, with wait > 0, waits in line
@@ -17,7 +18,7 @@ import (
 // within 0..MaxWait): invalid input changes nothing.
 //
 // If ctx ends while the grant is being written, the outcome is uncertain
-// (errUncertain, with ctx's error): the grant may still take effect, and
+// (apierr.ErrUncertain, with ctx's error): the grant may still take effect, and
 // the lease then expires after its TTL.
 func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (lease.Lease, error) {
 	holder := s.quotaHolder(ctx, owner)
@@ -70,7 +71,7 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 			if err == nil {
 				return l, nil
 			}
-			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, errNotReady) {
+			if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, apierr.ErrNotReady) {
 				return s.giveUp(key, w, err)
 			}
 			lastErr = err
@@ -114,10 +115,10 @@ func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
 }
 
 // tryAcquire grants c.Key if it is free. If ctx ends while the grant is
-// being written, the grant may still take effect (errUncertain).
+// being written, the grant may still take effect (apierr.ErrUncertain).
 func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string) (lease.Lease, error) {
 	if !s.Ready() {
-		return lease.Lease{}, errNotReady
+		return lease.Lease{}, apierr.ErrNotReady
 	}
 	var (
 		cur   lease.Lease
@@ -145,7 +146,7 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 			Remaining: s.expirer.remaining(cur.Key, s.expirer.now())}
 	}
 	if count >= s.cfg.MaxLeases {
-		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", errTooManyLeases, count, s.cfg.MaxLeases)
+		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", apierr.ErrTooManyLeases, count, s.cfg.MaxLeases)
 	}
 	if err := s.checkLeaseQuota(c.Owner, holder); err != nil {
 		return lease.Lease{}, err
@@ -235,7 +236,7 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 		// only in the term confirmed.
 		l, err := s.expirer.renew(r.key, r.id, start, term)
 		if err != nil {
-			r.err = describeNotHeld(err, r.key, r.id)
+			r.err = apierr.DescribeNotHeld(err, r.key, r.id)
 			continue
 		}
 		r.lease = l
@@ -256,7 +257,7 @@ func (s *Server) confirmRenewals(ctx context.Context, term uint64) error {
 	if failpoint.Enabled(failpoint.RenewWithoutQuorumContact) {
 		// The mutant: the term as this node knows it, no quorum contact.
 		if term == 0 || s.currentTerm() != term {
-			return errNotReady
+			return apierr.ErrNotReady
 		}
 		return nil
 	}
@@ -272,7 +273,7 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 		return err
 	}
 	if !s.Ready() {
-		return errNotReady
+		return apierr.ErrNotReady
 	}
 	var err error
 	term := s.readyTerm.Load()
@@ -289,13 +290,13 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 		if cerr := s.confirmTerm(ctx, term); cerr != nil {
 			return cerr
 		}
-		return describeNotHeld(err, key, id)
+		return apierr.DescribeNotHeld(err, key, id)
 	}
 	res, err := s.applyHandover(ctx, lease.Command{Op: lease.OpRelease, Key: key, ID: id})
 	if err != nil {
 		return err
 	}
-	return describeNotHeld(res.Err, key, id)
+	return apierr.DescribeNotHeld(res.Err, key, id)
 }
 
 // Revoke ends the current lease of key on behalf of principal by, whoever
@@ -308,7 +309,7 @@ func (s *Server) Revoke(ctx context.Context, key, by string) (lease.Lease, error
 		return lease.Lease{}, err
 	}
 	if !s.Ready() {
-		return lease.Lease{}, errNotReady
+		return lease.Lease{}, apierr.ErrNotReady
 	}
 	cur, ok := s.currentOf(key)
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -39,14 +40,14 @@ func (m *metrics) refused(limit string) { m.refusals.WithLabelValues(limit).Inc(
 
 // countRefusal counts err if a limit refused it.
 func (m *metrics) countRefusal(err error) {
-	var q *quotaError
+	var q *apierr.QuotaError
 	switch {
 	case err == nil:
 	case errors.As(err, &q):
 		m.refused(q.Quota)
-	case errors.Is(err, errTooManyLeases):
+	case errors.Is(err, apierr.ErrTooManyLeases):
 		m.refused("max-leases")
-	case errors.Is(err, errTooManyWaiters):
+	case errors.Is(err, apierr.ErrTooManyWaiters):
 		m.refused("max-waiters")
 	}
 }

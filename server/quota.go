@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // Quotas. MaxLeasesPerOwner and MaxWaitersPerOwner bound what one holder
@@ -45,11 +46,11 @@ func (s *Server) checkLeaseQuota(owner, holder string) error {
 	s.fsm.read(func(st *lease.State) { ownerN, holderN = st.OwnerLen(owner), st.OwnerLen(holder) })
 	if s.sec.Policy() != nil {
 		if n := holderN + s.overrides.count(holder, limit-holderN, s.fsm); n >= limit {
-			return &quotaError{Quota: "max-leases-per-owner", Of: "principal", Owner: holder, Used: n, Limit: limit}
+			return &apierr.QuotaError{Quota: "max-leases-per-owner", Of: "principal", Owner: holder, Used: n, Limit: limit}
 		}
 	}
 	if ownerN >= limit {
-		return &quotaError{Quota: "max-leases-per-owner", Of: "owner", Owner: owner, Used: ownerN, Limit: limit}
+		return &apierr.QuotaError{Quota: "max-leases-per-owner", Of: "owner", Owner: owner, Used: ownerN, Limit: limit}
 	}
 	return nil
 }
@@ -122,7 +123,7 @@ func (o *ownerOverrides) prune(principal string, v *overridden, f *fsm) {
 	}
 }
 
-// holderKind says what a quota holder is, for quotaError.
+// holderKind says what a quota holder is, for apierr.QuotaError.
 func (s *Server) holderKind() string {
 	if s.sec.Policy() != nil {
 		return "principal"

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 func TestOwnerQuotas(t *testing.T) {
@@ -20,7 +21,7 @@ func TestOwnerQuotas(t *testing.T) {
 	}
 	exhausted := func(err error, quota string) {
 		t.Helper()
-		if connect.CodeOf(connectError(err)) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), quota) {
+		if connect.CodeOf(apierr.Connect(err)) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), quota) {
 			t.Fatalf("%v, want resource_exhausted naming %s", err, quota)
 		}
 	}
@@ -46,7 +47,7 @@ func TestOwnerQuotas(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	exhausted(acquire("b", "bob", 10_000), "max-waiters-per-owner")
-	if err := acquire("b", "carol", 50); err == nil || connect.CodeOf(connectError(err)) != connect.CodeFailedPrecondition {
+	if err := acquire("b", "carol", 50); err == nil || connect.CodeOf(apierr.Connect(err)) != connect.CodeFailedPrecondition {
 		t.Fatalf("another owner's wait: %v, want held after its wait", err)
 	}
 	// The release hands "a" to bob, who now holds two leases; his line

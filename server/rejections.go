@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/fencedio/fenced/server/internal/streamwrite"
@@ -60,7 +61,7 @@ type wireRules struct{}
 func (wireRules) Key(key string) error                     { return validateKey(key) }
 func (wireRules) Owner(owner string) error                 { return validateOwner(owner) }
 func (wireRules) Text(field, s string) error               { return validateText(field, s) }
-func (wireRules) Invalid(format string, args ...any) error { return invalidf(format, args...) }
+func (wireRules) Invalid(format string, args ...any) error { return apierr.Invalidf(format, args...) }
 
 // rejectedEvent is the Watch event of a recorded rejection: the refused
 // epoch as its lease, and the rejection.

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/hashicorp/raft"
 )
@@ -46,12 +47,12 @@ func (v *rejectionService) ReportRejections(ctx context.Context, req *connect.Re
 	rs := req.Msg.GetRejections()
 	if err := rejections.Validate(rs, wireRules{}); err != nil {
 		v.s.rejections.CountReport(rejections.Invalid)
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	for _, r := range rs {
 		if _, err := v.s.authorize(ctx, PermReport, r.GetScope()); err != nil {
 			v.s.rejections.CountReport(rejections.Denied)
-			return nil, connectError(err)
+			return nil, apierr.Connect(err)
 		}
 	}
 	if rpc := v.leader(ctx, req.Header()); rpc != nil {
@@ -68,14 +69,14 @@ func (v *rejectionService) ListRejections(ctx context.Context, req *connect.Requ
 	prefix := req.Msg.GetPrefix()
 	if prefix != "" {
 		if err := validateKey(prefix); err != nil {
-			return nil, connectError(err)
+			return nil, apierr.Connect(err)
 		}
 	}
 	if req.Msg.GetLimit() < 0 {
-		return nil, connectError(invalidf("limit %d is negative", req.Msg.GetLimit()))
+		return nil, apierr.Connect(apierr.Invalidf("limit %d is negative", req.Msg.GetLimit()))
 	}
 	if _, err := v.s.authorize(ctx, PermRead, prefix); err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	if rpc := v.leader(ctx, req.Header()); rpc != nil {
 		return forwardCall(v.s.forward, ctx, func(ctx context.Context) (*connect.Response[fencedv1.ListRejectionsResponse], error) {

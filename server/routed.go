@@ -10,6 +10,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 )
@@ -73,7 +74,7 @@ func routeTries[C, Req, Resp any](ctx context.Context, s *Server, req *connect.R
 		}
 		req = next
 	}
-	return nil, answer(connectError(errNotReady), 3)
+	return nil, answer(apierr.Connect(apierr.ErrNotReady), 3)
 }
 
 // route decides where a lease call goes: ok is false when this node
@@ -88,7 +89,7 @@ func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1conne
 			r.s.awaitServing(ctx) // then served here, refused if this node still does not serve
 			return nil, false, nil
 		}
-		return nil, false, connectError(errNotReady)
+		return nil, false, apierr.Connect(apierr.ErrNotReady)
 	}
 	if r.s.raft.State() == raft.Leader {
 		r.s.awaitServing(ctx)
@@ -96,7 +97,7 @@ func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1conne
 	}
 	rpc, err := r.s.forward.leader(ctx)
 	if err != nil {
-		return nil, false, connectError(err)
+		return nil, false, apierr.Connect(err)
 	}
 	return rpc, rpc != nil, nil
 }
@@ -108,7 +109,7 @@ func (s *Server) retryAtLeader(err error, h http.Header) bool {
 	if err == nil || h.Get(forwardedHeader) != "" || s.raft.State() == raft.Leader {
 		return false
 	}
-	return errors.Is(err, errNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, errDeposed)
+	return errors.Is(err, apierr.ErrNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, apierr.ErrDeposed)
 }
 
 // forwarded is the request this node sends the leader for a call whose
@@ -130,7 +131,7 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 	local := func(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], *connect.Request[fencedv1.AcquireRequest], error) {
 		lctx, done := r.s.whileLeading(ctx)
 		resp, err := r.local.Acquire(lctx, req)
-		deposed := errors.Is(context.Cause(lctx), errDeposed)
+		deposed := errors.Is(context.Cause(lctx), apierr.ErrDeposed)
 		done()
 		if err == nil || !(deposed || r.s.retryAtLeader(err, req.Header())) || req.Header().Get(forwardedHeader) != "" {
 			return resp, nil, err
@@ -217,7 +218,7 @@ func (s *Server) confirmRead(ctx context.Context) error {
 func confirmed[Req, Resp any](s *Server, local func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error) {
 	return func(ctx context.Context, req *connect.Request[Req]) (*connect.Response[Resp], error) {
 		if err := s.confirmRead(ctx); err != nil {
-			return nil, connectError(err)
+			return nil, apierr.Connect(err)
 		}
 		return local(ctx, req)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/contact"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/leadercheck"
@@ -82,7 +83,7 @@ type Server struct {
 	serving chan struct{}
 
 	// ctx is the node's life and the context of every request: Close ends
-	// it with cause errClosed, a node that stops itself with a *stopped
+	// it with cause apierr.ErrClosed, a node that stops itself with a *stopped
 	// cause. wg counts every goroutine the node starts; Close waits for
 	// them all. raftDown is closed once raft has shut down: writes raft
 	// never answered are given up then (see await).
@@ -190,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	if err := s.startRaft(); err != nil {
-		s.end(errClosed)
+		s.end(apierr.ErrClosed)
 		s.closeRaft()
 		s.wg.Wait()
 		return nil, err
@@ -299,11 +300,11 @@ func (s *Server) end(cause error) {
 }
 
 // stopped is the cause that ends the node's context when the node stops
-// itself: requests see errClosed, Serve and Close return err.
+// itself: requests see apierr.ErrClosed, Serve and Close return err.
 type stopped struct{ err error }
 
 func (e *stopped) Error() string        { return e.err.Error() }
-func (e *stopped) Is(target error) bool { return target == errClosed }
+func (e *stopped) Is(target error) bool { return target == apierr.ErrClosed }
 func (e *stopped) Unwrap() error        { return e.err }
 
 // stop stops the node with err, which Serve and Close return.
@@ -428,10 +429,10 @@ func (s *Server) serveTerm(ctx context.Context, term uint64) bool {
 
 // confirmTerm returns nil once a leadership confirmation that started after
 // the call found this node leading in term, the term it serves in, and
-// errNotReady when it serves in none or term is no longer current.
+// apierr.ErrNotReady when it serves in none or term is no longer current.
 func (s *Server) confirmTerm(ctx context.Context, term uint64) error {
 	if term == 0 {
-		return errNotReady
+		return apierr.ErrNotReady
 	}
 	if err := s.leader.Confirm(ctx); err != nil {
 		return err
@@ -439,7 +440,7 @@ func (s *Server) confirmTerm(ctx context.Context, term uint64) error {
 	// The round started after the call, when the term was term or later;
 	// terms only grow, so the round confirmed exactly term.
 	if s.currentTerm() != term {
-		return errNotReady
+		return apierr.ErrNotReady
 	}
 	return nil
 }
@@ -487,7 +488,7 @@ func (s *Server) Close() error {
 
 func (s *Server) close() error {
 	s.readyTerm.Store(0)
-	s.end(errClosed)
+	s.end(apierr.ErrClosed)
 	s.mu.Lock()
 	srv := s.http
 	s.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/fencedio/fenced/server/internal/streamwrite"
@@ -55,7 +56,7 @@ func result(err error, ok string) string {
 		return "held"
 	case errors.Is(err, lease.ErrNotHeld):
 		return "not_found"
-	case errors.Is(err, errInvalid):
+	case errors.Is(err, apierr.ErrInvalid):
 		return "invalid"
 	}
 	return "error"
@@ -77,7 +78,7 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 	v.s.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
 	v.s.metrics.countRefusal(err)
 	if err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.currentLease(l, holderView), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
 }
@@ -85,7 +86,7 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
 	l, err := v.renew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	if err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	return connect.NewResponse(&fencedv1.RenewResponse{Lease: renewedLease(l), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
 }
@@ -113,7 +114,7 @@ func (v *service) renewBatch(ctx context.Context, b []renewal) {
 func (v *service) keepAliveAnswer(l lease.Lease, err error) *fencedv1.KeepAliveResponse {
 	resp := &fencedv1.KeepAliveResponse{}
 	var ce *connect.Error
-	if errors.As(connectError(err), &ce) {
+	if errors.As(apierr.Connect(err), &ce) {
 		resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
 	} else {
 		resp.Lease, resp.TokenSignature = renewedLease(l), v.s.signature(l.Key, l.Token)
@@ -128,7 +129,7 @@ func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.Rel
 	}
 	v.s.metrics.releases.WithLabelValues(result(err, "released")).Inc()
 	if err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	return connect.NewResponse(&fencedv1.ReleaseResponse{}), nil
 }
@@ -146,11 +147,11 @@ func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
 		return nil, err
 	}
 	if !stale && !s.Ready() {
-		return nil, connectError(errNotReady)
+		return nil, apierr.Connect(apierr.ErrNotReady)
 	}
 	release, err := s.reads.Acquire(ctx)
 	if err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	defer release()
 	return answer(req)
@@ -159,10 +160,10 @@ func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
 // checkGet checks a Get's key and that the caller may read it.
 func (v *service) checkGet(ctx context.Context, req *fencedv1.GetRequest) error {
 	if err := validateKey(req.GetKey()); err != nil {
-		return connectError(err)
+		return apierr.Connect(err)
 	}
 	_, err := v.s.authorize(ctx, PermRead, req.GetKey())
-	return connectError(err)
+	return apierr.Connect(err)
 }
 
 // get answers a checked Get from this node's state, whatever its role.
@@ -194,13 +195,13 @@ func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRe
 // under the prefix.
 func (v *service) checkList(ctx context.Context, req *fencedv1.ListRequest) error {
 	if err := validatePrefix(req.GetPrefix()); err != nil {
-		return connectError(err)
+		return apierr.Connect(err)
 	}
 	if req.GetLimit() < 0 {
-		return connectError(invalidf("limit %d is negative", req.GetLimit()))
+		return apierr.Connect(apierr.Invalidf("limit %d is negative", req.GetLimit()))
 	}
 	_, err := v.s.authorize(ctx, PermRead, req.GetPrefix())
-	return connectError(err)
+	return apierr.Connect(err)
 }
 
 // list answers a checked List from this node's state, whatever its role.
@@ -225,14 +226,14 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	}
 	prefix := req.Msg.GetPrefix()
 	if err := validatePrefix(prefix); err != nil {
-		return connectError(err)
+		return apierr.Connect(err)
 	}
 	if _, err := v.s.authorize(ctx, PermWatch, prefix); err != nil {
-		return connectError(err)
+		return apierr.Connect(err)
 	}
 	release, err := v.s.watchers.Acquire(admission.ClientIP(req.Peer().Addr))
 	if err != nil {
-		return connectError(err)
+		return apierr.Connect(err)
 	}
 	defer release()
 	if !v.s.awaitCatchUp(ctx) {
@@ -353,15 +354,15 @@ var _ fencedv1connect.AdminServiceHandler = (*adminService)(nil)
 func (v *adminService) Revoke(ctx context.Context, req *connect.Request[fencedv1.RevokeRequest]) (*connect.Response[fencedv1.RevokeResponse], error) {
 	key := req.Msg.GetKey()
 	if err := validateKey(key); err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	p, err := v.s.authorize(ctx, PermAdmin, key)
 	if err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	l, err := v.s.Revoke(ctx, key, p.Name)
 	if err != nil {
-		return nil, connectError(err)
+		return nil, apierr.Connect(err)
 	}
 	return connect.NewResponse(&fencedv1.RevokeResponse{Lease: wireLease(l, 0, publicView), RevokedBy: p.Name}), nil
 }

@@ -14,6 +14,7 @@ import (
 
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // Input limits of the wire contract.
@@ -33,7 +34,7 @@ func validateKey(key string) error {
 	}
 	var se *fence.ScopeError
 	if errors.As(err, &se) {
-		return invalidf("key %s", se.Reason)
+		return apierr.Invalidf("key %s", se.Reason)
 	}
 	return nil
 }
@@ -49,13 +50,13 @@ func (s *Server) validateAcquire(key, owner string, ttl, wait time.Duration) err
 	}
 	switch {
 	case ttl <= 0:
-		return invalidf("ttlMs is required and must be positive, got %d", ttl.Milliseconds())
+		return apierr.Invalidf("ttlMs is required and must be positive, got %d", ttl.Milliseconds())
 	case ttl < s.cfg.MinTTL || ttl > s.cfg.MaxTTL:
-		return invalidf("ttlMs %d is outside the allowed range %d..%d", ttl.Milliseconds(),
+		return apierr.Invalidf("ttlMs %d is outside the allowed range %d..%d", ttl.Milliseconds(),
 			s.cfg.MinTTL.Milliseconds(), s.cfg.MaxTTL.Milliseconds())
 	}
 	if wait < 0 || wait > s.cfg.MaxWait {
-		return invalidf("waitMs %d is outside the allowed range 0..%d", wait.Milliseconds(), s.cfg.MaxWait.Milliseconds())
+		return apierr.Invalidf("waitMs %d is outside the allowed range 0..%d", wait.Milliseconds(), s.cfg.MaxWait.Milliseconds())
 	}
 	return nil
 }
@@ -70,7 +71,7 @@ func acquireTimes(req *fencedv1.AcquireRequest) (ttl, wait time.Duration, err er
 		d    *time.Duration
 	}{{"ttlMs", req.GetTtlMs(), &ttl}, {"waitMs", req.GetWaitMs(), &wait}} {
 		if f.ms > maxMs || f.ms < -maxMs {
-			return 0, 0, invalidf("%s %d is outside every allowed range", f.name, f.ms)
+			return 0, 0, apierr.Invalidf("%s %d is outside every allowed range", f.name, f.ms)
 		}
 		*f.d = time.Duration(f.ms) * time.Millisecond
 	}
@@ -91,17 +92,17 @@ func validatePrefix(prefix string) error {
 
 func validateOwner(owner string) error {
 	if len(owner) > MaxOwnerBytes {
-		return invalidf("owner is %d bytes, the limit is %d", len(owner), MaxOwnerBytes)
+		return apierr.Invalidf("owner is %d bytes, the limit is %d", len(owner), MaxOwnerBytes)
 	}
 	return validateText("owner", owner)
 }
 
 func validateID(id string) error {
 	if id == "" {
-		return invalidf("leaseId is required")
+		return apierr.Invalidf("leaseId is required")
 	}
 	if len(id) > maxIDBytes {
-		return invalidf("leaseId is %d bytes, the limit is %d", len(id), maxIDBytes)
+		return apierr.Invalidf("leaseId is %d bytes, the limit is %d", len(id), maxIDBytes)
 	}
 	return validateText("leaseId", id)
 }
@@ -109,11 +110,11 @@ func validateID(id string) error {
 // validateText accepts printable UTF-8: no control characters, no NUL.
 func validateText(field, s string) error {
 	if !utf8.ValidString(s) {
-		return invalidf("%s is not valid UTF-8", field)
+		return apierr.Invalidf("%s is not valid UTF-8", field)
 	}
 	for i, r := range s {
 		if !unicode.IsGraphic(r) {
-			return invalidf("%s has a non-printable character %U at byte %d", field, r, i)
+			return apierr.Invalidf("%s has a non-printable character %U at byte %d", field, r, i)
 		}
 	}
 	return nil

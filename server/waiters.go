@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // waitQueues holds acquisitions waiting for held keys, first come first
@@ -76,20 +77,20 @@ type waitLimits struct {
 }
 
 // enqueueLimited is enqueue counted against lim's holder and address,
-// refused with a quotaError when either already has its limit of waiters,
-// or with errTooManyWaiters when the queues hold lim.total.
+// refused with an apierr.QuotaError when either already has its limit of waiters,
+// or with apierr.ErrTooManyWaiters when the queues hold lim.total.
 func (q *waitQueues) enqueueLimited(key string, want *lease.Command, lim waitLimits) (*waiter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if want != nil {
 		if n := q.byHolder[lim.holder]; lim.perHolder > 0 && n >= lim.perHolder {
-			return nil, &quotaError{Quota: "max-waiters-per-owner", Of: lim.of, Owner: lim.holder, Used: n, Limit: lim.perHolder}
+			return nil, &apierr.QuotaError{Quota: "max-waiters-per-owner", Of: lim.of, Owner: lim.holder, Used: n, Limit: lim.perHolder}
 		}
 		if n := q.byAddr[lim.addr]; lim.addr != "" && lim.perAddr > 0 && n >= lim.perAddr {
-			return nil, &quotaError{Quota: "max-waiters-per-client", Of: "client address", Owner: lim.addr, Used: n, Limit: lim.perAddr}
+			return nil, &apierr.QuotaError{Quota: "max-waiters-per-client", Of: "client address", Owner: lim.addr, Used: n, Limit: lim.perAddr}
 		}
 		if lim.total > 0 && q.count >= lim.total {
-			return nil, fmt.Errorf("%w: %d acquisitions wait on this server (limit max-waiters %d)", errTooManyWaiters, q.count, lim.total)
+			return nil, fmt.Errorf("%w: %d acquisitions wait on this server (limit max-waiters %d)", apierr.ErrTooManyWaiters, q.count, lim.total)
 		}
 		q.byHolder[lim.holder]++
 		if lim.addr != "" {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/hashicorp/raft"
 )
 
@@ -50,8 +50,8 @@ func TestAcquireWriteHonoursContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Acquire still waits for a held log write 10s after its context ended")
 	}
-	if !errors.Is(err, errUncertain) || connect.CodeOf(connectError(err)) != connect.CodeDeadlineExceeded {
-		t.Fatalf("Acquire cut by its context: %v (%v), want an uncertain outcome, deadline_exceeded", err, connect.CodeOf(connectError(err)))
+	if !errors.Is(err, apierr.ErrUncertain) || connect.CodeOf(apierr.Connect(err)) != connect.CodeDeadlineExceeded {
+		t.Fatalf("Acquire cut by its context: %v (%v), want an uncertain outcome, deadline_exceeded", err, connect.CodeOf(apierr.Connect(err)))
 	}
 	release()
 	testutil.Eventually(t, 10*time.Second, func() error {
@@ -91,7 +91,7 @@ func TestReleaseCutByContextStillHandsOver(t *testing.T) {
 	go func() { released <- s.Release(ctx, "gated/h", a.ID) }()
 	select {
 	case err := <-released:
-		if !errors.Is(err, errUncertain) {
+		if !errors.Is(err, apierr.ErrUncertain) {
 			t.Fatalf("Release cut by its context: %v, want an uncertain outcome", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -105,24 +105,5 @@ func TestReleaseCutByContextStillHandsOver(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter never got the key handed over by the cut release")
-	}
-}
-
-// An uncertain outcome keeps the code of what cut it, and never one that
-// says "not applied".
-func TestUncertainOutcomeCodes(t *testing.T) {
-	for _, tc := range []struct {
-		cause error
-		want  connect.Code
-	}{
-		{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
-		{context.Canceled, connect.CodeCanceled},
-		{errClosed, connect.CodeUnavailable},
-		{errDeposed, connect.CodeUnavailable},
-	} {
-		err := fmt.Errorf("%w: %w", errUncertain, tc.cause)
-		if got := connect.CodeOf(connectError(err)); got != tc.want {
-			t.Errorf("uncertain, cut by %v: %v, want %v", tc.cause, got, tc.want)
-		}
 	}
 }
