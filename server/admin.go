@@ -43,7 +43,7 @@ func (a *admin) members() ([]*fencedv1.Member, error) {
 		return nil, err
 	}
 	_, leader := a.s.raft.LeaderWithID()
-	urls := a.s.fsm.clientURLs()
+	urls := a.s.fsm.ClientURLs()
 	var out []*fencedv1.Member
 	for _, srv := range f.Configuration().Servers {
 		out = append(out, &fencedv1.Member{Id: string(srv.ID), Address: string(srv.Address),

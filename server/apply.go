@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/apierr"
+	"github.com/fencedio/fenced/server/internal/rejections"
 )
 
 // appliedBatch hands on the transitions of one applied batch in log order,
@@ -34,7 +35,7 @@ func (s *Server) applied(ev lease.Event) {
 	switch ev.Type {
 	case lease.Acquired:
 		s.expirer.add(ev.Shared(), s.expirer.now())
-		s.grants.record(ev, grantTime(replay))
+		s.grants.Record(ev, rejections.GrantTime(replay))
 		s.waiters.granted(l)
 		prev, tookOver := s.expired.take(l.Key)
 		if replay {

@@ -237,7 +237,7 @@ func (s *Server) leaseOwner(key, id string) (string, bool) {
 		l   lease.Lease
 		err error
 	)
-	s.fsm.read(func(st *lease.State) { l, err = st.Current(key, id) })
+	s.fsm.Read(func(st *lease.State) { l, err = st.Current(key, id) })
 	return l.Owner, err == nil
 }
 

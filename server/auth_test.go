@@ -17,7 +17,6 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testpki"
-	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/security"
 )
 
@@ -133,7 +132,7 @@ func TestAuthDenyPaths(t *testing.T) {
 	if l.GetOwner() != "alice" {
 		t.Fatalf("owner of a lease acquired with no owner = %q, want the principal alice", l.GetOwner())
 	}
-	applied := func() uint64 { return s.fsm.stateApplied() }
+	applied := func() uint64 { return s.fsm.View().Applied() }
 	before := applied()
 	// A renewal moves the deadline without a log entry: as seen from a
 	// fixed instant, alice's lease must keep the time it had left.
@@ -313,7 +312,7 @@ func TestRevoke(t *testing.T) {
 	l := held.Msg.GetLease()
 	// Watch from the state after the Acquire, as a Watch does: the
 	// Acquire's own event may still be on its way to the watchers.
-	sub, _, _ := s.hub.Subscribe("a/", s.fsm.revision())
+	sub, _, _ := s.hub.Subscribe("a/", s.fsm.Revision())
 	defer s.hub.Unsubscribe(sub)
 
 	type granted struct {
@@ -413,7 +412,7 @@ func TestTLS(t *testing.T) {
 	if _, err := sanCarol.lease.Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: "c/1"})); err != nil {
 		t.Fatalf("get with a SAN-only certificate: %v", err)
 	}
-	before := s.fsm.stateApplied()
+	before := s.fsm.View().Applied()
 	// A certificate from another CA is refused at the handshake.
 	other := testpki.NewCA(t, "other")
 	stranger := newCaller(base, tlsConfig(t, ca, other.Client(t, "carol")), "")
@@ -437,7 +436,7 @@ func TestTLS(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("plaintext HTTP to the TLS port answered %d, want 400", resp.StatusCode)
 	}
-	if got := s.fsm.stateApplied(); got != before {
+	if got := s.fsm.View().Applied(); got != before {
 		t.Fatalf("plaintext request moved the log from %d to %d", before, got)
 	}
 	if g, err := ops.lease.Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: "c/2"})); err != nil || g.Msg.GetLease() != nil || g.Msg.GetLastToken() != 0 {
@@ -496,13 +495,6 @@ func (q *waitQueues) waiting(key string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.queues[key])
-}
-
-// stateApplied returns the index of the last applied log entry.
-func (f *fsm) stateApplied() uint64 {
-	var n uint64
-	f.read(func(st *lease.State) { n = st.Applied() })
-	return n
 }
 
 // The dashboard's lease stream shows keys and owners, so with auth on it

@@ -52,7 +52,7 @@ func (s *Server) WriteBackup(w io.Writer) (uint64, error) {
 
 func (s *Server) backup() *lease.Snapshot {
 	var snap *lease.Snapshot
-	s.fsm.read(func(st *lease.State) { snap = st.Snapshot() })
+	s.fsm.Read(func(st *lease.State) { snap = st.Snapshot() })
 	return snap.Backup()
 }
 

@@ -89,7 +89,7 @@ func TestBackupRestoreTokens(t *testing.T) {
 	}
 
 	restored := newTestServer(t, Config{DataDir: dir, NodeID: "r1", RaftListen: raftAddr})
-	restored.fsm.read(func(st *lease.State) {
+	restored.fsm.Read(func(st *lease.State) {
 		if l, ok := st.Get("kept/held"); ok || st.LastToken("kept/held") != held.Token {
 			t.Errorf("kept/held after the restore: lease %v, lastToken %d; want none and lastToken %d", l, st.LastToken("kept/held"), held.Token)
 		}

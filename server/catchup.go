@@ -74,7 +74,7 @@ func (s *Server) replayed() bool {
 	if s.raft.AppliedIndex() < target {
 		return false
 	}
-	done := s.fsm.lastIndex.Load()
+	done := s.fsm.LastIndex()
 	if snap, err := strconv.ParseUint(s.raft.Stats()["last_snapshot_index"], 10, 64); err == nil {
 		done = max(done, snap)
 	}

@@ -1,21 +1,16 @@
 package server
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"time"
 
+	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/hashicorp/raft"
 )
 
@@ -35,93 +30,6 @@ import (
 // clientURLInterval is how often the leader asks the members for their
 // client URLs.
 const clientURLInterval = time.Second
-
-// memberEntryTag starts a log entry that sets a member's client URL. It is
-// not a version byte of lease.Command, so the two cannot be mistaken.
-const memberEntryTag = 0xF0
-
-// encodeMemberEntry is the log entry that sets id's client URL, or forgets
-// it when url is empty.
-func encodeMemberEntry(id, url string) []byte {
-	b := []byte{memberEntryTag}
-	b = binary.AppendUvarint(b, uint64(len(id)))
-	b = append(b, id...)
-	b = binary.AppendUvarint(b, uint64(len(url)))
-	return append(b, url...)
-}
-
-func decodeMemberEntry(b []byte) (id, url string, err error) {
-	r := bytes.NewReader(b[1:])
-	if id, err = readString(r); err == nil {
-		url, err = readString(r)
-	}
-	if err == nil && r.Len() != 0 {
-		err = errors.New("trailing bytes")
-	}
-	if err != nil {
-		return "", "", fmt.Errorf("member entry: %w", err)
-	}
-	return id, url, nil
-}
-
-func readString(r io.ByteReader) (string, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return "", err
-	}
-	if n > 4096 {
-		return "", fmt.Errorf("string of %d bytes", n)
-	}
-	b := make([]byte, n)
-	for i := range b {
-		if b[i], err = r.ReadByte(); err != nil {
-			return "", io.ErrUnexpectedEOF
-		}
-	}
-	return string(b), nil
-}
-
-// membersMagic starts a state machine snapshot that begins with the members'
-// client URLs; the lease snapshot follows. A snapshot without it (from an
-// older fenced, or a restored backup) is the lease snapshot alone.
-var membersMagic = [8]byte{'f', 'e', 'n', 'c', 'e', 'd', 'm', 1}
-
-func writeMembers(w io.Writer, urls map[string]string) error {
-	b := append([]byte(nil), membersMagic[:]...)
-	b = binary.AppendUvarint(b, uint64(len(urls)))
-	for _, id := range slices.Sorted(maps.Keys(urls)) { // equal states, equal bytes
-		u := urls[id]
-		b = binary.AppendUvarint(b, uint64(len(id)))
-		b = append(b, id...)
-		b = binary.AppendUvarint(b, uint64(len(u)))
-		b = append(b, u...)
-	}
-	_, err := w.Write(b)
-	return err
-}
-
-// readMembers reads the members' section, if r starts with one, and leaves
-// r at the lease snapshot.
-func readMembers(r *bufio.Reader) (map[string]string, error) {
-	urls := map[string]string{}
-	head, err := r.Peek(len(membersMagic))
-	if err != nil || [8]byte(head) != membersMagic {
-		return urls, nil // the lease snapshot alone; it reports its own errors
-	}
-	r.Discard(len(membersMagic))
-	n, err := binary.ReadUvarint(r)
-	for i := uint64(0); i < n && err == nil; i++ {
-		var id, u string
-		if id, err = readString(r); err == nil {
-			u, err = readString(r)
-			urls[id] = u
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: members' client URLs: %w", err)
-	}
-	return urls, nil
-}
 
 // ValidateClientURL checks a URL a member advertises to clients: http or
 // https, a host, and no path, query or fragment (it is a base URL).
@@ -167,14 +75,6 @@ func (s *Server) clientURL() string {
 	return scheme + "://" + addr.String()
 }
 
-// clientURLs returns a copy of the members' client URLs the state machine
-// holds.
-func (f *fsm) clientURLs() map[string]string {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return maps.Clone(f.members)
-}
-
 // publishClientURLs runs on the leader until ctx ends: every
 // clientURLInterval it writes the members' client URLs that changed, and
 // forgets those of servers no longer in the configuration.
@@ -196,7 +96,7 @@ func (s *Server) syncClientURLs(ctx context.Context) {
 	if f.Error() != nil {
 		return
 	}
-	have := s.fsm.clientURLs()
+	have := s.fsm.ClientURLs()
 	want := map[string]string{}
 	for _, srv := range f.Configuration().Servers {
 		id := string(srv.ID)
@@ -217,7 +117,7 @@ func (s *Server) syncClientURLs(ctx context.Context) {
 		if have[id] == u {
 			continue
 		}
-		if err := s.raft.Apply(encodeMemberEntry(id, u), clientURLInterval).Error(); err != nil {
+		if err := s.raft.Apply(fsm.EncodeMemberEntry(id, u), clientURLInterval).Error(); err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("member client URL not recorded", "member", id, "url", u, "err", err)
 			}

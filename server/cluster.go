@@ -420,7 +420,7 @@ func (s *Server) Role() Role {
 		ClientURL: s.clientURL(),
 	}
 	if f := s.raft.GetConfiguration(); f.Error() == nil {
-		urls := s.fsm.clientURLs()
+		urls := s.fsm.ClientURLs()
 		for _, srv := range f.Configuration().Servers {
 			m := Member{ID: string(srv.ID), Address: string(srv.Address), Suffrage: "voter", ClientURL: urls[string(srv.ID)]}
 			if srv.Suffrage != raft.Voter {

@@ -34,7 +34,7 @@ func (s *Server) Stats() Stats {
 		Acquired: s.counts.acquired.Load(), Released: s.counts.released.Load(),
 		Expired: s.counts.expired.Load(), Takeovers: s.counts.takeovers.Load(),
 	}
-	st.Leases = s.fsm.view().Len()
+	st.Leases = s.fsm.View().Len()
 	return st
 }
 
@@ -104,7 +104,7 @@ func (s *Server) buildSnapshot(ctx context.Context, prefix string) (snapJSON []b
 		return nil, 0, false
 	}
 	defer release()
-	view := s.fsm.view()
+	view := s.fsm.View()
 	leases := view.List(prefix, s.cfg.ListLimit)
 	remaining := s.expirer.remainingOf(leases, s.expirer.now())
 	wire := make([]*fencedv1.Lease, len(leases))

@@ -131,7 +131,7 @@ func writeLeases(t *testing.T, s *Server, n int, ttl time.Duration) {
 
 func (s *Server) leaseCount() int {
 	var n int
-	s.fsm.read(func(st *lease.State) { n = st.Len() })
+	s.fsm.Read(func(st *lease.State) { n = st.Len() })
 	return n
 }
 
@@ -145,12 +145,12 @@ func TestExpiryEntriesAndTerms(t *testing.T) {
 	writeLeases(t, s, 4, time.Minute)
 	held := func(s *Server, key string) bool {
 		var ok bool
-		s.fsm.read(func(st *lease.State) { _, ok = st.Get(key) })
+		s.fsm.Read(func(st *lease.State) { _, ok = st.Get(key) })
 		return ok
 	}
 	current := func(key string) lease.Lease {
 		var l lease.Lease
-		s.fsm.read(func(st *lease.State) { l, _ = st.Get(key) })
+		s.fsm.Read(func(st *lease.State) { l, _ = st.Get(key) })
 		return l
 	}
 	a, b, c, d := current("gone/000000"), current("gone/000001"), current("gone/000002"), current("gone/000003")

@@ -96,7 +96,7 @@ func TestWaitEndingDuringHandover(t *testing.T) {
 				r := <-got
 				var cur lease.Lease
 				var held bool
-				s.fsm.read(func(st *lease.State) { cur, held = st.Get(key) })
+				s.fsm.Read(func(st *lease.State) { cur, held = st.Get(key) })
 				var he *lease.HeldError
 				switch {
 				case r.err == nil:

@@ -19,7 +19,7 @@ const module = "github.com/fencedio/fenced/"
 var layers = [][]string{
 	{"server/internal/raftlog", "server/internal/leadercheck", "server/internal/contact", "server/internal/security",
 		"server/internal/sharegate", "server/internal/logs", "server/internal/fanout",
-		"server/internal/rejections", "server/internal/admission",
+		"server/internal/rejections", "server/internal/admission", "server/internal/fsm",
 		"server/internal/streamwrite"},
 	{"server/internal/peers", "server/internal/dashboard"},
 	{"server/internal/apierr"},

@@ -27,7 +27,7 @@ func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.
 		s.overrides.add(holder, l.Key, l.ID, s.fsm)
 	}
 	if err == nil {
-		s.clientLeases.Add(clientAddr(ctx), l.Key, l.ID, func() bool { return s.fsm.isCurrent(l.Key, l.ID) })
+		s.clientLeases.Add(clientAddr(ctx), l.Key, l.ID, func() bool { return s.fsm.IsCurrent(l.Key, l.ID) })
 	}
 	return l, err
 }
@@ -126,7 +126,7 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 		count int
 	)
 	term := s.readyTerm.Load()
-	s.fsm.read(func(st *lease.State) {
+	s.fsm.Read(func(st *lease.State) {
 		cur, held = st.Get(c.Key)
 		count = st.Len()
 	})
@@ -171,7 +171,7 @@ func (s *Server) refreshHeld(key string, err error) error {
 	if errors.As(err, &held) {
 		var cur lease.Lease
 		var ok bool
-		s.fsm.read(func(st *lease.State) { cur, ok = st.Get(key) })
+		s.fsm.Read(func(st *lease.State) { cur, ok = st.Get(key) })
 		if ok {
 			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.remaining(key, s.expirer.now())}
 		}
@@ -277,9 +277,9 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 	}
 	var err error
 	term := s.readyTerm.Load()
-	s.fsm.read(func(st *lease.State) { _, err = st.Current(key, id) })
+	s.fsm.Read(func(st *lease.State) { _, err = st.Current(key, id) })
 	if failpoint.Enabled(failpoint.ReleaseAnyID) {
-		s.fsm.read(func(st *lease.State) {
+		s.fsm.Read(func(st *lease.State) {
 			if cur, ok := st.Get(key); ok {
 				id, err = cur.ID, nil
 			}
@@ -332,7 +332,7 @@ func (s *Server) currentOf(key string) (lease.Lease, bool) {
 		l  lease.Lease
 		ok bool
 	)
-	s.fsm.read(func(st *lease.State) { l, ok = st.Get(key) })
+	s.fsm.Read(func(st *lease.State) { l, ok = st.Get(key) })
 	return l, ok
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/fsm"
+	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/hashicorp/raft"
 )
 
@@ -17,17 +19,16 @@ import (
 // per lease after a collection; -benchtime=1000000x gives the million of
 // issue #13, and -memprofile shows where the bytes are.
 func BenchmarkLiveLeaseMemory(b *testing.B) {
-	f := newFSM(0)
 	e := newExpirer(func(uint64, []lease.Lease) {})
-	g := newGrantMemory(grantsPerKey, maxGrantKeys)
-	f.onEvents = func(events []lease.Event) {
+	g := rejections.NewGrantMemory()
+	f := fsm.New(0, fsm.Hooks{Events: func(events []lease.Event) {
 		for _, ev := range events {
 			if ev.Type == lease.Acquired {
 				e.add(ev.Shared(), time.Now())
-				g.record(ev, time.Time{})
+				g.Record(ev, time.Time{})
 			}
 		}
-	}
+	}})
 	before := liveHeap()
 	const batch = 512
 	logs := make([]*raft.Log, 0, batch)
@@ -46,8 +47,8 @@ func BenchmarkLiveLeaseMemory(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	if f.state.Len() != b.N {
-		b.Fatalf("%d leases, want %d", f.state.Len(), b.N)
+	if f.View().Len() != b.N {
+		b.Fatalf("%d leases, want %d", f.View().Len(), b.N)
 	}
 	b.ReportMetric(float64(liveHeap()-before)/float64(b.N), "heapB/lease")
 	liveLeases = []any{f, e, g} // still live when -memprofile is written

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/apierr"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -112,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		Name: "fenced_leases_active", Help: "Current leases.",
 	}, func() float64 {
 		var n int
-		s.fsm.read(func(st *lease.State) { n = st.Len() })
+		s.fsm.Read(func(st *lease.State) { n = st.Len() })
 		return float64(n)
 	})
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -134,4 +135,24 @@ func (m *metrics) countRenewal(err error) {
 		return
 	}
 	m.renewals.WithLabelValues(result(err, "renewed")).Inc()
+}
+
+// raftCollectors exposes the node's raft position as gauges read at scrape
+// time.
+func raftCollectors(s *Server) []prometheus.Collector {
+	gauge := func(name, help string, read func(r *raft.Raft) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if s.raft == nil {
+				return 0
+			}
+			return read(s.raft)
+		})
+	}
+	return []prometheus.Collector{
+		gauge("fenced_raft_term", "Current raft term.", func(r *raft.Raft) float64 { return float64(r.CurrentTerm()) }),
+		gauge("fenced_raft_commit_index", "Index of the last committed log entry known to this node.",
+			func(r *raft.Raft) float64 { return float64(r.CommitIndex()) }),
+		gauge("fenced_raft_applied_index", "Index of the last log entry applied to the lease state machine.",
+			func(r *raft.Raft) float64 { return float64(r.AppliedIndex()) }),
+	}
 }

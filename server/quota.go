@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/apierr"
+	"github.com/fencedio/fenced/server/internal/fsm"
 )
 
 // Quotas. MaxLeasesPerOwner and MaxWaitersPerOwner bound what one holder
@@ -43,7 +44,7 @@ func (s *Server) quotaHolder(ctx context.Context, owner string) string {
 func (s *Server) checkLeaseQuota(owner, holder string) error {
 	limit := s.cfg.MaxLeasesPerOwner
 	var ownerN, holderN int
-	s.fsm.read(func(st *lease.State) { ownerN, holderN = st.OwnerLen(owner), st.OwnerLen(holder) })
+	s.fsm.Read(func(st *lease.State) { ownerN, holderN = st.OwnerLen(owner), st.OwnerLen(holder) })
 	if s.sec.Policy() != nil {
 		if n := holderN + s.overrides.count(holder, limit-holderN, s.fsm); n >= limit {
 			return &apierr.QuotaError{Quota: "max-leases-per-owner", Of: "principal", Owner: holder, Used: n, Limit: limit}
@@ -74,7 +75,7 @@ type overridden struct {
 const minPrune = 64
 
 // add records that principal holds lease id of key under another name.
-func (o *ownerOverrides) add(principal, key, id string, f *fsm) {
+func (o *ownerOverrides) add(principal, key, id string, f *fsm.FSM) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.by == nil {
@@ -94,7 +95,7 @@ func (o *ownerOverrides) add(principal, key, id string, f *fsm) {
 // count returns how many current leases principal holds under other
 // names. Once the remembered ones reach room, those no longer current are
 // forgotten first, so that only current leases can refuse a grant.
-func (o *ownerOverrides) count(principal string, room int, f *fsm) int {
+func (o *ownerOverrides) count(principal string, room int, f *fsm.FSM) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	v := o.by[principal]
@@ -109,8 +110,8 @@ func (o *ownerOverrides) count(principal string, room int, f *fsm) int {
 
 // prune forgets principal's leases that are no longer current in f. The
 // caller holds o.mu; nothing holds f's lock while it takes o.mu.
-func (o *ownerOverrides) prune(principal string, v *overridden, f *fsm) {
-	f.read(func(st *lease.State) {
+func (o *ownerOverrides) prune(principal string, v *overridden, f *fsm.FSM) {
+	f.Read(func(st *lease.State) {
 		for key, id := range v.leases {
 			if _, err := st.Current(key, id); err != nil {
 				delete(v.leases, key)

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/server/internal/apierr"
+	"github.com/fencedio/fenced/server/internal/fsm"
 )
 
 func TestOwnerQuotas(t *testing.T) {
@@ -52,7 +53,7 @@ func TestOwnerQuotas(t *testing.T) {
 	}
 	// The release hands "a" to bob, who now holds two leases; his line
 	// is given back.
-	l := s.fsm.view().List("a", 1)[0]
+	l := s.fsm.View().List("a", 1)[0]
 	if err := s.Release(ctx, "a", l.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -105,12 +106,12 @@ func TestPrincipalQuotas(t *testing.T) {
 		}
 		held = append(held, l)
 	}
-	before := s.fsm.stateApplied()
+	before := s.fsm.View().Applied()
 	_, err := acquire(boss, "q/2", "o3", 0)
 	refused(err, `quota max-leases-per-owner exceeded: principal "boss" has 2 (limit 2)`)
 	_, err = acquire(boss, "q/2", "o3", 1000)
 	refused(err, `principal "boss"`)
-	if got := s.fsm.stateApplied(); got != before {
+	if got := s.fsm.View().Applied(); got != before {
 		t.Fatalf("refusals moved the log from %d to %d", before, got)
 	}
 	if _, ok := s.currentOf("q/2"); ok {
@@ -155,7 +156,7 @@ func TestPrincipalQuotas(t *testing.T) {
 // The leases a principal acquired under other names are forgotten once
 // they end: the memory they take stays within twice the current ones.
 func TestOwnerOverridesForgetEndedLeases(t *testing.T) {
-	f := newFSM(0)
+	f := fsm.New(0, fsm.Hooks{})
 	var o ownerOverrides
 	for i := range 10*minPrune + 1 {
 		o.add("boss", fmt.Sprintf("k/%d", i), "00", f) // no such lease is current

@@ -27,7 +27,7 @@ var relayPrincipal = Principal{Name: "fenced-peer", Method: "peer"}
 // initRejections sets up the grant memory (fed by applied), the rejection
 // book and the relay. Called by New before raft replays the log.
 func (s *Server) initRejections() error {
-	s.grants = newGrantMemory(grantsPerKey, maxGrantKeys)
+	s.grants = rejections.NewGrantMemory()
 	s.relay = &rejections.Relay{
 		Base: s.ctx, Spawn: s.spawn, Leader: relayLeader{s.forward},
 		Publish: s.publishRelayed, Retry: s.cfg.HeartbeatTimeout, Log: s.log,
@@ -46,8 +46,8 @@ func (s *Server) recordRejections(ctx context.Context, rs []*fencedv1.StaleRejec
 // resolveGrant finds the grant of token for key: in the grant memory, or
 // the current lease when it is that token's.
 func (s *Server) resolveGrant(key string, token uint64) (rejections.Grant, bool) {
-	if g, ok := s.grants.lookup(key, token); ok {
-		return rejections.Grant{Owner: g.owner, At: g.at}, true
+	if g, ok := s.grants.Lookup(key, token); ok {
+		return g, true
 	}
 	if l, ok := s.currentOf(key); ok && l.Token == token {
 		return rejections.Grant{Owner: l.Owner}, true

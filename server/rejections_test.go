@@ -11,7 +11,6 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
-	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/rejections"
 )
 
@@ -156,39 +155,5 @@ func TestWatchRejectionsOptIn(t *testing.T) {
 		if ev := st.Msg().GetEvent(); ev.GetType() != fencedv1.Event_ACQUIRED || ev.GetLease().GetToken() != next.GetToken() {
 			t.Fatalf("%s watcher got %v, want the next ACQUIRED", name, ev)
 		}
-	}
-}
-
-func TestGrantMemoryBounds(t *testing.T) {
-	m := newGrantMemory(2, 2)
-	at := time.Unix(100, 0)
-	grant := func(key string, token uint64) {
-		m.record(lease.Event{Type: lease.Acquired, Lease: lease.Lease{Key: key, Owner: fmt.Sprint("o", token), Token: token}}, at)
-	}
-	grant("a", 1)
-	grant("a", 2)
-	grant("a", 3) // a keeps 2 and 3
-	grant("b", 4)
-	grant("c", 5) // a, granted least recently, is forgotten
-	m.record(lease.Event{Type: lease.Released, Lease: lease.Lease{Key: "d", Token: 6}}, at)
-	for _, tc := range []struct {
-		key   string
-		token uint64
-		ok    bool
-	}{{"a", 1, false}, {"a", 3, false}, {"b", 4, true}, {"c", 5, true}, {"d", 6, false}} {
-		g, ok := m.lookup(tc.key, tc.token)
-		if ok != tc.ok || (ok && (g.owner != fmt.Sprint("o", tc.token) || !g.at.Equal(at))) {
-			t.Errorf("lookup(%s, %d) = %+v %v, want found=%v", tc.key, tc.token, g, ok, tc.ok)
-		}
-	}
-	m = newGrantMemory(2, 10)
-	grant("a", 1)
-	grant("a", 2)
-	grant("a", 3)
-	if _, ok := m.lookup("a", 1); ok {
-		t.Error("more than 2 grants kept per key")
-	}
-	if _, ok := m.lookup("a", 2); !ok {
-		t.Error("second newest grant forgotten")
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/contact"
 	"github.com/fencedio/fenced/server/internal/fanout"
+	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/leadercheck"
 	"github.com/fencedio/fenced/server/internal/logs"
 	"github.com/fencedio/fenced/server/internal/peers"
@@ -37,7 +38,7 @@ import (
 type Server struct {
 	cfg   Config
 	log   *slog.Logger
-	fsm   *fsm
+	fsm   *fsm.FSM
 	raft  *raft.Raft
 	store *raftlog.Store
 	// raftLogs is the log store raft was given: the WAL behind its wrappers.
@@ -131,7 +132,7 @@ type Server struct {
 
 	// grants and rejections: stale rejections reported by resources
 	// (rejections.go).
-	grants     *grantMemory
+	grants     *rejections.GrantMemory
 	rejections *rejections.Book
 	relay      *rejections.Relay // the leader's rejections, for this node's watchers
 
@@ -155,7 +156,6 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		fsm:     newFSM(cfg.MaxIdleKeys),
 		waiters: newWaitQueues(),
 
 		clientLeases: admission.NewLeases(),
@@ -167,6 +167,12 @@ func New(cfg Config) (*Server, error) {
 
 		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
 	}
+	s.fsm = fsm.New(cfg.MaxIdleKeys, fsm.Hooks{
+		Events:      s.appliedBatch,
+		Restored:    s.restored,
+		Progress:    func() { s.applyProgress.Store(time.Now().UnixNano()) },
+		BeforeApply: cfg.beforeApply,
+	})
 	writing := func() bool { return s.applyPending.Load() > 0 }
 	s.reads = sharegate.New(max(1, runtime.GOMAXPROCS(0)/2), cfg.ReadShare, 0, writing)
 	s.fanout = sharegate.New(max(1, runtime.GOMAXPROCS(0)/2), cfg.FanoutShare, fanoutHold, writing)
@@ -183,10 +189,6 @@ func New(cfg Config) (*Server, error) {
 	s.watchers = admission.NewStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient, s.metrics.refused)
 	s.subscribers = admission.NewStreamLimiter("event subscribers", "max-event-subscribers",
 		cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient, s.metrics.refused)
-	s.fsm.onEvents = s.appliedBatch
-	s.fsm.onProgress = func() { s.applyProgress.Store(time.Now().UnixNano()) }
-	s.fsm.onRestore = s.restored
-	s.fsm.beforeApply = cfg.beforeApply
 	if err := s.initRejections(); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
@@ -242,7 +244,7 @@ func (s *Server) startRaft() error {
 		store = s.cfg.wrapLogStore(store)
 	}
 	store = failstore.WrapLogStore(store)
-	store = &raftlog.FailStop{LogStore: &timedLogStore{LogStore: store, fsync: s.metrics.fsync}, OnFail: s.logFailed}
+	store = &raftlog.FailStop{LogStore: &raftlog.Timed{LogStore: store, Observe: s.metrics.fsync.Observe}, OnFail: s.logFailed}
 	restored := new(raftlog.RestoredSnapshot)
 	store = raftlog.Monotonic{LogStore: store, Restored: restored, Snaps: snaps, Log: hlog}
 	logs, err := raft.NewLogCache(1024, store)
@@ -413,7 +415,7 @@ func (s *Server) serveTerm(ctx context.Context, term uint64) bool {
 	}
 	n := 0
 	if !failpoint.Enabled(failpoint.NewLeaderNoFreshTTL) {
-		s.fsm.read(func(st *lease.State) { n = s.resetDeadlines(st) })
+		s.fsm.Read(func(st *lease.State) { n = s.resetDeadlines(st) })
 	}
 	s.expirer.activate(term)
 	s.readyTerm.Store(term)

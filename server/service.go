@@ -14,6 +14,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/fanout"
+	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/fencedio/fenced/server/internal/streamwrite"
 )
@@ -175,10 +176,10 @@ func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetR
 		last uint64
 		rev  uint64
 	)
-	v.s.fsm.read(func(st *lease.State) {
+	v.s.fsm.Read(func(st *lease.State) {
 		l, ok = st.Get(key)
 		last = st.LastToken(key)
-		rev = readRevision(st)
+		rev = fsm.ReadRevision(st)
 	})
 	resp := &fencedv1.GetResponse{LastToken: last, Revision: rev}
 	if ok {
@@ -210,7 +211,7 @@ func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.Li
 	if limit == 0 || limit > v.s.cfg.ListLimit {
 		limit = v.s.cfg.ListLimit
 	}
-	view := v.s.fsm.view()
+	view := v.s.fsm.View()
 	leases := view.List(prefix, limit)
 	remaining := v.s.expirer.remainingOf(leases, v.s.expirer.now())
 	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases)), Revision: max(view.Applied(), 1)}
@@ -244,7 +245,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	// dispatched to the watchers is not sent.
 	after := req.Msg.GetAfterRevision()
 	if after == 0 {
-		after = v.s.fsm.revision()
+		after = v.s.fsm.Revision()
 	}
 	sendAll, resync := v.watchSenders(ctx, req, stream, &after)
 	if req.Msg.GetRejections() {
@@ -254,7 +255,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	sub.WantRejections(req.Msg.GetRejections())
 	defer func() { v.s.hub.Unsubscribe(sub) }()
 	if !complete {
-		after = v.s.fsm.revision()
+		after = v.s.fsm.Revision()
 		if err := resync(); err != nil {
 			return err
 		}
@@ -280,7 +281,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			}
 			// The RESYNC's revision is the new start: the transitions
 			// up to it that are still undispatched are not sent after it.
-			after = v.s.fsm.revision()
+			after = v.s.fsm.Revision()
 			sub, _, _ = v.s.hub.Subscribe(prefix, after)
 			sub.WantRejections(req.Msg.GetRejections())
 			if err := resync(); err != nil {

@@ -28,5 +28,5 @@ func (s *Server) Snapshot(ctx context.Context) error {
 // many it restored (at start, or sent by a leader), for tests that must
 // show that snapshots happened.
 func (s *Server) SnapshotStats() (taken, restored uint64) {
-	return s.fsm.snapshots.Load(), s.fsm.restores.Load()
+	return s.fsm.SnapshotStats()
 }

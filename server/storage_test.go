@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/raftlog"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -70,7 +71,7 @@ func acquireN(t *testing.T, s *Server, prefix string, n int) []lease.Lease {
 // owner and token.
 func checkLeases(t *testing.T, s *Server, want []lease.Lease) {
 	t.Helper()
-	s.fsm.read(func(st *lease.State) {
+	s.fsm.Read(func(st *lease.State) {
 		for _, w := range want {
 			got, ok := st.Get(w.Key)
 			if !ok || got.ID != w.ID || got.Token != w.Token || got.Owner != w.Owner {
@@ -82,7 +83,7 @@ func checkLeases(t *testing.T, s *Server, want []lease.Lease) {
 
 func hasLease(s *Server, key string) bool {
 	var ok bool
-	s.fsm.read(func(st *lease.State) { _, ok = st.Get(key) })
+	s.fsm.Read(func(st *lease.State) { _, ok = st.Get(key) })
 	return ok
 }
 
@@ -124,7 +125,7 @@ func writeBoltDataDir(t *testing.T, dir string, n int) ([]lease.Lease, string) {
 	rc.LocalID = "node1"
 	rc.Logger = hclog.NewNullLogger()
 	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
-	r, err := raft.NewRaft(rc, newFSM(lease.DefaultMaxIdleKeys), store, store, snaps, trans)
+	r, err := raft.NewRaft(rc, fsm.New(lease.DefaultMaxIdleKeys, fsm.Hooks{}), store, store, snaps, trans)
 	if err != nil {
 		t.Fatal(err)
 	}

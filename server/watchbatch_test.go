@@ -42,7 +42,7 @@ func TestWatchBatchesEveryProtocol(t *testing.T) {
 			defer cancel()
 			prefix := "batch/" + tc.name + "/"
 			// The first event is replayed: Watch answers its headers with it.
-			after := max(s.fsm.view().Applied(), 1)
+			after := max(s.fsm.View().Applied(), 1)
 			if _, err := s.applyAsync(ctx, lease.Command{Op: lease.OpAcquire, Key: prefix + "first", ID: newLeaseID(), Owner: "o", TTL: time.Hour})(); err != nil {
 				t.Fatal(err)
 			}

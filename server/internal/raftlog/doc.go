@@ -22,6 +22,7 @@
 //   - Compacted and Monotonic keep raft from replaying compacted entries
 //     to a follower and from deleting the log that follows a snapshot it
 //     just installed (hashicorp/raft#697).
+//   - Timed reports the duration of every append, failed ones too.
 //
 // Not guaranteed: raft-wal cannot tell a torn last append from one damaged
 // after it was acknowledged, so such damage costs that append. Nothing here

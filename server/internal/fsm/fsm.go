@@ -1,4 +1,4 @@
-package server
+package fsm
 
 import (
 	"bufio"
@@ -12,14 +12,14 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// fsm adapts lease.State to raft. Apply is called by raft's single FSM
+// FSM adapts lease.State to raft. Apply is called by raft's single FSM
 // goroutine, in log order; reads come from request goroutines under mu.
-type fsm struct {
+type FSM struct {
 	mu      sync.RWMutex
 	state   *lease.State
 	maxIdle int
 	// members maps a member's ID to the client URL it advertises
-	// (clienturls.go); written by log entries of their own.
+	// (members.go); written by log entries of their own.
 	members map[string]string
 
 	// onEvents sees the transitions of every applied batch, in log
@@ -30,7 +30,7 @@ type fsm struct {
 	onRestore func(*lease.State)
 
 	// snapshots and restores count FSM snapshots started and restores
-	// done since the process started (Server.SnapshotStats).
+	// done since the process started (SnapshotStats).
 	snapshots, restores atomic.Uint64
 	// onProgress is called after every applied batch.
 	onProgress func()
@@ -38,26 +38,58 @@ type fsm struct {
 	beforeApply func()
 	// lastIndex is the index of the last entry this process applied: a
 	// command or a configuration, the entries raft hands to the state
-	// machine (catchup.go).
+	// machine (LastIndex).
 	lastIndex atomic.Uint64
 }
 
 var (
-	_ raft.FSM         = (*fsm)(nil)
-	_ raft.BatchingFSM = (*fsm)(nil)
+	_ raft.FSM         = (*FSM)(nil)
+	_ raft.BatchingFSM = (*FSM)(nil)
 )
 
-func newFSM(maxIdle int) *fsm {
-	return &fsm{state: lease.New(maxIdle), maxIdle: maxIdle, members: map[string]string{}, onEvents: func([]lease.Event) {}, onRestore: func(*lease.State) {}, onProgress: func() {}}
+// Hooks are what the node is told of the state machine's work. A nil hook
+// is not called.
+type Hooks struct {
+	// Events sees the transitions of every applied batch, in log order,
+	// on raft's FSM goroutine after the state's lock is released: the
+	// next batch waits for it.
+	Events func([]lease.Event)
+	// Restored sees the state after a snapshot replaced it, with the lock
+	// held for reading: it must not call the FSM's writers.
+	Restored func(*lease.State)
+	// Progress is called after every applied batch.
+	Progress func()
+	// BeforeApply is called before every batch (tests).
+	BeforeApply func()
+}
+
+// New returns the state machine of an empty lease.State that forgets idle
+// keys beyond maxIdle (lease.New), telling h of its work.
+func New(maxIdle int, h Hooks) *FSM {
+	f := &FSM{state: lease.New(maxIdle), maxIdle: maxIdle, members: map[string]string{}, onEvents: func([]lease.Event) {}, onRestore: func(*lease.State) {}, onProgress: func() {}}
+	if h.Events != nil {
+		f.onEvents = h.Events
+	}
+	if h.Restored != nil {
+		f.onRestore = h.Restored
+	}
+	if h.Progress != nil {
+		f.onProgress = h.Progress
+	}
+	f.beforeApply = h.BeforeApply
+	return f
 }
 
 // Apply applies one log entry and returns its lease.Result.
-func (f *fsm) Apply(l *raft.Log) any {
+func (f *FSM) Apply(l *raft.Log) any {
 	return f.ApplyBatch([]*raft.Log{l})[0]
 }
 
-// ApplyBatch applies consecutive entries under one lock.
-func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+// ApplyBatch applies consecutive entries under one lock. The result of a
+// command is its lease.Result (an undecodable command's carries the error
+// in Err); that of a member entry is an error, nil once applied; other
+// entries' results are nil.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if f.beforeApply != nil {
 		f.beforeApply()
 	}
@@ -94,7 +126,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 }
 
 // applyMember applies a member's client URL entry; the caller holds mu.
-func (f *fsm) applyMember(l *raft.Log) error {
+func (f *FSM) applyMember(l *raft.Log) error {
 	id, url, err := decodeMemberEntry(l.Data)
 	if err != nil {
 		return fmt.Errorf("log index %d: %w", l.Index, err)
@@ -117,14 +149,19 @@ func appendEvents(events []lease.Event, res lease.Result) []lease.Event {
 	return events
 }
 
-func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+// Snapshot captures the state and the members' client URLs in O(1) under
+// the read lock; Persist writes them out later, outside it.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	f.snapshots.Add(1)
 	return fsmSnapshot{snap: f.state.Snapshot(), members: maps.Clone(f.members)}, nil
 }
 
-func (f *fsm) Restore(rc io.ReadCloser) error {
+// Restore replaces the state with the snapshot rc holds: one Persist
+// wrote, or a lease snapshot alone (an older fenced's, a backup), which
+// restores with no client URLs.
+func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	br := bufio.NewReader(rc)
 	members, err := readMembers(br)
@@ -146,35 +183,36 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// read runs fn with the state locked for reading.
-func (f *fsm) read(fn func(*lease.State)) {
+// Read runs fn with the state locked for reading. fn must not keep the
+// state, nor call the FSM's writers.
+func (f *FSM) Read(fn func(*lease.State)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.state)
 }
 
-// isCurrent reports whether lease id of key is current.
-func (f *fsm) isCurrent(key, id string) bool {
+// IsCurrent reports whether lease id of key is current.
+func (f *FSM) IsCurrent(key, id string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	_, err := f.state.Current(key, id)
 	return err == nil
 }
 
-// view returns a frozen view of the leases, taken in O(1) under the read
+// View returns a frozen view of the leases, taken in O(1) under the read
 // lock; reading it needs no lock, so lists and snapshots for the dashboard
 // never hold up the apply path however long they are.
-func (f *fsm) view() lease.View {
+func (f *FSM) View() lease.View {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.state.View()
 }
 
-// revision is the revision a read of the state now reflects
-// (readRevision): Watch from it neither misses nor repeats an event.
-func (f *fsm) revision() uint64 { return max(f.view().Applied(), 1) }
+// Revision is the revision a read of the state now reflects
+// (ReadRevision): Watch from it neither misses nor repeats an event.
+func (f *FSM) Revision() uint64 { return max(f.View().Applied(), 1) }
 
-// readRevision is the revision a read of st reflects, for Get and List: the
+// ReadRevision is the revision a read of st reflects, for Get and List: the
 // log index of the last applied command. Every event of a command is
 // produced by the same locked Apply that advances it, so the state read
 // includes exactly the events up to it, and Watch from it (events after it)
@@ -185,15 +223,28 @@ func (f *fsm) revision() uint64 { return max(f.view().Applied(), 1) }
 // applied between the read and the subscription. 1 is safe because it is
 // never a command's index (raft's first entry is the cluster
 // configuration), so "after 1" is every event there is.
-func readRevision(st *lease.State) uint64 {
+func ReadRevision(st *lease.State) uint64 {
 	return max(st.Applied(), 1)
 }
 
+// LastIndex is the index of the last entry this process applied: a
+// command or a configuration, the entries raft hands to the state machine.
+// Entries restored from a snapshot do not count.
+func (f *FSM) LastIndex() uint64 { return f.lastIndex.Load() }
+
+// SnapshotStats returns how many snapshots this FSM started and how many
+// it restored.
+func (f *FSM) SnapshotStats() (taken, restored uint64) {
+	return f.snapshots.Load(), f.restores.Load()
+}
+
+// fsmSnapshot is a snapshot taken, to be persisted.
 type fsmSnapshot struct {
 	snap    *lease.Snapshot
 	members map[string]string
 }
 
+// Persist writes the members' section, then the lease snapshot.
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	if err := writeMembers(sink, s.members); err != nil {
 		sink.Cancel()

@@ -1,4 +1,4 @@
-package server
+package rejections
 
 import (
 	"container/list"
@@ -9,9 +9,10 @@ import (
 )
 
 // Grant memory: so that a reported rejection can say whose epochs the two
-// tokens were, each node remembers the last grants it applied. The horizon
-// is bounded twice: the newest grantsPerKey grants of a key, and the
-// maxGrantKeys keys granted most recently. Older tokens resolve to nothing
+// tokens were, each node remembers the last grants it applied (the node
+// feeds a GrantMemory the transitions it applies, and resolves a report's
+// tokens in it). The horizon is bounded twice: the newest grantsPerKey
+// grants of a key, and the maxGrantKeys keys granted most recently. Older tokens resolve to nothing
 // (the report's own owner is shown instead). Grants replayed from the log
 // when the node starts are remembered without a time: their time is not in
 // the log, and the replay time would be a lie.
@@ -32,9 +33,10 @@ type keyGrants struct {
 	grants []grant // oldest first; tokens increase (invariant I1)
 }
 
-// grantMemory is safe for concurrent use. record is called on the apply
-// path and costs O(1) amortized.
-type grantMemory struct {
+// GrantMemory remembers the newest grants a node applied. It is safe for
+// concurrent use. Record is called on the apply path and costs O(1)
+// amortized.
+type GrantMemory struct {
 	mu      sync.Mutex
 	perKey  int
 	maxKeys int
@@ -42,12 +44,17 @@ type grantMemory struct {
 	order   *list.List               // least recently granted key at the front
 }
 
-func newGrantMemory(perKey, maxKeys int) *grantMemory {
-	return &grantMemory{perKey: perKey, maxKeys: maxKeys, keys: make(map[string]*list.Element), order: list.New()}
+// NewGrantMemory returns an empty memory of the newest grantsPerKey grants
+// of the maxGrantKeys keys granted most recently.
+func NewGrantMemory() *GrantMemory { return newGrantMemory(grantsPerKey, maxGrantKeys) }
+
+func newGrantMemory(perKey, maxKeys int) *GrantMemory {
+	return &GrantMemory{perKey: perKey, maxKeys: maxKeys, keys: make(map[string]*list.Element), order: list.New()}
 }
 
-// record remembers ev if it is a grant; at is zero for replayed grants.
-func (m *grantMemory) record(ev lease.Event, at time.Time) {
+// Record remembers ev if it is a grant; at is zero for replayed grants
+// (GrantTime).
+func (m *GrantMemory) Record(ev lease.Event, at time.Time) {
 	if ev.Type != lease.Acquired {
 		return
 	}
@@ -73,25 +80,25 @@ func (m *grantMemory) record(ev lease.Event, at time.Time) {
 	kg.grants = append(kg.grants, grant{token: ev.Lease.Token, owner: ev.Lease.Owner, at: at})
 }
 
-// lookup returns the remembered grant of token for key.
-func (m *grantMemory) lookup(key string, token uint64) (grant, bool) {
+// Lookup returns the remembered grant of token for key.
+func (m *GrantMemory) Lookup(key string, token uint64) (Grant, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	el, ok := m.keys[key]
 	if !ok {
-		return grant{}, false
+		return Grant{}, false
 	}
 	for _, g := range el.Value.(*keyGrants).grants {
 		if g.token == token {
-			return g, true
+			return Grant{Owner: g.owner, At: g.at}, true
 		}
 	}
-	return grant{}, false
+	return Grant{}, false
 }
 
-// grantTime is when a grant being applied now was made: now, or unknown
+// GrantTime is when a grant being applied now was made: now, or unknown
 // (zero) for a grant replayed from the log at start.
-func grantTime(replay bool) time.Time {
+func GrantTime(replay bool) time.Time {
 	if replay {
 		return time.Time{}
 	}
