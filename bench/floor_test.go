@@ -189,7 +189,7 @@ var floorVariants = []floorVariant{
 		return connectStreamClient(ctx, addr, true)
 	}},
 	// And with the fenced server's read buffer under the connection
-	// (bufferedListener in server/bufconn.go): fenced's own stream setup.
+	// (admission.BufferedListener in server/internal/admission/bufconn.go): fenced's own stream setup.
 	{"connect-stream-h2c-fenced", "connect-h2c-buf", func(ctx context.Context, addr string) (*floorClient, error) {
 		return connectStreamClient(ctx, addr, true)
 	}},

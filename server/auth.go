@@ -9,17 +9,11 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/fencedio/fenced/server/internal/security"
 )
-
-// authResult is what authenticate found for a request, carried in its
-// context (callInfo) to the interceptor and handlers.
-type authResult struct {
-	p   Principal
-	err error
-}
 
 // authenticate identifies the caller of every API request, from a bearer
 // token or else a verified client certificate, and passes the outcome on in
@@ -44,31 +38,17 @@ func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		var res authResult
+		var res security.AuthResult
 		switch {
 		case fwd != "":
-			res.p, res.err = security.DecodePrincipal(fwd)
+			res.Principal, res.Err = security.DecodePrincipal(fwd)
 		case r.Header.Get(rejections.RelayHeader) != "": // only on the peer port
-			res.p = relayPrincipal
+			res.Principal = relayPrincipal
 		default:
-			res.p, res.err = pol.Authenticate(r, time.Now())
+			res.Principal, res.Err = pol.Authenticate(r, time.Now())
 		}
-		if c := callInfoOf(r.Context()); c != nil {
-			c.auth, c.authed = res, true
-			next.ServeHTTP(w, r)
-			return
-		}
-		c := &callInfo{auth: res, authed: true}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callInfoKey{}, c)))
+		next.ServeHTTP(w, admission.WithAuth(r, res))
 	})
-}
-
-// authResultOf is what authenticate found for ctx's request, if it ran.
-func authResultOf(ctx context.Context) (authResult, bool) {
-	if c := callInfoOf(ctx); c != nil && c.authed {
-		return c.auth, true
-	}
-	return authResult{}, false
 }
 
 // forwardPrincipal sets on h, the headers of a call this node forwards to
@@ -78,8 +58,8 @@ func (s *Server) forwardPrincipal(ctx context.Context, h http.Header) {
 	if s.sec.Policy() == nil {
 		return
 	}
-	if res, ok := authResultOf(ctx); ok && res.err == nil {
-		h.Set(security.ForwardedPrincipalHeader, security.EncodePrincipal(res.p))
+	if res, ok := admission.AuthOf(ctx); ok && res.Err == nil {
+		h.Set(security.ForwardedPrincipalHeader, security.EncodePrincipal(res.Principal))
 	}
 }
 
@@ -89,11 +69,11 @@ func (s *Server) principal(ctx context.Context) (Principal, error) {
 	if s.sec.Policy() == nil {
 		return security.Anonymous, nil
 	}
-	res, ok := authResultOf(ctx)
+	res, ok := admission.AuthOf(ctx)
 	if !ok {
 		return Principal{}, fmt.Errorf("%w: request did not pass authentication", ErrUnauthenticated)
 	}
-	return res.p, res.err
+	return res.Principal, res.Err
 }
 
 // authorize returns the caller of ctx if it may do need on prefix (a key,

@@ -1,9 +1,9 @@
 package server
 
 import (
-	"context"
 	"net/http"
 
+	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/apierr"
 )
@@ -13,58 +13,17 @@ import (
 // stop one client from taking every waiter slot or filling MaxLeases. A
 // client is therefore also counted by the IP address its connection comes
 // from: MaxConnsPerClient open connections, MaxCallsPerClient calls in
-// progress (callslots.go), MaxWaitersPerClient waiting acquisitions and
+// progress (limitCalls), MaxWaitersPerClient waiting acquisitions and
 // MaxLeasesPerClient current leases, each refused beyond its limit
 // (resource_exhausted naming it; a connection is closed unread).
 //
 // The address is the TCP peer's, or over the peer port the one a
-// forwarding node names (admission.CallerAddr). Calls through the Go API
-// (Server.Acquire without an HTTP request) have no address and are counted
-// only by the global limits. What the counts guarantee, and what not, is
-// internal/admission's to say.
-
-// callInfo is what the API's middleware learns of one request, carried in
-// its context as one value that each layer fills in: one allocation and
-// one copy of the request for all of them, not one per layer.
-type callInfo struct {
-	addr   string         // withClientAddr
-	slot   admission.Slot // limitCalls
-	auth   authResult     // authenticate, when authed is set
-	authed bool
-}
-
-type callInfoKey struct{}
-
-// callInfoOf is what is known of ctx's caller; nil when the call did not come over HTTP.
-func callInfoOf(ctx context.Context) *callInfo {
-	c, _ := ctx.Value(callInfoKey{}).(*callInfo)
-	return c
-}
-
-// withClientAddr puts the caller's address (admission.CallerAddr) in the
-// request's context.
-func withClientAddr(next http.Handler, peer bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		addr := admission.CallerAddr(r, peer)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callInfoKey{}, &callInfo{addr: addr})))
-	})
-}
-
-// clientAddr is the address of ctx's caller; "" when the call did not come
-// over HTTP.
-func clientAddr(ctx context.Context) string {
-	if c := callInfoOf(ctx); c != nil {
-		return c.addr
-	}
-	return ""
-}
-
-// forwardClient names ctx's caller on the headers of a forwarded call.
-func forwardClient(ctx context.Context, h http.Header) {
-	if addr := clientAddr(ctx); addr != "" {
-		h.Set(admission.ForwardedClientHeader, addr)
-	}
-}
+// forwarding node names (admission.CallerAddr), carried in the request's
+// context (admission.WithCallerAddr) with its call slot and what
+// authentication found. Calls through the Go API (Server.Acquire without
+// an HTTP request) have no address and are counted only by the global
+// limits. What the counts guarantee, and what not, is internal/admission's
+// to say.
 
 // checkClientLeases refuses an acquisition by a caller from addr once addr
 // holds MaxLeasesPerClient leases.
@@ -76,4 +35,33 @@ func (s *Server) checkClientLeases(addr string) error {
 		return &apierr.QuotaError{Quota: "max-leases-per-client", Of: "client address", Owner: addr, Used: n, Limit: s.cfg.MaxLeasesPerClient}
 	}
 	return nil
+}
+
+// Calls in progress per client address (Config.MaxCallsPerClient). The
+// other limits bound what a client holds (leases, waiters, connections);
+// this one bounds the work it makes the server do at once. Every call
+// the server works on takes a turn on its cores: a client that sends
+// thousands of calls at once, each cheap to refuse further in, queues them
+// all in front of everyone else's. With at most MaxCallsPerClient of them
+// worked on at once, the rest are refused at the door (resource_exhausted
+// naming max-calls-per-client), before their body is read or decoded,
+// and other clients' calls wait behind at most that many of its calls.
+//
+// An acquisition waiting in line for a held key is not in progress: it
+// gives its slot back while it waits (admission.ReleaseSlot; waiters have
+// limits of their own). Streams (Watch, KeepAlive) take no slot either;
+// their per-client limits bound them. Calls without a client address (the
+// Go API) are not counted.
+
+// limitCalls refuses a unary call from a client address that already has
+// Config.MaxCallsPerClient calls in progress, before anything else is done
+// with it (admission.LimitCalls): the answer is written in the call's
+// protocol (Connect, gRPC or gRPC-Web) by connect's ErrorWriter.
+func (s *Server) limitCalls(h http.Handler) http.Handler {
+	refuse := connect.NewErrorWriter(s.handlerOptions()...)
+	return admission.LimitCalls(h, s.calls, isStreamProcedure, func(w http.ResponseWriter, r *http.Request, addr string, used int) {
+		s.metrics.refused("max-calls-per-client")
+		_ = refuse.Write(w, r, apierr.Connect(&apierr.QuotaError{Quota: "max-calls-per-client", Of: "client address",
+			Owner: addr, Used: used, Limit: s.cfg.MaxCallsPerClient}))
+	})
 }

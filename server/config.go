@@ -101,7 +101,7 @@ type Config struct {
 	// Clients behind one NAT or proxy share them.
 	MaxWaitersPerClient, MaxLeasesPerClient int
 	// MaxCallsPerClient caps the unary API calls from one client IP
-	// address that the server works on at once (callslots.go); a call
+	// address that the server works on at once (clientlimits.go); a call
 	// beyond it is refused with resource_exhausted naming
 	// max-calls-per-client, before its body is read. Waiting in line for a
 	// key and streams do not count. Default 256: a worker host running

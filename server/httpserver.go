@@ -44,7 +44,7 @@ func (s *Server) httpErrorLog() *log.Logger {
 // limitListener caps the API's open connections (Config.MaxConns and
 // MaxConnsPerClient).
 func (s *Server) limitListener(ln net.Listener) net.Listener {
-	return s.cfg.httpLimits().Listener(bufferedListener{ln}, func(c net.Conn) {
+	return s.cfg.httpLimits().Listener(admission.BufferedListener{Listener: ln}, func(c net.Conn) {
 		s.metrics.refused("max-conns-per-client")
 		s.refusedConns.Log(s.log, admission.ClientIP(c.RemoteAddr().String()), s.cfg.MaxConnsPerClient)
 	})
@@ -76,7 +76,7 @@ func (s *Server) Handler() http.Handler { return s.handler(false) }
 func (s *Server) handler(peer bool) http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
-	mux.Handle(path, s.limitCalls(explainRefusals(streamwrite.Wrap(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)), isStreamProcedure))))
+	mux.Handle(path, s.limitCalls(admission.ExplainRefusals(streamwrite.Wrap(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)), isStreamProcedure))))
 	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
 	mux.Handle(path, s.limitCalls(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer))))
 	mux.HandleFunc("GET /healthz", s.healthz)
@@ -95,7 +95,7 @@ func (s *Server) handler(peer bool) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return withClientAddr(s.protectDashboard(mux, peer), peer)
+	return admission.WithCallerAddr(s.protectDashboard(mux, peer), peer)
 }
 
 // maxConcurrentSnapshots bounds the dashboard snapshots built at once; one

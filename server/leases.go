@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
@@ -27,7 +28,7 @@ func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.
 		s.overrides.add(holder, l.Key, l.ID, s.fsm)
 	}
 	if err == nil {
-		s.clientLeases.Add(clientAddr(ctx), l.Key, l.ID, func() bool { return s.fsm.IsCurrent(l.Key, l.ID) })
+		s.clientLeases.Add(admission.ClientAddr(ctx), l.Key, l.ID, func() bool { return s.fsm.IsCurrent(l.Key, l.ID) })
 	}
 	return l, err
 }
@@ -45,7 +46,7 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 	if err := s.checkLeaseQuota(owner, holder); err != nil {
 		return lease.Lease{}, err
 	}
-	addr := clientAddr(ctx)
+	addr := admission.ClientAddr(ctx)
 	if err := s.checkClientLeases(addr); err != nil {
 		return lease.Lease{}, err
 	}
@@ -76,7 +77,7 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 			}
 			lastErr = err
 		}
-		releaseCallSlot(caller) // waiting in line is not work in progress
+		admission.ReleaseSlot(caller) // waiting in line is not work in progress
 		select {
 		case <-w.ready:
 		case <-ctx.Done():
@@ -151,7 +152,7 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 	if err := s.checkLeaseQuota(c.Owner, holder); err != nil {
 		return lease.Lease{}, err
 	}
-	if err := s.checkClientLeases(clientAddr(ctx)); err != nil {
+	if err := s.checkClientLeases(admission.ClientAddr(ctx)); err != nil {
 		return lease.Lease{}, err
 	}
 	c.ID = newLeaseID()

@@ -10,6 +10,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/failpoint"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -119,7 +120,7 @@ func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T
 	req := connect.NewRequest(msg)
 	req.Header().Set(forwardedHeader, s.cfg.NodeID)
 	s.forwardPrincipal(ctx, req.Header())
-	forwardClient(ctx, req.Header())
+	admission.ForwardClient(ctx, req.Header())
 	return req
 }
 

@@ -140,7 +140,7 @@ type Server struct {
 	overrides ownerOverrides
 	// clientLeases counts the leases granted per client address.
 	clientLeases *admission.Leases
-	// calls counts the calls in progress per client address (callslots.go).
+	// calls counts the calls in progress per client address (limitCalls).
 	calls *admission.CallSlots
 	// refusedConns logs the connections closed by MaxConnsPerClient.
 	refusedConns admission.RefusalLog

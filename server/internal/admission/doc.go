@@ -1,25 +1,43 @@
-// Package admission keeps the per-client shares of a node's HTTP front:
-// how many calls, leases and streams each client address has, and which
-// one more it may not take.
+// Package admission is what a node's HTTP front does with a connection
+// and a request before any API method runs: it keeps the per-client
+// shares (how many calls, leases and streams each client address has, and
+// which one more it may not take), carries what is learnt of a request's
+// caller in its context, and explains the refusals connect-go makes on its
+// own.
 //
 // Without authentication a client is free to name a new owner for every
 // call, so per-owner quotas alone do not stop one client from taking every
 // slot. A client is therefore also counted by the IP address its
-// connection comes from (ClientIP): calls in progress (CallSlots), current
-// leases (Leases) and open streams (StreamLimiter). The connections
-// themselves are capped by internal/httplimit's listener; RefusalLog keeps
-// its refusals from flooding the log.
+// connection comes from (ClientIP): calls in progress (CallSlots,
+// LimitCalls), current leases (Leases) and open streams (StreamLimiter).
+// The connections themselves are capped by internal/httplimit's listener;
+// RefusalLog keeps its refusals from flooding the log.
+//
+// Each request through WithCallerAddr carries one context value, filled in
+// by each layer in turn: the caller's address (ClientAddr, ForwardClient),
+// its call slot (LimitCalls, ReleaseSlot) and what authentication found
+// (WithAuth, AuthOf): one allocation and one copy of the request for all
+// of them. BufferedListener puts a read buffer under each connection;
+// ExplainRefusals gives connect-go's bodiless 415 and 505 answers a
+// plain-text body that says what to send instead.
 //
 // Guarantees: a CallSlots or StreamLimiter never has more than its limit
 // taken for one address, and a slot given back more than once is given
-// back once. Leases counts each lease of a key once, against the address
-// it was last granted to, until it ends; a lease that ended before it was
-// recorded is not counted.
+// back once. LimitCalls answers a call beyond its address's slots before
+// its body is read and, over HTTP/1.1, closes the connection after the
+// answer; a call it admits holds its slot until it ends or gives it back.
+// Leases counts each lease of a key once, against the address it was last
+// granted to, until it ends; a lease that ended before it was recorded is
+// not counted. ExplainRefusals changes no status code and nothing of an
+// answer that has begun or that is not a 415 or a 505.
 //
 // Not guaranteed: fairness between clients behind one address. Forwarded
 // headers (X-Forwarded-For, Forwarded) are never read, so every client
 // behind one NAT or proxy shares one address's shares; only the header a
 // forwarding node sets over the peer port (CallerAddr) names another
-// address. The package decides nothing about what refusals look like on
-// the wire or in metrics: its callers map them.
+// address. Calls that did not come over HTTP (the Go API) have no address
+// and take no share. The package decides neither who a caller is
+// (internal/security authenticates; the package only carries the result)
+// nor what a share's refusal looks like on the wire or in metrics: its
+// callers map them.
 package admission

@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"fmt"
@@ -6,12 +6,12 @@ import (
 	"strings"
 )
 
-// explainRefusals gives the answers that connect-go makes before any method
+// ExplainRefusals gives the answers that connect-go makes before any method
 // runs, and sends without a body, a plain-text body that says what to do:
 // 415 for a Content-Type the method does not speak, 505 for a
 // bidirectional stream over HTTP/1.1. Everything else passes through
 // untouched.
-func explainRefusals(h http.Handler) http.Handler {
+func ExplainRefusals(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(&refusalWriter{ResponseWriter: w, r: r}, r)
 	})

@@ -1,18 +1,19 @@
-package server
+package admission
 
 import (
 	"bufio"
 	"net"
 )
 
-// bufferedListener gives every accepted connection a read buffer. The
+// BufferedListener gives every accepted connection a read buffer. The
 // HTTP/2 server reads each frame's 9-byte header and its payload from the
 // connection in separate reads; through the buffer, one system call
 // usually brings in both, and often the frames after them. The HTTP/1.1
 // server's own 4 KiB reads bypass the buffer when it is empty.
-type bufferedListener struct{ net.Listener }
+type BufferedListener struct{ net.Listener }
 
-func (l bufferedListener) Accept() (net.Conn, error) {
+// Accept accepts the next connection and puts a read buffer under it.
+func (l BufferedListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
