@@ -14,6 +14,7 @@ import (
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/rejections"
+	"github.com/fencedio/fenced/server/internal/waiters"
 )
 
 // appliedBatch hands on the transitions of one applied batch in log order,
@@ -34,9 +35,9 @@ func (s *Server) applied(ev lease.Event) {
 	replay := ev.Revision <= s.replayedTo
 	switch ev.Type {
 	case lease.Acquired:
-		s.expirer.add(ev.Shared(), s.expirer.now())
+		s.expirer.Add(ev.Shared(), s.expirer.Now())
 		s.grants.Record(ev, rejections.GrantTime(replay))
-		s.waiters.granted(l)
+		s.waiters.Granted(l)
 		prev, tookOver := s.expired.take(l.Key)
 		if replay {
 			break
@@ -50,9 +51,9 @@ func (s *Server) applied(ev lease.Event) {
 		}
 	case lease.Released:
 		s.clientLeases.Ended(l.Key, l.ID)
-		s.expirer.remove(l.Key, l.ID)
+		s.expirer.Remove(l.Key, l.ID)
 		s.expired.take(l.Key)
-		s.waiters.freed(l.Key)
+		s.waiters.Freed(l.Key)
 		if !replay {
 			s.counts.released.Add(1)
 			if ev.By != "" {
@@ -63,9 +64,9 @@ func (s *Server) applied(ev lease.Event) {
 		}
 	case lease.Expired:
 		s.clientLeases.Ended(l.Key, l.ID)
-		s.expirer.remove(l.Key, l.ID)
+		s.expirer.Remove(l.Key, l.ID)
 		s.expired.put(l)
-		s.waiters.freed(l.Key)
+		s.waiters.Freed(l.Key)
 		if !replay {
 			s.counts.expired.Add(1)
 			s.logTransition("lease expired", l)
@@ -93,7 +94,7 @@ func (s *Server) restored(st *lease.State) {
 	s.resetDeadlines(st)
 	s.hub.Restored(st.Applied())
 	s.clientLeases.Reset()
-	s.waiters.freedAll()
+	s.waiters.FreedAll()
 }
 
 // resetDeadlines gives every current lease of st a full TTL from now and
@@ -101,7 +102,7 @@ func (s *Server) restored(st *lease.State) {
 func (s *Server) resetDeadlines(st *lease.State) int {
 	leases := make([]*lease.Lease, 0, st.Len())
 	st.EachShared(func(l *lease.Lease) bool { leases = append(leases, l); return true })
-	s.expirer.reset(leases, s.expirer.now())
+	s.expirer.Reset(leases, s.expirer.Now())
 	return len(leases)
 }
 
@@ -113,7 +114,7 @@ func (s *Server) resetDeadlines(st *lease.State) int {
 func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 	type handover struct {
 		key  string
-		w    *waiter
+		w    *waiters.Waiter
 		wait func() (lease.Result, error)
 	}
 	var (
@@ -122,12 +123,12 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 	)
 	for _, l := range due {
 		e := lease.Expiry{Key: l.Key, ID: l.ID}
-		w := s.waiters.claim(l.Key)
+		w := s.waiters.Claim(l.Key)
 		if w == nil {
 			plain = append(plain, e)
 			continue
 		}
-		e.NextID, e.Owner, e.TTL = w.nextID, w.want.Owner, w.want.TTL
+		e.NextID, e.Owner, e.TTL = w.NextID(), w.Want().Owner, w.Want().TTL
 		c := lease.Command{Op: lease.OpExpireBatch, Term: term, Expiries: []lease.Expiry{e}}
 		handovers = append(handovers, handover{l.Key, w, s.applyAsync(s.ctx, c)})
 	}
@@ -149,7 +150,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		if err == nil && len(res.Items) == 1 {
 			next = res.Items[0].Next
 		}
-		s.waiters.settle(h.key, h.w, next.Lease, next.Type == lease.Acquired)
+		s.waiters.Settle(h.key, h.w, next.Lease, next.Type == lease.Acquired)
 		if err != nil {
 			s.log.Warn("expiry not applied", "scope", h.key, "term", term, "err", err)
 		}
@@ -160,18 +161,18 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 // entry to the first waiter for it, if any. The waiter learns the outcome
 // when it is known, also if ctx ends before: the grant may be its.
 func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Result, error) {
-	w := s.waiters.claim(c.Key)
+	w := s.waiters.Claim(c.Key)
 	if w == nil {
 		return s.apply(ctx, c)
 	}
-	c.NextID, c.Owner, c.TTL = w.nextID, w.want.Owner, w.want.TTL
+	c.NextID, c.Owner, c.TTL = w.NextID(), w.Want().Owner, w.Want().TTL
 	wait := func() (lease.Result, error) { return lease.Result{}, apierr.ErrNotReady }
 	if s.Ready() {
 		wait = s.applyAsync(ctx, c)
 	}
 	return s.await(ctx, func() (lease.Result, error) {
 		res, err := wait()
-		s.waiters.settle(c.Key, w, res.Next.Lease, err == nil && res.Next.Type == lease.Acquired)
+		s.waiters.Settle(c.Key, w, res.Next.Lease, err == nil && res.Next.Type == lease.Acquired)
 		return res, err
 	})
 }

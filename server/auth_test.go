@@ -137,7 +137,7 @@ func TestAuthDenyPaths(t *testing.T) {
 	// A renewal moves the deadline without a log entry: as seen from a
 	// fixed instant, alice's lease must keep the time it had left.
 	at := time.Now()
-	left := s.expirer.remaining("a/1", at)
+	left := s.expirer.Remaining("a/1", at)
 
 	acquire := func(c caller, key, owner string) error {
 		_, err := c.lease.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: key, Owner: owner, TtlMs: 60_000}))
@@ -248,7 +248,7 @@ func TestAuthDenyPaths(t *testing.T) {
 			if !ok || cur.ID != l.GetLeaseId() || cur.Token != l.GetToken() {
 				t.Fatalf("alice's lease changed: %+v %v", cur, ok)
 			}
-			if got := s.expirer.remaining("a/1", at); got != left {
+			if got := s.expirer.Remaining("a/1", at); got != left {
 				t.Fatalf("alice's lease was renewed: %v left at a fixed instant, was %v", got, left)
 			}
 			for _, k := range []string{"a/2", "b/1"} {
@@ -327,7 +327,7 @@ func TestRevoke(t *testing.T) {
 	// Revoke only once bob waits, so that the revocation hands a/1 over.
 	// The waiter arrives over HTTP; nothing signals its arrival but the
 	// queue itself.
-	for deadline := time.Now().Add(10 * time.Second); s.waiters.waiting("a/1") == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); s.waiters.Waiting("a/1") == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("bob never queued for a/1")
 		}
@@ -488,13 +488,6 @@ func TestClientCertAuth(t *testing.T) {
 	if _, err := newCaller(base, tlsConfig(t, ca, ca.Client(t, "x")), "").lease.Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: "k"})); err != nil {
 		t.Fatalf("a client with a certificate: %v", err)
 	}
-}
-
-// waiting returns the number of acquisitions waiting for key.
-func (q *waitQueues) waiting(key string) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.queues[key])
 }
 
 // The dashboard's lease stream shows keys and owners, so with auth on it

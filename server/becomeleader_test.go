@@ -57,7 +57,7 @@ func TestBecomeLeaderKeepsLeasesGrantedMeanwhile(t *testing.T) {
 				t.Fatal(hookErr)
 			}
 			for _, key := range []string{"early", "late"} {
-				if s.expirer.remaining(key, time.Now()) == 0 {
+				if s.expirer.Remaining(key, time.Now()) == 0 {
 					t.Errorf("lease on %q is not tracked for expiry after becomeLeader", key)
 				}
 			}
@@ -88,10 +88,7 @@ func TestBecomeLeaderServesOnlyTheTermOfItsBarrier(t *testing.T) {
 	if barriers != 2 {
 		t.Errorf("%d Barriers before serving, want a second one in the new term", barriers)
 	}
-	s.expirer.mu.Lock()
-	term := s.expirer.term
-	s.expirer.mu.Unlock()
-	if term != base+2 {
+	if term := s.expirer.Term(); term != base+2 {
 		t.Errorf("deadlines of term %d, want %d", term, base+2)
 	}
 }

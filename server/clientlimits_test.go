@@ -24,7 +24,7 @@ func leaseClientFrom(t *testing.T, base, ip string) fencedv1connect.LeaseService
 // someone else, and returns once it waits or was refused.
 func waitFor(t *testing.T, s *Server, c fencedv1connect.LeaseServiceClient, key, owner string) error {
 	t.Helper()
-	before := s.waiters.len()
+	before := s.waiters.Len()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	errc := make(chan error, 1)
@@ -33,7 +33,7 @@ func waitFor(t *testing.T, s *Server, c fencedv1connect.LeaseServiceClient, key,
 		errc <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for s.waiters.len() == before {
+	for s.waiters.Len() == before {
 		select {
 		case err := <-errc:
 			return err

@@ -6,8 +6,8 @@ import (
 )
 
 // ManualClock is a lease clock that moves only when a test advances it:
-// the fake clock of tests of a running node (see expirer.clock for why
-// these cannot use testing/synctest). Raft's own timing (heartbeats,
+// the fake clock of tests of a running node (see expiry.Expirer.clock for
+// why these cannot use testing/synctest). Raft's own timing (heartbeats,
 // elections) stays on the wall clock.
 type ManualClock struct {
 	mu  sync.Mutex
@@ -20,8 +20,7 @@ type ManualClock struct {
 // tracked were measured on the wall clock.
 func UseManualClock(s *Server) *ManualClock {
 	c := &ManualClock{now: time.Now(), s: s}
-	f := c.Now
-	s.expirer.clock.Store(&f)
+	s.expirer.SetClock(c.Now)
 	return c
 }
 
@@ -38,5 +37,5 @@ func (c *ManualClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
-	c.s.expirer.wake()
+	c.s.expirer.Wake()
 }

@@ -29,7 +29,7 @@ type Stats struct {
 // Stats returns a summary of the node for people and dashboards.
 func (s *Server) Stats() Stats {
 	st := Stats{
-		Ready: s.Ready(), Waiters: s.waiters.len(),
+		Ready: s.Ready(), Waiters: s.waiters.Len(),
 		Term: s.raft.CurrentTerm(), CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(),
 		Acquired: s.counts.acquired.Load(), Released: s.counts.released.Load(),
 		Expired: s.counts.expired.Load(), Takeovers: s.counts.takeovers.Load(),
@@ -106,7 +106,7 @@ func (s *Server) buildSnapshot(ctx context.Context, prefix string) (snapJSON []b
 	defer release()
 	view := s.fsm.View()
 	leases := view.List(prefix, s.cfg.ListLimit)
-	remaining := s.expirer.remainingOf(leases, s.expirer.now())
+	remaining := s.expirer.RemainingOf(leases, s.expirer.Now())
 	wire := make([]*fencedv1.Lease, len(leases))
 	for i, l := range leases {
 		wire[i] = wireLease(l, remaining[i], publicView)

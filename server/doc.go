@@ -86,7 +86,7 @@
 // Layout: server.go is the node (start-up, raft wiring, leadership, Close);
 // apply.go the write path and what every node keeps beside the state
 // machine; leases.go the lease operations in domain terms (the Go API);
-// expiry.go, waiters.go and contact.go the leader's deadlines, wait queues
+// internal/expiry, internal/waiters, contact.go: deadlines, wait queues
 // and quorum contact; cluster.go membership. The API side: service.go the
 // Connect handlers (lease API and Revoke), routed.go and
 // forward.go where each call is served, validate.go the input rules, wire.go
@@ -108,5 +108,7 @@
 // and the relay of the leader's rejections to other nodes' watchers;
 // internal/dashboard, the dashboard's page and the encoding of its event
 // stream; internal/apierr, the domain errors and their one mapping to
-// Connect codes.
+// Connect codes; internal/expiry, the leader's lease deadlines and when
+// leases are due; internal/waiters, the lines of acquisitions waiting for
+// held keys and the handover of a freed key to the first.
 package server

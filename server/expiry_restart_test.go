@@ -32,7 +32,7 @@ func TestRestartExpiresManyLeases(t *testing.T) {
 	cfg := Config{DataDir: t.TempDir()}
 	s := newTestServer(t, cfg)
 	// The clients never renew; keep these leases until the restart.
-	s.expirer.deactivate()
+	s.expirer.Deactivate()
 	start := time.Now()
 	writeLeases(t, s, n, ttl)
 	t.Logf("wrote %d leases in %v", n, time.Since(start))
@@ -141,7 +141,7 @@ func (s *Server) leaseCount() int {
 func TestExpiryEntriesAndTerms(t *testing.T) {
 	cfg := Config{DataDir: t.TempDir()}
 	s := newTestServer(t, cfg)
-	s.expirer.deactivate() // only the entries below end leases
+	s.expirer.Deactivate() // only the entries below end leases
 	writeLeases(t, s, 4, time.Minute)
 	held := func(s *Server, key string) bool {
 		var ok bool

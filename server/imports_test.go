@@ -19,7 +19,8 @@ const module = "github.com/fencedio/fenced/"
 var layers = [][]string{
 	{"server/internal/raftlog", "server/internal/leadercheck", "server/internal/contact", "server/internal/security",
 		"server/internal/sharegate", "server/internal/logs", "server/internal/fanout",
-		"server/internal/rejections", "server/internal/fsm", "server/internal/streamwrite"},
+		"server/internal/rejections", "server/internal/fsm", "server/internal/streamwrite",
+		"server/internal/expiry", "server/internal/waiters"},
 	{"server/internal/peers", "server/internal/dashboard", "server/internal/admission"},
 	{"server/internal/apierr"},
 	{"server"},

@@ -11,6 +11,8 @@ import (
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/apierr"
+	"github.com/fencedio/fenced/server/internal/expiry"
+	"github.com/fencedio/fenced/server/internal/waiters"
 )
 
 // Acquire grants key to owner for ttl or, with wait > 0, waits in line
@@ -53,15 +55,15 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w, err := s.waiters.enqueueLimited(key, &c, waitLimits{holder: holder, of: s.holderKind(), addr: addr,
-		perHolder: s.cfg.MaxWaitersPerOwner, perAddr: s.cfg.MaxWaitersPerClient, total: s.cfg.MaxWaiters})
+	w, err := s.waiters.Enqueue(key, &c, waiters.Limits{Holder: holder, Of: s.holderKind(), Addr: addr,
+		PerHolder: s.cfg.MaxWaitersPerOwner, PerAddr: s.cfg.MaxWaitersPerClient, Total: s.cfg.MaxWaiters})
 	if err != nil {
-		return lease.Lease{}, err
+		return lease.Lease{}, waitRefused(err)
 	}
-	defer s.waiters.leave(key, w)
+	defer s.waiters.Leave(key, w)
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
-		l, granted, head := s.waiters.nextStep(key, w)
+		l, granted, head := s.waiters.NextStep(key, w)
 		if granted {
 			return l, nil
 		}
@@ -79,7 +81,7 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 		}
 		admission.ReleaseSlot(caller) // waiting in line is not work in progress
 		select {
-		case <-w.ready:
+		case <-w.Ready():
 		case <-ctx.Done():
 			if err := caller.Err(); err != nil {
 				// The caller's deadline (or cancellation) cut the wait, not
@@ -98,21 +100,35 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 // is still being applied is waited for, however long the wait was meant to
 // be: the grant it may make is this waiter's, and nobody else learns its
 // lease ID.
-func (s *Server) giveUp(key string, w *waiter, err error) (lease.Lease, error) {
+func (s *Server) giveUp(key string, w *waiters.Waiter, err error) (lease.Lease, error) {
 	for {
-		l, granted, inFlight := s.waiters.abandon(key, w)
+		l, granted, inFlight := s.waiters.Abandon(key, w)
 		if granted {
 			return l, nil
 		}
 		if !inFlight {
 			break
 		}
-		<-w.ready // settle signals once the handover is decided
+		<-w.Ready() // Settle signals once the handover is decided
 	}
 	if errors.Is(err, lease.ErrHeld) {
 		err = s.refreshHeld(key, err)
 	}
 	return lease.Lease{}, err
+}
+
+// waitRefused is the node's error for a refusal of the wait queues: an
+// apierr.QuotaError for the limit of a holder or client address,
+// apierr.ErrTooManyWaiters for max-waiters.
+func waitRefused(err error) error {
+	var le *waiters.LimitError
+	if !errors.As(err, &le) {
+		return err
+	}
+	if le.Limit == "max-waiters" {
+		return fmt.Errorf("%w: %d acquisitions wait on this server (limit max-waiters %d)", apierr.ErrTooManyWaiters, le.Used, le.Max)
+	}
+	return &apierr.QuotaError{Quota: le.Limit, Of: le.Of, Owner: le.Holder, Used: le.Used, Limit: le.Max}
 }
 
 // tryAcquire grants c.Key if it is free. If ctx ends while the grant is
@@ -144,7 +160,7 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 			return lease.Lease{}, err
 		}
 		return lease.Lease{}, &lease.HeldError{Key: cur.Key, Owner: cur.Owner, Token: cur.Token,
-			Remaining: s.expirer.remaining(cur.Key, s.expirer.now())}
+			Remaining: s.expirer.Remaining(cur.Key, s.expirer.Now())}
 	}
 	if count >= s.cfg.MaxLeases {
 		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", apierr.ErrTooManyLeases, count, s.cfg.MaxLeases)
@@ -174,7 +190,7 @@ func (s *Server) refreshHeld(key string, err error) error {
 		var ok bool
 		s.fsm.Read(func(st *lease.State) { cur, ok = st.Get(key) })
 		if ok {
-			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.remaining(key, s.expirer.now())}
+			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.Remaining(key, s.expirer.Now())}
 		}
 	}
 	return err
@@ -217,7 +233,7 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 		return
 	}
 	term := s.readyTerm.Load()
-	start := s.expirer.now()
+	start := s.expirer.Now()
 	if err := s.confirmRenewals(ctx, term); err != nil {
 		for i := range b {
 			if b[i].err == nil {
@@ -235,7 +251,10 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 		// The deadline counts from before the leadership check: a renewal
 		// never outlives what the confirmed leadership covers. It counts
 		// only in the term confirmed.
-		l, err := s.expirer.renew(r.key, r.id, start, term)
+		l, err := s.expirer.Renew(r.key, r.id, start, term)
+		if errors.Is(err, expiry.ErrOtherTerm) {
+			err = apierr.ErrNotReady
+		}
 		if err != nil {
 			r.err = apierr.DescribeNotHeld(err, r.key, r.id)
 			continue

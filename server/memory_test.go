@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/expiry"
 	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/hashicorp/raft"
@@ -19,12 +20,12 @@ import (
 // per lease after a collection; -benchtime=1000000x gives the million of
 // issue #13, and -memprofile shows where the bytes are.
 func BenchmarkLiveLeaseMemory(b *testing.B) {
-	e := newExpirer(func(uint64, []lease.Lease) {})
+	e := expiry.New(func(uint64, []lease.Lease) {})
 	g := rejections.NewGrantMemory()
 	f := fsm.New(0, fsm.Hooks{Events: func(events []lease.Event) {
 		for _, ev := range events {
 			if ev.Type == lease.Acquired {
-				e.add(ev.Shared(), time.Now())
+				e.Add(ev.Shared(), time.Now())
 				g.Record(ev, time.Time{})
 			}
 		}

@@ -118,7 +118,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	})
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_waiters", Help: "Acquisitions waiting for a held key.",
-	}, func() float64 { return float64(s.waiters.len()) })
+	}, func() float64 { return float64(s.waiters.Len()) })
 	collectors := []prometheus.Collector{m.refusals, m.acquisitions, m.renewals, m.releases, expirations, takeovers,
 		tokens, m.requests, m.apply, m.fsync, leaderGauge, active, waiters}
 	for _, c := range append(collectors, raftCollectors(s)...) {

@@ -41,7 +41,7 @@ func TestOwnerQuotas(t *testing.T) {
 	waiting := make(chan error, 1)
 	go func() { waiting <- acquire("a", "bob", 10_000) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for s.waiters.len() != 1 {
+	for s.waiters.Len() != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("first waiter never queued")
 		}
@@ -61,10 +61,7 @@ func TestOwnerQuotas(t *testing.T) {
 		t.Fatalf("bob's wait: %v", err)
 	}
 	exhausted(acquire("d", "bob", 0), "max-leases-per-owner")
-	s.waiters.mu.Lock()
-	left := s.waiters.byHolder["bob"]
-	s.waiters.mu.Unlock()
-	if left != 0 {
+	if left := s.waiters.OfHolder("bob"); left != 0 {
 		t.Fatalf("bob still counted as %d waiters after his wait ended", left)
 	}
 }
@@ -141,14 +138,14 @@ func TestPrincipalQuotas(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() { _, err := acquire(boss, "q/a1", "w1", 30_000); waited <- err }()
-	for deadline := time.Now().Add(10 * time.Second); s.waiters.waiting("q/a1") == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); s.waiters.Waiting("q/a1") == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("boss never queued for q/a1")
 		}
 	}
 	_, err = acquire(boss, "q/a2", "w2", 30_000)
 	refused(err, `quota max-waiters-per-owner exceeded: principal "boss" has 1 (limit 1)`)
-	if n := s.waiters.waiting("q/a2"); n != 0 {
+	if n := s.waiters.Waiting("q/a2"); n != 0 {
 		t.Fatalf("%d waiters queued for q/a2 beyond the quota", n)
 	}
 }

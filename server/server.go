@@ -20,6 +20,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/contact"
+	"github.com/fencedio/fenced/server/internal/expiry"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/leadercheck"
@@ -29,6 +30,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/fencedio/fenced/server/internal/security"
 	"github.com/fencedio/fenced/server/internal/sharegate"
+	"github.com/fencedio/fenced/server/internal/waiters"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
@@ -48,9 +50,9 @@ type Server struct {
 	peers    *peers.Mux           // the peer port: raft and forwarded calls
 	forward  *forwarder           // clients of the leader's API
 	peerAPI  *http.Server
-	expirer  *expirer
+	expirer  *expiry.Expirer
 	leader   *leadercheck.Check
-	waiters  *waitQueues
+	waiters  *waiters.Queues
 	hub      *fanout.Hub
 	expired  recentlyExpired
 	// replayedTo is the last log index written before this process started.
@@ -156,7 +158,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		waiters: newWaitQueues(),
+		waiters: waiters.New(newLeaseID),
 
 		clientLeases: admission.NewLeases(),
 		calls:        admission.NewCallSlots(cfg.MaxCallsPerClient),
@@ -177,7 +179,7 @@ func New(cfg Config) (*Server, error) {
 	s.reads = sharegate.New(max(1, runtime.GOMAXPROCS(0)/2), cfg.ReadShare, 0, writing)
 	s.fanout = sharegate.New(max(1, runtime.GOMAXPROCS(0)/2), cfg.FanoutShare, fanoutHold, writing)
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
-	s.expirer = newExpirer(s.expireLeases)
+	s.expirer = expiry.New(s.expireLeases)
 	s.forward = newForwarder(s)
 	var err error
 	if s.sec, err = security.New(security.Files{TLS: cfg.TLS, PeerTLS: cfg.PeerTLS, AuthFile: cfg.AuthFile, SigningKeyFile: cfg.SigningKeyFile}); err != nil {
@@ -201,7 +203,7 @@ func New(cfg Config) (*Server, error) {
 	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.watchCatchUp() }()
 	go func() { defer s.wg.Done(); s.hub.Run(s.ctx.Done()) }()
-	go func() { defer s.wg.Done(); s.expirer.run(s.ctx.Done()) }()
+	go func() { defer s.wg.Done(); s.expirer.Run(s.ctx.Done()) }()
 	go func() { defer s.wg.Done(); s.watchLeadership() }()
 	return s, nil
 }
@@ -349,7 +351,7 @@ func (s *Server) watchLeadership() {
 			s.leaderMu.Lock()
 			stop()
 			s.readyTerm.Store(0)
-			s.expirer.deactivate()
+			s.expirer.Deactivate()
 			s.setLeading(leader)
 			s.leaderMu.Unlock()
 			if !leader {
@@ -417,14 +419,14 @@ func (s *Server) serveTerm(ctx context.Context, term uint64) bool {
 	if !failpoint.Enabled(failpoint.NewLeaderNoFreshTTL) {
 		s.fsm.Read(func(st *lease.State) { n = s.resetDeadlines(st) })
 	}
-	s.expirer.activate(term)
+	s.expirer.Activate(term)
 	s.readyTerm.Store(term)
 	s.everLed.Store(true)
 	if s.serving != nil {
 		close(s.serving)
 		s.serving = nil // closed once: a later serveTerm of this leadership finds none
 	}
-	s.waiters.freedAll()
+	s.waiters.FreedAll()
 	s.log.Info("serving as leader", "leases", n, "term", term)
 	return true
 }

@@ -213,7 +213,7 @@ func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.Li
 	}
 	view := v.s.fsm.View()
 	leases := view.List(prefix, limit)
-	remaining := v.s.expirer.remainingOf(leases, v.s.expirer.now())
+	remaining := v.s.expirer.RemainingOf(leases, v.s.expirer.Now())
 	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases)), Revision: max(view.Applied(), 1)}
 	for i, l := range leases {
 		resp.Leases[i] = wireLease(l, remaining[i], publicView)

@@ -34,7 +34,7 @@ func renewedLease(l lease.Lease) *fencedv1.Lease { return wireLease(l, l.TTL, ho
 
 // currentLease is wireLease for a current lease, with the time it has left.
 func (s *Server) currentLease(l lease.Lease, v view) *fencedv1.Lease {
-	return wireLease(l, s.expirer.remaining(l.Key, s.expirer.now()), v)
+	return wireLease(l, s.expirer.Remaining(l.Key, s.expirer.Now()), v)
 }
 
 func eventToProto(ev lease.Event) *fencedv1.Event {

@@ -79,7 +79,7 @@ func TestReleaseCutByContextStillHandsOver(t *testing.T) {
 		waited <- l
 	}()
 	testutil.Eventually(t, 10*time.Second, func() error {
-		if s.waiters.len() != 1 {
+		if s.waiters.Len() != 1 {
 			return errors.New("the waiter has not queued")
 		}
 		return nil

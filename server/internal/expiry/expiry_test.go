@@ -1,40 +1,40 @@
-package server
+package expiry
 
 import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/fencedio/fenced/lease"
-	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
 // expiryHarness runs an expirer inside a synctest bubble, where time.Sleep
 // moves the fake clock and synctest.Wait lets the run loop settle.
 type expiryHarness struct {
 	t       *testing.T
-	e       *expirer
+	e       *Expirer
 	expired chan string // "key/id" per expire call
 	start   time.Time
 }
 
-// runExpirer starts e.run in the bubble; the returned stop ends it and waits
+// runExpirer starts e.Run in the bubble; the returned stop ends it and waits
 // for it to return, which the bubble requires before it ends.
 func runExpirer(t *testing.T) (*expiryHarness, func()) {
 	h := &expiryHarness{t: t, expired: make(chan string, 100), start: time.Now()}
-	h.e = newExpirer(func(term uint64, due []lease.Lease) {
+	h.e = New(func(term uint64, due []lease.Lease) {
 		for _, l := range due {
 			// expire is documented to run without the lock held: taking it
 			// here would deadlock the bubble otherwise.
-			_ = h.e.remaining(l.Key, time.Now())
+			_ = h.e.Remaining(l.Key, time.Now())
 			h.expired <- l.Key + "/" + l.ID
 		}
 	})
 	done, exited := make(chan struct{}), make(chan struct{})
-	go func() { defer close(exited); h.e.run(done) }()
+	go func() { defer close(exited); h.e.Run(done) }()
 	return h, func() { close(done); <-exited }
 }
 
@@ -72,20 +72,20 @@ func TestExpirer(t *testing.T) {
 		run  func(h *expiryHarness)
 	}{
 		{"expires at the deadline, not before", func(h *expiryHarness) {
-			h.e.add(testLease("k", "id1", 10*time.Second), time.Now())
+			h.e.Add(testLease("k", "id1", 10*time.Second), time.Now())
 			h.sleepUntil(4 * time.Second)
-			if got := h.e.remaining("k", time.Now()); got != 6*time.Second {
+			if got := h.e.Remaining("k", time.Now()); got != 6*time.Second {
 				h.t.Fatalf("remaining at 4s = %v, want 6s", got)
 			}
 			h.sleepUntil(10*time.Second - time.Nanosecond)
 			h.expect()
 			h.sleepUntil(10 * time.Second)
 			h.expect("k/id1")
-			if got := h.e.remaining("k", time.Now()); got != 0 {
+			if got := h.e.Remaining("k", time.Now()); got != 0 {
 				h.t.Fatalf("remaining after expiry = %v", got)
 			}
 			// Once expired, the lease cannot be renewed back to life.
-			if _, err := h.e.renew("k", "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := h.e.Renew("k", "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 				h.t.Fatalf("renew after expiry: %v, want ErrNotHeld", err)
 			}
 			h.sleepUntil(time.Hour)
@@ -93,9 +93,9 @@ func TestExpirer(t *testing.T) {
 		}},
 		{"renew postpones by a full TTL", func(h *expiryHarness) {
 			l := testLease("k", "id1", 10*time.Second)
-			h.e.add(l, time.Now())
+			h.e.Add(l, time.Now())
 			h.sleepUntil(6 * time.Second)
-			got, err := h.e.renew("k", "id1", time.Now(), 1)
+			got, err := h.e.Renew("k", "id1", time.Now(), 1)
 			if err != nil || got != *l {
 				h.t.Fatalf("renew = %+v, %v, want %+v", got, err, l)
 			}
@@ -105,10 +105,10 @@ func TestExpirer(t *testing.T) {
 			h.expect("k/id1")
 		}},
 		{"renew with a wrong id changes nothing", func(h *expiryHarness) {
-			h.e.add(testLease("k", "id1", 10*time.Second), time.Now())
+			h.e.Add(testLease("k", "id1", 10*time.Second), time.Now())
 			h.sleepUntil(6 * time.Second)
 			for _, tc := range []struct{ key, id string }{{"k", "id2"}, {"other", "id1"}, {"k", ""}} {
-				if _, err := h.e.renew(tc.key, tc.id, time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
+				if _, err := h.e.Renew(tc.key, tc.id, time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 					h.t.Fatalf("renew(%q, %q): %v, want ErrNotHeld", tc.key, tc.id, err)
 				}
 			}
@@ -116,24 +116,24 @@ func TestExpirer(t *testing.T) {
 			h.expect("k/id1")
 		}},
 		{"remove stops expiry", func(h *expiryHarness) {
-			h.e.add(testLease("a", "id1", 10*time.Second), time.Now())
-			h.e.add(testLease("b", "id2", 10*time.Second), time.Now())
+			h.e.Add(testLease("a", "id1", 10*time.Second), time.Now())
+			h.e.Add(testLease("b", "id2", 10*time.Second), time.Now())
 			h.sleepUntil(5 * time.Second)
-			h.e.remove("a", "id1")
-			h.e.remove("b", "not-b") // another epoch's id leaves b alone
+			h.e.Remove("a", "id1")
+			h.e.Remove("b", "not-b") // another epoch's id leaves b alone
 			h.sleepUntil(10 * time.Second)
 			h.expect("b/id2")
 			h.sleepUntil(time.Hour)
 			h.expect()
-			if _, err := h.e.renew("a", "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := h.e.Renew("a", "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 				h.t.Fatalf("renew of a removed lease: %v, want ErrNotHeld", err)
 			}
 		}},
 		{"leases expire in deadline order", func(h *expiryHarness) {
-			h.e.add(testLease("c", "3", 3*time.Second), time.Now())
-			h.e.add(testLease("a", "1", 1*time.Second), time.Now())
-			h.e.add(testLease("b", "2", 2*time.Second), time.Now())
-			h.e.add(testLease("a2", "1b", 1*time.Second), time.Now())
+			h.e.Add(testLease("c", "3", 3*time.Second), time.Now())
+			h.e.Add(testLease("a", "1", 1*time.Second), time.Now())
+			h.e.Add(testLease("b", "2", 2*time.Second), time.Now())
+			h.e.Add(testLease("a2", "1b", 1*time.Second), time.Now())
 			h.sleepUntil(1 * time.Second)
 			got := []string{<-h.expired, <-h.expired}
 			slices.Sort(got)
@@ -147,10 +147,10 @@ func TestExpirer(t *testing.T) {
 			h.expect("c/3")
 		}},
 		{"a new grant of a key replaces the old one", func(h *expiryHarness) {
-			h.e.add(testLease("k", "old", 2*time.Second), time.Now())
+			h.e.Add(testLease("k", "old", 2*time.Second), time.Now())
 			h.sleepUntil(time.Second)
-			h.e.add(testLease("k", "new", 10*time.Second), time.Now())
-			if _, err := h.e.renew("k", "old", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
+			h.e.Add(testLease("k", "new", 10*time.Second), time.Now())
+			if _, err := h.e.Renew("k", "old", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 				h.t.Fatalf("renew of the replaced lease: %v", err)
 			}
 			h.sleepUntil(10 * time.Second)
@@ -160,12 +160,12 @@ func TestExpirer(t *testing.T) {
 		}},
 		{"reset gives every lease a full TTL from now", func(h *expiryHarness) {
 			a, b := testLease("a", "1", 10*time.Second), testLease("b", "2", 3*time.Second)
-			h.e.add(a, time.Now())
-			h.e.add(testLease("gone", "3", 6*time.Second), time.Now())
+			h.e.Add(a, time.Now())
+			h.e.Add(testLease("gone", "3", 6*time.Second), time.Now())
 			h.sleepUntil(5 * time.Second)
 			// A new leader does not know when leases were last renewed.
-			h.e.reset([]*lease.Lease{a, b}, time.Now())
-			if got := h.e.remaining("a", time.Now()); got != 10*time.Second {
+			h.e.Reset([]*lease.Lease{a, b}, time.Now())
+			if got := h.e.Remaining("a", time.Now()); got != 10*time.Second {
 				h.t.Fatalf("remaining after reset = %v, want the full 10s", got)
 			}
 			h.sleepUntil(8*time.Second - time.Nanosecond)
@@ -180,18 +180,18 @@ func TestExpirer(t *testing.T) {
 			h.expect()
 		}},
 		{"a late renewal never moves the deadline back", func(h *expiryHarness) {
-			h.e.add(testLease("k", "id", 10*time.Second), time.Now())
+			h.e.Add(testLease("k", "id", 10*time.Second), time.Now())
 			// A renewal starts at 1s, then stalls (its goroutine starved, a
 			// stream renewal stuck) while another starts at 5s and lands.
 			early := time.Now().Add(time.Second)
 			h.sleepUntil(5 * time.Second)
-			if _, err := h.e.renew("k", "id", time.Now(), 1); err != nil {
+			if _, err := h.e.Renew("k", "id", time.Now(), 1); err != nil {
 				h.t.Fatal(err)
 			}
-			if _, err := h.e.renew("k", "id", early, 1); err != nil {
+			if _, err := h.e.Renew("k", "id", early, 1); err != nil {
 				h.t.Fatal(err)
 			}
-			if got := h.e.remaining("k", time.Now()); got != 10*time.Second {
+			if got := h.e.Remaining("k", time.Now()); got != 10*time.Second {
 				h.t.Fatalf("remaining after the late renewal = %v, want the later one's 10s", got)
 			}
 			h.sleepUntil(15*time.Second - time.Nanosecond)
@@ -200,14 +200,14 @@ func TestExpirer(t *testing.T) {
 			h.expect("k/id")
 		}},
 		{"a renewal accepted in an earlier term changes nothing", func(h *expiryHarness) {
-			h.e.add(testLease("k", "id", 10*time.Second), time.Now())
+			h.e.Add(testLease("k", "id", 10*time.Second), time.Now())
 			h.sleepUntil(2 * time.Second)
-			h.e.deactivate()
-			h.e.reset([]*lease.Lease{testLease("k", "id", 10*time.Second)}, time.Now())
-			h.e.activate(3)
+			h.e.Deactivate()
+			h.e.Reset([]*lease.Lease{testLease("k", "id", 10*time.Second)}, time.Now())
+			h.e.Activate(3)
 			h.sleepUntil(4 * time.Second)
-			if _, err := h.e.renew("k", "id", time.Now(), 1); !errors.Is(err, apierr.ErrNotReady) {
-				h.t.Fatalf("renewal of term 1 in term 3: %v, want apierr.ErrNotReady", err)
+			if _, err := h.e.Renew("k", "id", time.Now(), 1); !errors.Is(err, ErrOtherTerm) {
+				h.t.Fatalf("renewal of term 1 in term 3: %v, want ErrOtherTerm", err)
 			}
 			h.sleepUntil(12*time.Second - time.Nanosecond)
 			h.expect()
@@ -215,24 +215,24 @@ func TestExpirer(t *testing.T) {
 			h.expect("k/id")
 		}},
 		{"renewals still move deadlines while inactive", func(h *expiryHarness) {
-			h.e.add(testLease("k", "id", 10*time.Second), time.Now())
-			h.e.deactivate()
+			h.e.Add(testLease("k", "id", 10*time.Second), time.Now())
+			h.e.Deactivate()
 			h.sleepUntil(8 * time.Second)
-			if _, err := h.e.renew("k", "id", time.Now(), 1); err != nil {
+			if _, err := h.e.Renew("k", "id", time.Now(), 1); err != nil {
 				h.t.Fatal(err)
 			}
-			h.e.activate(1)
+			h.e.Activate(1)
 			h.sleepUntil(18*time.Second - time.Nanosecond)
 			h.expect()
 			h.sleepUntil(18 * time.Second)
 			h.expect("k/id")
 		}},
 		{"a grant due after the armed timer does not wake the loop, and still expires", func(h *expiryHarness) {
-			h.e.add(testLease("k", "id1", 10*time.Second), time.Now())
+			h.e.Add(testLease("k", "id1", 10*time.Second), time.Now())
 			synctest.Wait() // the loop arms its timer for +10s
-			h.e.remove("k", "id1")
+			h.e.Remove("k", "id1")
 			h.sleepUntil(time.Second)
-			h.e.add(testLease("k", "id2", 10*time.Second), time.Now())
+			h.e.Add(testLease("k", "id2", 10*time.Second), time.Now())
 			synctest.Wait()
 			h.e.mu.Lock()
 			next := h.e.nextLook
@@ -251,7 +251,7 @@ func TestExpirer(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h, stop := runExpirer(t)
 				defer stop()
-				h.e.activate(1)
+				h.e.Activate(1)
 				tc.run(h)
 			})
 		})
@@ -263,24 +263,52 @@ func TestExpirerInactive(t *testing.T) {
 		h, stop := runExpirer(t)
 		defer stop()
 		// A new expirer is inactive: only the leader acts on deadlines.
-		h.e.add(testLease("a", "1", time.Second), time.Now())
-		h.e.add(testLease("b", "2", 30*time.Second), time.Now())
+		h.e.Add(testLease("a", "1", time.Second), time.Now())
+		h.e.Add(testLease("b", "2", 30*time.Second), time.Now())
 		h.sleepUntil(10 * time.Second)
 		h.expect()
 
-		h.e.activate(1)
+		h.e.Activate(1)
 		synctest.Wait()
 		h.expect("a/1") // overdue: expired at once, at 10s
 		if time.Since(h.start) != 10*time.Second {
 			t.Fatalf("activation moved the clock to %v", time.Since(h.start))
 		}
 		h.sleepUntil(20 * time.Second)
-		h.e.deactivate()
+		h.e.Deactivate()
 		h.sleepUntil(time.Hour)
 		h.expect() // b passed its deadline while inactive
-		h.e.activate(1)
+		h.e.Activate(1)
 		synctest.Wait()
 		h.expect("b/2")
+	})
+}
+
+// A clock set by SetClock replaces the wall clock for every deadline, and
+// Wake has the loop look at it after it moved.
+func TestExpirerSetClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, stop := runExpirer(t)
+		defer stop()
+		var mu sync.Mutex
+		now := h.start
+		h.e.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+		h.e.Activate(5)
+		if got := h.e.Term(); got != 5 {
+			t.Fatalf("Term() = %d after Activate(5)", got)
+		}
+		h.e.Add(testLease("k", "id", 10*time.Second), h.e.Now())
+		h.sleepUntil(time.Hour) // the wall clock moves, the set one does not
+		h.expect()
+		if got := h.e.Remaining("k", h.e.Now()); got != 10*time.Second {
+			t.Fatalf("remaining on the set clock = %v, want 10s", got)
+		}
+		mu.Lock()
+		now = now.Add(10 * time.Second)
+		mu.Unlock()
+		h.e.Wake()
+		synctest.Wait()
+		h.expect("k/id")
 	})
 }
 
@@ -295,15 +323,15 @@ func TestExpirerBatchesAndBounds(t *testing.T) {
 			done chan struct{}
 		}
 		calls := make(chan call, 100)
-		var e *expirer
-		e = newExpirer(func(term uint64, due []lease.Lease) {
+		var e *Expirer
+		e = New(func(term uint64, due []lease.Lease) {
 			c := call{term, due, make(chan struct{})}
 			calls <- c
 			<-c.done
 		})
 		e.maxBatch, e.maxInflight = 3, 2
 		done, exited := make(chan struct{}), make(chan struct{})
-		go func() { defer close(exited); e.run(done) }()
+		go func() { defer close(exited); e.Run(done) }()
 		defer func() { close(done); <-exited }()
 
 		var all []*lease.Lease
@@ -311,8 +339,8 @@ func TestExpirerBatchesAndBounds(t *testing.T) {
 			l := testLease(fmt.Sprintf("k%d", i), fmt.Sprintf("id%d", i), 5*time.Second)
 			all = append(all, l)
 		}
-		e.reset(all, time.Now()) // a restart: one deadline for all
-		e.activate(7)
+		e.Reset(all, time.Now()) // a restart: one deadline for all
+		e.Activate(7)
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
 		take := func() []call {
@@ -348,7 +376,7 @@ func TestExpirerBatchesAndBounds(t *testing.T) {
 			if seen[l.Key] {
 				continue
 			}
-			if _, err := e.renew(l.Key, l.ID, time.Now(), 7); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := e.Renew(l.Key, l.ID, time.Now(), 7); !errors.Is(err, lease.ErrNotHeld) {
 				t.Fatalf("renew of %s, due and waiting for a slot: %v, want ErrNotHeld", l.Key, err)
 			}
 		}
@@ -392,10 +420,10 @@ func TestExpirerBatchesAndBounds(t *testing.T) {
 // tracked ones: what the leader's deadlines add to an acquire, a renewal
 // and a release.
 func BenchmarkExpirerCycle(b *testing.B) {
-	e := newExpirer(func(uint64, []lease.Lease) {})
+	e := New(func(uint64, []lease.Lease) {})
 	now := time.Now()
 	for i := range 100_000 {
-		e.add(testLease(fmt.Sprintf("live/%08d", i), fmt.Sprint(i), time.Hour), now)
+		e.Add(testLease(fmt.Sprintf("live/%08d", i), fmt.Sprint(i), time.Hour), now)
 	}
 	ls := make([]*lease.Lease, 1024)
 	for i := range ls {
@@ -404,10 +432,10 @@ func BenchmarkExpirerCycle(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		l := ls[i%len(ls)]
-		e.add(l, now)
-		if _, err := e.renew(l.Key, l.ID, now, 1); err != nil {
+		e.Add(l, now)
+		if _, err := e.Renew(l.Key, l.ID, now, 1); err != nil {
 			b.Fatal(err)
 		}
-		e.remove(l.Key, l.ID)
+		e.Remove(l.Key, l.ID)
 	}
 }

@@ -1,22 +1,22 @@
-package server
+package expiry
 
 import (
 	"container/heap"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/lease"
-	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
-// expirer holds the leader's view of lease deadlines, on the monotonic
+// Expirer holds the leader's view of lease deadlines, on the monotonic
 // clock. It mirrors the current leases of the state machine (fed by applied
 // events) and decides expiry; the expiry itself goes through the log.
 //
 // Every node tracks deadlines, but only the leader acts on them. On gaining
-// leadership the node gives every lease a fresh full TTL (reset), because it
+// leadership the node gives every lease a fresh full TTL (Reset), because it
 // cannot know when the previous leader last renewed them.
 //
 // Many leases can come due at once: after a restart or failover every lease
@@ -24,7 +24,7 @@ import (
 // of up to maxBatch per log entry, by at most maxInflight submissions at a
 // time; leases past their deadline wait in the heap meanwhile, and cannot
 // be renewed there. Goroutines and memory stay flat however many are due.
-type expirer struct {
+type Expirer struct {
 	mu     sync.Mutex
 	byKey  map[string]*tracked
 	heap   deadlineHeap
@@ -56,17 +56,21 @@ type expirer struct {
 	// counts as durably blocked, so the bubble's clock never moves and
 	// the node never elects itself. Tests of the expirer alone own no
 	// socket and run in a bubble instead (expiry_test.go), where
-	// time.Now is already fake and clock stays unset.
+	// time.Now is already fake and clock stays unset. SetClock sets it.
 	clock atomic.Pointer[func() time.Time]
 }
 
-// Defaults of expirer.maxBatch and maxInflight. A batch of 1024 leases is
+// Defaults of Expirer.maxBatch and maxInflight. A batch of 1024 leases is
 // an entry of about 50 KB; four in flight keep raft's group commit fed
 // while bounding what waits in memory.
 const (
-	defaultExpiryBatch    = 1024
-	defaultExpiryInflight = 4
+	defaultBatch    = 1024
+	defaultInflight = 4
 )
+
+// ErrOtherTerm refuses a renewal accepted in another leadership term than
+// the one whose deadlines the Expirer holds (Renew).
+var ErrOtherTerm = errors.New("renewal of another term than the deadlines'")
 
 // tracked is kept per lease, so it is kept small: 24 bytes. The lease
 // itself is the state machine's own copy (lease.Event.Shared), read-only
@@ -87,30 +91,55 @@ func mono(t time.Time) monoTime { return monoTime(t.Sub(epoch)) }
 
 func (m monoTime) add(d time.Duration) monoTime { return m + monoTime(d) }
 
-func newExpirer(expire func(term uint64, due []lease.Lease)) *expirer {
-	return &expirer{byKey: make(map[string]*tracked), earliestMoved: make(chan struct{}, 1), expire: expire,
-		maxBatch: defaultExpiryBatch, maxInflight: defaultExpiryInflight}
+// New returns an inactive Expirer that tracks no lease. expire writes the
+// expiry of due leases, decided in term, to the log and returns once it is
+// applied or has failed; Run calls it without the Expirer's lock held, from
+// at most a few goroutines at once.
+func New(expire func(term uint64, due []lease.Lease)) *Expirer {
+	return &Expirer{byKey: make(map[string]*tracked), earliestMoved: make(chan struct{}, 1), expire: expire,
+		maxBatch: defaultBatch, maxInflight: defaultInflight}
 }
 
-// now is the time deadlines are measured on: the wall clock unless a test
-// set another.
-func (e *expirer) now() time.Time {
+// SetClock puts every deadline on now instead of the wall clock: the fake
+// lease clock of tests of a running node, which cannot run in a
+// testing/synctest bubble (see Expirer.clock). Set it before any lease is
+// tracked: deadlines already tracked were measured on the clock before.
+// After moving the clock, call Wake.
+func (e *Expirer) SetClock(now func() time.Time) {
+	e.clock.Store(&now)
+}
+
+// Term returns the leadership term whose deadlines these are: the one last
+// given to Activate.
+func (e *Expirer) Term() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.term
+}
+
+// Now is the time deadlines are measured on: the wall clock unless a test
+// set another (SetClock).
+func (e *Expirer) Now() time.Time {
 	if f := e.clock.Load(); f != nil {
 		return (*f)()
 	}
 	return time.Now()
 }
 
-func (e *expirer) wake() {
+// Wake makes Run look at the deadlines now, as after the clock set with
+// SetClock moved.
+func (e *Expirer) Wake() { e.wake() }
+
+func (e *Expirer) wake() {
 	select {
 	case e.earliestMoved <- struct{}{}:
 	default:
 	}
 }
 
-// add tracks a newly granted lease with a full TTL from now. l is shared
+// Add tracks a newly granted lease with a full TTL from now. l is shared
 // with the state machine (lease.Event.Shared) and never modified.
-func (e *expirer) add(l *lease.Lease, now time.Time) {
+func (e *Expirer) Add(l *lease.Lease, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if old, ok := e.byKey[l.Key]; ok {
@@ -127,8 +156,8 @@ func (e *expirer) add(l *lease.Lease, now time.Time) {
 	}
 }
 
-// remove stops tracking lease id of key, if it is tracked.
-func (e *expirer) remove(key, id string) {
+// Remove stops tracking lease id of key, if it is tracked.
+func (e *Expirer) Remove(key, id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if t, ok := e.byKey[key]; ok && t.lease.ID == id {
@@ -137,22 +166,22 @@ func (e *expirer) remove(key, id string) {
 	}
 }
 
-// renew extends lease id of key to a full TTL from now, the moment the
+// Renew extends lease id of key to a full TTL from now, the moment the
 // renewal was accepted in term, the leadership term that confirmed it. A
 // deadline only moves forward: a renewal that lands after a later one
 // changes nothing. A renewal of another term than the deadlines' is
-// refused (apierr.ErrNotReady): the deadlines were reset since, and the node may
+// refused (ErrOtherTerm): the deadlines were reset since, and the node may
 // have missed the lease's end in between. A lease whose deadline passed
 // cannot be renewed, whether its expiry is being written or still waits
 // for a free submission slot.
-func (e *expirer) renew(key, id string, now time.Time, term uint64) (lease.Lease, error) {
+func (e *Expirer) Renew(key, id string, now time.Time, term uint64) (lease.Lease, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if failpoint.Enabled(failpoint.DeposedLeaderRenews) {
 		term = e.term // the mutant: a renewal of any term counts in this one
 	}
 	if term != e.term {
-		return lease.Lease{}, apierr.ErrNotReady
+		return lease.Lease{}, ErrOtherTerm
 	}
 	t, ok := e.byKey[key]
 	if !ok || t.lease.ID != id || t.deadline <= mono(now) {
@@ -172,8 +201,8 @@ func (e *expirer) renew(key, id string, now time.Time, term uint64) (lease.Lease
 	return *t.lease, nil
 }
 
-// remaining returns how long the lease of key has left, 0 if untracked.
-func (e *expirer) remaining(key string, now time.Time) time.Duration {
+// Remaining returns how long the lease of key has left, 0 if untracked.
+func (e *Expirer) Remaining(key string, now time.Time) time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if t, ok := e.byKey[key]; ok {
@@ -182,10 +211,10 @@ func (e *expirer) remaining(key string, now time.Time) time.Duration {
 	return 0
 }
 
-// remainingOf returns remaining for each lease of leases. It takes the
+// RemainingOf returns Remaining for each lease of leases. It takes the
 // lock once per chunk rather than once per lease, and lets go between
 // chunks so that a long list never holds up the apply path for long.
-func (e *expirer) remainingOf(leases []lease.Lease, now time.Time) []time.Duration {
+func (e *Expirer) RemainingOf(leases []lease.Lease, now time.Time) []time.Duration {
 	out := make([]time.Duration, len(leases))
 	const chunk = 256
 	for start := 0; start < len(leases); start += chunk {
@@ -200,9 +229,9 @@ func (e *expirer) remainingOf(leases []lease.Lease, now time.Time) []time.Durati
 	return out
 }
 
-// reset replaces the tracked set with leases, each with a full TTL from
-// now. The leases are shared, as those given to add.
-func (e *expirer) reset(leases []*lease.Lease, now time.Time) {
+// Reset replaces the tracked set with leases, each with a full TTL from
+// now. The leases are shared, as those given to Add.
+func (e *Expirer) Reset(leases []*lease.Lease, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.byKey = make(map[string]*tracked, len(leases))
@@ -216,34 +245,34 @@ func (e *expirer) reset(leases []*lease.Lease, now time.Time) {
 	e.wake()
 }
 
-// activate starts acting on deadlines as the leader of term.
-func (e *expirer) activate(term uint64) {
+// Activate starts acting on deadlines as the leader of term.
+func (e *Expirer) Activate(term uint64) {
 	e.mu.Lock()
 	e.active, e.term = true, term
 	e.mu.Unlock()
 	e.wake()
 }
 
-// deactivate stops acting on deadlines (leadership lost). Submissions
+// Deactivate stops acting on deadlines (leadership lost). Submissions
 // already running finish on their own; raft refuses them if this node no
 // longer leads, and the state machine ignores them in another term.
-func (e *expirer) deactivate() {
+func (e *Expirer) Deactivate() {
 	e.mu.Lock()
 	e.active = false
 	e.mu.Unlock()
 	e.wake()
 }
 
-// run expires leases whose deadlines pass while active, until done closes;
+// Run expires leases whose deadlines pass while active, until done closes;
 // then it waits for running submissions to end.
-func (e *expirer) run(done <-chan struct{}) {
+func (e *Expirer) Run(done <-chan struct{}) {
 	defer e.submitting.Wait()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		wait := time.Hour
 		e.mu.Lock()
-		now := mono(e.now())
+		now := mono(e.Now())
 		if e.active {
 			for e.inflight < e.maxInflight && len(e.heap) > 0 && e.heap[0].deadline <= now {
 				due := make([]lease.Lease, 0, min(e.maxBatch, len(e.heap)))
@@ -279,7 +308,7 @@ func (e *expirer) run(done <-chan struct{}) {
 	}
 }
 
-func (e *expirer) submit(term uint64, due []lease.Lease) {
+func (e *Expirer) submit(term uint64, due []lease.Lease) {
 	defer e.submitting.Done()
 	e.expire(term, due)
 	e.mu.Lock()
