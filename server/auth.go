@@ -2,10 +2,8 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/lease"
@@ -15,40 +13,27 @@ import (
 	"github.com/fencedio/fenced/server/internal/security"
 )
 
-// authenticate identifies the caller of every API request, from a bearer
-// token or else a verified client certificate, and passes the outcome on in
-// the request's context. It refuses nothing itself: the interceptor answers
-// in the RPC protocol the client speaks.
-//
-// On the peer port (peer true) a call another node forwarded names the
-// principal that node authenticated (security.ForwardedPrincipalHeader), which is
-// taken as is, and another node's relay of rejections is relayPrincipal. On
-// the public port both headers are removed before anything reads them.
+// httpAuth is the node's authentication and authorization as HTTP
+// middleware (security.HTTPAuth): the outcome is kept in the request's
+// call record (admission.WithAuth), a relay of rejections from another
+// node is relayPrincipal, and authorize decides.
+func (s *Server) httpAuth() *security.HTTPAuth {
+	return &security.HTTPAuth{
+		Policy:      func() *security.Policy { return s.sec.Policy() },
+		RelayHeader: rejections.RelayHeader,
+		Relay:       relayPrincipal,
+		Keep:        admission.WithAuth,
+		Authorize: func(ctx context.Context, need Permission, prefix string) error {
+			_, err := s.authorize(ctx, need, prefix)
+			return err
+		},
+	}
+}
+
+// authenticate identifies the caller of every API request and passes the
+// outcome on in the request's context (security.HTTPAuth.Authenticate).
 func (s *Server) authenticate(next http.Handler, peer bool) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fwd := r.Header.Get(security.ForwardedPrincipalHeader)
-		if !peer {
-			// Both names are canonical: Header.Del would canonicalize them again.
-			delete(r.Header, security.ForwardedPrincipalHeader)
-			delete(r.Header, rejections.RelayHeader)
-			fwd = ""
-		}
-		pol := s.sec.Policy()
-		if pol == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		var res security.AuthResult
-		switch {
-		case fwd != "":
-			res.Principal, res.Err = security.DecodePrincipal(fwd)
-		case r.Header.Get(rejections.RelayHeader) != "": // only on the peer port
-			res.Principal = relayPrincipal
-		default:
-			res.Principal, res.Err = pol.Authenticate(r, time.Now())
-		}
-		next.ServeHTTP(w, admission.WithAuth(r, res))
-	})
+	return s.httpAuth().Authenticate(next, peer)
 }
 
 // forwardPrincipal sets on h, the headers of a call this node forwards to
@@ -127,10 +112,10 @@ func (s *Server) acquireOwner(p Principal, key, asked string) string {
 // authInterceptor refuses every RPC whose caller failed authentication,
 // before any handler runs; handlers then authorize per key.
 func (s *Server) authInterceptor() connect.Interceptor {
-	return checkInterceptor(func(ctx context.Context) error {
+	return security.CheckInterceptor{Wire: apierr.Connect, Check: func(ctx context.Context) error {
 		_, err := s.principal(ctx)
 		return err
-	})
+	}}
 }
 
 // requireAdmin refuses the cluster RPCs (member changes, leadership
@@ -138,77 +123,10 @@ func (s *Server) authInterceptor() connect.Interceptor {
 // with the empty prefix) once auth is on: they change who stores and serves
 // every lease.
 func (s *Server) requireAdmin() connect.Interceptor {
-	return checkInterceptor(func(ctx context.Context) error {
+	return security.CheckInterceptor{Wire: apierr.Connect, Check: func(ctx context.Context) error {
 		_, err := s.authorize(ctx, PermAdmin, "")
 		return err
-	})
-}
-
-// checkInterceptor runs a check before every unary call and stream a
-// handler serves, answering its error instead.
-type checkInterceptor func(ctx context.Context) error
-
-func (check checkInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := check(ctx); err != nil {
-			return nil, apierr.Connect(err)
-		}
-		return next(ctx, req)
-	}
-}
-
-func (check checkInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (check checkInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := check(ctx); err != nil {
-			return apierr.Connect(err)
-		}
-		return next(ctx, conn)
-	}
-}
-
-// requireAdminHTTP is requireAdmin for plain HTTP endpoints (/v1/backup,
-// which holds every lease): 401 without a principal, 403 without the
-// permission.
-func (s *Server) requireAdminHTTP(next http.Handler) http.Handler {
-	return s.requireHTTP(PermAdmin, func(*http.Request) string { return "" }, next)
-}
-
-// requireHTTP serves r with next if its caller holds perm on the key or
-// prefix scope(r) names: 401 without a principal, 403 without the
-// permission.
-func (s *Server) requireHTTP(perm Permission, scope func(*http.Request) string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.authorize(r.Context(), perm, scope(r)); err != nil {
-			status := http.StatusForbidden
-			if errors.Is(err, ErrUnauthenticated) {
-				status = http.StatusUnauthorized
-			}
-			http.Error(w, err.Error(), status)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// protectDashboard puts the dashboard's lease stream, which shows keys,
-// owners and tokens, under the same rules as Watch once auth is on: the
-// caller must authenticate and hold the watch permission on the prefix it
-// streams. Browsers authenticate with a client certificate; they cannot
-// send bearer tokens on an EventSource.
-func (s *Server) protectDashboard(next http.Handler, peer bool) http.Handler {
-	prefix := func(r *http.Request) string { return r.URL.Query().Get("prefix") }
-	events := s.authenticate(s.requireHTTP(PermWatch, prefix, next), peer)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/events" && s.sec.Policy() != nil {
-			events.ServeHTTP(w, r)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	}}
 }
 
 // leaseOwner returns the owner of lease id of key, if it is current.

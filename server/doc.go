@@ -100,7 +100,7 @@
 // repairs; internal/leadercheck, the coalescing of leadership
 // confirmations; internal/contact, raft's transport noting each peer's last
 // answer and keeping a member that may not vote out of elections;
-// internal/security, the TLS, auth and signing files;
+// internal/security, the TLS, auth and signing files and the auth middleware;
 // internal/sharegate, the slots that keep reads and fan-out from starving
 // writes; internal/logs, raft's records into slog and the batched log
 // writer; internal/peers, the peer port and a member's identity;

@@ -82,7 +82,7 @@ func (s *Server) handler(peer bool) http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/keys", s.serveKeys)
 	mux.HandleFunc("GET /v1/role", s.serveRole)
-	mux.Handle("GET /v1/backup", s.authenticate(s.requireAdminHTTP(http.HandlerFunc(s.serveBackup)), peer))
+	mux.Handle("GET /v1/backup", s.authenticate(s.httpAuth().RequireAdminHTTP(http.HandlerFunc(s.serveBackup)), peer))
 	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s},
 		append(s.handlerOptions(), connect.WithInterceptors(s.requireAdmin()))...)
 	mux.Handle(adminPath, s.authenticate(limitBody(adminHandler, s.cfg.MaxBodyBytes), peer))
@@ -95,7 +95,7 @@ func (s *Server) handler(peer bool) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return admission.WithCallerAddr(s.protectDashboard(mux, peer), peer)
+	return admission.WithCallerAddr(s.httpAuth().ProtectDashboard(mux, peer), peer)
 }
 
 // maxConcurrentSnapshots bounds the dashboard snapshots built at once; one
