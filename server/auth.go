@@ -48,7 +48,7 @@ func (s *Server) forwardPrincipal(ctx context.Context, h http.Header) {
 	}
 }
 
-// principal returns the caller of ctx's request, ErrUnauthenticated if
+// principal returns the caller of ctx's request, security.ErrUnauthenticated if
 // authentication failed, and security.Anonymous while auth is off.
 func (s *Server) principal(ctx context.Context) (Principal, error) {
 	if s.sec.Policy() == nil {
@@ -56,7 +56,7 @@ func (s *Server) principal(ctx context.Context) (Principal, error) {
 	}
 	res, ok := admission.AuthOf(ctx)
 	if !ok {
-		return Principal{}, fmt.Errorf("%w: request did not pass authentication", ErrUnauthenticated)
+		return Principal{}, fmt.Errorf("%w: request did not pass authentication", security.ErrUnauthenticated)
 	}
 	return res.Principal, res.Err
 }

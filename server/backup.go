@@ -97,10 +97,10 @@ type RestoreConfig struct {
 // without a StartFloor.
 var ErrRestoreStartFloor = errors.New("a member of a cluster of several needs a start floor, the same for every member")
 
-// ErrRestoreTarget is returned by RestoreBackup for a data directory that
+// errRestoreTarget is returned by RestoreBackup for a data directory that
 // already holds raft state: a restore starts a new cluster, it never
 // overwrites one.
-var ErrRestoreTarget = errors.New("the data directory already holds raft state")
+var errRestoreTarget = errors.New("the data directory already holds raft state")
 
 // withDefaults returns c with its zero fields set to their defaults.
 func (c RestoreConfig) withDefaults() RestoreConfig {
@@ -168,7 +168,7 @@ func RestoreBackup(cfg RestoreConfig, backup io.Reader) (uint64, error) {
 		return 0, fmt.Errorf("read raft state: %w", err)
 	}
 	if existing {
-		return 0, fmt.Errorf("restore into %s: %w", cfg.DataDir, ErrRestoreTarget)
+		return 0, fmt.Errorf("restore into %s: %w", cfg.DataDir, errRestoreTarget)
 	}
 	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(cfg.RaftAddress)}}}
 	if len(cfg.InitialCluster) > 0 {

@@ -84,8 +84,8 @@ func TestBackupRestoreTokens(t *testing.T) {
 	if start != at+bump {
 		t.Errorf("restored at %d, want %d+%d", start, at, bump)
 	}
-	if _, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddress: raftAddr}, bytes.NewReader(backup.Bytes())); !errors.Is(err, ErrRestoreTarget) {
-		t.Errorf("restore over a restored directory: %v, want ErrRestoreTarget", err)
+	if _, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddress: raftAddr}, bytes.NewReader(backup.Bytes())); !errors.Is(err, errRestoreTarget) {
+		t.Errorf("restore over a restored directory: %v, want errRestoreTarget", err)
 	}
 
 	restored := newTestServer(t, Config{DataDir: dir, NodeID: "r1", RaftListen: raftAddr})

@@ -87,8 +87,8 @@ type Config struct {
 	MaxLeasesPerOwner, MaxWaitersPerOwner int
 	// MaxWaiters caps the acquisitions waiting in line on this server, in
 	// all; more are refused with resource_exhausted naming max-waiters.
-	// A waiting acquisition costs about WaiterCost of memory (its handler
-	// goroutine, its HTTP/2 stream and its timer). Default: enough for an
+	// A waiting acquisition costs about 40 KiB of memory (waiterCost: its
+	// handler goroutine, its HTTP/2 stream and its timer). Default: enough for an
 	// eighth of the machine's memory (GOMEMLIMIT's, when set lower), at
 	// least 1,000 (defaultMaxWaiters).
 	MaxWaiters int
@@ -427,11 +427,11 @@ func (c Config) httpLimits() httplimit.Limits {
 		IdleTimeout: c.IdleTimeout, BodyTimeout: c.BodyReadTimeout, MaxConns: c.MaxConns, MaxConnsPerClient: c.MaxConnsPerClient}
 }
 
-// WaiterCost is the memory one waiting acquisition holds over HTTP/2: its
+// waiterCost is the memory one waiting acquisition holds over HTTP/2: its
 // handler's goroutine and stack, the stream's buffers and state, and its
 // timers. TestAbuseProbe in cmd/fenced measures 25 to 32 KiB of resident
 // memory per waiter; the rest is room for the garbage collector's headroom.
-const WaiterCost = 40 << 10
+const waiterCost = 40 << 10
 
 // defaultMaxWaiters is Config.MaxWaiters' default: as many waiters as fit
 // in an eighth of the memory (GOMEMLIMIT, or the machine's when lower or
@@ -444,7 +444,7 @@ func defaultMaxWaiters() int {
 	if mem == 0 {
 		return 10_000
 	}
-	return int(max(1_000, min(mem/8/WaiterCost, 1<<30)))
+	return int(max(1_000, min(mem/8/waiterCost, 1<<30)))
 }
 
 func setDefault[T comparable](p *T, def T) {

@@ -48,9 +48,6 @@ func ParsePolicy(b []byte) (*Policy, error) { return security.ParsePolicy(b) }
 // HashSecret returns what an auth file stores for a bearer token secret.
 func HashSecret(secret string) string { return security.HashSecret(secret) }
 
-// ErrUnauthenticated matches the errors of Policy.Authenticate.
-var ErrUnauthenticated = security.ErrUnauthenticated
-
 // Reload re-reads the TLS certificate files of the API and the peer port,
 // the auth file and the signing key file (fenced does on SIGHUP). New handshakes and requests use them; a file that fails to
 // load keeps its old contents, and the error says which.
