@@ -65,7 +65,7 @@ func TestFloorServer(t *testing.T) {
 	case "connect-http1", "connect-h2c", "connect-h2c-buf":
 		// connect-go gzips every response to a client that accepts gzip,
 		// as its clients do by default; fenced compresses nothing below
-		// 64 KiB (server/service.go) and grpc-go compresses nothing
+		// 64 KiB (server/api.go) and grpc-go compresses nothing
 		// unless asked.
 		noGzip := connect.WithCompressMinBytes(64 << 10)
 		mux := http.NewServeMux()

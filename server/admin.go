@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/hashicorp/raft"
@@ -210,7 +211,7 @@ func validateMember(id, addr string) error {
 	if id == "" {
 		return apierr.Invalidf("id is required")
 	}
-	if err := validateText("id", id); err != nil {
+	if err := api.ValidateText("id", id); err != nil {
 		return err
 	}
 	host, port, err := net.SplitHostPort(addr)

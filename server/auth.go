@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/fencedio/fenced/server/internal/security"
@@ -143,7 +144,7 @@ func (s *Server) leaseOwner(key, id string) (string, bool) {
 // owner it may record in place of the owner it asked for (see
 // acquireOwner).
 func (s *Server) authorizeAcquire(ctx context.Context, key, owner string) (string, error) {
-	if err := validateKey(key); err != nil {
+	if err := api.ValidateKey(key); err != nil {
 		return "", err
 	}
 	p, err := s.authorize(ctx, PermAcquire, key)
@@ -156,7 +157,7 @@ func (s *Server) authorizeAcquire(ctx context.Context, key, owner string) (strin
 // authorizeRenew checks that the caller may renew or release lease id of
 // key.
 func (s *Server) authorizeRenew(ctx context.Context, key, id string) error {
-	if err := validateKey(key); err != nil {
+	if err := api.ValidateKey(key); err != nil {
 		return err
 	}
 	p, err := s.authorize(ctx, PermRenew, key)

@@ -17,6 +17,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testpki"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/security"
 )
 
@@ -529,7 +530,7 @@ type spoofRT struct{ token, principal string }
 func (s spoofRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set(security.ForwardedPrincipalHeader, s.principal)
-	r.Header.Set(forwardedHeader, "n9")
+	r.Header.Set(api.ForwardedHeader, "n9")
 	if s.token != "" {
 		r.Header.Set("Authorization", "Bearer "+s.token)
 	}

@@ -15,6 +15,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
@@ -159,9 +160,9 @@ func TestCallAtANewLeaderWaitsUntilItServes(t *testing.T) {
 	s.setLeading(true) // raft's word that this node leads, as watchLeadership passes it on
 	s.leaderMu.Unlock()
 
-	r := s.leaseService().(*routedService)
+	r := s.leaseService()
 	req := connect.NewRequest(&fencedv1.AcquireRequest{Key: "k", Owner: "w", TtlMs: 60_000, WaitMs: 5_000})
-	req.Header().Set(forwardedHeader, "n9")
+	req.Header().Set(api.ForwardedHeader, "n9")
 	done := make(chan error, 1)
 	go func() {
 		_, err := r.Acquire(ctx, req)

@@ -8,6 +8,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/dashboard"
 )
 
@@ -63,7 +64,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	prefix := r.URL.Query().Get("prefix")
 	if prefix != "" {
-		if err := validateKey(prefix); err != nil {
+		if err := api.ValidateKey(prefix); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -109,7 +110,7 @@ func (s *Server) buildSnapshot(ctx context.Context, prefix string) (snapJSON []b
 	remaining := s.expirer.RemainingOf(leases, s.expirer.Now())
 	wire := make([]*fencedv1.Lease, len(leases))
 	for i, l := range leases {
-		wire[i] = wireLease(l, remaining[i], publicView)
+		wire[i] = api.WireLease(l, remaining[i], api.PublicView)
 	}
 	revision = view.Applied()
 	return dashboard.SnapshotJSON(revision, wire), revision, true
@@ -118,5 +119,5 @@ func (s *Server) buildSnapshot(ctx context.Context, prefix string) (snapJSON []b
 // dashboardFrame is the dashboard's "lease" frame of ev, with the lease's
 // remaining time as this node knows it.
 func (s *Server) dashboardFrame(ev lease.Event) []byte {
-	return dashboard.LeaseFrame(ev, s.currentLease(ev.Lease, publicView))
+	return dashboard.LeaseFrame(ev, s.currentLease(ev.Lease, api.PublicView))
 }

@@ -51,8 +51,8 @@
 //     refuses every vote. Peers of another cluster (different cluster IDs)
 //     are refused on every peer connection (internal/peers/identity.go).
 //   - Bad input is refused with invalid_argument and changes nothing
-//     (validate.go); domain errors are mapped to Connect codes in one place
-//     (apierr.Connect).
+//     (internal/api/validate.go); domain errors are mapped to Connect
+//     codes in one place (apierr.Connect).
 //
 // Non-guarantees:
 //   - A lease may outlive its holder's last renewal by more than its TTL:
@@ -87,10 +87,10 @@
 // apply.go the write path and what every node keeps beside the state
 // machine; leases.go the lease operations in domain terms (the Go API);
 // internal/expiry, internal/waiters, contact.go: deadlines, wait queues
-// and quorum contact; cluster.go membership. The API side: service.go the
-// Connect handlers (lease API and Revoke), routed.go and
-// forward.go where each call is served, validate.go the input rules, wire.go
-// a lease's wire form, auth.go and
+// and quorum contact; cluster.go membership. The API side: api.go mounts
+// internal/api's Connect handlers (lease API and Revoke) on the node,
+// forward.go reaches the leader for the calls it serves, validate.go the
+// node's bounds of an acquisition and of request bodies, auth.go and
 // security.go authentication, authorization and signing, httpserver.go and
 // dashboard.go the HTTP server and dashboard, catchup.go when streams may
 // start after a restart.
@@ -110,5 +110,6 @@
 // stream; internal/apierr, the domain errors and their one mapping to
 // Connect codes; internal/expiry, the leader's lease deadlines and when
 // leases are due; internal/waiters, the lines of acquisitions waiting for
-// held keys and the handover of a freed key to the first.
+// held keys and the handover of a freed key to the first; internal/api, the
+// lease API's Connect handlers, the input rules and a lease's wire form.
 package server

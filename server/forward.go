@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/hashicorp/raft"
@@ -27,9 +28,6 @@ import (
 // forward to waits up to 2 heartbeat timeouts for one, then answers
 // unavailable. A call that was forwarded once is never forwarded again, so
 // calls cannot loop while nodes disagree about who leads.
-
-// forwardedHeader marks a call forwarded by another node.
-const forwardedHeader = "Fenced-Forwarded-By"
 
 // forwarder holds the clients of the leader's API, by raft address.
 type forwarder struct {
@@ -168,7 +166,7 @@ func (f *forwarder) leaderFor(ctx context.Context, h http.Header, here bool) (st
 	if here {
 		return "", nil
 	}
-	if h.Get(forwardedHeader) != "" {
+	if h.Get(api.ForwardedHeader) != "" {
 		return "", apierr.Connect(apierr.ErrNotReady)
 	}
 	addr, err := f.leaderAddr(ctx)

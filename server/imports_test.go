@@ -23,6 +23,7 @@ var layers = [][]string{
 		"server/internal/expiry", "server/internal/waiters"},
 	{"server/internal/peers", "server/internal/dashboard", "server/internal/admission"},
 	{"server/internal/apierr"},
+	{"server/internal/api"},
 	{"server"},
 }
 

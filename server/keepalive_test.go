@@ -10,7 +10,6 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/internal/testutil"
-	"github.com/fencedio/fenced/server/internal/leadercheck"
 )
 
 // acquireKeys acquires n keys "ka/<i>" and returns their lease IDs.
@@ -82,57 +81,6 @@ func checkKeepAliveAnswer(t *testing.T, ids []string, i int, resp *fencedv1.Keep
 	}
 	if resp.GetErrorCode() != "" || resp.GetLease().GetKey() != key || resp.GetLease().GetLeaseId() != ids[i%len(ids)] {
 		t.Fatalf("answer %d: %v, want the renewed lease of %s", i, resp, key)
-	}
-}
-
-// Renewals that arrive while earlier ones wait for their confirmation are
-// confirmed together: 99 renewals read while the first waits take one
-// more confirmation round, not 99. The requests are handed to the
-// answering loop directly, so what "arrived meanwhile" is exact rather
-// than a race between the client's sends and the server's reads.
-func TestKeepAliveBatchesWhatArrivedMeanwhile(t *testing.T) {
-	s, base := serveAPI(t, Config{})
-	ids := acquireKeys(t, newH2CCaller(base, ""), 10)
-
-	var rounds atomic.Int64
-	waiting, gate := make(chan struct{}), make(chan struct{})
-	s.leader = &leadercheck.Check{Verify: func() error {
-		if rounds.Add(1) == 1 {
-			close(waiting)
-			<-gate
-		}
-		return s.verifyLeader()
-	}}
-
-	const n = 100
-	reqs := make(chan *fencedv1.KeepAliveRequest, n)
-	var answers []*fencedv1.KeepAliveResponse
-	done := make(chan error, 1)
-	r := s.leaseService().(*routedService)
-	go func() {
-		done <- r.answerKeepAlives(context.Background(), func(resp *fencedv1.KeepAliveResponse) error {
-			answers = append(answers, resp)
-			return nil
-		}, reqs)
-	}()
-	reqs <- keepAliveRequest(ids, 0)
-	<-waiting
-	for i := 1; i < n; i++ {
-		reqs <- keepAliveRequest(ids, i)
-	}
-	close(reqs)
-	close(gate)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if len(answers) != n {
-		t.Fatalf("%d answers to %d renewals", len(answers), n)
-	}
-	for i, resp := range answers {
-		checkKeepAliveAnswer(t, ids, i, resp)
-	}
-	if r := rounds.Load(); r != 2 {
-		t.Fatalf("%d confirmation rounds for 1 renewal and 99 that arrived while it waited; want 2", r)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/expiry"
 	"github.com/fencedio/fenced/server/internal/waiters"
@@ -199,33 +200,26 @@ func (s *Server) refreshHeld(key string, err error) error {
 // Renew extends lease id of key by its TTL. It is not written to the log:
 // the leader confirms it still leads, then moves the deadline.
 func (s *Server) Renew(ctx context.Context, key, id string) (lease.Lease, error) {
-	b := [1]renewal{{key: key, id: id}}
+	b := [1]api.Renewal{{Key: key, ID: id}}
 	s.renewBatch(ctx, b[:])
-	return b[0].lease, b[0].err
-}
-
-// renewal is one renewal of a batch: what to renew, then the outcome.
-type renewal struct {
-	key, id string
-	lease   lease.Lease
-	err     error // set before renewBatch: not renewed, this is the outcome
+	return b[0].Lease, b[0].Err
 }
 
 // renewBatch makes the renewals of b that have no error yet, behind one
 // leadership confirmation. Every renewal of b has arrived when it is
 // called, so the confirmation, which starts after the call, covers each
 // of them as if it had been confirmed alone.
-func (s *Server) renewBatch(ctx context.Context, b []renewal) {
+func (s *Server) renewBatch(ctx context.Context, b []api.Renewal) {
 	pending := 0
 	for i := range b {
 		r := &b[i]
-		if r.err == nil {
-			r.err = validateKey(r.key)
+		if r.Err == nil {
+			r.Err = api.ValidateKey(r.Key)
 		}
-		if r.err == nil {
-			r.err = validateID(r.id)
+		if r.Err == nil {
+			r.Err = api.ValidateID(r.ID)
 		}
-		if r.err == nil {
+		if r.Err == nil {
 			pending++
 		}
 	}
@@ -236,8 +230,8 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 	start := s.expirer.Now()
 	if err := s.confirmRenewals(ctx, term); err != nil {
 		for i := range b {
-			if b[i].err == nil {
-				b[i].err = err
+			if b[i].Err == nil {
+				b[i].Err = err
 			}
 		}
 		return
@@ -245,21 +239,21 @@ func (s *Server) renewBatch(ctx context.Context, b []renewal) {
 	debug := s.log.Enabled(ctx, slog.LevelDebug)
 	for i := range b {
 		r := &b[i]
-		if r.err != nil {
+		if r.Err != nil {
 			continue
 		}
 		// The deadline counts from before the leadership check: a renewal
 		// never outlives what the confirmed leadership covers. It counts
 		// only in the term confirmed.
-		l, err := s.expirer.Renew(r.key, r.id, start, term)
+		l, err := s.expirer.Renew(r.Key, r.ID, start, term)
 		if errors.Is(err, expiry.ErrOtherTerm) {
 			err = apierr.ErrNotReady
 		}
 		if err != nil {
-			r.err = apierr.DescribeNotHeld(err, r.key, r.id)
+			r.Err = apierr.DescribeNotHeld(err, r.Key, r.ID)
 			continue
 		}
-		r.lease = l
+		r.Lease = l
 		if debug {
 			s.log.Debug("lease renewed", "scope", l.Key, "owner", l.Owner, "lease_id", idFingerprint(l.ID), "token", l.Token)
 		}
@@ -286,10 +280,10 @@ func (s *Server) confirmRenewals(ctx context.Context, term uint64) error {
 
 // Release ends lease id of key.
 func (s *Server) Release(ctx context.Context, key, id string) error {
-	if err := validateKey(key); err != nil {
+	if err := api.ValidateKey(key); err != nil {
 		return err
 	}
-	if err := validateID(id); err != nil {
+	if err := api.ValidateID(id); err != nil {
 		return err
 	}
 	if !s.Ready() {
@@ -325,7 +319,7 @@ func (s *Server) Release(ctx context.Context, key, id string) error {
 // and the holder's next renewal finds its lease gone. lease.ErrNotHeld when
 // key is free.
 func (s *Server) Revoke(ctx context.Context, key, by string) (lease.Lease, error) {
-	if err := validateKey(key); err != nil {
+	if err := api.ValidateKey(key); err != nil {
 		return lease.Lease{}, err
 	}
 	if !s.Ready() {

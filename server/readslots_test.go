@@ -16,20 +16,24 @@ import (
 // does, instead of running beside the others.
 func TestListWaitsForReadSlot(t *testing.T) {
 	s := newTestServer(t, Config{})
-	v := &service{s}
+	v := s.leaseService()
+	// A stale read: served here, without a leadership check first.
+	list := func(ctx context.Context) error {
+		req := connect.NewRequest(&fencedv1.ListRequest{})
+		req.Header().Set("Fenced-Stale-Read", "true")
+		_, err := v.List(ctx, req)
+		return err
+	}
 	giveBack := s.reads.Seize()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		_, err := v.List(ctx, connect.NewRequest(&fencedv1.ListRequest{}))
-		done <- err
-	}()
+	go func() { done <- list(ctx) }()
 	cancel()
 	if err := <-done; connect.CodeOf(err) != connect.CodeCanceled {
 		t.Fatalf("List with every read slot taken, caller gone: %v, want canceled", err)
 	}
 	giveBack()
-	if _, err := v.List(context.Background(), connect.NewRequest(&fencedv1.ListRequest{})); err != nil {
+	if err := list(context.Background()); err != nil {
 		t.Fatalf("List with free slots: %v", err)
 	}
 	if free, total := s.reads.Free(); free != total {

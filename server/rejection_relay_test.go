@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/rejections"
 )
 
@@ -19,7 +20,7 @@ type relayRT struct{ token string }
 func (s relayRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set(rejections.RelayHeader, "true")
-	r.Header.Set(forwardedHeader, "n9")
+	r.Header.Set(api.ForwardedHeader, "n9")
 	if s.token != "" {
 		r.Header.Set("Authorization", "Bearer "+s.token)
 	}

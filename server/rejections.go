@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/rejections"
@@ -58,16 +59,16 @@ func (s *Server) resolveGrant(key string, token uint64) (rejections.Grant, bool)
 // wireRules are the wire contract's rules for the fields of a report.
 type wireRules struct{}
 
-func (wireRules) Key(key string) error                     { return validateKey(key) }
-func (wireRules) Owner(owner string) error                 { return validateOwner(owner) }
-func (wireRules) Text(field, s string) error               { return validateText(field, s) }
+func (wireRules) Key(key string) error                     { return api.ValidateKey(key) }
+func (wireRules) Owner(owner string) error                 { return api.ValidateOwner(owner) }
+func (wireRules) Text(field, s string) error               { return api.ValidateText(field, s) }
 func (wireRules) Invalid(format string, args ...any) error { return apierr.Invalidf(format, args...) }
 
 // rejectedEvent is the Watch event of a recorded rejection: the refused
 // epoch as its lease, and the rejection.
 func rejectedEvent(e *fencedv1.Rejection, revision uint64) *fencedv1.Event {
 	return &fencedv1.Event{Type: fencedv1.Event_REJECTED, Revision: revision, Rejection: e,
-		Lease: wireLease(lease.Lease{Key: e.Scope, Owner: e.PresentedOwner, Token: e.PresentedToken}, 0, publicView)}
+		Lease: api.WireLease(lease.Lease{Key: e.Scope, Owner: e.PresentedOwner, Token: e.PresentedToken}, 0, api.PublicView)}
 }
 
 // relayLeader is the leader as the relay sees it, through the forwarder.
@@ -79,7 +80,7 @@ func (l relayLeader) Addr(ctx context.Context) (string, error) { return l.f.lead
 
 // Watch opens req at addr as a call this node forwards.
 func (l relayLeader) Watch(ctx context.Context, addr string, req *connect.Request[fencedv1.WatchRequest]) (*connect.ServerStreamForClient[fencedv1.WatchResponse], error) {
-	req.Header().Set(forwardedHeader, l.f.s.cfg.NodeID)
+	req.Header().Set(api.ForwardedHeader, l.f.s.cfg.NodeID)
 	return l.f.client(addr).Watch(ctx, req)
 }
 

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/hashicorp/raft"
@@ -25,7 +26,7 @@ var _ fencedv1connect.RejectionServiceHandler = (*rejectionService)(nil)
 // this node serves the call itself.
 func (v *rejectionService) leader(ctx context.Context, h http.Header) fencedv1connect.RejectionServiceClient {
 	s := v.s
-	if h.Get(forwardedHeader) != "" || s.raft.State() == raft.Leader {
+	if h.Get(api.ForwardedHeader) != "" || s.raft.State() == raft.Leader {
 		return nil
 	}
 	addr, err := s.forward.leaderAddr(ctx)
@@ -68,7 +69,7 @@ func (v *rejectionService) ReportRejections(ctx context.Context, req *connect.Re
 func (v *rejectionService) ListRejections(ctx context.Context, req *connect.Request[fencedv1.ListRejectionsRequest]) (*connect.Response[fencedv1.ListRejectionsResponse], error) {
 	prefix := req.Msg.GetPrefix()
 	if prefix != "" {
-		if err := validateKey(prefix); err != nil {
+		if err := api.ValidateKey(prefix); err != nil {
 			return nil, apierr.Connect(err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/rejections"
 )
 
@@ -42,7 +43,7 @@ func TestReportRejectionsInvalid(t *testing.T) {
 		"control in scope":      {good, {Scope: "a\x01", PresentedToken: 3, HighestToken: 4}},
 		"presented 0":           {good, {Scope: "a/1", HighestToken: 4}},
 		"presented not below":   {good, {Scope: "a/1", PresentedToken: 4, HighestToken: 4}},
-		"owner too long":        {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Owner: strings.Repeat("o", MaxOwnerBytes+1)}},
+		"owner too long":        {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Owner: strings.Repeat("o", api.MaxOwnerBytes+1)}},
 		"resource too long":     {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Resource: strings.Repeat("r", rejections.MaxResourceBytes+1)}},
 		"resource with newline": {good, {Scope: "a/1", PresentedToken: 3, HighestToken: 4, Resource: "r\n"}},
 		"too many":              many,

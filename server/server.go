@@ -18,6 +18,7 @@ import (
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/contact"
 	"github.com/fencedio/fenced/server/internal/expiry"
@@ -162,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 
 		clientLeases: admission.NewLeases(),
 		calls:        admission.NewCallSlots(cfg.MaxCallsPerClient),
-		hub:          fanout.NewHub(cfg.WatchHistory, cfg.WatchBuffer, eventToProto),
+		hub:          fanout.NewHub(cfg.WatchHistory, cfg.WatchBuffer, api.EventToProto),
 
 		raftDown: make(chan struct{}),
 		caughtUp: make(chan struct{}),

@@ -15,6 +15,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/api"
 )
 
 // serveTest serves s on a loopback port and returns its base URL.
@@ -119,7 +120,7 @@ func TestStalledWatcherIsCutOff(t *testing.T) {
 	s := newTestServer(t, Config{StreamWriteTimeout: 200 * time.Millisecond, WatchHistory: 4096})
 	base := serveTest(t, s)
 	// Large events, so that a socket nobody reads fills up quickly.
-	owner := strings.Repeat("o", MaxOwnerBytes)
+	owner := strings.Repeat("o", api.MaxOwnerBytes)
 	n := 0
 	churn := func(count int) {
 		var waits []func() (lease.Result, error)

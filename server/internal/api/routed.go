@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -10,38 +10,33 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/failpoint"
-	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 )
 
 // routedService serves the lease API on any node: locally on the leader,
-// by forwarding elsewhere (see forward.go).
+// by forwarding elsewhere (the node's Forwarding).
 type routedService struct {
 	local *service
-	s     *Server
+	*Deps
 }
 
 var _ fencedv1connect.LeaseServiceHandler = (*routedService)(nil)
-
-func (s *Server) leaseService() fencedv1connect.LeaseServiceHandler {
-	return &routedService{local: &service{s: s}, s: s}
-}
 
 // routeCall serves one call where it belongs. leader returns a client of
 // the leader's service, or ok false when this node serves the call itself
 // (local). A call this node failed because it does not, or no longer,
 // lead goes to the leader instead (retryAtLeader), up to 3 tries in all.
-func routeCall[C, Req, Resp any](ctx context.Context, s *Server, req *connect.Request[Req],
+func routeCall[C, Req, Resp any](ctx context.Context, d *Deps, req *connect.Request[Req],
 	leader func(context.Context, http.Header) (rpc C, ok bool, err error),
 	remote func(C, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 	local func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
-	return routeTries(ctx, s, req, leader, remote,
+	return routeTries(ctx, d, req, leader, remote,
 		func(ctx context.Context, req *connect.Request[Req]) (*connect.Response[Resp], *connect.Request[Req], error) {
 			resp, err := local(ctx, req)
-			if s.retryAtLeader(err, req.Header()) {
+			if d.retryAtLeader(err, req.Header()) {
 				return resp, req, err
 			}
 			return resp, nil, err
@@ -52,7 +47,7 @@ func routeCall[C, Req, Resp any](ctx context.Context, s *Server, req *connect.Re
 // routeTries is routeCall's loop. local returns, with its answer, the
 // request to send the leader instead, or nil when its answer stands;
 // answer sees every answer with the number of tries before it.
-func routeTries[C, Req, Resp any](ctx context.Context, s *Server, req *connect.Request[Req],
+func routeTries[C, Req, Resp any](ctx context.Context, d *Deps, req *connect.Request[Req],
 	leader func(context.Context, http.Header) (rpc C, ok bool, err error),
 	remote func(C, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 	local func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], *connect.Request[Req], error),
@@ -64,9 +59,14 @@ func routeTries[C, Req, Resp any](ctx context.Context, s *Server, req *connect.R
 			return nil, answer(err, try)
 		}
 		if ok {
-			resp, err := forwardCall(s.forward, ctx, func(ctx context.Context) (*connect.Response[Resp], error) {
-				return remote(rpc, ctx, forwarded(ctx, s, req.Msg))
+			var resp *connect.Response[Resp]
+			err := d.Forward.Forward(ctx, func(ctx context.Context) (err error) {
+				resp, err = remote(rpc, ctx, forwarded(ctx, d, req.Msg))
+				return err
 			})
+			if err != nil {
+				resp = nil
+			}
 			return resp, answer(err, try)
 		}
 		resp, next, err := local(ctx, req)
@@ -81,22 +81,22 @@ func routeTries[C, Req, Resp any](ctx context.Context, s *Server, req *connect.R
 // route decides where a lease call goes: ok is false when this node
 // serves it.
 func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1connect.LeaseServiceClient, bool, error) {
-	if r.s.Ready() {
+	if r.Leader.Ready() {
 		return nil, false, nil
 	}
-	if h.Get(forwardedHeader) != "" {
+	if h.Get(ForwardedHeader) != "" {
 		// Forwarded here by a node that took this one for the leader.
-		if r.s.raft.State() == raft.Leader {
-			r.s.awaitServing(ctx) // then served here, refused if this node still does not serve
+		if r.Leader.Leading() {
+			r.Leader.AwaitServing(ctx) // then served here, refused if this node still does not serve
 			return nil, false, nil
 		}
 		return nil, false, apierr.Connect(apierr.ErrNotReady)
 	}
-	if r.s.raft.State() == raft.Leader {
-		r.s.awaitServing(ctx)
+	if r.Leader.Leading() {
+		r.Leader.AwaitServing(ctx)
 		return nil, false, nil
 	}
-	rpc, err := r.s.forward.leader(ctx)
+	rpc, err := r.Forward.LeaseLeader(ctx)
 	if err != nil {
 		return nil, false, apierr.Connect(err)
 	}
@@ -106,8 +106,8 @@ func (r *routedService) route(ctx context.Context, h http.Header) (fencedv1conne
 // retryAtLeader reports whether a call the local node failed may be sent to the
 // leader instead: it certainly did not take effect here, because this node
 // was not (or no longer) the leader when it tried.
-func (s *Server) retryAtLeader(err error, h http.Header) bool {
-	if err == nil || h.Get(forwardedHeader) != "" || s.raft.State() == raft.Leader {
+func (d *Deps) retryAtLeader(err error, h http.Header) bool {
+	if err == nil || h.Get(ForwardedHeader) != "" || d.Leader.Leading() {
 		return false
 	}
 	return errors.Is(err, apierr.ErrNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, apierr.ErrDeposed)
@@ -116,11 +116,9 @@ func (s *Server) retryAtLeader(err error, h http.Header) bool {
 // forwarded is the request this node sends the leader for a call whose
 // context is ctx: it names this node and, with auth on, the principal the
 // caller authenticated as here (the leader authorizes it).
-func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T] {
+func forwarded[T any](ctx context.Context, d *Deps, msg *T) *connect.Request[T] {
 	req := connect.NewRequest(msg)
-	req.Header().Set(forwardedHeader, s.cfg.NodeID)
-	s.forwardPrincipal(ctx, req.Header())
-	admission.ForwardClient(ctx, req.Header())
+	d.Forward.Name(ctx, req.Header())
 	return req
 }
 
@@ -130,11 +128,11 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 	start := time.Now()
 	owner := req.Msg.GetOwner()
 	local := func(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], *connect.Request[fencedv1.AcquireRequest], error) {
-		lctx, done := r.s.whileLeading(ctx)
+		lctx, done := r.Leader.WhileLeading(ctx)
 		resp, err := r.local.Acquire(lctx, req)
 		deposed := errors.Is(context.Cause(lctx), apierr.ErrDeposed)
 		done()
-		if err == nil || !(deposed || r.s.retryAtLeader(err, req.Header())) || req.Header().Get(forwardedHeader) != "" {
+		if err == nil || !(deposed || r.retryAtLeader(err, req.Header())) || req.Header().Get(ForwardedHeader) != "" {
 			return resp, nil, err
 		}
 		// This node stopped leading while the caller waited: go on waiting
@@ -145,7 +143,7 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 		}
 		return resp, connect.NewRequest(msg), err
 	}
-	return routeTries(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Acquire, local,
+	return routeTries(ctx, r.Deps, req, r.route, fencedv1connect.LeaseServiceClient.Acquire, local,
 		func(err error, retries int) error { return retriedAcquireError(err, retries, owner) })
 }
 
@@ -183,14 +181,14 @@ func retriedAcquireError(err error, attempt int, owner string) error {
 }
 
 func (r *routedService) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
-	if failpoint.Enabled(failpoint.DeposedLeaderRenews) && r.s.everLed.Load() {
+	if failpoint.Enabled(failpoint.DeposedLeaderRenews) && r.Leader.EverLed() {
 		return r.local.Renew(ctx, req)
 	}
-	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Renew, r.local.Renew)
+	return routeCall(ctx, r.Deps, req, r.route, fencedv1connect.LeaseServiceClient.Renew, r.local.Renew)
 }
 
 func (r *routedService) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
-	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Release, r.local.Release)
+	return routeCall(ctx, r.Deps, req, r.route, fencedv1connect.LeaseServiceClient.Release, r.local.Release)
 }
 
 // Reads. Get and List are linearizable by default: the leader answers
@@ -208,17 +206,11 @@ const staleReadHeader = "Fenced-Stale-Read"
 
 func staleRead(h http.Header) bool { return h.Get(staleReadHeader) == "true" }
 
-// confirmRead confirms that this node still leads, after the read
-// arrived.
-func (s *Server) confirmRead(ctx context.Context) error {
-	return s.confirmTerm(ctx, s.readyTerm.Load())
-}
-
-// confirmed is local, answered only once confirmRead has confirmed that
+// confirmed is local, answered only once ConfirmRead has confirmed that
 // this node still leads.
-func confirmed[Req, Resp any](s *Server, local func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error) {
+func confirmed[Req, Resp any](d *Deps, local func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error)) func(context.Context, *connect.Request[Req]) (*connect.Response[Resp], error) {
 	return func(ctx context.Context, req *connect.Request[Req]) (*connect.Response[Resp], error) {
-		if err := s.confirmRead(ctx); err != nil {
+		if err := d.Leader.ConfirmRead(ctx); err != nil {
 			return nil, apierr.Connect(err)
 		}
 		return local(ctx, req)
@@ -226,21 +218,21 @@ func confirmed[Req, Resp any](s *Server, local func(context.Context, *connect.Re
 }
 
 func (r *routedService) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
-	if failpoint.Enabled(failpoint.FollowerLocalRead) && !r.s.Ready() {
+	if failpoint.Enabled(failpoint.FollowerLocalRead) && !r.Leader.Ready() {
 		// The mutant: a follower answers a linearizable Get from its own state.
-		return read(ctx, r.s, req.Msg, true, r.local.checkGet, r.local.get)
+		return read(ctx, r.Deps, req.Msg, true, r.local.checkGet, r.local.get)
 	}
 	if staleRead(req.Header()) {
-		return read(ctx, r.s, req.Msg, true, r.local.checkGet, r.local.get)
+		return read(ctx, r.Deps, req.Msg, true, r.local.checkGet, r.local.get)
 	}
-	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.Get, confirmed(r.s, r.local.Get))
+	return routeCall(ctx, r.Deps, req, r.route, fencedv1connect.LeaseServiceClient.Get, confirmed(r.Deps, r.local.Get))
 }
 
 func (r *routedService) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
 	if staleRead(req.Header()) {
-		return read(ctx, r.s, req.Msg, true, r.local.checkList, r.local.list)
+		return read(ctx, r.Deps, req.Msg, true, r.local.checkList, r.local.list)
 	}
-	return routeCall(ctx, r.s, req, r.route, fencedv1connect.LeaseServiceClient.List, confirmed(r.s, r.local.List))
+	return routeCall(ctx, r.Deps, req, r.route, fencedv1connect.LeaseServiceClient.List, confirmed(r.Deps, r.local.List))
 }
 
 // Watch is served by every node from its own applied transitions.
@@ -253,25 +245,21 @@ func (r *routedService) Watch(ctx context.Context, req *connect.Request[fencedv1
 // from other nodes with the principal authenticated here.
 type routedAdmin struct {
 	local *adminService
-	s     *Server
+	*Deps
 }
 
 var _ fencedv1connect.AdminServiceHandler = (*routedAdmin)(nil)
 
-func (s *Server) adminService() fencedv1connect.AdminServiceHandler {
-	return &routedAdmin{local: &adminService{s: s}, s: s}
-}
-
 // leader returns a client of the leader's AdminService, or ok false when
 // this node serves the call itself.
 func (r *routedAdmin) leader(ctx context.Context, h http.Header) (fencedv1connect.AdminServiceClient, bool, error) {
-	addr, err := r.s.forward.leaderFor(ctx, h, r.s.Ready() || r.s.raft.State() == raft.Leader)
-	if err != nil || addr == "" {
+	rpc, err := r.Forward.AdminLeader(ctx, h, r.Leader.Ready() || r.Leader.Leading())
+	if err != nil || rpc == nil {
 		return nil, false, err
 	}
-	return r.s.forward.adminClient(addr), true, nil
+	return rpc, true, nil
 }
 
 func (r *routedAdmin) Revoke(ctx context.Context, req *connect.Request[fencedv1.RevokeRequest]) (*connect.Response[fencedv1.RevokeResponse], error) {
-	return routeCall(ctx, r.s, req, r.leader, fencedv1connect.AdminServiceClient.Revoke, r.local.Revoke)
+	return routeCall(ctx, r.Deps, req, r.leader, fencedv1connect.AdminServiceClient.Revoke, r.local.Revoke)
 }

@@ -1,10 +1,9 @@
-package server
+package api
 
 import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,58 +13,18 @@ import (
 	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/fanout"
-	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/rejections"
+	"github.com/fencedio/fenced/server/internal/security"
 	"github.com/fencedio/fenced/server/internal/streamwrite"
 )
 
 // service serves the lease API from this node's own state; routedService
 // decides, call by call, whether this node or the leader serves it.
-type service struct{ s *Server }
-
-func (s *Server) handlerOptions() []connect.HandlerOption {
-	return append(fanout.Codecs(s.hub),
-		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
-		// Lease messages are a few hundred bytes, and a List page of 100
-		// leases about 10 KiB: compressing them costs more CPU (a quarter
-		// of the server's, with clients looping List) than it saves on the
-		// wire. Only large Lists are compressed.
-		connect.WithCompressMinBytes(64<<10),
-		connect.WithInterceptors(s.observeRequests(), s.authInterceptor()),
-	)
-}
-
-// observeRequests records latency per method and counts results.
-func (s *Server) observeRequests() connect.Interceptor {
-	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			start := time.Now()
-			resp, err := next(ctx, req)
-			method := req.Spec().Procedure[strings.LastIndexByte(req.Spec().Procedure, '/')+1:]
-			s.metrics.requests.WithLabelValues(method).Observe(time.Since(start).Seconds())
-			return resp, err
-		}
-	})
-}
-
-func result(err error, ok string) string {
-	var held *lease.HeldError
-	switch {
-	case err == nil:
-		return ok
-	case errors.As(err, &held):
-		return "held"
-	case errors.Is(err, lease.ErrNotHeld):
-		return "not_found"
-	case errors.Is(err, apierr.ErrInvalid):
-		return "invalid"
-	}
-	return "error"
-}
+type service struct{ *Deps }
 
 func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
 	m := req.Msg
-	owner, err := v.s.authorizeAcquire(ctx, m.GetKey(), m.GetOwner())
+	owner, err := v.Auth.AuthorizeAcquire(ctx, m.GetKey(), m.GetOwner())
 	var (
 		l         lease.Lease
 		ttl, wait time.Duration
@@ -74,14 +33,13 @@ func (v *service) Acquire(ctx context.Context, req *connect.Request[fencedv1.Acq
 		ttl, wait, err = acquireTimes(m)
 	}
 	if err == nil {
-		l, err = v.s.Acquire(ctx, m.GetKey(), owner, ttl, wait)
+		l, err = v.Leases.Acquire(ctx, m.GetKey(), owner, ttl, wait)
 	}
-	v.s.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
-	v.s.metrics.countRefusal(err)
+	v.Counts.CountAcquisition(err)
 	if err != nil {
 		return nil, apierr.Connect(err)
 	}
-	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.s.currentLease(l, holderView), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
+	return connect.NewResponse(&fencedv1.AcquireResponse{Lease: v.currentLease(l, holderView), TokenSignature: v.Sign(l.Key, l.Token)}), nil
 }
 
 func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.RenewRequest]) (*connect.Response[fencedv1.RenewResponse], error) {
@@ -89,24 +47,24 @@ func (v *service) Renew(ctx context.Context, req *connect.Request[fencedv1.Renew
 	if err != nil {
 		return nil, apierr.Connect(err)
 	}
-	return connect.NewResponse(&fencedv1.RenewResponse{Lease: renewedLease(l), TokenSignature: v.s.signature(l.Key, l.Token)}), nil
+	return connect.NewResponse(&fencedv1.RenewResponse{Lease: renewedLease(l), TokenSignature: v.Sign(l.Key, l.Token)}), nil
 }
 
 // renew authorizes and makes one renewal, and counts it.
 func (v *service) renew(ctx context.Context, key, id string) (lease.Lease, error) {
-	b := [1]renewal{{key: key, id: id}}
+	b := [1]Renewal{{Key: key, ID: id}}
 	v.renewBatch(ctx, b[:])
-	return b[0].lease, b[0].err
+	return b[0].Lease, b[0].Err
 }
 
 // renewBatch authorizes and makes the renewals of b, and counts them.
-func (v *service) renewBatch(ctx context.Context, b []renewal) {
+func (v *service) renewBatch(ctx context.Context, b []Renewal) {
 	for i := range b {
-		b[i].err = v.s.authorizeRenew(ctx, b[i].key, b[i].id)
+		b[i].Err = v.Auth.AuthorizeRenew(ctx, b[i].Key, b[i].ID)
 	}
-	v.s.renewBatch(ctx, b)
+	v.Leases.RenewBatch(ctx, b)
 	for i := range b {
-		v.s.metrics.countRenewal(b[i].err)
+		v.Counts.CountRenewal(b[i].Err)
 	}
 }
 
@@ -118,17 +76,17 @@ func (v *service) keepAliveAnswer(l lease.Lease, err error) *fencedv1.KeepAliveR
 	if errors.As(apierr.Connect(err), &ce) {
 		resp.ErrorCode, resp.ErrorMessage = ce.Code().String(), ce.Message()
 	} else {
-		resp.Lease, resp.TokenSignature = renewedLease(l), v.s.signature(l.Key, l.Token)
+		resp.Lease, resp.TokenSignature = renewedLease(l), v.Sign(l.Key, l.Token)
 	}
 	return resp
 }
 
 func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.ReleaseRequest]) (*connect.Response[fencedv1.ReleaseResponse], error) {
-	err := v.s.authorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+	err := v.Auth.AuthorizeRenew(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	if err == nil {
-		err = v.s.Release(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
+		err = v.Leases.Release(ctx, req.Msg.GetKey(), req.Msg.GetLeaseId())
 	}
-	v.s.metrics.releases.WithLabelValues(result(err, "released")).Inc()
+	v.Counts.CountRelease(err)
 	if err != nil {
 		return nil, apierr.Connect(err)
 	}
@@ -136,21 +94,21 @@ func (v *service) Release(ctx context.Context, req *connect.Request[fencedv1.Rel
 }
 
 func (v *service) Get(ctx context.Context, req *connect.Request[fencedv1.GetRequest]) (*connect.Response[fencedv1.GetResponse], error) {
-	return read(ctx, v.s, req.Msg, false, v.checkGet, v.get)
+	return read(ctx, v.Deps, req.Msg, false, v.checkGet, v.get)
 }
 
 // read answers a read from this node's state once check passes; unless
 // stale, only while this node serves (it leads and its state is current).
-func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
+func read[Req, Resp any](ctx context.Context, d *Deps, req *Req, stale bool,
 	check func(context.Context, *Req) error, answer func(*Req) (*connect.Response[Resp], error),
 ) (*connect.Response[Resp], error) {
 	if err := check(ctx, req); err != nil {
 		return nil, err
 	}
-	if !stale && !s.Ready() {
+	if !stale && !d.Leader.Ready() {
 		return nil, apierr.Connect(apierr.ErrNotReady)
 	}
-	release, err := s.reads.Acquire(ctx)
+	release, err := d.Reads.Acquire(ctx)
 	if err != nil {
 		return nil, apierr.Connect(err)
 	}
@@ -160,36 +118,25 @@ func read[Req, Resp any](ctx context.Context, s *Server, req *Req, stale bool,
 
 // checkGet checks a Get's key and that the caller may read it.
 func (v *service) checkGet(ctx context.Context, req *fencedv1.GetRequest) error {
-	if err := validateKey(req.GetKey()); err != nil {
+	if err := ValidateKey(req.GetKey()); err != nil {
 		return apierr.Connect(err)
 	}
-	_, err := v.s.authorize(ctx, PermRead, req.GetKey())
+	_, err := v.Auth.Authorize(ctx, security.PermRead, req.GetKey())
 	return apierr.Connect(err)
 }
 
 // get answers a checked Get from this node's state, whatever its role.
 func (v *service) get(req *fencedv1.GetRequest) (*connect.Response[fencedv1.GetResponse], error) {
-	key := req.GetKey()
-	var (
-		l    lease.Lease
-		ok   bool
-		last uint64
-		rev  uint64
-	)
-	v.s.fsm.Read(func(st *lease.State) {
-		l, ok = st.Get(key)
-		last = st.LastToken(key)
-		rev = fsm.ReadRevision(st)
-	})
+	l, ok, last, rev := v.State.Get(req.GetKey())
 	resp := &fencedv1.GetResponse{LastToken: last, Revision: rev}
 	if ok {
-		resp.Lease = v.s.currentLease(l, publicView)
+		resp.Lease = v.currentLease(l, PublicView)
 	}
 	return connect.NewResponse(resp), nil
 }
 
 func (v *service) List(ctx context.Context, req *connect.Request[fencedv1.ListRequest]) (*connect.Response[fencedv1.ListResponse], error) {
-	return read(ctx, v.s, req.Msg, false, v.checkList, v.list)
+	return read(ctx, v.Deps, req.Msg, false, v.checkList, v.list)
 }
 
 // checkList checks a List's prefix and limit and that the caller may read
@@ -201,43 +148,41 @@ func (v *service) checkList(ctx context.Context, req *fencedv1.ListRequest) erro
 	if req.GetLimit() < 0 {
 		return apierr.Connect(apierr.Invalidf("limit %d is negative", req.GetLimit()))
 	}
-	_, err := v.s.authorize(ctx, PermRead, req.GetPrefix())
+	_, err := v.Auth.Authorize(ctx, security.PermRead, req.GetPrefix())
 	return apierr.Connect(err)
 }
 
 // list answers a checked List from this node's state, whatever its role.
 func (v *service) list(req *fencedv1.ListRequest) (*connect.Response[fencedv1.ListResponse], error) {
 	prefix, limit := req.GetPrefix(), int(req.GetLimit())
-	if limit == 0 || limit > v.s.cfg.ListLimit {
-		limit = v.s.cfg.ListLimit
+	if limit == 0 || limit > v.ListLimit {
+		limit = v.ListLimit
 	}
-	view := v.s.fsm.View()
-	leases := view.List(prefix, limit)
-	remaining := v.s.expirer.RemainingOf(leases, v.s.expirer.Now())
-	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases)), Revision: max(view.Applied(), 1)}
+	leases, remaining, applied := v.State.List(prefix, limit)
+	resp := &fencedv1.ListResponse{Leases: make([]*fencedv1.Lease, len(leases)), Revision: max(applied, 1)}
 	for i, l := range leases {
-		resp.Leases[i] = wireLease(l, remaining[i], publicView)
+		resp.Leases[i] = WireLease(l, remaining[i], PublicView)
 	}
 	return connect.NewResponse(resp), nil
 }
 
 func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse]) error {
 	if req.Header().Get(rejections.RelayHeader) != "" {
-		return v.s.serveRelay(ctx, stream) // another node, on the peer port
+		return v.ServeRelay(ctx, stream) // another node, on the peer port
 	}
 	prefix := req.Msg.GetPrefix()
 	if err := validatePrefix(prefix); err != nil {
 		return apierr.Connect(err)
 	}
-	if _, err := v.s.authorize(ctx, PermWatch, prefix); err != nil {
+	if _, err := v.Auth.Authorize(ctx, security.PermWatch, prefix); err != nil {
 		return apierr.Connect(err)
 	}
-	release, err := v.s.watchers.Acquire(admission.ClientIP(req.Peer().Addr))
+	release, err := v.Watchers.Acquire(admission.ClientIP(req.Peer().Addr))
 	if err != nil {
 		return apierr.Connect(err)
 	}
 	defer release()
-	if !v.s.awaitCatchUp(ctx) {
+	if !v.AwaitCatchUp(ctx) {
 		return nil
 	}
 	// Without after_revision the stream starts at the state this node has
@@ -245,17 +190,17 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	// dispatched to the watchers is not sent.
 	after := req.Msg.GetAfterRevision()
 	if after == 0 {
-		after = v.s.fsm.Revision()
+		after = v.State.Revision()
 	}
 	sendAll, resync := v.watchSenders(ctx, req, stream, &after)
 	if req.Msg.GetRejections() {
-		defer v.s.relay.Join()()
+		defer v.Relay.Join()()
 	}
-	sub, replay, complete := v.s.hub.Subscribe(prefix, after)
+	sub, replay, complete := v.Hub.Subscribe(prefix, after)
 	sub.WantRejections(req.Msg.GetRejections())
-	defer func() { v.s.hub.Unsubscribe(sub) }()
+	defer func() { v.Hub.Unsubscribe(sub) }()
 	if !complete {
-		after = v.s.fsm.Revision()
+		after = v.State.Revision()
 		if err := resync(); err != nil {
 			return err
 		}
@@ -281,8 +226,8 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			}
 			// The RESYNC's revision is the new start: the transitions
 			// up to it that are still undispatched are not sent after it.
-			after = v.s.fsm.Revision()
-			sub, _, _ = v.s.hub.Subscribe(prefix, after)
+			after = v.State.Revision()
+			sub, _, _ = v.Hub.Subscribe(prefix, after)
 			sub.WantRejections(req.Msg.GetRejections())
 			if err := resync(); err != nil {
 				return err
@@ -303,7 +248,7 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 	ctl := streamwrite.From(ctx)
 	sent := false // connect has sent the headers
 	send := func(m *fencedv1.WatchResponse, more bool) error {
-		ctl.BeforeSend(v.s.cfg.StreamWriteTimeout, more)
+		ctl.BeforeSend(v.StreamWriteTimeout, more)
 		sent = true
 		return stream.Send(m)
 	}
@@ -314,14 +259,14 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 	// write below connect, where the stream control allows it.
 	var writeFlush func([]byte) error
 	if ctl != nil {
-		writeFlush = func(b []byte) error { return ctl.WriteFlush(v.s.cfg.StreamWriteTimeout, b) }
+		writeFlush = func(b []byte) error { return ctl.WriteFlush(v.StreamWriteTimeout, b) }
 	}
 	batch := fanout.NewBatcher(req.Header().Get("Content-Type"), writeFlush)
 	// The events are taken once a fan-out slot is ours (internal/sharegate): under
 	// overload this watcher falls behind, and is shed with RESYNC past
 	// WatchBuffer events, rather than the write path slowing down.
 	sendAll = func(sub *fanout.Subscription, replay []*fanout.Event) error {
-		release, err := v.s.fanout.Acquire(ctx)
+		release, err := v.Fanout.Acquire(ctx)
 		if err != nil {
 			return nil // the stream is over: the loop below sees it
 		}
@@ -348,22 +293,22 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 
 // adminService serves the AdminService (Revoke) from this node; routedAdmin
 // decides where each call is served.
-type adminService struct{ s *Server }
+type adminService struct{ *Deps }
 
 var _ fencedv1connect.AdminServiceHandler = (*adminService)(nil)
 
 func (v *adminService) Revoke(ctx context.Context, req *connect.Request[fencedv1.RevokeRequest]) (*connect.Response[fencedv1.RevokeResponse], error) {
 	key := req.Msg.GetKey()
-	if err := validateKey(key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return nil, apierr.Connect(err)
 	}
-	p, err := v.s.authorize(ctx, PermAdmin, key)
+	p, err := v.Auth.Authorize(ctx, security.PermAdmin, key)
 	if err != nil {
 		return nil, apierr.Connect(err)
 	}
-	l, err := v.s.Revoke(ctx, key, p.Name)
+	l, err := v.Leases.Revoke(ctx, key, p.Name)
 	if err != nil {
 		return nil, apierr.Connect(err)
 	}
-	return connect.NewResponse(&fencedv1.RevokeResponse{Lease: wireLease(l, 0, publicView), RevokedBy: p.Name}), nil
+	return connect.NewResponse(&fencedv1.RevokeResponse{Lease: WireLease(l, 0, PublicView), RevokedBy: p.Name}), nil
 }

@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func (r *routedService) answerKeepAlives(ctx context.Context, send func(*fencedv
 	ctl := streamwrite.From(ctx)
 	var (
 		batch   = make([]*fencedv1.KeepAliveRequest, 0, keepAliveAhead)
-		scratch []renewal
+		scratch []Renewal
 		answers []*fencedv1.KeepAliveResponse
 	)
 	for req := range reqs {
@@ -100,8 +100,8 @@ func (r *routedService) answerKeepAlives(ctx context.Context, send func(*fencedv
 // keepAliveBatch answers reqs in order, appending to answers: renewed here
 // while this node leads, at the leader otherwise, deciding again for every
 // request. b is scratch space, returned for reuse.
-func (r *routedService) keepAliveBatch(ctx context.Context, reqs []*fencedv1.KeepAliveRequest, b []renewal, answers []*fencedv1.KeepAliveResponse) ([]renewal, []*fencedv1.KeepAliveResponse) {
-	if !r.s.Ready() {
+func (r *routedService) keepAliveBatch(ctx context.Context, reqs []*fencedv1.KeepAliveRequest, b []Renewal, answers []*fencedv1.KeepAliveResponse) ([]Renewal, []*fencedv1.KeepAliveResponse) {
+	if !r.Leader.Ready() {
 		for _, req := range reqs {
 			answers = append(answers, r.forwardKeepAlive(ctx, req))
 		}
@@ -109,15 +109,15 @@ func (r *routedService) keepAliveBatch(ctx context.Context, reqs []*fencedv1.Kee
 	}
 	// The leader's hot path: no request or response to build.
 	for _, req := range reqs {
-		b = append(b, renewal{key: req.GetKey(), id: req.GetLeaseId()})
+		b = append(b, Renewal{Key: req.GetKey(), ID: req.GetLeaseId()})
 	}
 	r.local.renewBatch(ctx, b)
 	for i, req := range reqs {
-		if err := b[i].err; err != nil && r.s.retryAtLeader(err, http.Header{}) {
+		if err := b[i].Err; err != nil && r.retryAtLeader(err, http.Header{}) {
 			answers = append(answers, r.forwardKeepAlive(ctx, req))
 			continue
 		}
-		answers = append(answers, r.local.keepAliveAnswer(b[i].lease, b[i].err))
+		answers = append(answers, r.local.keepAliveAnswer(b[i].Lease, b[i].Err))
 	}
 	clear(b) // drop the leases until the next batch
 	return b, answers
