@@ -1,19 +1,13 @@
 package server
 
 import (
-	"errors"
-	"fmt"
 	"io"
-	"math"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
 
 	"github.com/fencedio/fenced/lease"
-	"github.com/fencedio/fenced/server/internal/raftlog"
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
+	"github.com/fencedio/fenced/server/internal/restore"
 )
 
 // Backup and restore
@@ -27,17 +21,11 @@ import (
 //
 // RestoreBackup makes the data directory of one member of a new cluster
 // from a backup: a raft snapshot at index max(A+Bump, StartFloor) (A the
-// backup's index) holding the backed-up keys and the new membership. Every
-// member is restored from the same file with the same Bump, StartFloor and
+// backup's index) holding the backed-up keys and the new membership
+// (internal/restore, which also says what StartFloor covers). Every member
+// is restored from the same file with the same Bump, StartFloor and
 // InitialCluster and then started as usual; they elect a leader, and its
 // first entry, and every token, is above that index.
-//
-// StartFloor is a time, in microseconds since 1970: a cluster restored
-// later from the same backup starts above every token an earlier restore
-// issued, as long as that one wrote fewer log entries than microseconds
-// went by between the two restores (one entry per microsecond, a thousand
-// times what a busy node writes) and the clocks of the machines that ran
-// the restores agree to within that margin.
 
 // BackupIndexHeader names the log index a backup was taken at.
 const BackupIndexHeader = "Fenced-Backup-Index"
@@ -95,12 +83,7 @@ type RestoreConfig struct {
 
 // ErrRestoreStartFloor is returned for a restore of a member of several
 // without a StartFloor.
-var ErrRestoreStartFloor = errors.New("a member of a cluster of several needs a start floor, the same for every member")
-
-// errRestoreTarget is returned by RestoreBackup for a data directory that
-// already holds raft state: a restore starts a new cluster, it never
-// overwrites one.
-var errRestoreTarget = errors.New("the data directory already holds raft state")
+var ErrRestoreStartFloor = restore.ErrStartFloor
 
 // withDefaults returns c with its zero fields set to their defaults.
 func (c RestoreConfig) withDefaults() RestoreConfig {
@@ -119,8 +102,8 @@ func (c RestoreConfig) Validate() error {
 	if len(c.InitialCluster) == 0 {
 		return nil
 	}
-	if len(c.InitialCluster) > 1 && c.StartFloor == 0 {
-		return ErrRestoreStartFloor
+	if err := c.plan().Validate(); err != nil {
+		return err
 	}
 	// The members' own rules: IDs and addresses as a node checks them.
 	probe := Config{NodeID: c.NodeID, InitialCluster: c.InitialCluster, MinTTL: time.Hour}.WithDefaults()
@@ -134,67 +117,15 @@ func RestoreBackup(cfg RestoreConfig, backup io.Reader) (uint64, error) {
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}
-	cfg = cfg.withDefaults()
-	st, err := lease.Restore(backup, cfg.MaxIdleKeys)
-	if err != nil {
-		return 0, err
+	return restore.Write(cfg.withDefaults().plan(), backup)
+}
+
+// plan is c as the restore package takes it.
+func (c RestoreConfig) plan() restore.Plan {
+	p := restore.Plan{DataDir: c.DataDir, NodeID: c.NodeID, RaftAddress: c.RaftAddress,
+		Bump: c.Bump, StartFloor: c.StartFloor, MaxIdleKeys: c.MaxIdleKeys}
+	for _, m := range c.InitialCluster {
+		p.InitialCluster = append(p.InitialCluster, restore.Member{ID: m.ID, Address: m.Address})
 	}
-	if st.Applied() > math.MaxUint64-cfg.Bump {
-		return 0, fmt.Errorf("restore: index %d plus bump %d overflows", st.Applied(), cfg.Bump)
-	}
-	floor := cfg.StartFloor
-	if floor == 0 {
-		floor = uint64(time.Now().UnixMicro())
-	}
-	at := max(st.Applied()+cfg.Bump, floor)
-	if err := st.Rebase(at); err != nil {
-		return 0, err
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return 0, fmt.Errorf("data dir: %w", err)
-	}
-	hlog := hclog.NewNullLogger()
-	store, err := raftlog.Open(cfg.DataDir, hlog)
-	if err != nil {
-		return 0, err
-	}
-	defer store.Close()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
-	if err != nil {
-		return 0, fmt.Errorf("open snapshots: %w", err)
-	}
-	existing, err := raft.HasExistingState(store, store, snaps)
-	if err != nil {
-		return 0, fmt.Errorf("read raft state: %w", err)
-	}
-	if existing {
-		return 0, fmt.Errorf("restore into %s: %w", cfg.DataDir, errRestoreTarget)
-	}
-	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(cfg.RaftAddress)}}}
-	if len(cfg.InitialCluster) > 0 {
-		conf.Servers = nil
-		for _, p := range cfg.InitialCluster {
-			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Address)})
-		}
-	}
-	const term = 1
-	// The snapshot's legacy peer list is encoded by a transport; raft's
-	// network transport and this one encode an address as its bytes.
-	_, enc := raft.NewInmemTransport(raft.ServerAddress(cfg.RaftAddress))
-	defer enc.Close()
-	sink, err := snaps.Create(raft.SnapshotVersionMax, at, term, conf, at, enc)
-	if err != nil {
-		return 0, fmt.Errorf("create snapshot: %w", err)
-	}
-	if _, err := st.Snapshot().WriteTo(sink); err != nil {
-		sink.Cancel()
-		return 0, fmt.Errorf("write snapshot: %w", err)
-	}
-	if err := sink.Close(); err != nil {
-		return 0, fmt.Errorf("write snapshot: %w", err)
-	}
-	if err := store.SetUint64([]byte("CurrentTerm"), term); err != nil {
-		return 0, fmt.Errorf("write term: %w", err)
-	}
-	return at, nil
+	return p
 }

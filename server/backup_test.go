@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/restore"
 )
 
 // freeLoopback returns a loopback address whose port was just free.
@@ -84,8 +85,8 @@ func TestBackupRestoreTokens(t *testing.T) {
 	if start != at+bump {
 		t.Errorf("restored at %d, want %d+%d", start, at, bump)
 	}
-	if _, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddress: raftAddr}, bytes.NewReader(backup.Bytes())); !errors.Is(err, errRestoreTarget) {
-		t.Errorf("restore over a restored directory: %v, want errRestoreTarget", err)
+	if _, err := RestoreBackup(RestoreConfig{DataDir: dir, NodeID: "r1", RaftAddress: raftAddr}, bytes.NewReader(backup.Bytes())); !errors.Is(err, restore.ErrTarget) {
+		t.Errorf("restore over a restored directory: %v, want restore.ErrTarget", err)
 	}
 
 	restored := newTestServer(t, Config{DataDir: dir, NodeID: "r1", RaftListen: raftAddr})

@@ -111,5 +111,6 @@
 // Connect codes; internal/expiry, the leader's lease deadlines and when
 // leases are due; internal/waiters, the lines of acquisitions waiting for
 // held keys and the handover of a freed key to the first; internal/api, the
-// lease API's Connect handlers, the input rules and a lease's wire form.
+// lease API's Connect handlers, the input rules and a lease's wire form;
+// internal/restore, a new member's data directory made from a backup.
 package server
