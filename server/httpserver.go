@@ -87,7 +87,7 @@ func (s *Server) handler(peer bool) http.Handler {
 		append(s.handlerOptions(), connect.WithInterceptors(s.requireAdmin()))...)
 	mux.Handle(adminPath, s.authenticate(limitBody(adminHandler, s.cfg.MaxBodyBytes), peer))
 	s.registerRejections(mux, peer)
-	s.registerDashboard(mux)
+	s.dashboard.Register(mux)
 	if s.cfg.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -97,10 +97,6 @@ func (s *Server) handler(peer bool) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	return admission.WithCallerAddr(s.httpAuth().ProtectDashboard(mux, peer), peer)
 }
-
-// maxConcurrentSnapshots bounds the dashboard snapshots built at once; one
-// per core of a small machine keeps the rest of the CPU for the write path.
-const maxConcurrentSnapshots = 2
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !s.canServe() {

@@ -2,14 +2,10 @@ package server
 
 import (
 	"context"
-	"encoding/json"
-	"slices"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
-	"github.com/fencedio/fenced/server/internal/fanout"
 )
 
 // A List beyond the read slots waits for one, and gives up when its caller
@@ -38,51 +34,5 @@ func TestListWaitsForReadSlot(t *testing.T) {
 	}
 	if free, total := s.reads.Free(); free != total {
 		t.Errorf("%d of %d read slots free after the List, want all", free, total)
-	}
-}
-
-// A dashboard given a shared snapshot gets every transition after it
-// exactly once, from the replay or its subscription.
-func TestSharedSnapshotNoGapNoDuplicate(t *testing.T) {
-	s := newTestServer(t, Config{})
-	ctx := context.Background()
-	if _, err := s.Acquire(ctx, "d/1", "o", time.Minute, 0); err != nil {
-		t.Fatal(err)
-	}
-	sub1, _, _, rev1, ok := s.snapshots.Subscribe(ctx, s.hub, "d/", s.buildSnapshot)
-	if !ok {
-		t.Fatal("first snapshot failed")
-	}
-	defer s.hub.Unsubscribe(sub1)
-	if _, err := s.Acquire(ctx, "d/2", "o", time.Minute, 0); err != nil {
-		t.Fatal(err)
-	}
-	for seen := false; !seen; { // until the acquisition of d/2 is dispatched
-		<-sub1.Ready()
-		for _, ev := range sub1.Take() {
-			seen = seen || ev.Lease.Key == "d/2" && ev.Revision > rev1
-		}
-	}
-	sub2, json2, replay, rev2, ok := s.snapshots.Subscribe(ctx, s.hub, "d/", s.buildSnapshot)
-	if !ok {
-		t.Fatal("second snapshot failed")
-	}
-	defer s.hub.Unsubscribe(sub2)
-	var snap struct {
-		Leases []struct {
-			Key string `json:"key"`
-		} `json:"leases"`
-	}
-	if err := json.Unmarshal(json2, &snap); err != nil {
-		t.Fatal(err)
-	}
-	inSnap := slices.ContainsFunc(snap.Leases, func(l struct {
-		Key string `json:"key"`
-	}) bool {
-		return l.Key == "d/2"
-	})
-	inReplay := slices.ContainsFunc(replay, func(ev *fanout.Event) bool { return ev.Lease.Key == "d/2" && ev.Revision > rev2 })
-	if inSnap == inReplay {
-		t.Fatalf("d/2 in the snapshot: %v, in the replay: %v; want exactly one", inSnap, inReplay)
 	}
 }

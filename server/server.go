@@ -21,6 +21,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/contact"
+	"github.com/fencedio/fenced/server/internal/dashboard"
 	"github.com/fencedio/fenced/server/internal/expiry"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/fsm"
@@ -111,8 +112,6 @@ type Server struct {
 	applyProgress atomic.Int64
 	// watchers and subscribers cap Watch and /v1/events streams.
 	watchers, subscribers *admission.StreamLimiter
-	// snapshotSlots bounds the dashboard snapshots built at once.
-	snapshotSlots chan struct{}
 	// reads bounds the Gets, Lists and dashboard snapshots answered at
 	// once, to half the cores (at least one): more readers wait for a
 	// slot, parked, instead of taking every core and the scheduler's queue
@@ -123,9 +122,8 @@ type Server struct {
 	// to FanoutShare of the time of its slots while writes wait: the
 	// watchers it cannot serve fall behind and are shed with RESYNC.
 	fanout *sharegate.Gate
-	// snapshots shares dashboard snapshots between the dashboards that
-	// connect together.
-	snapshots fanout.SnapshotShare
+	// dashboard serves the page, /v1/stats and /v1/events (dashboard.go).
+	dashboard *dashboard.Handler
 	// beforeLeaderReset, if set, runs in becomeLeader just before the
 	// deadlines are reset: tests use it to apply entries in that window.
 	beforeLeaderReset func()
@@ -167,8 +165,6 @@ func New(cfg Config) (*Server, error) {
 
 		raftDown: make(chan struct{}),
 		caughtUp: make(chan struct{}),
-
-		snapshotSlots: make(chan struct{}, maxConcurrentSnapshots),
 	}
 	s.fsm = fsm.New(cfg.MaxIdleKeys, fsm.Hooks{
 		Events:      s.appliedBatch,
@@ -192,6 +188,7 @@ func New(cfg Config) (*Server, error) {
 	s.watchers = admission.NewStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient, s.metrics.refused)
 	s.subscribers = admission.NewStreamLimiter("event subscribers", "max-event-subscribers",
 		cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient, s.metrics.refused)
+	s.dashboard = s.newDashboard()
 	if err := s.initRejections(); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
