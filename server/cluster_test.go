@@ -8,32 +8,8 @@ import (
 	"github.com/fencedio/fenced/server"
 )
 
-func TestParseInitialCluster(t *testing.T) {
-	peers, err := server.ParseInitialCluster(" n1=127.0.0.1:7421, n2=127.0.0.1:7423 ,n3=host3:7421")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []server.Peer{{"n1", "127.0.0.1:7421"}, {"n2", "127.0.0.1:7423"}, {"n3", "host3:7421"}}
-	if len(peers) != len(want) {
-		t.Fatalf("got %v, want %v", peers, want)
-	}
-	for i := range want {
-		if peers[i] != want[i] {
-			t.Errorf("peer %d: got %v, want %v", i, peers[i], want[i])
-		}
-	}
-	if peers, err := server.ParseInitialCluster(""); err != nil || peers != nil {
-		t.Errorf("empty list: %v %v", peers, err)
-	}
-	for _, bad := range []string{"n1", "n1=", "=127.0.0.1:7421", "n1=127.0.0.1:7421,,n2=127.0.0.1:7423"} {
-		if _, err := server.ParseInitialCluster(bad); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-}
-
 func TestConfigCluster(t *testing.T) {
-	three := []server.Peer{{"n1", "127.0.0.1:7421"}, {"n2", "127.0.0.1:7423"}, {"n3", "127.0.0.1:7425"}}
+	three := []server.Peer{{ID: "n1", Address: "127.0.0.1:7421"}, {ID: "n2", Address: "127.0.0.1:7423"}, {ID: "n3", Address: "127.0.0.1:7425"}}
 	tests := []struct {
 		name       string
 		cfg        server.Config
@@ -49,10 +25,10 @@ func TestConfigCluster(t *testing.T) {
 		{name: "listens elsewhere", cfg: server.Config{NodeID: "n1", RaftListen: "127.0.0.1:9999", InitialCluster: three}, wantErr: "but listens on 127.0.0.1:9999"},
 		{name: "advertised through a proxy", cfg: server.Config{NodeID: "n1", RaftListen: "127.0.0.1:9999", RaftAdvertise: "127.0.0.1:7421", InitialCluster: three}, wantListen: "127.0.0.1:9999"},
 		{name: "advertises another address than listed", cfg: server.Config{NodeID: "n1", RaftListen: "127.0.0.1:9999", RaftAdvertise: "127.0.0.1:7423", InitialCluster: three}, wantErr: "advertises the raft address 127.0.0.1:7423"},
-		{name: "duplicate id", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{"n1", "127.0.0.1:7427"}}, three...)}, wantErr: "appears twice"},
-		{name: "shared address", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{"n4", "127.0.0.1:7423"}}, three...)}, wantErr: "share the address"},
-		{name: "undialable address", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{"n4", "0.0.0.0:7427"}}, three...)}, wantErr: "peers cannot dial it"},
-		{name: "port 0", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{"n4", "127.0.0.1:0"}}, three...)}, wantErr: "fixed port"},
+		{name: "duplicate id", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{ID: "n1", Address: "127.0.0.1:7427"}}, three...)}, wantErr: "appears twice"},
+		{name: "shared address", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{ID: "n4", Address: "127.0.0.1:7423"}}, three...)}, wantErr: "share the address"},
+		{name: "undialable address", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{ID: "n4", Address: "0.0.0.0:7427"}}, three...)}, wantErr: "peers cannot dial it"},
+		{name: "port 0", cfg: server.Config{NodeID: "n1", InitialCluster: append([]server.Peer{{ID: "n4", Address: "127.0.0.1:0"}}, three...)}, wantErr: "fixed port"},
 		{name: "min TTL below two heartbeats", cfg: server.Config{NodeID: "n1", InitialCluster: three, MinTTL: 900 * time.Millisecond}, wantErr: "at least twice the HeartbeatTimeout"},
 		{name: "min TTL of two heartbeats", cfg: server.Config{NodeID: "n1", InitialCluster: three, MinTTL: 600 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond}, wantListen: "127.0.0.1:7421"},
 		{name: "cluster of one keeps the single-node rule", cfg: server.Config{NodeID: "n1", InitialCluster: three[:1], MinTTL: 300 * time.Millisecond}, wantListen: "127.0.0.1:7421"},

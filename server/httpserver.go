@@ -83,7 +83,7 @@ func (s *Server) handler(peer bool) http.Handler {
 	mux.HandleFunc("GET /v1/keys", s.serveKeys)
 	mux.HandleFunc("GET /v1/role", s.serveRole)
 	mux.Handle("GET /v1/backup", s.authenticate(s.httpAuth().RequireAdminHTTP(http.HandlerFunc(s.serveBackup)), peer))
-	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(&admin{s: s},
+	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(s.clusterService(),
 		append(s.handlerOptions(), connect.WithInterceptors(s.requireAdmin()))...)
 	mux.Handle(adminPath, s.authenticate(limitBody(adminHandler, s.cfg.MaxBodyBytes), peer))
 	s.registerRejections(mux, peer)

@@ -1,18 +1,20 @@
-package server
+package membership
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sort"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
-	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/hashicorp/raft"
@@ -22,29 +24,68 @@ import (
 // accepted by raft (another change in progress).
 const membershipTimeout = 10 * time.Second
 
-// admin serves ClusterService. Changes run on the leader; any other node
-// forwards them, as it forwards lease calls.
-type admin struct{ s *Server }
+// Prober asks the nodes at raft addresses over the peer port
+// (peers.Mux).
+type Prober interface {
+	// Status asks the node at address who it is.
+	Status(ctx context.Context, address string) (peers.Hello, error)
+	// AdmitPeer makes the member node waiting at address a voting member
+	// of this node's cluster, and returns what it says of itself then.
+	AdmitPeer(ctx context.Context, address, node string) (peers.Hello, error)
+}
 
-var _ fencedv1connect.ClusterServiceHandler = (*admin)(nil)
+// Forwarding reaches the leader's ClusterService for the calls a node
+// that does not lead forwards.
+type Forwarding interface {
+	// Leader returns a client of the ClusterService of the leader a call
+	// with header h goes to, or nil when this node serves it: when here is
+	// true, or when it leads. A call forwarded once is never forwarded
+	// again.
+	Leader(ctx context.Context, h http.Header, here bool) (fencedv1connect.ClusterServiceClient, error)
+	// Name names this node and, with auth on, the caller of ctx on the
+	// headers h of a call forwarded to the leader.
+	Name(ctx context.Context, h http.Header)
+	// Unreached returns err, the error of a call forwarded to the leader
+	// for a caller whose context is ctx, as the caller gets it.
+	Unreached(ctx context.Context, err error) error
+}
+
+// Service serves ClusterService over raft's configuration. Changes run on
+// the leader; any other node forwards them, as it forwards lease calls.
+type Service struct {
+	Raft    *raft.Raft
+	NodeID  string
+	Peers   Prober
+	Forward Forwarding
+	// ClientURLs returns the members' client URLs as the log last
+	// recorded them, by member ID.
+	ClientURLs func() map[string]string
+	Log        *slog.Logger
+}
+
+var _ fencedv1connect.ClusterServiceHandler = (*Service)(nil)
 
 // leader returns a client of the leader's ClusterService, or nil when this
 // node should serve the call itself.
-func (a *admin) leader(ctx context.Context, h http.Header) (fencedv1connect.ClusterServiceClient, error) {
-	addr, err := a.s.forward.leaderFor(ctx, h, a.s.raft.State() == raft.Leader)
-	if err != nil || addr == "" {
-		return nil, err
-	}
-	return a.s.forward.clusterClient(addr), nil
+func (a *Service) leader(ctx context.Context, h http.Header) (fencedv1connect.ClusterServiceClient, error) {
+	return a.Forward.Leader(ctx, h, a.Raft.State() == raft.Leader)
 }
 
-func (a *admin) members() ([]*fencedv1.Member, error) {
-	f := a.s.raft.GetConfiguration()
+// forwarded is the request this node sends the leader for a call whose
+// context is ctx.
+func forwarded[T any](ctx context.Context, a *Service, msg *T) *connect.Request[T] {
+	req := connect.NewRequest(msg)
+	a.Forward.Name(ctx, req.Header())
+	return req
+}
+
+func (a *Service) members() ([]*fencedv1.Member, error) {
+	f := a.Raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, err
 	}
-	_, leader := a.s.raft.LeaderWithID()
-	urls := a.s.fsm.ClientURLs()
+	_, leader := a.Raft.LeaderWithID()
+	urls := a.ClientURLs()
 	var out []*fencedv1.Member
 	for _, srv := range f.Configuration().Servers {
 		out = append(out, &fencedv1.Member{Id: string(srv.ID), Address: string(srv.Address),
@@ -54,16 +95,16 @@ func (a *admin) members() ([]*fencedv1.Member, error) {
 	return out, nil
 }
 
-func (a *admin) ListMembers(context.Context, *connect.Request[fencedv1.ListMembersRequest]) (*connect.Response[fencedv1.ListMembersResponse], error) {
+func (a *Service) ListMembers(context.Context, *connect.Request[fencedv1.ListMembersRequest]) (*connect.Response[fencedv1.ListMembersResponse], error) {
 	ms, err := a.members()
 	if err != nil {
 		return nil, apierr.Connect(err)
 	}
-	_, leader := a.s.raft.LeaderWithID()
-	return connect.NewResponse(&fencedv1.ListMembersResponse{Members: ms, LeaderId: string(leader), Term: a.s.raft.CurrentTerm()}), nil
+	_, leader := a.Raft.LeaderWithID()
+	return connect.NewResponse(&fencedv1.ListMembersResponse{Members: ms, LeaderId: string(leader), Term: a.Raft.CurrentTerm()}), nil
 }
 
-func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.AddMemberRequest]) (*connect.Response[fencedv1.AddMemberResponse], error) {
+func (a *Service) AddMember(ctx context.Context, req *connect.Request[fencedv1.AddMemberRequest]) (*connect.Response[fencedv1.AddMemberResponse], error) {
 	id, addr := req.Msg.GetId(), req.Msg.GetAddress()
 	if err := validateMember(id, addr); err != nil {
 		return nil, apierr.Connect(err)
@@ -73,20 +114,20 @@ func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.Add
 		return nil, err
 	}
 	if rpc != nil {
-		resp, err := rpc.AddMember(ctx, forwarded(ctx, a.s, req.Msg))
-		return resp, unreached(ctx, err)
+		resp, err := rpc.AddMember(ctx, forwarded(ctx, a, req.Msg))
+		return resp, a.Forward.Unreached(ctx, err)
 	}
 	if err := a.admit(ctx, id, addr); err != nil {
 		return nil, apierr.Connect(err)
 	}
-	add := a.s.raft.AddVoter
+	add := a.Raft.AddVoter
 	if req.Msg.GetNonVoter() {
-		add = a.s.raft.AddNonvoter
+		add = a.Raft.AddNonvoter
 	}
 	if err := add(raft.ServerID(id), raft.ServerAddress(addr), 0, membershipTimeout).Error(); err != nil {
 		return nil, apierr.Connect(fmt.Errorf("add member %s: %w", id, err))
 	}
-	a.s.log.Info("member added", "member", id, "address", addr, "voter", !req.Msg.GetNonVoter())
+	a.Log.Info("member added", "member", id, "address", addr, "voter", !req.Msg.GetNonVoter())
 	ms, err := a.members()
 	if err != nil {
 		return nil, apierr.Connect(err)
@@ -94,7 +135,7 @@ func (a *admin) AddMember(ctx context.Context, req *connect.Request[fencedv1.Add
 	return connect.NewResponse(&fencedv1.AddMemberResponse{Members: ms}), nil
 }
 
-func (a *admin) RemoveMember(ctx context.Context, req *connect.Request[fencedv1.RemoveMemberRequest]) (*connect.Response[fencedv1.RemoveMemberResponse], error) {
+func (a *Service) RemoveMember(ctx context.Context, req *connect.Request[fencedv1.RemoveMemberRequest]) (*connect.Response[fencedv1.RemoveMemberResponse], error) {
 	id := req.Msg.GetId()
 	if id == "" {
 		return nil, apierr.Connect(apierr.Invalidf("id is required"))
@@ -104,16 +145,16 @@ func (a *admin) RemoveMember(ctx context.Context, req *connect.Request[fencedv1.
 		return nil, err
 	}
 	if rpc != nil {
-		resp, err := rpc.RemoveMember(ctx, forwarded(ctx, a.s, req.Msg))
-		return resp, unreached(ctx, err)
+		resp, err := rpc.RemoveMember(ctx, forwarded(ctx, a, req.Msg))
+		return resp, a.Forward.Unreached(ctx, err)
 	}
 	if _, ok := a.member(id); !ok {
 		return nil, apierr.Connect(fmt.Errorf("remove member %q: %w", id, apierr.ErrUnknownMember))
 	}
-	if err := a.s.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
+	if err := a.Raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
 		return nil, apierr.Connect(fmt.Errorf("remove member %s: %w", id, err))
 	}
-	a.s.log.Info("member removed", "member", id)
+	a.Log.Info("member removed", "member", id)
 	ms, err := a.members()
 	if err != nil {
 		return nil, apierr.Connect(err)
@@ -121,14 +162,14 @@ func (a *admin) RemoveMember(ctx context.Context, req *connect.Request[fencedv1.
 	return connect.NewResponse(&fencedv1.RemoveMemberResponse{Members: ms}), nil
 }
 
-func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fencedv1.TransferLeadershipRequest]) (*connect.Response[fencedv1.TransferLeadershipResponse], error) {
+func (a *Service) TransferLeadership(ctx context.Context, req *connect.Request[fencedv1.TransferLeadershipRequest]) (*connect.Response[fencedv1.TransferLeadershipResponse], error) {
 	rpc, err := a.leader(ctx, req.Header())
 	if err != nil {
 		return nil, err
 	}
 	if rpc != nil {
-		resp, err := rpc.TransferLeadership(ctx, forwarded(ctx, a.s, req.Msg))
-		return resp, unreached(ctx, err)
+		resp, err := rpc.TransferLeadership(ctx, forwarded(ctx, a, req.Msg))
+		return resp, a.Forward.Unreached(ctx, err)
 	}
 	var f raft.Future
 	if id := req.Msg.GetId(); id != "" {
@@ -136,12 +177,12 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 		if !ok {
 			return nil, apierr.Connect(fmt.Errorf("transfer leadership to %q: %w", id, apierr.ErrUnknownMember))
 		}
-		if id == a.s.cfg.NodeID {
+		if id == a.NodeID {
 			return connect.NewResponse(&fencedv1.TransferLeadershipResponse{LeaderId: id}), nil
 		}
-		f = a.s.raft.LeadershipTransferToServer(m.ID, m.Address)
+		f = a.Raft.LeadershipTransferToServer(m.ID, m.Address)
 	} else {
-		f = a.s.raft.LeadershipTransfer()
+		f = a.Raft.LeadershipTransfer()
 	}
 	if err := f.Error(); err != nil {
 		return nil, apierr.Connect(fmt.Errorf("transfer leadership: %w", err))
@@ -151,8 +192,8 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if _, leader := a.s.raft.LeaderWithID(); leader != "" && string(leader) != a.s.cfg.NodeID {
-			a.s.log.Info("leadership transferred", "leader", leader)
+		if _, leader := a.Raft.LeaderWithID(); leader != "" && string(leader) != a.NodeID {
+			a.Log.Info("leadership transferred", "leader", leader)
 			return connect.NewResponse(&fencedv1.TransferLeadershipResponse{LeaderId: string(leader)}), nil
 		}
 		select {
@@ -168,10 +209,10 @@ func (a *admin) TransferLeadership(ctx context.Context, req *connect.Request[fen
 // it. A member still in the configuration whose node started on a new
 // data directory is refused: it must be removed first, so that no
 // configuration counts its lost votes.
-func (a *admin) admit(ctx context.Context, id, addr string) error {
+func (a *Service) admit(ctx context.Context, id, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, peers.HandshakeTimeout)
 	defer cancel()
-	st, err := a.s.peers.Status(ctx, addr)
+	st, err := a.Peers.Status(ctx, addr)
 	if err != nil {
 		if errors.Is(err, peers.ErrClusterMismatch) {
 			return fmt.Errorf("add member %s: %w", id, err)
@@ -188,14 +229,14 @@ func (a *admin) admit(ctx context.Context, id, addr string) error {
 		return fmt.Errorf("add member %s: %w: %s is in the configuration, and the node at %s started on a new data directory since: "+
 			"its votes and log were lost. Remove it first (fencectl member remove %s), then add it", id, apierr.ErrMemberNotAddable, id, addr, id)
 	}
-	if _, err := a.s.peers.AdmitPeer(ctx, addr, id); err != nil {
+	if _, err := a.Peers.AdmitPeer(ctx, addr, id); err != nil {
 		return fmt.Errorf("add member %s: %w: %v", id, apierr.ErrMemberNotAddable, err)
 	}
 	return nil
 }
 
-func (a *admin) member(id string) (raft.Server, bool) {
-	f := a.s.raft.GetConfiguration()
+func (a *Service) member(id string) (raft.Server, bool) {
+	f := a.Raft.GetConfiguration()
 	if f.Error() != nil {
 		return raft.Server{}, false
 	}
@@ -211,7 +252,7 @@ func validateMember(id, addr string) error {
 	if id == "" {
 		return apierr.Invalidf("id is required")
 	}
-	if err := api.ValidateText("id", id); err != nil {
+	if err := validateText("id", id); err != nil {
 		return err
 	}
 	host, port, err := net.SplitHostPort(addr)
@@ -220,6 +261,21 @@ func validateMember(id, addr string) error {
 	}
 	if ip := net.ParseIP(host); host == "" || port == "0" || (ip != nil && ip.IsUnspecified()) {
 		return apierr.Invalidf("address %q: peers cannot dial it", addr)
+	}
+	return nil
+}
+
+// validateText accepts printable UTF-8: no control characters, no NUL. It
+// is the rule of the lease API's text fields (api.ValidateText), kept
+// here so that membership does not depend on the lease API.
+func validateText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return apierr.Invalidf("%s is not valid UTF-8", field)
+	}
+	for i, r := range s {
+		if !unicode.IsGraphic(r) {
+			return apierr.Invalidf("%s has a non-printable character %U at byte %d", field, r, i)
+		}
 	}
 	return nil
 }

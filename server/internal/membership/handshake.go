@@ -1,0 +1,52 @@
+package membership
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/fencedio/fenced/server/internal/apierr"
+	"github.com/fencedio/fenced/server/internal/peers"
+	"github.com/hashicorp/raft"
+)
+
+// Handshake is the node as its peer port presents it (peers.Self): what
+// it says of itself on every peer connection, and how it takes an
+// admission.
+type Handshake struct {
+	Config Config
+	Ident  *peers.IdentityStore // the member's identity in its data directory
+	// Stable and Logs are raft's stores: whether raft has written
+	// anything is read from them.
+	Stable raft.StableStore
+	Logs   raft.LogStore
+	Log    *slog.Logger
+}
+
+var _ peers.Self = (*Handshake)(nil)
+
+// Hello is what this node says of itself on every peer connection.
+func (h *Handshake) Hello() peers.Hello {
+	id := h.Ident.Get()
+	return peers.Hello{Cluster: id.Cluster, Node: h.Config.NodeID, Instance: id.Instance, Votes: id.Votes,
+		HasState: h.hasRaftState(), Joining: h.Config.Joining(), Initial: id.Initial}
+}
+
+// hasRaftState reports whether raft has written anything: a term or a log.
+func (h *Handshake) hasRaftState() bool {
+	term, _ := h.Stable.GetUint64([]byte("CurrentTerm"))
+	last, _ := h.Logs.LastIndex()
+	return term > 0 || last > 0
+}
+
+// Admit makes this node, waiting to be added, a voting member of the
+// cluster of the node that adds it (fencectl member add).
+func (h *Handshake) Admit(from peers.Hello) error {
+	if from.Admit != h.Config.NodeID {
+		return fmt.Errorf("%w: this is member %q, not %q", apierr.ErrMemberNotAddable, h.Config.NodeID, from.Admit)
+	}
+	if err := h.Ident.Join(from.Cluster, from.Initial); err != nil {
+		return err
+	}
+	h.Log.Info("added to the cluster: this member votes from now on", "cluster_id", from.Cluster, "by", from.Node)
+	return nil
+}
