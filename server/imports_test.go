@@ -19,10 +19,10 @@ const module = "github.com/fencedio/fenced/"
 var layers = [][]string{
 	{"server/internal/raftlog", "server/internal/leadercheck", "server/internal/contact", "server/internal/security",
 		"server/internal/sharegate", "server/internal/logs", "server/internal/fanout",
-		"server/internal/rejections", "server/internal/fsm", "server/internal/streamwrite",
+		"server/internal/fsm", "server/internal/streamwrite",
 		"server/internal/expiry", "server/internal/waiters"},
 	{"server/internal/peers", "server/internal/dashboard", "server/internal/admission",
-		"server/internal/restore"},
+		"server/internal/restore", "server/internal/rejections"},
 	{"server/internal/apierr"},
 	{"server/internal/api", "server/internal/membership"},
 	{"server"},

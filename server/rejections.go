@@ -2,23 +2,26 @@ package server
 
 import (
 	"context"
+	"net/http"
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
-	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/rejections"
-	"github.com/fencedio/fenced/server/internal/streamwrite"
+	"github.com/hashicorp/raft"
 )
 
 // Stale rejections reported by resources (RejectionService) are kept by
 // the node that records them, the leader, in a rejections.Book, and
-// relayed to the watchers of every other node by a rejections.Relay. This
-// file ties both to the node: the grants that resolve a report's tokens,
-// the hub that carries REJECTED events, the forwarder that finds and calls
-// the leader, and the goroutines the node's shutdown waits for.
+// relayed to the watchers of every other node by a rejections.Relay;
+// RejectionService is a rejections.Service. This file ties them to the
+// node: the grants that resolve a report's tokens, the hub that carries
+// REJECTED events, authorization, the forwarder that finds and calls the
+// leader, the HTTP stack the service is mounted on, and the goroutines the
+// node's shutdown waits for.
 
 // relayPrincipal is the caller of a relay once auth is on: another node,
 // trusted as the peer port is. It holds no permission; serveRelay needs
@@ -36,6 +39,47 @@ func (s *Server) initRejections() error {
 	var err error
 	s.rejections, err = rejections.NewBook(s.cfg.Registerer, s.log)
 	return err
+}
+
+// registerRejections serves RejectionService and the dashboard's
+// GET /v1/rejections on mux.
+func (s *Server) registerRejections(mux *http.ServeMux, peer bool) {
+	svc := s.rejectionService()
+	path, h := fencedv1connect.NewRejectionServiceHandler(svc, s.handlerOptions()...)
+	mux.Handle(path, s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)))
+	mux.Handle("GET /v1/rejections", s.authenticate(rejections.ListHandler(svc.List), peer))
+}
+
+// rejectionService is RejectionService on this node.
+func (s *Server) rejectionService() *rejections.Service {
+	return &rejections.Service{
+		Book: s.rejections, Rules: wireRules{}, Wire: apierr.Connect,
+		MayReport: func(ctx context.Context, scope string) error {
+			_, err := s.authorize(ctx, PermReport, scope)
+			return err
+		},
+		MayRead: func(ctx context.Context, prefix string) error {
+			_, err := s.authorize(ctx, PermRead, prefix)
+			return err
+		},
+		Record:  s.recordRejections,
+		Leader:  s.rejectionLeader,
+		Forward: apiNode{s}.Forward,
+		Name:    s.nameForwarded,
+	}
+}
+
+// rejectionLeader returns a client of the leader's RejectionService, or
+// nil when this node serves the call itself.
+func (s *Server) rejectionLeader(ctx context.Context, h http.Header) fencedv1connect.RejectionServiceClient {
+	if h.Get(api.ForwardedHeader) != "" || s.raft.State() == raft.Leader {
+		return nil
+	}
+	addr, err := s.forward.leaderAddr(ctx)
+	if err != nil || addr == "" {
+		return nil
+	}
+	return fencedv1connect.NewRejectionServiceClient(&http.Client{Transport: s.forward.transport}, "http://"+addr)
 }
 
 // recordRejections records a validated report and publishes a REJECTED
@@ -95,31 +139,8 @@ func (f *forwarder) currentEpoch() context.Context {
 // rejection watchers.
 func (s *Server) publishRelayed(e *fencedv1.Rejection) { s.hub.PublishRelayed(rejectedEvent(e, 0)) }
 
-// serveRelay serves another node's relay (a Watch with
-// rejections.RelayHeader, on the peer port): the rejections this node
-// records, under every key, until ctx ends. The caller authorized its own
-// watchers. A relay that falls behind is cut off from what it missed and
-// goes on.
+// serveRelay serves another node's relay: rejections.ServeRelay of this
+// node's hub.
 func (s *Server) serveRelay(ctx context.Context, stream *connect.ServerStream[fencedv1.WatchResponse]) error {
-	ctl := streamwrite.From(ctx)
-	sub := s.hub.SubscribeRelay()
-	defer func() { s.hub.Unsubscribe(sub) }()
-	for {
-		var evs []*fanout.Event
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-sub.Ready():
-			evs = sub.Take()
-		case <-sub.Lost():
-			evs = sub.Take()
-			sub = s.hub.SubscribeRelay()
-		}
-		for i, ev := range evs {
-			ctl.BeforeSend(s.cfg.StreamWriteTimeout, i < len(evs)-1)
-			if err := stream.Send(ev.Message(0)); err != nil {
-				return err
-			}
-		}
-	}
+	return rejections.ServeRelay(ctx, s.hub, s.cfg.StreamWriteTimeout, stream)
 }

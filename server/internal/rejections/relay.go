@@ -8,6 +8,8 @@ import (
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/server/internal/fanout"
+	"github.com/fencedio/fenced/server/internal/streamwrite"
 )
 
 // Rejections are recorded by the leader, but Watch is served by every
@@ -111,4 +113,33 @@ func (r *Relay) follow(ctx, epoch context.Context, addr string) error {
 		}
 	}
 	return stream.Err()
+}
+
+// ServeRelay serves another node's relay (a Watch with RelayHeader, on the
+// peer port): the rejections recorded by the node of hub, under every
+// key, until ctx ends, each send within writeTimeout (streamwrite). The
+// caller authorized its own watchers. A relay that falls behind is cut off
+// from what it missed and goes on.
+func ServeRelay(ctx context.Context, hub *fanout.Hub, writeTimeout time.Duration, stream *connect.ServerStream[fencedv1.WatchResponse]) error {
+	ctl := streamwrite.From(ctx)
+	sub := hub.SubscribeRelay()
+	defer func() { hub.Unsubscribe(sub) }()
+	for {
+		var evs []*fanout.Event
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sub.Ready():
+			evs = sub.Take()
+		case <-sub.Lost():
+			evs = sub.Take()
+			sub = hub.SubscribeRelay()
+		}
+		for i, ev := range evs {
+			ctl.BeforeSend(writeTimeout, i < len(evs)-1)
+			if err := stream.Send(ev.Message(0)); err != nil {
+				return err
+			}
+		}
+	}
 }
