@@ -28,7 +28,7 @@ func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.
 	holder := s.quotaHolder(ctx, owner)
 	l, err := s.acquire(ctx, key, owner, ttl, wait, holder)
 	if err == nil && l.Owner != holder {
-		s.overrides.add(holder, l.Key, l.ID, s.fsm)
+		s.overrides.Add(holder, l.Key, l.ID, s.fsm.Read)
 	}
 	if err == nil {
 		s.clientLeases.Add(admission.ClientAddr(ctx), l.Key, l.ID, func() bool { return s.fsm.IsCurrent(l.Key, l.ID) })

@@ -10,7 +10,6 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/server/internal/apierr"
-	"github.com/fencedio/fenced/server/internal/fsm"
 )
 
 func TestOwnerQuotas(t *testing.T) {
@@ -147,24 +146,5 @@ func TestPrincipalQuotas(t *testing.T) {
 	refused(err, `quota max-waiters-per-owner exceeded: principal "boss" has 1 (limit 1)`)
 	if n := s.waiters.Waiting("q/a2"); n != 0 {
 		t.Fatalf("%d waiters queued for q/a2 beyond the quota", n)
-	}
-}
-
-// The leases a principal acquired under other names are forgotten once
-// they end: the memory they take stays within twice the current ones.
-func TestOwnerOverridesForgetEndedLeases(t *testing.T) {
-	f := fsm.New(0, fsm.Hooks{})
-	var o ownerOverrides
-	for i := range 10*minPrune + 1 {
-		o.add("boss", fmt.Sprintf("k/%d", i), "00", f) // no such lease is current
-	}
-	if v := o.by["boss"]; v == nil || len(v.leases) >= minPrune {
-		t.Fatalf("ended leases remembered: %v, want fewer than %d", v, minPrune)
-	}
-	if n := o.count("boss", 1, f); n != 0 {
-		t.Fatalf("count %d, want 0: none is current", n)
-	}
-	if _, ok := o.by["boss"]; ok {
-		t.Fatal("a principal with no current lease is still remembered")
 	}
 }

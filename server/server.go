@@ -138,7 +138,7 @@ type Server struct {
 	relay      *rejections.Relay // the leader's rejections, for this node's watchers
 
 	// overrides counts leases granted under another owner's name (quota.go).
-	overrides ownerOverrides
+	overrides admission.OwnerOverrides
 	// clientLeases counts the leases granted per client address.
 	clientLeases *admission.Leases
 	// calls counts the calls in progress per client address (limitCalls).

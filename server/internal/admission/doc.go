@@ -11,7 +11,10 @@
 // connection comes from (ClientIP): calls in progress (CallSlots,
 // LimitCalls), current leases (Leases) and open streams (StreamLimiter).
 // The connections themselves are capped by internal/httplimit's listener;
-// RefusalLog keeps its refusals from flooding the log.
+// RefusalLog keeps its refusals from flooding the log. With auth on, a
+// principal's share of leases also counts those it was granted under
+// other owners' names, which the log does not record: OwnerOverrides
+// remembers them, per principal, on the node that granted them.
 //
 // Each request through WithCallerAddr carries one context value, filled in
 // by each layer in turn: the caller's address (ClientAddr, ForwardClient),
@@ -28,7 +31,11 @@
 // answer; a call it admits holds its slot until it ends or gives it back.
 // Leases counts each lease of a key once, against the address it was last
 // granted to, until it ends; a lease that ended before it was recorded is
-// not counted. ExplainRefusals changes no status code and nothing of an
+// not counted. OwnerOverrides counts only leases still current in the
+// state it is given once they could decide a refusal (they reach the room
+// asked about), and looks again at a principal's entries each time they
+// double (from 64), so that they stay within about twice its current
+// leases. ExplainRefusals changes no status code and nothing of an
 // answer that has begun or that is not a 415 or a 505.
 //
 // Not guaranteed: fairness between clients behind one address. Forwarded
@@ -36,8 +43,10 @@
 // behind one NAT or proxy shares one address's shares; only the header a
 // forwarding node sets over the peer port (CallerAddr) names another
 // address. Calls that did not come over HTTP (the Go API) have no address
-// and take no share. The package decides neither who a caller is
-// (internal/security authenticates; the package only carries the result)
-// nor what a share's refusal looks like on the wire or in metrics: its
-// callers map them.
+// and take no share. OwnerOverrides knows only the leases its node
+// granted: after a leader change the others count against their owner
+// alone. The package decides neither who a caller is (internal/security
+// authenticates; the package only carries the result) nor what a quota or
+// share's refusal looks like on the wire or in metrics: its callers map
+// them.
 package admission
