@@ -105,7 +105,7 @@ type wireRules struct{}
 
 func (wireRules) Key(key string) error                     { return api.ValidateKey(key) }
 func (wireRules) Owner(owner string) error                 { return api.ValidateOwner(owner) }
-func (wireRules) Text(field, s string) error               { return api.ValidateText(field, s) }
+func (wireRules) Text(field, s string) error               { return apierr.ValidateText(field, s) }
 func (wireRules) Invalid(format string, args ...any) error { return apierr.Invalidf(format, args...) }
 
 // rejectedEvent is the Watch event of a recorded rejection: the refused

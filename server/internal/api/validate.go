@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/fence"
@@ -71,7 +69,7 @@ func ValidateOwner(owner string) error {
 	if len(owner) > MaxOwnerBytes {
 		return apierr.Invalidf("owner is %d bytes, the limit is %d", len(owner), MaxOwnerBytes)
 	}
-	return ValidateText("owner", owner)
+	return apierr.ValidateText("owner", owner)
 }
 
 // ValidateID checks a lease ID: present, at most 64 bytes of printable
@@ -83,18 +81,5 @@ func ValidateID(id string) error {
 	if len(id) > maxIDBytes {
 		return apierr.Invalidf("leaseId is %d bytes, the limit is %d", len(id), maxIDBytes)
 	}
-	return ValidateText("leaseId", id)
-}
-
-// ValidateText accepts printable UTF-8: no control characters, no NUL.
-func ValidateText(field, s string) error {
-	if !utf8.ValidString(s) {
-		return apierr.Invalidf("%s is not valid UTF-8", field)
-	}
-	for i, r := range s {
-		if !unicode.IsGraphic(r) {
-			return apierr.Invalidf("%s has a non-printable character %U at byte %d", field, r, i)
-		}
-	}
-	return nil
+	return apierr.ValidateText("leaseId", id)
 }

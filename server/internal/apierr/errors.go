@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unicode"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
@@ -139,4 +141,19 @@ func DescribeNotHeld(err error, key, id string) error {
 		return &notHeldError{key: key, id: id}
 	}
 	return err
+}
+
+// ValidateText accepts printable UTF-8, no control characters and no NUL,
+// the rule of every text field of the API; it refuses anything else as
+// invalid, naming field.
+func ValidateText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return Invalidf("%s is not valid UTF-8", field)
+	}
+	for i, r := range s {
+		if !unicode.IsGraphic(r) {
+			return Invalidf("%s has a non-printable character %U at byte %d", field, r, i)
+		}
+	}
+	return nil
 }

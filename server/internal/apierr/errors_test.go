@@ -118,3 +118,21 @@ func TestUncertainOutcomeCodes(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateText(t *testing.T) {
+	for _, s := range []string{"", "worker é", "a/b c", "名前"} {
+		if err := ValidateText("owner", s); err != nil {
+			t.Errorf("ValidateText(%q): %v, want valid", s, err)
+		}
+	}
+	for s, want := range map[string]string{
+		"a\tb":  "invalid argument: id has a non-printable character U+0009 at byte 1",
+		"a\x00": "invalid argument: id has a non-printable character U+0000 at byte 1",
+		"\xff":  "invalid argument: id is not valid UTF-8",
+	} {
+		err := ValidateText("id", s)
+		if !errors.Is(err, ErrInvalid) || err.Error() != want {
+			t.Errorf("ValidateText(%q) = %v, want %q", s, err, want)
+		}
+	}
+}

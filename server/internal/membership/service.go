@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"sort"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
@@ -252,7 +250,7 @@ func validateMember(id, addr string) error {
 	if id == "" {
 		return apierr.Invalidf("id is required")
 	}
-	if err := validateText("id", id); err != nil {
+	if err := apierr.ValidateText("id", id); err != nil {
 		return err
 	}
 	host, port, err := net.SplitHostPort(addr)
@@ -261,21 +259,6 @@ func validateMember(id, addr string) error {
 	}
 	if ip := net.ParseIP(host); host == "" || port == "0" || (ip != nil && ip.IsUnspecified()) {
 		return apierr.Invalidf("address %q: peers cannot dial it", addr)
-	}
-	return nil
-}
-
-// validateText accepts printable UTF-8: no control characters, no NUL. It
-// is the rule of the lease API's text fields (api.ValidateText), kept
-// here so that membership does not depend on the lease API.
-func validateText(field, s string) error {
-	if !utf8.ValidString(s) {
-		return apierr.Invalidf("%s is not valid UTF-8", field)
-	}
-	for i, r := range s {
-		if !unicode.IsGraphic(r) {
-			return apierr.Invalidf("%s has a non-printable character %U at byte %d", field, r, i)
-		}
 	}
 	return nil
 }
