@@ -15,6 +15,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/fanout"
+	"github.com/fencedio/fenced/server/internal/forward"
 	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/hashicorp/raft"
 )
@@ -179,19 +180,19 @@ func (n apiNode) ConfirmRead(ctx context.Context) error { return n.confirmRead(c
 func (n apiNode) EverLed() bool { return n.everLed.Load() }
 
 func (n apiNode) LeaseLeader(ctx context.Context) (fencedv1connect.LeaseServiceClient, error) {
-	return n.forward.leader(ctx)
+	return n.forward.Leader(ctx)
 }
 
 func (n apiNode) AdminLeader(ctx context.Context, h http.Header, here bool) (fencedv1connect.AdminServiceClient, error) {
-	addr, err := n.forward.leaderFor(ctx, h, here)
+	addr, err := n.forward.LeaderFor(ctx, h, here)
 	if err != nil || addr == "" {
 		return nil, err
 	}
-	return n.forward.adminClient(addr), nil
+	return n.forward.AdminClient(addr), nil
 }
 
 func (n apiNode) Forward(ctx context.Context, call func(context.Context) error) error {
-	_, err := forwardCall(n.forward, ctx, func(ctx context.Context) (*connect.Response[struct{}], error) {
+	_, err := forward.Call(n.forward, ctx, func(ctx context.Context) (*connect.Response[struct{}], error) {
 		return nil, call(ctx)
 	})
 	return err

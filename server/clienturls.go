@@ -38,6 +38,6 @@ func (s *Server) clientURL() string {
 // servers no longer in the configuration.
 func (s *Server) publishClientURLs(ctx context.Context) {
 	p := &membership.Publisher{Raft: s.raft, NodeID: s.cfg.NodeID, Self: s.clientURL, Applied: s.fsm.ClientURLs,
-		Transport: s.forward.transport, Log: s.log}
+		Transport: s.forward.Transport(), Log: s.log}
 	p.Run(ctx)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/server/internal/contact"
+	"github.com/fencedio/fenced/server/internal/forward"
 	"github.com/fencedio/fenced/server/internal/membership"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/hashicorp/go-hclog"
@@ -140,17 +141,17 @@ func (s *Server) clusterService() *membership.Service {
 type clusterForwarding struct{ s *Server }
 
 func (f clusterForwarding) Leader(ctx context.Context, h http.Header, here bool) (fencedv1connect.ClusterServiceClient, error) {
-	addr, err := f.s.forward.leaderFor(ctx, h, here)
+	addr, err := f.s.forward.LeaderFor(ctx, h, here)
 	if err != nil || addr == "" {
 		return nil, err
 	}
-	return f.s.forward.clusterClient(addr), nil
+	return f.s.forward.ClusterClient(addr), nil
 }
 
 func (f clusterForwarding) Name(ctx context.Context, h http.Header) { f.s.nameForwarded(ctx, h) }
 
 func (f clusterForwarding) Unreached(ctx context.Context, err error) error {
-	return unreached(ctx, err)
+	return forward.Unreached(ctx, err)
 }
 
 // Role returns this node's role and the cluster's membership.

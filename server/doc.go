@@ -89,8 +89,9 @@
 // internal/expiry, internal/waiters, contact.go: deadlines, wait queues
 // and quorum contact; cluster.go membership. The API side: api.go mounts
 // internal/api's Connect handlers (lease API and Revoke) on the node,
-// forward.go reaches the leader for the calls it serves, validate.go the
-// node's bounds of an acquisition and of request bodies, auth.go and
+// internal/forward reaches the leader for the calls the node forwards and
+// forward.go gives it raft's view of who leads, validate.go the node's
+// bounds of an acquisition and of request bodies, auth.go and
 // security.go authentication, authorization and signing, httpserver.go and
 // dashboard.go the HTTP server and dashboard, catchup.go when streams may
 // start after a restart.
@@ -112,5 +113,6 @@
 // leases are due; internal/waiters, the lines of acquisitions waiting for
 // held keys and the handover of a freed key to the first; internal/api, the
 // lease API's Connect handlers, the input rules and a lease's wire form;
-// internal/restore, a new member's data directory made from a backup.
+// internal/restore, a new member's data directory made from a backup;
+// internal/forward, reaching the leader for the calls a node forwards.
 package server

@@ -25,6 +25,7 @@ var layers = [][]string{
 		"server/internal/restore", "server/internal/rejections"},
 	{"server/internal/apierr"},
 	{"server/internal/api", "server/internal/membership"},
+	{"server/internal/forward"},
 	{"server"},
 }
 

@@ -33,7 +33,7 @@ var relayPrincipal = Principal{Name: "fenced-peer", Method: "peer"}
 func (s *Server) initRejections() error {
 	s.grants = rejections.NewGrantMemory()
 	s.relay = &rejections.Relay{
-		Base: s.ctx, Spawn: s.spawn, Leader: relayLeader{s.forward},
+		Base: s.ctx, Spawn: s.spawn, Leader: relayLeader{s},
 		Publish: s.publishRelayed, Retry: s.cfg.HeartbeatTimeout, Log: s.log,
 	}
 	var err error
@@ -75,11 +75,11 @@ func (s *Server) rejectionLeader(ctx context.Context, h http.Header) fencedv1con
 	if h.Get(api.ForwardedHeader) != "" || s.raft.State() == raft.Leader {
 		return nil
 	}
-	addr, err := s.forward.leaderAddr(ctx)
+	addr, err := s.forward.LeaderAddr(ctx)
 	if err != nil || addr == "" {
 		return nil
 	}
-	return fencedv1connect.NewRejectionServiceClient(&http.Client{Transport: s.forward.transport}, "http://"+addr)
+	return s.forward.RejectionClient(addr)
 }
 
 // recordRejections records a validated report and publishes a REJECTED
@@ -116,23 +116,16 @@ func rejectedEvent(e *fencedv1.Rejection, revision uint64) *fencedv1.Event {
 }
 
 // relayLeader is the leader as the relay sees it, through the forwarder.
-type relayLeader struct{ f *forwarder }
+type relayLeader struct{ s *Server }
 
-func (l relayLeader) Epoch() context.Context { return l.f.currentEpoch() }
+func (l relayLeader) Epoch() context.Context { return l.s.forward.Epoch() }
 
-func (l relayLeader) Addr(ctx context.Context) (string, error) { return l.f.leaderAddr(ctx) }
+func (l relayLeader) Addr(ctx context.Context) (string, error) { return l.s.forward.LeaderAddr(ctx) }
 
 // Watch opens req at addr as a call this node forwards.
 func (l relayLeader) Watch(ctx context.Context, addr string, req *connect.Request[fencedv1.WatchRequest]) (*connect.ServerStreamForClient[fencedv1.WatchResponse], error) {
-	req.Header().Set(api.ForwardedHeader, l.f.s.cfg.NodeID)
-	return l.f.client(addr).Watch(ctx, req)
-}
-
-// currentEpoch returns the context that ends at the next leader change.
-func (f *forwarder) currentEpoch() context.Context {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.epoch
+	req.Header().Set(api.ForwardedHeader, l.s.cfg.NodeID)
+	return l.s.forward.LeaseClient(addr).Watch(ctx, req)
 }
 
 // publishRelayed hands a rejection the leader recorded to this node's

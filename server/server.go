@@ -24,6 +24,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/dashboard"
 	"github.com/fencedio/fenced/server/internal/expiry"
 	"github.com/fencedio/fenced/server/internal/fanout"
+	"github.com/fencedio/fenced/server/internal/forward"
 	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/leadercheck"
 	"github.com/fencedio/fenced/server/internal/logs"
@@ -50,7 +51,7 @@ type Server struct {
 	trans    *contact.Transport
 	ident    *peers.IdentityStore // the member's identity in its data directory
 	peers    *peers.Mux           // the peer port: raft and forwarded calls
-	forward  *forwarder           // clients of the leader's API
+	forward  *forward.Forwarder   // clients of the leader's API
 	peerAPI  *http.Server
 	expirer  *expiry.Expirer
 	leader   *leadercheck.Check

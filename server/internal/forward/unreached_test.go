@@ -1,4 +1,4 @@
-package server
+package forward
 
 import (
 	"context"
@@ -16,10 +16,9 @@ import (
 // deadline_exceeded once the caller's deadline passed; an answer of the
 // leader is handed back as it came.
 func TestForwardFailureToReachLeader(t *testing.T) {
-	f := &forwarder{}
-	f.epoch, f.endEpoch = context.WithCancelCause(context.Background())
+	f := New(Config{Base: context.Background()})
 	forward := func(ctx context.Context, err error) error {
-		_, got := forwardCall(f, ctx, func(context.Context) (*connect.Response[struct{}], error) { return nil, err })
+		_, got := Call(f, ctx, func(context.Context) (*connect.Response[struct{}], error) { return nil, err })
 		return got
 	}
 	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
