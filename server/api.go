@@ -57,7 +57,7 @@ func (s *Server) handlerOptions() []connect.HandlerOption {
 		// of the server's, with clients looping List) than it saves on the
 		// wire. Only large Lists are compressed.
 		connect.WithCompressMinBytes(64<<10),
-		connect.WithInterceptors(s.observeRequests(), s.authInterceptor()),
+		connect.WithInterceptors(s.observeRequests(), s.authz.Interceptor()),
 	)
 }
 
@@ -108,7 +108,7 @@ func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T
 // caller, this node's ID, the caller's principal and its address.
 func (s *Server) nameForwarded(ctx context.Context, h http.Header) {
 	h.Set(api.ForwardedHeader, s.cfg.NodeID)
-	s.forwardPrincipal(ctx, h)
+	s.authz.ForwardPrincipal(ctx, h)
 	admission.ForwardClient(ctx, h)
 }
 
@@ -135,15 +135,21 @@ var (
 func (n apiNode) RenewBatch(ctx context.Context, b []api.Renewal) { n.renewBatch(ctx, b) }
 
 func (n apiNode) Authorize(ctx context.Context, need Permission, prefix string) (Principal, error) {
-	return n.authorize(ctx, need, prefix)
+	return n.authz.Authorize(ctx, need, prefix)
 }
 
 func (n apiNode) AuthorizeAcquire(ctx context.Context, key, owner string) (string, error) {
-	return n.authorizeAcquire(ctx, key, owner)
+	if err := api.ValidateKey(key); err != nil {
+		return "", err
+	}
+	return n.authz.AuthorizeAcquire(ctx, key, owner)
 }
 
 func (n apiNode) AuthorizeRenew(ctx context.Context, key, id string) error {
-	return n.authorizeRenew(ctx, key, id)
+	if err := api.ValidateKey(key); err != nil {
+		return err
+	}
+	return n.authz.AuthorizeRenew(ctx, key, id)
 }
 
 func (n apiNode) Get(key string) (l lease.Lease, ok bool, last, rev uint64) {

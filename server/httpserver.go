@@ -84,7 +84,7 @@ func (s *Server) handler(peer bool) http.Handler {
 	mux.HandleFunc("GET /v1/role", s.serveRole)
 	mux.Handle("GET /v1/backup", s.authenticate(s.httpAuth().RequireAdminHTTP(http.HandlerFunc(s.serveBackup)), peer))
 	adminPath, adminHandler := fencedv1connect.NewClusterServiceHandler(s.clusterService(),
-		append(s.handlerOptions(), connect.WithInterceptors(s.requireAdmin()))...)
+		append(s.handlerOptions(), connect.WithInterceptors(s.authz.RequireAdmin()))...)
 	mux.Handle(adminPath, s.authenticate(limitBody(adminHandler, s.cfg.MaxBodyBytes), peer))
 	s.registerRejections(mux, peer)
 	s.dashboard.Register(mux)

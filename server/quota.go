@@ -28,7 +28,7 @@ func (s *Server) quotaHolder(ctx context.Context, owner string) string {
 	if s.sec.Policy() == nil {
 		return owner
 	}
-	p, err := s.principal(ctx)
+	p, err := s.authz.Principal(ctx)
 	if err != nil {
 		return owner // refused before it gets here; nothing better to count
 	}

@@ -55,11 +55,11 @@ func (s *Server) rejectionService() *rejections.Service {
 	return &rejections.Service{
 		Book: s.rejections, Rules: wireRules{}, Wire: apierr.Connect,
 		MayReport: func(ctx context.Context, scope string) error {
-			_, err := s.authorize(ctx, PermReport, scope)
+			_, err := s.authz.Authorize(ctx, PermReport, scope)
 			return err
 		},
 		MayRead: func(ctx context.Context, prefix string) error {
-			_, err := s.authorize(ctx, PermRead, prefix)
+			_, err := s.authz.Authorize(ctx, PermRead, prefix)
 			return err
 		},
 		Record:  s.recordRejections,

@@ -68,7 +68,8 @@ type Server struct {
 	catchUpWait func()
 	counts      transitions
 	metrics     *metrics
-	sec         *security.State // TLS and auth files, reloadable
+	sec         *security.State      // TLS and auth files, reloadable
+	authz       *security.Authorizer // who may do what, under sec's policy
 
 	// notify carries raft's leadership changes to watchLeadership.
 	notify <-chan bool
@@ -183,6 +184,7 @@ func New(cfg Config) (*Server, error) {
 	if s.sec, err = security.New(security.Files{TLS: cfg.TLS, PeerTLS: cfg.PeerTLS, AuthFile: cfg.AuthFile, SigningKeyFile: cfg.SigningKeyFile}); err != nil {
 		return nil, err
 	}
+	s.authz = s.newAuthorizer()
 	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
