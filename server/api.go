@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -13,10 +12,10 @@ import (
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/api"
-	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/fanout"
 	"github.com/fencedio/fenced/server/internal/forward"
 	"github.com/fencedio/fenced/server/internal/fsm"
+	"github.com/fencedio/fenced/server/internal/nodemetrics"
 	"github.com/hashicorp/raft"
 )
 
@@ -27,7 +26,7 @@ import (
 func (s *Server) apiDeps() *api.Deps {
 	n := apiNode{s}
 	return &api.Deps{
-		Leases: n, Auth: n, State: n, Leader: n, Forward: n, Counts: n,
+		Leases: n, Auth: n, State: n, Leader: n, Forward: n, Counts: s.metrics,
 		Sign:               s.signature,
 		AwaitCatchUp:       s.awaitCatchUp,
 		ServeRelay:         s.serveRelay,
@@ -68,25 +67,10 @@ func (s *Server) observeRequests() connect.Interceptor {
 			start := time.Now()
 			resp, err := next(ctx, req)
 			method := req.Spec().Procedure[strings.LastIndexByte(req.Spec().Procedure, '/')+1:]
-			s.metrics.requests.WithLabelValues(method).Observe(time.Since(start).Seconds())
+			s.metrics.ObserveRequest(method, time.Since(start))
 			return resp, err
 		}
 	})
-}
-
-func result(err error, ok string) string {
-	var held *lease.HeldError
-	switch {
-	case err == nil:
-		return ok
-	case errors.As(err, &held):
-		return "held"
-	case errors.Is(err, lease.ErrNotHeld):
-		return "not_found"
-	case errors.Is(err, apierr.ErrInvalid):
-		return "invalid"
-	}
-	return "error"
 }
 
 // currentLease is api.WireLease for a current lease, with the time it has
@@ -120,7 +104,8 @@ func (s *Server) confirmRead(ctx context.Context) error {
 
 // apiNode is the node as internal/api's handlers use it: its lease
 // operations (Acquire, Release, Revoke and Ready are the Server's own),
-// authorization, state, leadership, forwarding and counts.
+// authorization, state, leadership and forwarding. Its counts are the
+// node's metrics (nodemetrics.Metrics).
 type apiNode struct{ *Server }
 
 var (
@@ -129,7 +114,7 @@ var (
 	_ api.State      = apiNode{}
 	_ api.Leadership = apiNode{}
 	_ api.Forwarding = apiNode{}
-	_ api.Counts     = apiNode{}
+	_ api.Counts     = (*nodemetrics.Metrics)(nil)
 )
 
 func (n apiNode) RenewBatch(ctx context.Context, b []api.Renewal) { n.renewBatch(ctx, b) }
@@ -205,14 +190,3 @@ func (n apiNode) Forward(ctx context.Context, call func(context.Context) error) 
 }
 
 func (n apiNode) Name(ctx context.Context, h http.Header) { n.nameForwarded(ctx, h) }
-
-func (n apiNode) CountAcquisition(err error) {
-	n.metrics.acquisitions.WithLabelValues(result(err, "granted")).Inc()
-	n.metrics.countRefusal(err)
-}
-
-func (n apiNode) CountRenewal(err error) { n.metrics.countRenewal(err) }
-
-func (n apiNode) CountRelease(err error) {
-	n.metrics.releases.WithLabelValues(result(err, "released")).Inc()
-}

@@ -42,9 +42,9 @@ func (s *Server) applied(ev lease.Event) {
 		if replay {
 			break
 		}
-		s.counts.acquired.Add(1)
+		s.counts.Acquired.Add(1)
 		if tookOver {
-			s.counts.takeovers.Add(1)
+			s.counts.Takeovers.Add(1)
 			s.logTransition("lease taken over", l, slog.String("previous_owner", prev.Owner), slog.Uint64("previous_token", prev.Token))
 		} else {
 			s.logTransition("lease acquired", l, slog.Duration("ttl", l.TTL))
@@ -55,7 +55,7 @@ func (s *Server) applied(ev lease.Event) {
 		s.expired.take(l.Key)
 		s.waiters.Freed(l.Key)
 		if !replay {
-			s.counts.released.Add(1)
+			s.counts.Released.Add(1)
 			if ev.By != "" {
 				s.logTransition("lease revoked", l, slog.String("by", ev.By))
 			} else {
@@ -68,7 +68,7 @@ func (s *Server) applied(ev lease.Event) {
 		s.expired.put(l)
 		s.waiters.Freed(l.Key)
 		if !replay {
-			s.counts.expired.Add(1)
+			s.counts.Expired.Add(1)
 			s.logTransition("lease expired", l)
 		}
 	}
@@ -224,7 +224,7 @@ func (s *Server) applyAsync(ctx context.Context, c lease.Command) func() (lease.
 		if err != nil {
 			return lease.Result{}, err
 		}
-		s.metrics.apply.Observe(time.Since(start).Seconds())
+		s.metrics.ObserveApply(time.Since(start))
 		return f.Response().(lease.Result), nil
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // stallCall sends, from ip, a Get whose body never arrives: the call stays
@@ -77,7 +76,7 @@ func TestCallsPerClient(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), `client address "127.0.0.2" has 2 (limit 2)`) {
 		t.Fatalf("a Get beyond the limit: %v, want resource_exhausted naming max-calls-per-client and the address", err)
 	}
-	if got := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("max-calls-per-client")); got != 2 {
+	if got := limitRefusals(t, s, "max-calls-per-client"); got != 2 {
 		t.Errorf(`fenced_limit_refusals_total{limit="max-calls-per-client"} = %v, want 2`, got)
 	}
 

@@ -60,7 +60,7 @@ func (s *Server) checkClientLeases(addr string) error {
 func (s *Server) limitCalls(h http.Handler) http.Handler {
 	refuse := connect.NewErrorWriter(s.handlerOptions()...)
 	return admission.LimitCalls(h, s.calls, isStreamProcedure, func(w http.ResponseWriter, r *http.Request, addr string, used int) {
-		s.metrics.refused("max-calls-per-client")
+		s.metrics.Refused("max-calls-per-client")
 		_ = refuse.Write(w, r, apierr.Connect(&apierr.QuotaError{Quota: "max-calls-per-client", Of: "client address",
 			Owner: addr, Used: used, Limit: s.cfg.MaxCallsPerClient}))
 	})

@@ -11,13 +11,36 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/server/internal/admission"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // leaseClientFrom is a lease API client whose connections come from the
 // loopback address ip.
 func leaseClientFrom(t *testing.T, base, ip string) fencedv1connect.LeaseServiceClient {
 	return fencedv1connect.NewLeaseServiceClient(clientFrom(t, ip), base)
+}
+
+// limitRefusals is fenced_limit_refusals_total{limit=limit} as s's
+// /metrics serves it.
+func limitRefusals(t *testing.T, s *Server, limit string) float64 {
+	t.Helper()
+	families, err := s.cfg.Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "fenced_limit_refusals_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "limit" && l.GetValue() == limit {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("fenced_limit_refusals_total{limit=%q} not served", limit)
+	return 0
 }
 
 // waitFor starts an acquisition from c that waits in line for key, held by
@@ -75,7 +98,7 @@ func TestWaiterLimits(t *testing.T) {
 		t.Fatalf("fourth waiter: %v, want resource_exhausted naming max-waiters", err)
 	}
 	for limit, want := range map[string]float64{"max-waiters-per-client": 1, "max-waiters": 1} {
-		if got := testutil.ToFloat64(s.metrics.refusals.WithLabelValues(limit)); got != want {
+		if got := limitRefusals(t, s, limit); got != want {
 			t.Errorf("fenced_limit_refusals_total{limit=%q} = %v, want %v", limit, got, want)
 		}
 	}
@@ -121,7 +144,7 @@ func TestLeasesPerClient(t *testing.T) {
 	if _, err := acquire(abuser, "d"); err != nil {
 		t.Fatalf("a lease once one of the address's ended: %v", err)
 	}
-	if got := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("max-leases-per-client")); got != 2 {
+	if got := limitRefusals(t, s, "max-leases-per-client"); got != 2 {
 		t.Errorf("fenced_limit_refusals_total{limit=max-leases-per-client} = %v, want 2", got)
 	}
 }

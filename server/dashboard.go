@@ -30,8 +30,8 @@ func (s *Server) Stats() Stats {
 	st := Stats{
 		Ready: s.Ready(), Waiters: s.waiters.Len(),
 		Term: s.raft.CurrentTerm(), CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(),
-		Acquired: s.counts.acquired.Load(), Released: s.counts.released.Load(),
-		Expired: s.counts.expired.Load(), Takeovers: s.counts.takeovers.Load(),
+		Acquired: s.counts.Acquired.Load(), Released: s.counts.Released.Load(),
+		Expired: s.counts.Expired.Load(), Takeovers: s.counts.Takeovers.Load(),
 	}
 	st.Leases = s.fsm.View().Len()
 	return st

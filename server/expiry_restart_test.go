@@ -79,7 +79,7 @@ func TestRestartExpiresManyLeases(t *testing.T) {
 	}()
 	deadline := ready.Add(3 * time.Minute)
 	// Events reach the counters just after the state changes: wait for both.
-	for s.leaseCount() > 0 || s.counts.expired.Load() < n {
+	for s.leaseCount() > 0 || s.counts.Expired.Load() < n {
 		if time.Now().After(deadline) {
 			close(stop)
 			t.Fatalf("%d of %d leases left %v after the restart", s.leaseCount(), n, time.Since(ready))
@@ -94,7 +94,7 @@ func TestRestartExpiresManyLeases(t *testing.T) {
 	if peak-base > goroutineBound {
 		t.Errorf("goroutines rose from %d to %d while leases expired, want at most %d more", base, peak, goroutineBound)
 	}
-	if got := s.counts.expired.Load(); got != n {
+	if got := s.counts.Expired.Load(); got != n {
 		t.Errorf("%d expirations counted, want %d", got, n)
 	}
 }

@@ -45,7 +45,7 @@ func (s *Server) httpErrorLog() *log.Logger {
 // MaxConnsPerClient).
 func (s *Server) limitListener(ln net.Listener) net.Listener {
 	return s.cfg.httpLimits().Listener(admission.BufferedListener{Listener: ln}, func(c net.Conn) {
-		s.metrics.refused("max-conns-per-client")
+		s.metrics.Refused("max-conns-per-client")
 		s.refusedConns.Log(s.log, admission.ClientIP(c.RemoteAddr().String()), s.cfg.MaxConnsPerClient)
 	})
 }

@@ -24,7 +24,7 @@ var layers = [][]string{
 	{"server/internal/peers", "server/internal/dashboard", "server/internal/admission",
 		"server/internal/restore", "server/internal/rejections"},
 	{"server/internal/apierr"},
-	{"server/internal/api", "server/internal/membership"},
+	{"server/internal/api", "server/internal/membership", "server/internal/nodemetrics"},
 	{"server/internal/forward"},
 	{"server"},
 }

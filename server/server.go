@@ -28,6 +28,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/leadercheck"
 	"github.com/fencedio/fenced/server/internal/logs"
+	"github.com/fencedio/fenced/server/internal/nodemetrics"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/fencedio/fenced/server/internal/raftlog"
 	"github.com/fencedio/fenced/server/internal/rejections"
@@ -66,8 +67,8 @@ type Server struct {
 	// catchUpWait, if set, runs when a stream starts to wait for caughtUp:
 	// tests use it to act while it waits.
 	catchUpWait func()
-	counts      transitions
-	metrics     *metrics
+	counts      nodemetrics.Transitions
+	metrics     *nodemetrics.Metrics
 	sec         *security.State      // TLS and auth files, reloadable
 	authz       *security.Authorizer // who may do what, under sec's policy
 
@@ -185,12 +186,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.authz = s.newAuthorizer()
-	if s.metrics, err = newMetrics(cfg.Registerer, s); err != nil {
+	if s.metrics, err = nodemetrics.New(cfg.Registerer, nodemetrics.Node{
+		Counts: &s.counts,
+		Ready:  s.Ready,
+		Leases: func() int {
+			var n int
+			s.fsm.Read(func(st *lease.State) { n = st.Len() })
+			return n
+		},
+		Waiters: func() int { return s.waiters.Len() },
+		Raft:    func() *raft.Raft { return s.raft },
+	}); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	s.watchers = admission.NewStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient, s.metrics.refused)
+	s.watchers = admission.NewStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient, s.metrics.Refused)
 	s.subscribers = admission.NewStreamLimiter("event subscribers", "max-event-subscribers",
-		cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient, s.metrics.refused)
+		cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient, s.metrics.Refused)
 	s.dashboard = s.newDashboard()
 	if err := s.initRejections(); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
@@ -247,7 +258,7 @@ func (s *Server) startRaft() error {
 		store = s.cfg.wrapLogStore(store)
 	}
 	store = failstore.WrapLogStore(store)
-	store = &raftlog.FailStop{LogStore: &raftlog.Timed{LogStore: store, Observe: s.metrics.fsync.Observe}, OnFail: s.logFailed}
+	store = &raftlog.FailStop{LogStore: &raftlog.Timed{LogStore: store, Observe: s.metrics.ObserveLogWrite}, OnFail: s.logFailed}
 	restored := new(raftlog.RestoredSnapshot)
 	store = raftlog.Monotonic{LogStore: store, Restored: restored, Snaps: snaps, Log: hlog}
 	logs, err := raft.NewLogCache(1024, store)

@@ -1,8 +1,9 @@
-package server
+package nodemetrics
 
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/apierr"
@@ -10,16 +11,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// transitions counts the transitions applied since this process started,
+// Transitions counts the transitions applied since this process started,
 // replays of the log at start-up excluded. They are the one count of
 // transitions: /v1/stats reads them, and so do the Prometheus counters
 // (counterFunc).
-type transitions struct {
-	acquired, released, expired, takeovers atomic.Uint64
+type Transitions struct {
+	Acquired, Released, Expired, Takeovers atomic.Uint64
 }
 
-// metrics are the server's Prometheus collectors. No label carries a key.
-type metrics struct {
+// Node is what the collectors read of the node, at scrape time.
+type Node struct {
+	// Counts are the node's transitions: fenced_expirations_total,
+	// fenced_takeovers_total and fenced_tokens_issued_total read them.
+	Counts *Transitions
+	// Ready reports whether the node leads and serves acquisitions
+	// (fenced_is_leader).
+	Ready func() bool
+	// Leases is the number of current leases (fenced_leases_active).
+	Leases func() int
+	// Waiters is the number of acquisitions waiting for a held key
+	// (fenced_waiters).
+	Waiters func() int
+	// Raft is the node's raft, nil while it has none (the fenced_raft_*
+	// gauges read 0 then).
+	Raft func() *raft.Raft
+}
+
+// Metrics are the node's Prometheus collectors. No label carries a key.
+type Metrics struct {
 	acquisitions *prometheus.CounterVec   // result: granted, held, invalid, error
 	renewals     *prometheus.CounterVec   // result: renewed, not_found, invalid, error
 	renewed      prometheus.Counter       // renewals{result="renewed"}, for the hot path
@@ -36,25 +55,26 @@ var limitNames = []string{"max-leases", "max-leases-per-owner", "max-leases-per-
 	"max-waiters-per-owner", "max-waiters-per-client", "max-calls-per-client", "max-conns-per-client", "max-watchers",
 	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client"}
 
-// refused counts a refusal by the limit named (one of limitNames).
-func (m *metrics) refused(limit string) { m.refusals.WithLabelValues(limit).Inc() }
+// Refused counts a refusal by the limit named (one of limitNames).
+func (m *Metrics) Refused(limit string) { m.refusals.WithLabelValues(limit).Inc() }
 
 // countRefusal counts err if a limit refused it.
-func (m *metrics) countRefusal(err error) {
+func (m *Metrics) countRefusal(err error) {
 	var q *apierr.QuotaError
 	switch {
 	case err == nil:
 	case errors.As(err, &q):
-		m.refused(q.Quota)
+		m.Refused(q.Quota)
 	case errors.Is(err, apierr.ErrTooManyLeases):
-		m.refused("max-leases")
+		m.Refused("max-leases")
 	case errors.Is(err, apierr.ErrTooManyWaiters):
-		m.refused("max-waiters")
+		m.Refused("max-waiters")
 	}
 }
 
-func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
-	m := &metrics{
+// New makes the node's collectors, reading n, and registers them with reg.
+func New(reg prometheus.Registerer, n Node) (*Metrics, error) {
+	m := &Metrics{
 		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fenced_acquisitions_total", Help: "Acquire requests by result.",
 		}, []string{"result"}),
@@ -97,31 +117,27 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(n.Load()) })
 	}
-	expirations := counter("fenced_expirations_total", "Leases expired by the leader.", &s.counts.expired)
+	expirations := counter("fenced_expirations_total", "Leases expired by the leader.", &n.Counts.Expired)
 	takeovers := counter("fenced_takeovers_total",
-		"Grants of keys whose previous lease had expired rather than been released.", &s.counts.takeovers)
-	tokens := counter("fenced_tokens_issued_total", "Fencing tokens issued (grants applied on this node).", &s.counts.acquired)
+		"Grants of keys whose previous lease had expired rather than been released.", &n.Counts.Takeovers)
+	tokens := counter("fenced_tokens_issued_total", "Fencing tokens issued (grants applied on this node).", &n.Counts.Acquired)
 	leaderGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_is_leader", Help: "1 while this node is the leader and serving acquisitions.",
 	}, func() float64 {
-		if s.Ready() {
+		if n.Ready() {
 			return 1
 		}
 		return 0
 	})
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_leases_active", Help: "Current leases.",
-	}, func() float64 {
-		var n int
-		s.fsm.Read(func(st *lease.State) { n = st.Len() })
-		return float64(n)
-	})
+	}, func() float64 { return float64(n.Leases()) })
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_waiters", Help: "Acquisitions waiting for a held key.",
-	}, func() float64 { return float64(s.waiters.Len()) })
+	}, func() float64 { return float64(n.Waiters()) })
 	collectors := []prometheus.Collector{m.refusals, m.acquisitions, m.renewals, m.releases, expirations, takeovers,
 		tokens, m.requests, m.apply, m.fsync, leaderGauge, active, waiters}
-	for _, c := range append(collectors, raftCollectors(s)...) {
+	for _, c := range append(collectors, raftCollectors(n.Raft)...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -129,7 +145,15 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) countRenewal(err error) {
+// CountAcquisition counts an Acquire by its result, err (nil: granted),
+// and a refusal by a limit among them.
+func (m *Metrics) CountAcquisition(err error) {
+	m.acquisitions.WithLabelValues(result(err, "granted")).Inc()
+	m.countRefusal(err)
+}
+
+// CountRenewal counts a renewal by its result, err (nil: renewed).
+func (m *Metrics) CountRenewal(err error) {
 	if err == nil {
 		m.renewed.Inc()
 		return
@@ -137,15 +161,52 @@ func (m *metrics) countRenewal(err error) {
 	m.renewals.WithLabelValues(result(err, "renewed")).Inc()
 }
 
+// CountRelease counts a Release by its result, err (nil: released).
+func (m *Metrics) CountRelease(err error) {
+	m.releases.WithLabelValues(result(err, "released")).Inc()
+}
+
+// ObserveRequest records the latency d of a lease API call of the method
+// named (the last element of its procedure).
+func (m *Metrics) ObserveRequest(method string, d time.Duration) {
+	m.requests.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// ObserveApply records the time d from submitting one of this node's
+// writes to the log until it was applied.
+func (m *Metrics) ObserveApply(d time.Duration) { m.apply.Observe(d.Seconds()) }
+
+// ObserveLogWrite records the seconds of one raft log write, fsync
+// included (raftlog.Timed's Observe).
+func (m *Metrics) ObserveLogWrite(seconds float64) { m.fsync.Observe(seconds) }
+
+// result is the label of an outcome err: ok when nil, else held,
+// not_found, invalid or error.
+func result(err error, ok string) string {
+	var held *lease.HeldError
+	switch {
+	case err == nil:
+		return ok
+	case errors.As(err, &held):
+		return "held"
+	case errors.Is(err, lease.ErrNotHeld):
+		return "not_found"
+	case errors.Is(err, apierr.ErrInvalid):
+		return "invalid"
+	}
+	return "error"
+}
+
 // raftCollectors exposes the node's raft position as gauges read at scrape
 // time.
-func raftCollectors(s *Server) []prometheus.Collector {
+func raftCollectors(current func() *raft.Raft) []prometheus.Collector {
 	gauge := func(name, help string, read func(r *raft.Raft) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
-			if s.raft == nil {
+			r := current()
+			if r == nil {
 				return 0
 			}
-			return read(s.raft)
+			return read(r)
 		})
 	}
 	return []prometheus.Collector{
