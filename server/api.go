@@ -16,6 +16,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/forward"
 	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/nodemetrics"
+	"github.com/fencedio/fenced/server/internal/security"
 	"github.com/hashicorp/raft"
 )
 
@@ -119,7 +120,7 @@ var (
 
 func (n apiNode) RenewBatch(ctx context.Context, b []api.Renewal) { n.renewBatch(ctx, b) }
 
-func (n apiNode) Authorize(ctx context.Context, need Permission, prefix string) (Principal, error) {
+func (n apiNode) Authorize(ctx context.Context, need Permission, prefix string) (security.Principal, error) {
 	return n.authz.Authorize(ctx, need, prefix)
 }
 

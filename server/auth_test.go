@@ -548,8 +548,8 @@ func TestPublicPortIgnoresForwardedPrincipal(t *testing.T) {
 	if err := s.WaitReady(waitCtx); err != nil {
 		t.Fatal(err)
 	}
-	spoof := &http.Client{Transport: spoofRT{principal: security.EncodePrincipal(Principal{Name: "ops", Method: "token"})}}
-	aliceSpoof := &http.Client{Transport: spoofRT{token: aliceSecret, principal: security.EncodePrincipal(Principal{Name: "ops", Method: "token"})}}
+	spoof := &http.Client{Transport: spoofRT{principal: security.EncodePrincipal(security.Principal{Name: "ops", Method: "token"})}}
+	aliceSpoof := &http.Client{Transport: spoofRT{token: aliceSecret, principal: security.EncodePrincipal(security.Principal{Name: "ops", Method: "token"})}}
 
 	_, err := fencedv1connect.NewLeaseServiceClient(spoof, base).Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "a/1", TtlMs: 10_000}))
 	if codeOf(err) != connect.CodeUnauthenticated {

@@ -19,10 +19,6 @@ import (
 // a member whose URL changed is listed with its old one until the leader
 // next asks it (every second).
 
-// ValidateClientURL checks a URL a member advertises to clients: http or
-// https, a host, and no path, query or fragment (it is a base URL).
-func ValidateClientURL(s string) error { return membership.ValidateClientURL(s) }
-
 // clientURL is the URL this node advertises: Config.AdvertiseClientURL, or
 // by default the address its API listens on, unless that is every address
 // of the machine (then none).

@@ -13,6 +13,7 @@ import (
 	"github.com/fencedio/fenced/internal/httplimit"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/logs"
+	"github.com/fencedio/fenced/server/internal/membership"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -409,7 +410,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.AdvertiseClientURL != "" {
-		if err := ValidateClientURL(c.AdvertiseClientURL); err != nil {
+		if err := membership.ValidateClientURL(c.AdvertiseClientURL); err != nil {
 			errs = append(errs, fmt.Errorf("config: AdvertiseClientURL: %w", err))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/rejections"
+	"github.com/fencedio/fenced/server/internal/security"
 	"github.com/hashicorp/raft"
 )
 
@@ -26,7 +27,7 @@ import (
 // relayPrincipal is the caller of a relay once auth is on: another node,
 // trusted as the peer port is. It holds no permission; serveRelay needs
 // none, as the relaying node authorizes each of its watchers.
-var relayPrincipal = Principal{Name: "fenced-peer", Method: "peer"}
+var relayPrincipal = security.Principal{Name: "fenced-peer", Method: "peer"}
 
 // initRejections sets up the grant memory (fed by applied), the rejection
 // book and the relay. Called by New before raft replays the log.

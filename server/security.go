@@ -19,10 +19,6 @@ type (
 	Policy = security.Policy
 	// Permission is a set of permissions.
 	Permission = security.Permission
-	// Principal is an authenticated caller.
-	Principal = security.Principal
-	// DeniedError says which permission a principal lacked on which key.
-	DeniedError = security.DeniedError
 )
 
 // Permissions; see security.Permission.
