@@ -83,36 +83,37 @@
 //     were added to it; data directories from fenced restore or earlier
 //     versions carry no cluster ID (internal/peers/identity.go).
 //
-// Layout: server.go is the node (start-up, raft wiring, leadership, Close);
-// apply.go the write path and what every node keeps beside the state
-// machine; leases.go the lease operations in domain terms (the Go API);
-// internal/expiry, internal/waiters, contact.go: deadlines, wait queues
-// and quorum contact; cluster.go membership. The API side: api.go mounts
-// internal/api's Connect handlers (lease API and Revoke) on the node,
-// internal/forward reaches the leader for the calls the node forwards and
-// forward.go gives it raft's view of who leads, validate.go the node's
-// bounds of an acquisition and of request bodies, auth.go and
-// security.go authentication, authorization and signing, httpserver.go and
-// dashboard.go the HTTP server and dashboard, catchup.go when streams may
-// start after a restart.
+// Layout: the node is this package: server.go (start-up, raft wiring,
+// leadership, Close), apply.go (the write path and what every node keeps
+// beside the state machine), leases.go (the lease operations in domain
+// terms: the Go API), config.go (Config and its defaults), and the glue
+// that hands each package below what it needs of the node (api.go,
+// auth.go, cluster.go, clienturls.go, dashboard.go, forward.go,
+// rejections.go, httpserver.go: the HTTP server and its routes).
 //
-// Beneath the node, in packages that import nothing of it (imports_test.go
-// pins the graph): internal/raftlog, the raft log store on disk and its
-// repairs; internal/leadercheck, the coalescing of leadership
-// confirmations; internal/contact, raft's transport noting each peer's last
-// answer and keeping a member that may not vote out of elections;
-// internal/security, the TLS, auth and signing files and the auth middleware;
-// internal/sharegate, the slots that keep reads and fan-out from starving
-// writes; internal/logs, raft's records into slog and the batched log
-// writer; internal/peers, the peer port and a member's identity;
-// internal/rejections, the book of stale rejections, the checks of a report
-// and the relay of the leader's rejections to other nodes' watchers;
-// internal/dashboard, the dashboard's page and the encoding of its event
-// stream; internal/apierr, the domain errors and their one mapping to
-// Connect codes; internal/expiry, the leader's lease deadlines and when
-// leases are due; internal/waiters, the lines of acquisitions waiting for
-// held keys and the handover of a freed key to the first; internal/api, the
-// lease API's Connect handlers, the input rules and a lease's wire form;
-// internal/restore, a new member's data directory made from a backup;
-// internal/forward, reaching the leader for the calls a node forwards.
+// Beneath it, in packages that import nothing of it (imports_test.go pins
+// the graph, lowest first):
+//   - internal/raftlog: the raft log and stable store on disk, and their
+//     repairs; internal/fsm: raft's state machine over lease.State;
+//     internal/contact: raft's transport, noting each peer's last answer;
+//     internal/leadercheck: coalesced leadership confirmations;
+//     internal/expiry: the leader's deadlines; internal/waiters: the lines
+//     of waiting acquisitions and handovers; internal/security:
+//     TLS, the auth policy, authentication and authorization, signing keys;
+//     internal/sharegate, internal/streamwrite, internal/logs: slots that
+//     keep reads and fan-out from starving writes, a stream's write
+//     control, raft's records into slog; internal/fanout: transitions to
+//     watchers and dashboards.
+//   - internal/peers: the peer port and a member's identity;
+//     internal/admission: the per-client shares of the HTTP front;
+//     internal/rejections: stale rejections reported by resources, and
+//     their relay; internal/dashboard: the dashboard's page and streams;
+//     internal/restore: a new member's data directory from a backup.
+//   - internal/apierr: the domain errors and their one mapping to Connect
+//     codes, the errors of the packages beneath it included.
+//   - internal/api: the lease API's Connect handlers, input rules and a
+//     lease's wire form; internal/membership: forming and joining a
+//     cluster, ClusterService, members' client URLs; internal/nodemetrics:
+//     the node's Prometheus collectors; internal/forward: reaching the
+//     leader for the calls a node forwards.
 package server
