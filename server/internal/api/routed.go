@@ -59,6 +59,10 @@ func routeTries[C, Req, Resp any](ctx context.Context, d *Deps, req *connect.Req
 			return nil, answer(err, try)
 		}
 		if ok {
+			// Only this branch's own copies may escape with the closure:
+			// capturing the loop's rpc would move it to the heap on every
+			// call, forwarded or not.
+			rpc, req := rpc, req
 			var resp *connect.Response[Resp]
 			err := d.Forward.Forward(ctx, func(ctx context.Context) (err error) {
 				resp, err = remote(rpc, ctx, forwarded(ctx, d, req.Msg))
