@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/admission"
@@ -72,12 +71,6 @@ func (s *Server) observeRequests() connect.Interceptor {
 			return resp, err
 		}
 	})
-}
-
-// currentLease is api.WireLease for a current lease, with the time it has
-// left.
-func (s *Server) currentLease(l lease.Lease, v api.View) *fencedv1.Lease {
-	return api.WireLease(l, s.expirer.Remaining(l.Key, s.expirer.Now()), v)
 }
 
 // forwarded is the request this node sends the leader for a call whose

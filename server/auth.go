@@ -30,7 +30,7 @@ func (s *Server) newAuthorizer() *security.Authorizer {
 // node is relayPrincipal, and s.authz decides.
 func (s *Server) httpAuth() *security.HTTPAuth {
 	return &security.HTTPAuth{
-		Policy:      func() *security.Policy { return s.sec.Policy() },
+		Policy:      s.sec.Policy,
 		RelayHeader: rejections.RelayHeader,
 		Relay:       relayPrincipal,
 		Keep:        admission.WithAuth,

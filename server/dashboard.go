@@ -58,7 +58,9 @@ func (s *Server) newDashboard() *dashboard.Handler {
 			}
 			return wire, view.Applied()
 		},
-		Lease:        func(l lease.Lease) *fencedv1.Lease { return s.currentLease(l, api.PublicView) },
+		Lease: func(l lease.Lease) *fencedv1.Lease {
+			return api.WireLease(l, s.expirer.Remaining(l.Key, s.expirer.Now()), api.PublicView)
+		},
 		ReadSlot:     s.reads.Acquire,
 		FanoutSlot:   s.fanout.Acquire,
 		WriteTimeout: s.cfg.StreamWriteTimeout,
