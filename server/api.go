@@ -73,15 +73,6 @@ func (s *Server) observeRequests() connect.Interceptor {
 	})
 }
 
-// forwarded is the request this node sends the leader for a call whose
-// context is ctx: it names this node and, with auth on, the principal the
-// caller authenticated as here (the leader authorizes it).
-func forwarded[T any](ctx context.Context, s *Server, msg *T) *connect.Request[T] {
-	req := connect.NewRequest(msg)
-	s.nameForwarded(ctx, req.Header())
-	return req
-}
-
 // nameForwarded sets on h, the headers of a call forwarded for ctx's
 // caller, this node's ID, the caller's principal and its address.
 func (s *Server) nameForwarded(ctx context.Context, h http.Header) {
