@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/noreplay"
 	"github.com/fencedio/fenced/lease"
 )
 
@@ -216,7 +217,7 @@ func New(cfg Config) (*Client, error) {
 			cfg.setTLS(t)
 		}
 		unary = &http.Client{Transport: inMemoryBodies{c.transports[0]}}
-		streams = &http.Client{Transport: wholeMessages{c.transports[1]}}
+		streams = &http.Client{Transport: noreplay.Transport{Next: wholeMessages{c.transports[1]}}}
 	}
 	opts := append(cfg.credentials(), connect.WithInterceptors(cutIsUnavailable{}))
 	c.newEndpoint = func(url string) endpoint {

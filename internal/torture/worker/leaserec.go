@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/internal/noreplay"
 	"github.com/fencedio/fenced/internal/torture/history"
 )
 
@@ -45,10 +46,10 @@ func newLeaseRecorder(rec *history.Recorder, dialTimeout time.Duration) *leaseRe
 	protocols := new(http.Protocols)
 	protocols.SetUnencryptedHTTP2(true)
 	return &leaseRecorder{
-		base: &http.Client{Transport: &http.Transport{
+		base: &http.Client{Transport: noreplay.Transport{Next: &http.Transport{
 			Protocols:   protocols,
 			DialContext: (&net.Dialer{Timeout: dialTimeout}).DialContext,
-		}},
+		}}},
 		rec:    rec,
 		owners: map[string]string{},
 	}
@@ -80,7 +81,7 @@ func (r *leaseRecorder) Do(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 		req.Body = io.NopCloser(bytes.NewReader(body))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		req.GetBody = nil // read up; and never sent twice (noreplay)
 	}
 	op, ok := r.decodeRequest(path.Base(req.URL.Path), req.Header.Get("Content-Encoding"), body)
 	if !ok {

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/noreplay"
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/hashicorp/raft"
 )
@@ -46,6 +47,7 @@ type Config struct {
 type Forwarder struct {
 	cfg       Config
 	transport *http.Transport
+	client    *http.Client // over transport, with noreplay
 	mu        sync.Mutex
 	clients   map[string]fencedv1connect.LeaseServiceClient
 
@@ -72,6 +74,7 @@ func New(cfg Config) *Forwarder {
 		},
 		clients: make(map[string]fencedv1connect.LeaseServiceClient),
 	}
+	f.client = &http.Client{Transport: noreplay.Transport{Next: f.transport}}
 	f.epoch, f.endEpoch = context.WithCancelCause(context.Background())
 	return f
 }
@@ -146,7 +149,7 @@ func (f *Forwarder) LeaseClient(addr string) fencedv1connect.LeaseServiceClient 
 	defer f.mu.Unlock()
 	c, ok := f.clients[addr]
 	if !ok {
-		c = fencedv1connect.NewLeaseServiceClient(&http.Client{Transport: f.transport}, "http://"+addr)
+		c = fencedv1connect.NewLeaseServiceClient(f.client, "http://"+addr)
 		f.clients[addr] = c
 	}
 	return c
@@ -154,24 +157,24 @@ func (f *Forwarder) LeaseClient(addr string) fencedv1connect.LeaseServiceClient 
 
 // AdminClient returns a client of the AdminService at raft address addr.
 func (f *Forwarder) AdminClient(addr string) fencedv1connect.AdminServiceClient {
-	return fencedv1connect.NewAdminServiceClient(&http.Client{Transport: f.transport}, "http://"+addr)
+	return fencedv1connect.NewAdminServiceClient(f.client, "http://"+addr)
 }
 
 // ClusterClient returns a client of the ClusterService at raft address
 // addr.
 func (f *Forwarder) ClusterClient(addr string) fencedv1connect.ClusterServiceClient {
-	return fencedv1connect.NewClusterServiceClient(&http.Client{Transport: f.transport}, "http://"+addr)
+	return fencedv1connect.NewClusterServiceClient(f.client, "http://"+addr)
 }
 
 // RejectionClient returns a client of the RejectionService at raft address
 // addr.
 func (f *Forwarder) RejectionClient(addr string) fencedv1connect.RejectionServiceClient {
-	return fencedv1connect.NewRejectionServiceClient(&http.Client{Transport: f.transport}, "http://"+addr)
+	return fencedv1connect.NewRejectionServiceClient(f.client, "http://"+addr)
 }
 
 // Transport is the forwarder's transport: HTTP to the peer ports' API
 // listeners, by raft address, over the connections the clients share.
-func (f *Forwarder) Transport() http.RoundTripper { return f.transport }
+func (f *Forwarder) Transport() http.RoundTripper { return f.client.Transport }
 
 // Close closes the idle connections to the leaders called so far.
 func (f *Forwarder) Close() { f.transport.CloseIdleConnections() }
