@@ -33,6 +33,7 @@ import { PgGuard } from "./guards/pg.js";
 import { internal, type TraceCall, type TraceResult } from "./internal.js";
 import type { Lease } from "./lease.js";
 import { fromRPC } from "./rpc.js";
+import { measureWallOffset, wallNs } from "./wallclock.js";
 
 /** What the harness tells a worker (internal/torture/worker Spec); durations in nanoseconds. */
 interface WorkerSpec {
@@ -91,14 +92,19 @@ interface Op {
 
 const ms = (ns: number) => ns / 1e6;
 
-/** Wall-clock Unix nanoseconds: every process of a run reads the same clock. */
-function nowNs(): bigint {
-  return wallNs(performance.now());
+// Every process of a run records wall-clock times, compared across
+// processes: calls at the earliest and answers at the latest wall time
+// their performance.now() reading can be (see wallclock.ts).
+const wallOffset = measureWallOffset();
+
+/** Wall-clock Unix nanoseconds, no later than now: for calls and deadlines. */
+function callNs(perfMs = performance.now()): bigint {
+  return wallNs(wallOffset, perfMs, "lo");
 }
 
-/** A performance.now() reading as wall-clock Unix nanoseconds. */
-function wallNs(perfMs: number): bigint {
-  return BigInt(Math.round((performance.timeOrigin + perfMs) * 1e6));
+/** Wall-clock Unix nanoseconds, no earlier than now: for answers. */
+function retNs(): bigint {
+  return wallNs(wallOffset, performance.now(), "hi");
 }
 
 /** A small seeded generator (mulberry32), so that runs can be replayed by seed. */
@@ -134,13 +140,13 @@ class Recorder {
     const o = op as Op;
     o.w = this.worker;
     o.n = ++this.seq;
-    o.call = nowNs();
+    o.call = callNs();
     this.write(o);
     return o;
   }
 
   end(op: Op, outcome: "ok" | "fail" | "unknown", code = "", err?: unknown): void {
-    op.ret = nowNs();
+    op.ret = retNs();
     op.outcome = outcome;
     if (code) op.code = code;
     if (err !== undefined) op.err = err instanceof Error ? err.message : String(err);
@@ -326,7 +332,7 @@ class Worker {
     const base = delayed ? s.proxyUrl! : s.storeUrl;
     const timeout = ms(delayed ? s.delayedWriteTimeout : s.writeTimeout);
     const object = `${l.key}/${this.name}/${this.writes}`;
-    const op = this.rec.begin({ kind: "put", key: l.key, token: l.token, object, via: delayed ? "proxy" : "direct", deadline: wallNs(l.deadline) });
+    const op = this.rec.begin({ kind: "put", key: l.key, token: l.token, object, via: delayed ? "proxy" : "direct", deadline: callNs(l.deadline) });
     const value = `${l.key}|${l.token}|w${s.id}|${object}`;
     // The lease's signal is left out on purpose: the write must reach the
     // store even after the lease was lost, as from a paused process.
@@ -361,7 +367,7 @@ class Worker {
     const s = this.spec;
     this.writes++;
     const object = `${l.key}/${this.name}/${this.writes}`;
-    const op = this.rec.begin({ kind: "sql", key: l.key, token: l.token, object, deadline: wallNs(l.deadline) });
+    const op = this.rec.begin({ kind: "sql", key: l.key, token: l.token, object, deadline: callNs(l.deadline) });
     const table = `"${s.writeTable!.replace(/"/g, '""')}"`;
     const insert = (c: pg.PoolClient) =>
       c.query(`INSERT INTO ${table} (scope, token, worker, object) VALUES ($1, $2, $3, $4)`, [l.key, l.token.toString(), s.id, object]);
