@@ -73,12 +73,18 @@ def test_deadline_counts_from_the_send(server, key):
         calls = record_calls(b)
         threading.Timer(0.2, held.release).start()
         lease = b.acquire(key, ttl=1, wait=1)
-        (method, sent, answered, status), = calls
+        (method, sent, answered, status), *renewal = calls
         assert method == "Acquire" and answered - sent > 0.15
+        if renewal:
+            # The grant came back so late (a loaded machine) that the
+            # client renewed before returning: it counts from that send.
+            (method, sent, _, _), = renewal
+            assert method == "Renew"
+        else:
+            assert lease.deadline < answered + 0.9
         # Counted from the send, not from the answer (the mutant).
         window = 1.0 * (1 - 0.001) - 0.010
         assert sent + window - 0.005 <= lease.deadline <= sent + window
-        assert lease.deadline < answered + 0.9
     finally:
         a.close()
         b.close()
@@ -93,7 +99,7 @@ def test_mutant_arms_the_deadline_from_the_answer(server, key, monkeypatch):
         calls = record_calls(b)
         threading.Timer(0.2, held.release).start()
         lease = b.acquire(key, ttl=1, wait=1)
-        (_, sent, answered, _), = calls
+        (_, sent, _, _) = calls[0]
         assert lease.deadline > sent + 1.0  # beyond the server's expiry: unsafe
     finally:
         a.close()
