@@ -81,7 +81,7 @@ func (r *leaseRecorder) Do(req *http.Request) (*http.Response, error) {
 		}
 		body = b
 		req.Body = io.NopCloser(bytes.NewReader(body))
-		req.GetBody = nil // read up; and never sent twice (noreplay)
+		req.GetBody = nil // connect's rewinds the body just read; none is needed: noreplay sends a body once
 	}
 	op, ok := r.decodeRequest(path.Base(req.URL.Path), req.Header.Get("Content-Encoding"), body)
 	if !ok {
