@@ -1,9 +1,11 @@
 package server
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,5 +75,64 @@ func TestClusterIDDrawnAtBootstrap(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, peers.IdentityFileName)); err != nil {
 		t.Error(err)
+	}
+}
+
+// A node whose identity file survives but whose raft log was deleted, or
+// replaced by another directory's, refuses to start rather than vote with
+// a log that forgot what it acknowledged; the directory is left as it was.
+func TestLostLogRefusesToStart(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		break_ func(t *testing.T, dir, other string)
+	}{
+		{"wal deleted", func(t *testing.T, dir, _ string) {
+			if err := os.RemoveAll(filepath.Join(dir, "wal")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"wal and snapshots deleted", func(t *testing.T, dir, _ string) {
+			for _, sub := range []string{"wal", "snapshots"} {
+				if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"another directory's wal", func(t *testing.T, dir, other string) {
+			if err := os.RemoveAll(filepath.Join(dir, "wal")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(other, "wal"), filepath.Join(dir, "wal")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"identity file deleted", func(t *testing.T, dir, _ string) {
+			if err := os.Remove(filepath.Join(dir, peers.IdentityFileName)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, other := t.TempDir(), t.TempDir()
+			for _, d := range []string{dir, other} {
+				s := newTestServer(t, identityConfig(t, d, Config{}))
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.break_(t, dir, other)
+			before, _ := os.ReadFile(filepath.Join(dir, peers.IdentityFileName))
+			s, err := New(identityConfig(t, dir, Config{}))
+			if err == nil {
+				s.Close()
+				t.Fatal("the node started")
+			}
+			if !errors.Is(err, peers.ErrLostLog) || !strings.Contains(err.Error(), "fencectl member remove") {
+				t.Fatalf("start: %v, want ErrLostLog with the recovery", err)
+			}
+			if after, _ := os.ReadFile(filepath.Join(dir, peers.IdentityFileName)); string(after) != string(before) {
+				t.Errorf("the refused start rewrote the identity: %s -> %s", before, after)
+			}
+		})
 	}
 }

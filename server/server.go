@@ -270,7 +270,7 @@ func (s *Server) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
 	}
-	if s.ident, err = peers.OpenIdentity(s.cfg.DataDir, existing); err != nil {
+	if s.ident, err = peers.OpenIdentity(s.cfg.DataDir, s.store, existing); err != nil {
 		return err
 	}
 	if s.trans, err = s.newTransport(hlog); err != nil {

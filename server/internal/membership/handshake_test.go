@@ -11,11 +11,11 @@ import (
 )
 
 func TestHandshakeHello(t *testing.T) {
-	ident, err := peers.OpenIdentity(t.TempDir(), false)
+	store := raft.NewInmemStore()
+	ident, err := peers.OpenIdentity(t.TempDir(), store, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := raft.NewInmemStore()
 	h := &Handshake{Config: Config{NodeID: "n2", Existing: true}, Ident: ident, Stable: store, Logs: store, Log: quiet}
 	got := h.Hello()
 	if got.Node != "n2" || got.Instance != ident.Get().Instance || got.Votes || got.HasState || !got.Joining || got.Cluster != "" {
@@ -39,11 +39,11 @@ func TestHandshakeHello(t *testing.T) {
 
 func TestHandshakeAdmit(t *testing.T) {
 	dir := t.TempDir()
-	ident, err := peers.OpenIdentity(dir, false)
+	store := raft.NewInmemStore()
+	ident, err := peers.OpenIdentity(dir, store, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := raft.NewInmemStore()
 	h := &Handshake{Config: Config{NodeID: "n2", Join: true}, Ident: ident, Stable: store, Logs: store, Log: quiet}
 	initial := map[string]string{"n1": "i1"}
 	if err := h.Admit(peers.Hello{Node: "n1", Cluster: "c1", Initial: initial, Admit: "n3"}); !errors.Is(err, apierr.ErrMemberNotAddable) {
@@ -59,7 +59,7 @@ func TestHandshakeAdmit(t *testing.T) {
 		t.Errorf("hello after admission: %+v", got)
 	}
 	// The admission is in the data directory.
-	again, err := peers.OpenIdentity(dir, false)
+	again, err := peers.OpenIdentity(dir, store, false)
 	if err != nil {
 		t.Fatal(err)
 	}

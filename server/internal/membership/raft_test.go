@@ -39,7 +39,7 @@ func newTestNode(t *testing.T, id string) *testNode {
 	var trans *raft.InmemTransport
 	n.addr, trans = raft.NewInmemTransport("")
 	var err error
-	if n.ident, err = peers.OpenIdentity(t.TempDir(), false); err != nil {
+	if n.ident, err = peers.OpenIdentity(t.TempDir(), n.store, false); err != nil {
 		t.Fatal(err)
 	}
 	if n.raft, err = raft.NewRaft(conf, n.fsm, n.store, n.store, raft.NewInmemSnapshotStore(), trans); err != nil {

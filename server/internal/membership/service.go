@@ -220,6 +220,10 @@ func (a *Service) admit(ctx context.Context, id, addr string) error {
 	if st.Node != id {
 		return fmt.Errorf("add member %s: %w: the node at %s is %q", id, apierr.ErrMemberNotAddable, addr, st.Node)
 	}
+	if st.Votes && !st.HasState {
+		return fmt.Errorf("add member %s: %w: the node at %s says it votes but holds no raft state: its log was lost. "+
+			"Remove it (fencectl member remove %s), empty its data directory, start it with --join, then add it", id, apierr.ErrMemberNotAddable, addr, id)
+	}
 	if st.Votes {
 		return nil // a member of this cluster: a change of suffrage or address
 	}

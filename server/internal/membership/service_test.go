@@ -106,8 +106,14 @@ func TestServiceAddRemoveMember(t *testing.T) {
 	if err := add("n2", "127.0.0.1:7423", true); code(err) != connect.CodeFailedPrecondition || !errors.Is(err, apierr.ErrMemberNotAddable) || !strings.Contains(err.Error(), "Remove it first") {
 		t.Errorf("add a member that lost its data directory: %v", err)
 	}
-	// A member that votes: a change of address, no admission.
+	// A member that says it votes but holds no raft state lost its log: it
+	// is not taken for a member of this cluster.
 	p.set("127.0.0.1:7425", peers.Hello{Node: "n2", Votes: true})
+	if err := add("n2", "127.0.0.1:7425", true); !errors.Is(err, apierr.ErrMemberNotAddable) || !strings.Contains(err.Error(), "holds no raft state") {
+		t.Errorf("add a voting member without raft state: %v", err)
+	}
+	// A member that votes: a change of address, no admission.
+	p.set("127.0.0.1:7425", peers.Hello{Node: "n2", Votes: true, HasState: true})
 	if err := add("n2", "127.0.0.1:7425", true); err != nil {
 		t.Fatal(err)
 	}

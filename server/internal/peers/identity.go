@@ -33,6 +33,12 @@ import (
 //     peer connection, raft's and forwarded calls alike, starts with both
 //     ends' IDs (mux.go); two different IDs refuse the connection. A
 //     member that lost its directory cannot draw the same ID again.
+//   - log ID: random, drawn with the instance and written into the raft
+//     log's stable store before the identity file. A member whose identity
+//     names a log it does not hold (wal/ deleted, replaced by another
+//     directory's, or the identity file deleted while the log stayed)
+//     refuses to start (ErrLostLog): its votes and acknowledgements are in
+//     a log that is gone.
 //   - votes: whether the directory holds state the cluster counts on. It
 //     does once the member bootstrapped the cluster, once it was added
 //     (fencectl member add) while running on this directory, and for a
@@ -69,10 +75,9 @@ import (
 // to ask: on an empty data directory it forms a new cluster of one, even
 // if it had grown into a larger cluster through member add (its former
 // peers then refuse its connections, since its cluster ID is new; start
-// such a node with --join after a loss). The identity file is part of the
-// data directory; deleting it alone (keeping the raft log) makes the
-// directory count as one from before cluster IDs, which votes and carries
-// no cluster ID. A
+// such a node with --join after a loss). The identity file and the raft log are
+// bound by one log ID (Identity.LogID, kept in both): deleting either, or
+// mixing them with another directory's, is refused at start (ErrLostLog). A
 // data directory written by fenced restore, or by a version before cluster
 // IDs, has no cluster ID: its connections are checked only against members
 // that have one and carry a different one. The peer port is trusted as
@@ -90,6 +95,11 @@ var (
 	// ErrClusterMismatch means a peer belongs to another cluster: its
 	// cluster ID differs from this member's. The connection is refused.
 	ErrClusterMismatch = errors.New("peer belongs to another cluster")
+	// ErrLostLog means the member's identity file and its raft log do not
+	// belong together: the log was deleted, replaced or mixed with another
+	// directory's. The member may have acknowledged entries it no longer
+	// holds, so it does not start.
+	ErrLostLog = errors.New("the raft log does not match the member's identity")
 )
 
 // RecoverySteps is the documented recovery of member id, whose raft
@@ -118,6 +128,20 @@ func (e *MemberBootstrappedError) Error() string {
 
 func (e *MemberBootstrappedError) Is(target error) bool { return target == ErrMemberBootstrapped }
 
+// LostLogError says how a data directory's identity and raft log disagree.
+type LostLogError struct {
+	Dir    string
+	Reason string
+}
+
+func (e *LostLogError) Error() string {
+	return fmt.Sprintf("%v in %s: %s. This member may have acknowledged entries and votes that it no longer holds, "+
+		"so it will not start on this directory. A single node: restore the data directory with fenced restore. "+
+		"In a cluster: %s", ErrLostLog, e.Dir, e.Reason, RecoverySteps("ID", ""))
+}
+
+func (e *LostLogError) Is(target error) bool { return target == ErrLostLog }
+
 // ClusterMismatchError names the peer and both cluster IDs.
 type ClusterMismatchError struct {
 	Peer        string // the peer's node ID and address
@@ -142,6 +166,10 @@ type Identity struct {
 	// when the cluster formed; a peer that forms later checks its own
 	// instance against it.
 	Initial map[string]string `json:"initialMembers,omitempty"`
+	// LogID is the ID of the raft log this member's promises live in,
+	// written to the log's stable store with it (LogIDKey). An identity
+	// whose log is gone or another's is refused (ErrLostLog).
+	LogID string `json:"logId,omitempty"`
 }
 
 // IdentityStore keeps the identity file of a data directory.
@@ -152,26 +180,73 @@ type IdentityStore struct {
 	votes atomic.Bool // id.Votes, read on every vote request
 }
 
-// OpenIdentity reads dir's identity file. A directory without one gets a
-// new instance; it votes if it already holds raft state (written before
-// the file existed).
-func OpenIdentity(dir string, hasState bool) (*IdentityStore, error) {
+// LogIDKey is the stable-store key under which the raft log keeps the log
+// ID its identity file names (Identity.LogID).
+var LogIDKey = []byte("FencedLogID")
+
+// LogBinding is where the raft log keeps its log ID: raft's stable store,
+// which lives with the log (raftlog.Store).
+type LogBinding interface {
+	Get(key []byte) ([]byte, error)
+	Set(key, val []byte) error
+}
+
+// OpenIdentity reads dir's identity file and checks it against the raft
+// log's log ID (log): a member whose identity names a log it no longer
+// holds, or whose log belongs to another identity, is refused with
+// ErrLostLog. A directory without either gets a new instance and log ID;
+// one whose raft state predates both (hasState, no file, no log ID)
+// votes, as it did before identity files existed.
+func OpenIdentity(dir string, log LogBinding, hasState bool) (*IdentityStore, error) {
 	s := &IdentityStore{path: filepath.Join(dir, IdentityFileName)}
+	logID, err := log.Get(LogIDKey)
+	if err != nil && err.Error() != "not found" { // raft's stable stores say a key is absent either way
+		return nil, fmt.Errorf("read the raft log's ID: %w", err)
+	}
 	b, err := os.ReadFile(s.path)
 	switch {
-	case err == nil:
-		if err := json.Unmarshal(b, &s.id); err != nil || s.id.Instance == "" {
-			return nil, fmt.Errorf("Identity file %s is damaged (%v): %s", s.path, err, RecoverySteps("this member", ""))
+	case errors.Is(err, fs.ErrNotExist):
+		if len(logID) > 0 {
+			return nil, &LostLogError{Dir: dir, Reason: fmt.Sprintf(
+				"%s is missing, but the raft log carries log ID %s: the identity file was deleted, or the log was copied from another data directory", IdentityFileName, logID)}
 		}
-		s.votes.Store(s.id.Votes)
-		return s, nil
-	case !errors.Is(err, fs.ErrNotExist):
+		return s, s.bind(log, Identity{Instance: randomHex(16), Votes: hasState})
+	case err != nil:
 		return nil, fmt.Errorf("Identity file: %w", err)
 	}
-	if err := s.Save(Identity{Instance: randomHex(16), Votes: hasState}); err != nil {
-		return nil, err
+	if err := json.Unmarshal(b, &s.id); err != nil || s.id.Instance == "" {
+		return nil, fmt.Errorf("Identity file %s is damaged (%v): %s", s.path, err, RecoverySteps("this member", ""))
+	}
+	s.votes.Store(s.id.Votes)
+	switch {
+	case s.id.LogID == "" && len(logID) > 0:
+		return nil, &LostLogError{Dir: dir, Reason: fmt.Sprintf(
+			"the raft log carries log ID %s, but %s names none: the identity file is older than the log, or comes from another data directory", logID, IdentityFileName)}
+	case s.id.LogID == "" && s.id.Votes && !hasState:
+		return nil, &LostLogError{Dir: dir, Reason: fmt.Sprintf(
+			"%s says this member votes, but the data directory holds no raft state: its log was lost", IdentityFileName)}
+	case s.id.LogID == "":
+		// Written before log IDs: bind the log it has now.
+		return s, s.bind(log, s.id)
+	case len(logID) == 0:
+		return nil, &LostLogError{Dir: dir, Reason: fmt.Sprintf(
+			"%s names raft log %s, but the data directory holds no raft log with an ID: the log was deleted or replaced", IdentityFileName, s.id.LogID)}
+	case string(logID) != s.id.LogID:
+		return nil, &LostLogError{Dir: dir, Reason: fmt.Sprintf(
+			"%s names raft log %s, but the log in the data directory is %s: the two come from different data directories", IdentityFileName, s.id.LogID, logID)}
 	}
 	return s, nil
+}
+
+// bind gives id a new log ID, writes it to the log first and then to the
+// identity file: a crash between the two leaves a log ID that no identity
+// names, which the next start refuses rather than guess.
+func (s *IdentityStore) bind(log LogBinding, id Identity) error {
+	id.LogID = randomHex(16)
+	if err := log.Set(LogIDKey, []byte(id.LogID)); err != nil {
+		return fmt.Errorf("write the raft log's ID: %w", err)
+	}
+	return s.Save(id)
 }
 
 func (s *IdentityStore) Get() Identity {
