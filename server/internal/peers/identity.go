@@ -170,6 +170,9 @@ type Identity struct {
 	// written to the log's stable store with it (LogIDKey). An identity
 	// whose log is gone or another's is refused (ErrLostLog).
 	LogID string `json:"logId,omitempty"`
+	// Backup is the SHA-256 of the backup a restored member was written
+	// from (fenced restore); its cluster ID derives from it.
+	Backup string `json:"backup,omitempty"`
 }
 
 // IdentityStore keeps the identity file of a data directory.

@@ -12,6 +12,14 @@
 // of a data directory that already holds some is never overwritten
 // (ErrTarget).
 //
+// A restore starts a new cluster: its cluster ID derives from the backup's
+// SHA-256 (kept in the identity as Backup), the start index and the
+// membership, so every member of one restore shares it, while a member of
+// the old cluster, or one restored from another backup or at another
+// floor, has another and is refused on the peer port. Its first term is
+// its first index, above any term the old cluster reached (one per
+// election since its own start, itself a lower floor if it was restored).
+//
 // StartFloor is a time, in microseconds since 1970 (zero: now, for a
 // cluster of one): a cluster restored later from the same backup starts
 // above every token an earlier restore issued, as long as that one wrote

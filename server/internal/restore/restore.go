@@ -1,6 +1,8 @@
 package restore
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/fencedio/fenced/server/internal/raftlog"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -68,9 +71,13 @@ func Write(p Plan, backup io.Reader) (uint64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
 	}
-	st, err := lease.Restore(backup, p.MaxIdleKeys)
+	digest := sha256.New()
+	st, err := lease.Restore(io.TeeReader(backup, digest), p.MaxIdleKeys)
 	if err != nil {
 		return 0, err
+	}
+	if _, err := io.Copy(digest, backup); err != nil {
+		return 0, fmt.Errorf("read backup: %w", err)
 	}
 	if st.Applied() > math.MaxUint64-p.Bump {
 		return 0, fmt.Errorf("restore: index %d plus bump %d overflows", st.Applied(), p.Bump)
@@ -110,7 +117,11 @@ func Write(p Plan, backup io.Reader) (uint64, error) {
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Address)})
 		}
 	}
-	const term = 1
+	// The first term is the first index: above any term the old cluster
+	// could have reached (one per election, a restored one starting at its
+	// own, earlier, floor), so that none of its members, at its highest
+	// term, can outvote the restored members.
+	term := at
 	// The snapshot's legacy peer list is encoded by a transport; raft's
 	// network transport and this one encode an address as its bytes.
 	_, enc := raft.NewInmemTransport(raft.ServerAddress(p.RaftAddress))
@@ -129,5 +140,29 @@ func Write(p Plan, backup io.Reader) (uint64, error) {
 	if err := store.SetUint64([]byte("CurrentTerm"), term); err != nil {
 		return 0, fmt.Errorf("write term: %w", err)
 	}
+	ident, err := peers.OpenIdentity(p.DataDir, store, true)
+	if err != nil {
+		return 0, err
+	}
+	id := ident.Get()
+	id.Backup = hex.EncodeToString(digest.Sum(nil))
+	id.Cluster, id.Votes, id.Initial = ClusterID(id.Backup, at, conf), true, nil
+	if err := ident.Save(id); err != nil {
+		return 0, err
+	}
 	return at, nil
+}
+
+// ClusterID is the cluster ID of the members restored from the backup
+// whose SHA-256 is digest, starting at index at, with configuration conf:
+// the same for every member of one restore, another for a restore of
+// another backup, at another floor or of other members. Members of the
+// old cluster, and of another restore, are refused on the peer port.
+func ClusterID(digest string, at uint64, conf raft.Configuration) string {
+	members := make(map[string]string, len(conf.Servers))
+	for _, srv := range conf.Servers {
+		members[string(srv.ID)] = string(srv.Address)
+	}
+	members["restore"] = fmt.Sprintf("%s@%d", digest, at)
+	return peers.FormationID(members)
 }

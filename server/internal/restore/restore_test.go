@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/fencedio/fenced/server/internal/raftlog"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -78,9 +79,9 @@ func servers(conf raft.Configuration) []string {
 	return out
 }
 
-// A restore writes a snapshot at the backup's index plus the bump, in term
-// 1, with every lease ended and every token remembered, and the new
-// membership; it never writes over raft state.
+// A restore writes a snapshot at the backup's index plus the bump, in a
+// term as high as that index, with every lease ended and every token
+// remembered, and the new membership; it never writes over raft state.
 func TestWrite(t *testing.T) {
 	backup := testBackup(t)
 	dir := t.TempDir()
@@ -93,9 +94,9 @@ func TestWrite(t *testing.T) {
 		t.Fatalf("restored at %d, want 4+1000", at)
 	}
 	meta, st, term := restored(t, dir)
-	if meta.Index != at || meta.Term != 1 || term != 1 || meta.ConfigurationIndex != at {
-		t.Errorf("snapshot at %d term %d (configuration at %d), stored term %d; want %d, 1, %d, 1",
-			meta.Index, meta.Term, meta.ConfigurationIndex, term, at, at)
+	if meta.Index != at || meta.Term != at || term != at || meta.ConfigurationIndex != at {
+		t.Errorf("snapshot at %d term %d (configuration at %d), stored term %d; want %d, %d, %d, %d",
+			meta.Index, meta.Term, meta.ConfigurationIndex, term, at, at, at, at)
 	}
 	if got, want := servers(meta.Configuration), []string{"r1=127.0.0.1:7421/Voter"}; !slices.Equal(got, want) {
 		t.Errorf("membership %q, want %q", got, want)
@@ -144,5 +145,47 @@ func TestWriteStart(t *testing.T) {
 	}
 	if _, err := Write(Plan{DataDir: t.TempDir(), NodeID: "r1", Bump: math.MaxUint64, StartFloor: 1}, bytes.NewReader(backup)); err == nil {
 		t.Error("a bump that overflows the index was accepted")
+	}
+}
+
+// Every member of one restore gets one new cluster ID that votes; a restore
+// of another backup, or at another floor, gets another, so that its
+// members and the old cluster's refuse each other on the peer port.
+func TestWriteClusterID(t *testing.T) {
+	backup := testBackup(t)
+	st := lease.New(0)
+	st.Apply(1, 1, lease.Command{Op: lease.OpAcquire, Key: "a", ID: "ida", Owner: "o", TTL: time.Minute})
+	var buf bytes.Buffer
+	if _, err := st.Snapshot().Backup().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	other := buf.Bytes()
+	three := []Member{{"a", "127.0.0.1:7421"}, {"b", "127.0.0.1:7422"}, {"c", "127.0.0.1:7423"}}
+	restore := func(node string, b []byte, floor uint64) peers.Identity {
+		t.Helper()
+		dir := t.TempDir()
+		if _, err := Write(Plan{DataDir: dir, NodeID: node, InitialCluster: three, Bump: 1000, StartFloor: floor}, bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+		store, err := raftlog.Open(dir, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		ident, err := peers.OpenIdentity(dir, store, true)
+		if err != nil {
+			t.Fatalf("the restored directory's identity: %v", err)
+		}
+		return ident.Get()
+	}
+	a, b := restore("a", backup, 1<<40), restore("b", backup, 1<<40)
+	if a.Cluster == "" || a.Cluster != b.Cluster || !a.Votes || !b.Votes || a.Backup == "" || a.Backup != b.Backup || a.Instance == b.Instance {
+		t.Fatalf("two members of one restore: %+v and %+v; want one cluster ID and backup digest, two instances, both voting", a, b)
+	}
+	if c := restore("c", other, 1<<40); c.Cluster == a.Cluster || c.Backup == a.Backup {
+		t.Errorf("a member restored from another backup has cluster ID %s and digest %s, as the first restore", c.Cluster, c.Backup)
+	}
+	if c := restore("c", backup, 1<<41); c.Cluster == a.Cluster {
+		t.Errorf("a member restored at another floor has cluster ID %s, as the first restore", c.Cluster)
 	}
 }
