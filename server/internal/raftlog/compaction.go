@@ -63,6 +63,19 @@ func (s Compacted) GetLog(index uint64, l *raft.Log) error {
 // right before the log's first with a snapshot's index and term, which is
 // what the Raft paper keeps of it. It is never applied: raft applies only
 // past the last snapshot it restored.
+//
+// A log whose entry at the snapshot's index is of another term (or that
+// starts past a gap after it) conflicts with the snapshot and goes whole,
+// but raft still believes it holds the log's last index and looks up the
+// entries up to there: it refused every append after the snapshot, which
+// it was sent again, until the node restarted. Until raft appends again,
+// GetLog therefore answers for an index from the snapshot's to that last
+// one with a snapshot's index and term where there is one, and otherwise
+// with an entry of term 0, which no leader's entry matches: raft's
+// follower takes the entry of the leader's append that follows for a
+// conflict, deletes up to its last index and appends the leader's
+// entries. Such an entry is never applied either: raft commits past a
+// snapshot only what an append matched or stored.
 type Monotonic struct {
 	raft.LogStore
 	Restored *RestoredSnapshot
@@ -74,34 +87,52 @@ func (Monotonic) IsMonotonic() bool { return true }
 
 func (s Monotonic) GetLog(index uint64, l *raft.Log) error {
 	err := s.LogStore.GetLog(index, l)
-	if !errors.Is(err, raft.ErrLogNotFound) || s.Snaps == nil {
+	if !errors.Is(err, raft.ErrLogNotFound) {
 		return err
 	}
-	if first, ferr := s.LogStore.FirstIndex(); ferr != nil || first != index+1 {
-		return err
-	}
-	snaps, lerr := s.Snaps.List()
-	if lerr != nil {
-		return err
-	}
-	for _, meta := range snaps {
-		if meta.Index == index {
-			*l = raft.Log{Index: meta.Index, Term: meta.Term, Type: raft.LogNoop}
-			return nil
+	emptied := s.Restored.emptiedHolds(index)
+	if !emptied {
+		if first, ferr := s.LogStore.FirstIndex(); ferr != nil || first != index+1 {
+			return err
 		}
+	}
+	if s.Snaps != nil {
+		snaps, lerr := s.Snaps.List()
+		if lerr != nil {
+			return err
+		}
+		for _, meta := range snaps {
+			if meta.Index == index {
+				*l = raft.Log{Index: meta.Index, Term: meta.Term, Type: raft.LogNoop}
+				return nil
+			}
+		}
+	}
+	if emptied {
+		*l = raft.Log{Index: index, Term: 0, Type: raft.LogNoop}
+		return nil
 	}
 	return err
 }
 
-// StoreLog and StoreLogs end the install of a restored snapshot.
+// StoreLog and StoreLogs end the install of a restored snapshot; once
+// they succeed raft's last index is the last entry stored.
 func (s Monotonic) StoreLog(l *raft.Log) error {
 	s.Restored.forget()
-	return s.LogStore.StoreLog(l)
+	if err := s.LogStore.StoreLog(l); err != nil {
+		return err
+	}
+	s.Restored.appended()
+	return nil
 }
 
 func (s Monotonic) StoreLogs(logs []*raft.Log) error {
 	s.Restored.forget()
-	return s.LogStore.StoreLogs(logs)
+	if err := s.LogStore.StoreLogs(logs); err != nil {
+		return err
+	}
+	s.Restored.appended()
+	return nil
 }
 
 var _ raft.MonotonicLogStore = Monotonic{}
@@ -123,7 +154,7 @@ func (s Monotonic) DeleteRange(min, max uint64) error {
 	// conflicting suffix starts past the snapshot, so past the first
 	// entry of a log that holds the snapshot's; compaction ends before
 	// the last entry.
-	if min > first || max < last || first > keep.Index+1 {
+	if min > first || max < last {
 		return s.LogStore.DeleteRange(min, max)
 	}
 	if first == keep.Index+1 {
@@ -132,12 +163,21 @@ func (s Monotonic) DeleteRange(min, max uint64) error {
 		return nil
 	}
 	var at raft.Log
-	if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
-		s.Log.Warn("keeping the log from a restored snapshot older than it (hashicorp/raft#697)",
-			"snapshot-index", keep.Index, "kept-from", keep.Index, "kept-to", max)
-		max = keep.Index - 1
+	if first <= keep.Index {
+		if err := s.GetLog(keep.Index, &at); err == nil && at.Term == keep.Term {
+			s.Log.Warn("keeping the log from a restored snapshot older than it (hashicorp/raft#697)",
+				"snapshot-index", keep.Index, "kept-from", keep.Index, "kept-to", max)
+			return s.LogStore.DeleteRange(min, keep.Index-1)
+		}
 	}
-	return s.LogStore.DeleteRange(min, max)
+	if err := s.LogStore.DeleteRange(min, max); err != nil {
+		return err
+	}
+	// Raft still believes the log reaches max.
+	s.Restored.emptiedTo(keep.Index, max)
+	s.Log.Warn("deleted the log that conflicts with a restored snapshot, answering for it until the next append (hashicorp/raft#697)",
+		"snapshot-index", keep.Index, "snapshot-term", keep.Term, "deleted-from", min, "deleted-to", max)
+	return nil
 }
 
 // RestoredSnapshot remembers a snapshot that this process created and then
@@ -157,6 +197,29 @@ type RestoredSnapshot struct {
 	created [2]string
 	armed   bool
 	meta    raft.SnapshotMeta
+	// emptied is, from an install that deleted a log conflicting with
+	// its snapshot until the next append, the snapshot's index and the
+	// log's last index, which raft keeps as its own (Monotonic.GetLog).
+	emptied struct{ from, to uint64 }
+}
+
+func (r *RestoredSnapshot) emptiedTo(from, to uint64) {
+	r.mu.Lock()
+	r.emptied.from, r.emptied.to = from, to
+	r.mu.Unlock()
+}
+
+func (r *RestoredSnapshot) emptiedHolds(index uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.emptied.to != 0 && r.emptied.from <= index && index <= r.emptied.to
+}
+
+// appended tells that raft's last index is now that of the log.
+func (r *RestoredSnapshot) appended() {
+	r.mu.Lock()
+	r.emptied.from, r.emptied.to = 0, 0
+	r.mu.Unlock()
 }
 
 func (r *RestoredSnapshot) create(id string) {

@@ -20,8 +20,9 @@
 //   - After one failed write or fsync, FailStop refuses every later write
 //     (ErrLogWrite): the file's state after a failed fsync is unknown.
 //   - Compacted and Monotonic keep raft from replaying compacted entries
-//     to a follower and from deleting the log that follows a snapshot it
-//     just installed (hashicorp/raft#697).
+//     to a follower, from deleting the log that follows a snapshot it
+//     just installed, and from refusing every append after one that
+//     conflicts with its log (hashicorp/raft#697).
 //   - Timed reports the duration of every append, failed ones too.
 //
 // Not guaranteed: raft-wal cannot tell a torn last append from one damaged

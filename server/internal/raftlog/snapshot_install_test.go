@@ -147,6 +147,60 @@ func TestFollowerTruncatesConflictAfterOlderSnapshot(t *testing.T) {
 	f.expectLog(t, "12..15", "after the new leader's append")
 }
 
+// TestFollowerAppendsAfterSnapshotOfAnotherTerm: a follower may hold
+// entries that were never committed where a new leader's snapshot ends; the
+// entry at the snapshot's index is then of another term than the
+// snapshot's. Those entries conflict with the snapshot and must go, but
+// raft v1.7.2 keeps its last index from before the install
+// (hashicorp/raft#697): it refused every append that followed, as it
+// looked up entries it believed it held and the log no longer had, and the
+// leader sent the snapshot again until the follower restarted.
+func TestFollowerAppendsAfterSnapshotOfAnotherTerm(t *testing.T) {
+	dir := t.TempDir()
+	f := startFakeLeaderFollower(t, dir)
+
+	f.appendEntries(t, 0, 1, 20, 10) // 11..20 of term 1 are not committed
+
+	// A leader of term 2 whose entry 12 is of term 2.
+	f.installSnapshotOf(t, 2, 12, 2)
+	var l raft.Log
+	for i := uint64(11); i <= 20; i++ {
+		if err := f.logs.GetLog(i, &l); err == nil && l.Term == 1 {
+			t.Fatalf("entry %d of term 1 survived a snapshot of term 2 at 12", i)
+		}
+	}
+	f.appendAfter(t, 2, 12, 2, 13, 15, 15)
+	f.expectHistory(t, "1-10 restore@12 13-15")
+	f.expectLog(t, "13..15", "after the append that followed the snapshot")
+	if last := f.raft.LastIndex(); last != 15 {
+		t.Errorf("raft's last index is %d, the log's 15", last)
+	}
+	// The leader sends a newer snapshot, and then appends after it.
+	f.installSnapshotOf(t, 2, 18, 2)
+	f.appendAfter(t, 2, 18, 2, 19, 22, 22)
+	f.expectHistory(t, "1-10 restore@12 13-15 restore@18 19-22")
+	f.close(t)
+
+	f = startFakeLeaderFollower(t, dir)
+	defer f.close(t)
+	f.appendAfter(t, 2, 22, 2, 23, 23, 23)
+}
+
+// TestFollowerAppendsAfterTwoSnapshotsOfAnotherTerm: the leader may send a
+// second, newer, snapshot before any append went through after the first;
+// its index lies among the entries raft believes it still holds.
+func TestFollowerAppendsAfterTwoSnapshotsOfAnotherTerm(t *testing.T) {
+	f := startFakeLeaderFollower(t, t.TempDir())
+	defer f.close(t)
+
+	f.appendEntries(t, 0, 1, 20, 10)
+	f.installSnapshotOf(t, 2, 12, 2)
+	f.installSnapshotOf(t, 2, 15, 2)
+	f.appendAfter(t, 2, 15, 2, 16, 17, 17)
+	f.expectHistory(t, "1-10 restore@12 restore@15 16-17")
+	f.expectLog(t, "16..17", "after the append that followed the second snapshot")
+}
+
 // fakeLeaderFollower is one raft node on the node's own log store chain,
 // driven by RPCs that a test writes as a leader would.
 type fakeLeaderFollower struct {
@@ -228,10 +282,17 @@ func (f *fakeLeaderFollower) appendEntries(t *testing.T, prev, from, to, commit 
 // waits until the state machine has applied up to commit.
 func (f *fakeLeaderFollower) appendInTerm(t *testing.T, term, prev, from, to, commit uint64) {
 	t.Helper()
+	f.appendAfter(t, term, prev, 1, from, to, commit)
+}
+
+// appendAfter appends entries of term after prev, an entry of prevTerm,
+// and waits until the state machine has applied up to commit.
+func (f *fakeLeaderFollower) appendAfter(t *testing.T, term, prev, prevTerm, from, to, commit uint64) {
+	t.Helper()
 	req := &raft.AppendEntriesRequest{RPCHeader: fakeLeaderHeader, Term: term,
 		PrevLogEntry: prev, LeaderCommitIndex: commit}
 	if prev > 0 {
-		req.PrevLogTerm = 1
+		req.PrevLogTerm = prevTerm
 	}
 	for i := from; i <= to; i++ {
 		req.Entries = append(req.Entries, &raft.Log{Index: i, Term: term, Type: raft.LogCommand, Data: []byte("x")})
@@ -245,10 +306,17 @@ func (f *fakeLeaderFollower) appendInTerm(t *testing.T, term, prev, from, to, co
 
 func (f *fakeLeaderFollower) installSnapshot(t *testing.T, index uint64) {
 	t.Helper()
+	f.installSnapshotOf(t, 1, index, 1)
+}
+
+// installSnapshotOf installs, as a leader of term does, a snapshot whose
+// last entry is index, of lastTerm.
+func (f *fakeLeaderFollower) installSnapshotOf(t *testing.T, term, index, lastTerm uint64) {
+	t.Helper()
 	data := binary.BigEndian.AppendUint64(nil, index)
 	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "leader", Address: "leader"}}}
-	req := &raft.InstallSnapshotRequest{RPCHeader: fakeLeaderHeader, SnapshotVersion: 1, Term: 1,
-		LastLogIndex: index, LastLogTerm: 1, Configuration: raft.EncodeConfiguration(conf),
+	req := &raft.InstallSnapshotRequest{RPCHeader: fakeLeaderHeader, SnapshotVersion: 1, Term: term,
+		LastLogIndex: index, LastLogTerm: lastTerm, Configuration: raft.EncodeConfiguration(conf),
 		ConfigurationIndex: 1, Size: int64(len(data))}
 	var resp raft.InstallSnapshotResponse
 	if err := f.leader.InstallSnapshot("follower", "follower", req, &resp, bytes.NewReader(data)); err != nil || !resp.Success {
