@@ -86,7 +86,7 @@ func (c *Config) advertisedRaftAddress() string { return c.membership().Advertis
 // newTransport listens on the peer port: raft's connections and forwarded
 // API calls share it (internal/peers).
 func (s *Server) newTransport(hlog hclog.Logger) (*contact.Transport, error) {
-	self := &membership.Handshake{Config: s.cfg.membership(), Ident: s.ident, Stable: s.store, Logs: s.raftLogs, Log: s.log}
+	self := &membership.Handshake{Config: s.cfg.membership(), Ident: s.ident, Stable: s.store, Logs: s.raftLogs, Acks: s.acks, Log: s.log}
 	mux, err := peers.Listen(s.cfg.RaftListen, s.cfg.advertisedRaftAddress(), s.sec.Peer, s.log, self)
 	if err != nil {
 		return nil, fmt.Errorf("raft listen %s: %w", s.cfg.RaftListen, err)
@@ -99,7 +99,9 @@ func (s *Server) newTransport(hlog hclog.Logger) (*contact.Transport, error) {
 	}
 	return contact.New(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: mux, MaxPool: 3, Timeout: 10 * time.Second, Logger: hlog,
-	}), s.ident.Votes), nil
+	}), s.ident.Votes, func(id raft.ServerID, term, index uint64) {
+		s.acks.Note(string(id), peers.Position{Term: term, Index: index})
+	}), nil
 }
 
 // formation forms or joins this node's cluster (membership.Formation).
@@ -159,6 +161,7 @@ func (s *Server) Role() Role {
 	r := membership.RaftRole(s.raft, s.cfg.NodeID, s.fsm.ClientURLs)
 	r.Ready = s.Ready()
 	r.ClusterID, r.Votes = s.ident.Get().Cluster, s.ident.Votes()
+	r.RolledBack = s.acks.Refused()
 	r.ClientURL = s.clientURL()
 	return r
 }

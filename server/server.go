@@ -50,6 +50,7 @@ type Server struct {
 	// raftLogs is the log store raft was given: the WAL behind its wrappers.
 	raftLogs raft.LogStore
 	trans    *contact.Transport
+	acks     *peers.Acks          // what each peer acknowledged: rolled-back peers are refused
 	ident    *peers.IdentityStore // the member's identity in its data directory
 	peers    *peers.Mux           // the peer port: raft and forwarded calls
 	forward  *forward.Forwarder   // clients of the leader's API
@@ -273,6 +274,10 @@ func (s *Server) startRaft() error {
 	if s.ident, err = peers.OpenIdentity(s.cfg.DataDir, s.store, existing); err != nil {
 		return err
 	}
+	if s.acks, err = peers.OpenAcks(s.store); err != nil {
+		return err
+	}
+	s.acks.Start(func(err error) { s.log.Error("cannot record what the peers acknowledged", "err", err) })
 	if s.trans, err = s.newTransport(hlog); err != nil {
 		return err
 	}
@@ -551,6 +556,9 @@ func (s *Server) closeRaft() error {
 	close(s.raftDown)
 	if s.trans != nil {
 		errs = append(errs, s.trans.Close())
+	}
+	if s.acks != nil {
+		errs = append(errs, s.acks.Close())
 	}
 	if s.store != nil {
 		if s.raft != nil && errors.Join(errs...) == nil && s.failed() == nil {

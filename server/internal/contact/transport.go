@@ -23,6 +23,9 @@ type Transport struct {
 
 	// votes reports whether this member may vote; nil: always.
 	votes func() bool
+	// acked is told of every successful append to a peer: the peer holds
+	// the log up to the last entry sent (internal/peers/acks.go); nil: nobody.
+	acked func(id raft.ServerID, term, index uint64)
 	rpcs  chan raft.RPC // Consumer, when votes may be false
 	done  chan struct{}
 	once  sync.Once // starts filter
@@ -105,9 +108,66 @@ type contact struct {
 }
 
 // New wraps raft's transport t. votes reports whether this member may vote
-// now; nil: always.
-func New(t *raft.NetworkTransport, votes func() bool) *Transport {
-	return &Transport{NetworkTransport: t, contacts: make(map[raft.ServerID]contact), votes: votes, done: make(chan struct{})}
+// now; nil: always. acked is told of every successful append to a peer,
+// with the term and index of the last entry it now holds; nil: nobody.
+func New(t *raft.NetworkTransport, votes func() bool, acked func(id raft.ServerID, term, index uint64)) *Transport {
+	return &Transport{NetworkTransport: t, contacts: make(map[raft.ServerID]contact), votes: votes, acked: acked, done: make(chan struct{})}
+}
+
+// noteAck tells acked of a successful append of entries.
+func (t *Transport) noteAck(id raft.ServerID, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) {
+	if t.acked == nil || !resp.Success || len(args.Entries) == 0 {
+		return
+	}
+	last := args.Entries[len(args.Entries)-1]
+	t.acked(id, last.Term, last.Index)
+}
+
+// AppendEntriesPipeline is raft's, noting successful appends.
+func (t *Transport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
+	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)
+	if err != nil || t.acked == nil {
+		return p, err
+	}
+	n := &notingPipeline{AppendPipeline: p, t: t, id: id, out: make(chan raft.AppendFuture), stop: make(chan struct{})}
+	go n.relay()
+	return n, nil
+}
+
+// notingPipeline passes raft's pipelined answers on, noting each success.
+type notingPipeline struct {
+	raft.AppendPipeline
+	t    *Transport
+	id   raft.ServerID
+	out  chan raft.AppendFuture
+	stop chan struct{}
+	once sync.Once
+}
+
+func (p *notingPipeline) relay() {
+	in := p.AppendPipeline.Consumer()
+	for {
+		select {
+		case f := <-in:
+			if f.Error() == nil {
+				p.t.noteAck(p.id, f.Request(), f.Response())
+			}
+			select {
+			case p.out <- f:
+			case <-p.stop:
+				return
+			}
+		case <-p.stop:
+			return
+		}
+	}
+}
+
+func (p *notingPipeline) Consumer() <-chan raft.AppendFuture { return p.out }
+
+func (p *notingPipeline) Close() error {
+	p.once.Do(func() { close(p.stop) })
+	return p.AppendPipeline.Close()
 }
 
 // AppendEntries is raft's, noting successful answers.
@@ -116,6 +176,9 @@ func (t *Transport) AppendEntries(id raft.ServerID, target raft.ServerAddress, a
 	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
 	if err == nil && resp.Term == args.Term {
 		t.noteContact(id, args.Term, sent)
+	}
+	if err == nil {
+		t.noteAck(id, args, resp)
 	}
 	return err
 }

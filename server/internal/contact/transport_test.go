@@ -34,7 +34,7 @@ func TestQuorumSince(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ct := New(nil, nil)
+			ct := New(nil, nil, nil)
 			for id, c := range tt.contacts {
 				ct.noteContact(id, c.term, c.sent)
 			}
@@ -44,7 +44,7 @@ func TestQuorumSince(t *testing.T) {
 		})
 	}
 	// A later answer to an earlier request does not move the contact back.
-	ct := New(nil, nil)
+	ct := New(nil, nil, nil)
 	ct.noteContact("b", 7, after)
 	ct.noteContact("b", 7, before)
 	if !ct.QuorumSince("a", voters, 7, t0) {
@@ -68,7 +68,7 @@ func tcpTransport(t *testing.T) *raft.NetworkTransport {
 // log replication reaches raft. Once added, it votes.
 func TestMemberWithoutVoteStaysOutOfElections(t *testing.T) {
 	var votes atomic.Bool
-	ct := New(tcpTransport(t), votes.Load)
+	ct := New(tcpTransport(t), votes.Load, nil)
 	t.Cleanup(func() { ct.Close() })
 	consumer := ct.Consumer()
 	peer := tcpTransport(t)

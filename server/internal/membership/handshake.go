@@ -19,7 +19,9 @@ type Handshake struct {
 	// anything is read from them.
 	Stable raft.StableStore
 	Logs   raft.LogStore
-	Log    *slog.Logger
+	// Acks is what each peer acknowledged to this node; nil: no check.
+	Acks *peers.Acks
+	Log  *slog.Logger
 }
 
 var _ peers.Self = (*Handshake)(nil)
@@ -27,8 +29,32 @@ var _ peers.Self = (*Handshake)(nil)
 // Hello is what this node says of itself on every peer connection.
 func (h *Handshake) Hello() peers.Hello {
 	id := h.Ident.Get()
+	last := h.lastPosition()
 	return peers.Hello{Cluster: id.Cluster, Node: h.Config.NodeID, Instance: id.Instance, Votes: id.Votes,
-		HasState: h.hasRaftState(), Joining: h.Config.Joining(), Initial: id.Initial}
+		HasState: h.hasRaftState(), Joining: h.Config.Joining(), Initial: id.Initial,
+		LastTerm: last.Term, LastIndex: last.Index}
+}
+
+// lastPosition is where this node's log ends; zero when it holds none.
+func (h *Handshake) lastPosition() peers.Position {
+	last, err := h.Logs.LastIndex()
+	if err != nil || last == 0 {
+		return peers.Position{}
+	}
+	var e raft.Log
+	if err := h.Logs.GetLog(last, &e); err != nil {
+		return peers.Position{}
+	}
+	return peers.Position{Term: e.Term, Index: e.Index}
+}
+
+// Check refuses a peer that runs on a rolled-back data directory
+// (peers.Acks).
+func (h *Handshake) Check(peer peers.Hello, addr string) error {
+	if h.Acks == nil {
+		return nil
+	}
+	return h.Acks.Check(peer, addr) // the peer port logs the refusal
 }
 
 // hasRaftState reports whether raft has written anything: a term or a log.

@@ -28,6 +28,9 @@ type Role struct {
 	ClusterID string `json:"clusterId"`
 	// Votes is false while this member waits to be added (internal/peers/identity.go).
 	Votes bool `json:"votes"`
+	// RolledBack names the peers this node refuses because they run on an
+	// older copy of their data directory (internal/peers/acks.go), with why.
+	RolledBack map[string]string `json:"rolledBack,omitempty"`
 }
 
 // Member is one server of the raft configuration.

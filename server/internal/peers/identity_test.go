@@ -20,7 +20,8 @@ import (
 // fakeSelf is a peer port's node with a fixed hello.
 type fakeSelf struct{ h Hello }
 
-func (f *fakeSelf) Hello() Hello { return f.h }
+func (f *fakeSelf) Hello() Hello                     { return f.h }
+func (f *fakeSelf) Check(peer Hello, _ string) error { return nil }
 func (f *fakeSelf) Admit(from Hello) error {
 	f.h.Cluster, f.h.Votes = from.Cluster, true
 	return nil

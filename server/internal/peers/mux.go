@@ -51,16 +51,22 @@ type Hello struct {
 	HasState bool              `json:"hasState,omitempty"`
 	Joining  bool              `json:"joining,omitempty"`
 	Initial  map[string]string `json:"initialMembers,omitempty"`
+	// LastTerm and LastIndex are where the member's log ends: a peer that
+	// saw it acknowledge more refuses it as rolled back (acks.go).
+	LastTerm  uint64 `json:"lastTerm,omitempty"`
+	LastIndex uint64 `json:"lastIndex,omitempty"`
 	// Admit, from the dialer of an admission, names the member admitted.
 	Admit string `json:"admit,omitempty"`
 	// Refused, in the listener's answer, says why it refuses.
 	Refused string `json:"refused,omitempty"`
 }
 
-// Self is the node behind a peer port: what it says of itself, and
-// how it takes an admission.
+// Self is the node behind a peer port: what it says of itself, how it
+// checks a peer of its own cluster (Check: a rolled-back peer is refused),
+// and how it takes an admission.
 type Self interface {
 	Hello() Hello
+	Check(peer Hello, addr string) error
 	Admit(from Hello) error
 }
 
@@ -240,6 +246,9 @@ func (m *Mux) sort(c net.Conn) {
 	}
 	local := m.hello()
 	err = checkPeer(local, remote, c.RemoteAddr().String())
+	if err == nil && m.self != nil {
+		err = m.self.Check(remote, c.RemoteAddr().String())
+	}
 	if err == nil && b[0] == KindAdmit {
 		if m.self == nil {
 			err = errors.New("this peer port takes no admission")
@@ -325,8 +334,13 @@ func (m *Mux) dialHello(ctx context.Context, address string, kind byte, h Hello)
 		conf = m.tls.PeerClientConfig(address)
 	}
 	c, answer, err := dialPeer(ctx, net.Dialer{LocalAddr: m.local}, address, kind, conf, h)
+	if err == nil && m.self != nil {
+		if err = m.self.Check(answer, address); err != nil {
+			c.Close()
+		}
+	}
 	if err != nil {
-		if errors.Is(err, ErrClusterMismatch) {
+		if errors.Is(err, ErrClusterMismatch) || errors.Is(err, ErrRolledBack) {
 			m.logRefusal(address, err)
 		}
 		return nil, answer, err
