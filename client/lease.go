@@ -167,6 +167,9 @@ func (l *Lease) halt() bool {
 // is sent, so no write races the release. ErrNotHeld means the lease had
 // already ended on the server: it expired, someone released it by its ID,
 // or, after a loss, the client's own background release got there first.
+// A Release whose answer was lost and whose retry at another endpoint
+// found the lease gone returns nil: released or expired, the lease is gone
+// (see Client.Release).
 func (l *Lease) Release(ctx context.Context) error {
 	l.halt()
 	l.cancel(ErrReleased)
