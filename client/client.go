@@ -196,6 +196,10 @@ type Client struct {
 	stop        chan struct{}     // closed by Close
 	closeOnce   sync.Once
 	bg          background // what runs besides the callers' calls; Close waits for it
+	// now is time.Now. It reads the clock a renewal's answer is checked
+	// against before it moves a lease's deadline (Lease.renew); tests make
+	// it jump, as for a process paused between an answer and its processing.
+	now func() time.Time
 }
 
 // New returns a client. It does not connect until the first request.
@@ -207,7 +211,7 @@ func New(cfg Config) (*Client, error) {
 	if err := normalizeEndpoints(&cfg); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg}
+	c := &Client{cfg: cfg, now: time.Now}
 	c.bg.idle.L = &c.bg.mu
 	c.renewals.c = c
 	unary, streams := cfg.HTTPClient, cfg.HTTPClient
