@@ -138,7 +138,12 @@ class Lease:
         self._core.lose("orphaned, no longer renewed", release=False)
 
     def release(self) -> None:
-        """Give the lease up. NotHeld: it had already ended on the server."""
+        """Give the lease up. NotHeld: a node answered that it had already ended.
+
+        After an attempt whose answer was lost (with several endpoints), a
+        retry that finds the lease gone returns normally: released or
+        expired, the lease is gone either way.
+        """
         self._client._run(self._core.release())
 
     def __enter__(self) -> "Lease":
@@ -268,6 +273,7 @@ class Client:
         return info_from(m.get("lease") or {}, m.get("tokenSignature", ""))
 
     def release(self, key: str, lease_id: str, timeout: Optional[float] = None) -> None:
+        """Release a lease by its ID; NotHeld and lost answers as Lease.release."""
         self._run(self._session.release(key, lease_id, timeout or self.config.request_timeout))
 
     def get(self, key: str, timeout: Optional[float] = None) -> GetResult:
