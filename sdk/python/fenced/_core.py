@@ -599,6 +599,12 @@ class LeaseCore:
             return
         if self.state != "held":
             return
+        if self.s.loop.time() >= self.deadline:
+            # Answered in time perhaps, but applied after the deadline (the
+            # loop was late and the expiry timer has not run yet): the lease
+            # is lost, and a lost lease never comes back (client-algorithm 1.2).
+            self.lose("local deadline passed before the renewal's answer was applied")
+            return
         d = sent + self.window
         if d > self.deadline:
             self.deadline = d  # the expiry timer re-arms itself when it fires early

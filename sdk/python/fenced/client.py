@@ -16,10 +16,12 @@ Guarantees:
   - The local deadline counts from the send time of the last request that
     proved the lease current, on the monotonic clock, less the drift
     margin (ttl x (1 - clock_drift) - deadline_margin). lease.check()
-    compares it with time.monotonic() itself, so a lease is never reported
-    live after its deadline even if the background thread is late.
-  - A lost lease never comes back; after a loss one best-effort Release is
-    sent in the background.
+    compares it with the clock itself (the loop's time(), time.monotonic()),
+    so a lease is never reported live after its deadline even if the
+    background thread is late.
+  - A lost lease never comes back: a renewal whose answer is applied after
+    the deadline (the thread was late) loses the lease instead of moving the
+    deadline. After a loss one best-effort Release is sent in the background.
   - A lease that acquire returns is live (a grant that came back late is
     renewed once first).
 
@@ -37,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Callable, Iterator, NamedTuple, Optional
 
 from . import errors as E
@@ -103,7 +104,7 @@ class Lease:
     def error(self) -> Optional[E.FencedError]:
         """None while held; then LeaseLost or LeaseReleased."""
         c = self._core
-        if c.state == "held" and time.monotonic() >= c.deadline:
+        if c.state == "held" and c.s.loop.time() >= c.deadline:  # time.monotonic(), or a test's clock
             return E.LeaseLost(f"lease lost: {c.info.key!r} token {c.info.token}: local deadline passed")
         return c.cause
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -138,6 +139,58 @@ def test_refused_renewal_loses_at_once_and_never_comes_back(client, server, key)
     with pytest.raises(fenced.LeaseLost):
         lease.check()
     other.release()
+
+
+class _ClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose monotonic clock moves only when the test moves it."""
+
+    now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_renewal_applied_after_the_deadline_never_brings_the_lease_back():
+    """A renewal answered before the local deadline but applied after it (the loop was
+    late, the expiry timer has not run): check() raises LeaseLost, and the lease must
+    stay lost, never held again with a deadline moved on (docs/client-algorithm.md, 1.2)."""
+    loop = _ClockLoop()
+    session = _core.Session(_core.Config(endpoints=["http://127.0.0.1:1"]), loop)
+    window = 3 * (1 - 0.001) - 0.010
+    core = _core.LeaseCore(session, _core.LeaseInfo("k", "me", 7, 3.0, 3.0, "id"), 1.0, window)
+
+    class Stub:  # the fenced.Client a Lease reports to
+        def _call_soon(self, fn):
+            loop.call_soon(fn)
+
+    lease = fenced.client.Lease(Stub(), core)
+    seen = []
+
+    async def renew(key, lease_id, timeout):
+        loop.now = 1000 + window + 0.001  # answered before the deadline, applied just after it
+        try:
+            lease.check()
+        except fenced.LeaseLost as e:
+            seen.append(e)
+        return {}
+
+    async def release(key, lease_id, timeout):
+        seen.append("released")
+
+    session.renew, session.release = renew, release
+    try:
+        core.start(loop.now)
+        before = lease.deadline
+        loop.now = 1000 + window - 0.5  # the renewal is sent before the deadline
+        loop.run_until_complete(core._renew())
+        loop.run_until_complete(asyncio.sleep(0))  # the loop's callbacks, the expiry check included
+        assert isinstance(seen[0], fenced.LeaseLost)
+        with pytest.raises(fenced.LeaseLost):
+            lease.check()
+        assert lease.lost.is_set() and lease.deadline == before
+        assert seen[1:] == ["released"]
+    finally:
+        loop.close()
 
 
 def test_paused_server_loses_the_lease_at_the_local_deadline(own_server, key):
