@@ -196,6 +196,10 @@ type Client struct {
 	stop        chan struct{}     // closed by Close
 	closeOnce   sync.Once
 	bg          background // what runs besides the callers' calls; Close waits for it
+	// now is time.Now. It reads the clock a renewal's answer is checked
+	// against before it moves a lease's deadline (Lease.renew); tests make
+	// it jump, as for a process paused between an answer and its processing.
+	now func() time.Time
 }
 
 // New returns a client. It does not connect until the first request.
@@ -207,7 +211,7 @@ func New(cfg Config) (*Client, error) {
 	if err := normalizeEndpoints(&cfg); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg}
+	c := &Client{cfg: cfg, now: time.Now}
 	c.bg.idle.L = &c.bg.mu
 	c.renewals.c = c
 	unary, streams := cfg.HTTPClient, cfg.HTTPClient
@@ -392,15 +396,28 @@ func (c *Client) Renew(ctx context.Context, key, id string) (Info, error) {
 }
 
 // Release releases lease id of key, for callers that hold only the ID.
+// ErrNotHeld means a node answered that the lease had already ended, and
+// no earlier attempt of this call can have ended it. With several
+// endpoints, an attempt that went unanswered (the node died, or stopped
+// leading, after applying it) is sent to the next node; if that retry
+// finds the lease gone, Release returns nil: the lease was released by the
+// unanswered attempt or expired, and is gone either way (see releaseGone).
 func (c *Client) Release(ctx context.Context, key, id string) error {
+	var unanswered error // the first failed attempt that may have been applied
 	err := c.eps.do(ctx, func(ep endpoint) error {
 		_, err := ep.rpc.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: id}))
+		if err != nil && unanswered == nil && retryable(err) && mayHaveArrived(err) {
+			unanswered = err
+		}
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("release %q: %w", key, fromRPC(err))
+	if err == nil {
+		return nil
 	}
-	return nil
+	if err = fromRPC(err); releaseGone(err, unanswered) {
+		return nil
+	}
+	return fmt.Errorf("release %q: %w", key, err)
 }
 
 // Get returns the current lease of key (ok=false when free) and the last

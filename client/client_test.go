@@ -177,6 +177,7 @@ type fakeService struct {
 	releases     []string      // the lease IDs of the releases received
 	hangRelease  bool          // releases get no answer until their context ends
 	unary        bool          // KeepAlive is not implemented
+	onRenew      func()        // called as each successful renewal is answered
 	streams      int           // KeepAlive streams opened
 }
 
@@ -241,6 +242,12 @@ func (f *fakeService) renew(ctx context.Context, key, id string) (*fencedv1.Leas
 	}
 	if failing {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("partitioned"))
+	}
+	f.mu.Lock()
+	onRenew := f.onRenew
+	f.mu.Unlock()
+	if onRenew != nil {
+		onRenew()
 	}
 	return &fencedv1.Lease{Key: key, LeaseId: proto.String(id), Token: 7}, nil
 }

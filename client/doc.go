@@ -50,7 +50,9 @@
 //     renews once before returning and counts from that renewal; if the
 //     renewal fails, Acquire returns an error matching ErrLost.
 //   - Once lost, a Lease never comes back: it does not re-acquire, and its
-//     token must not be used again (invariant I7).
+//     token must not be used again (invariant I7). Once the local deadline
+//     has passed, no renewal moves it again: an answer applied after it
+//     (the process was paused) loses the lease, even if it came in time.
 //
 // Non-guarantees:
 //   - A lease does not stop a paused process from acting after its context
@@ -69,6 +71,14 @@
 //     caller never holds two grants it knows of. Owners are not checked for
 //     uniqueness, so another holder that uses the same owner string (the
 //     default is per process) is reported the same way after such a retry.
+//   - A Release that got no answer may have been applied. With several
+//     endpoints it is sent to the next node, and if that node answers that
+//     the lease is not current, Release returns nil, not ErrNotHeld: the
+//     lease was released by the unanswered attempt or expired, and is gone
+//     either way. ErrNotHeld means a node answered so and no earlier
+//     attempt of the call can have ended the lease. With one endpoint such
+//     a Release fails with ErrUnavailable; the lease, if it is still there,
+//     expires after its TTL.
 //   - The release after a loss is best effort: if it does not get through
 //     (a partition, the usual reason a deadline passes), the server frees
 //     the key when the lease expires.

@@ -167,6 +167,9 @@ func (l *Lease) halt() bool {
 // is sent, so no write races the release. ErrNotHeld means the lease had
 // already ended on the server: it expired, someone released it by its ID,
 // or, after a loss, the client's own background release got there first.
+// A Release whose answer was lost and whose retry at another endpoint
+// found the lease gone returns nil: released or expired, the lease is gone
+// (see Client.Release).
 func (l *Lease) Release(ctx context.Context) error {
 	l.halt()
 	l.cancel(ErrReleased)
@@ -196,21 +199,32 @@ func (l *Lease) renewOnce(ctx context.Context) (sent time.Time, err error) {
 }
 
 // renew renews once and, on success, moves the local deadline to the send
-// time plus the window.
+// time plus the window, but only if the lease is still live when the answer
+// is applied. An answer applied after the deadline (the process was paused,
+// or the deadline timer has not run yet) loses the lease instead: once the
+// deadline has passed the lease is lost, and a lost lease never comes back,
+// even in Deadline (docs/client-algorithm.md, section 1).
 func (l *Lease) renew(ctx context.Context) error {
 	sent, err := l.renewOnce(ctx)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.stopped {
+		l.mu.Unlock()
+		return nil
+	}
+	if !l.c.now().Before(l.deadline) {
+		l.mu.Unlock()
+		// The lease is stopped by lose, so renewDue schedules no more.
+		l.lose(errors.New("local deadline passed before a renewal's answer was applied"))
 		return nil
 	}
 	if d := sent.Add(l.window); d.After(l.deadline) {
 		l.deadline = d
 		l.c.bg.reset(l.expiry, time.Until(d))
 	}
+	l.mu.Unlock()
 	return nil
 }
 

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -266,6 +267,45 @@ func TestLocalLossReleasesInBackground(t *testing.T) {
 			synctest.Wait()
 			if got := fake.released(); len(got) != 1 || got[0] != l.ID() {
 				t.Fatalf("releases after the deadline passed: %v, want one of %s", got, l.ID())
+			}
+		})
+	})
+}
+
+// A renewal answered before the local deadline but applied after it (the
+// process paused between the answer and its processing, before the
+// deadline timer ran) must not move the deadline: the lease is lost, and a
+// lost lease never comes back (docs/client-algorithm.md, section 1.2).
+// Before the check in Lease.renew, the deadline moved on and the lease
+// stayed held.
+func TestRenewalAppliedAfterDeadlineLoses(t *testing.T) {
+	t.Parallel()
+	renewPaths(t, func(t *testing.T, unary bool) {
+		synctest.Test(t, func(t *testing.T) {
+			const ttl = 3 * time.Second
+			fake := &fakeService{}
+			fake.unary = unary
+			c := fakeClient(t, fake, client.Config{TTL: ttl})
+			var paused atomic.Int64 // how far the client's clock jumps
+			client.SetClock(c, func() time.Time { return time.Now().Add(time.Duration(paused.Load())) })
+			l, err := c.Acquire(context.Background(), "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := l.Deadline()
+			fake.mu.Lock()
+			fake.onRenew = func() { paused.Store(int64(ttl)) } // answered in time, applied a TTL later
+			fake.mu.Unlock()
+			time.Sleep(ttl / 3)
+			synctest.Wait()
+			if len(fake.renewedAt()) != 1 {
+				t.Fatalf("renewals %v, want one", fake.renewedAt())
+			}
+			if !errors.Is(l.Err(), client.ErrLost) {
+				t.Fatalf("lease cause %v after a renewal applied past the deadline, want ErrLost", l.Err())
+			}
+			if d := l.Deadline(); !d.Equal(before) {
+				t.Fatalf("deadline moved by %v after it had passed", d.Sub(before))
 			}
 		})
 	})

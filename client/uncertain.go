@@ -53,6 +53,16 @@ func uncertain(err error, owner string, unanswered error) error {
 	return &UncertainError{Key: held.Key, Owner: held.Owner, Remaining: held.Remaining, Attempt: unanswered}
 }
 
+// releaseGone reports whether the final answer err of a Release means the
+// lease is gone rather than "not held": not_found after an earlier attempt
+// whose error was unanswered. That attempt may have released the lease
+// before its answer was lost, so the retry cannot tell "released by us"
+// from "expired": either way the lease is gone, which is what the caller
+// asked for. Without an unanswered attempt, not_found is ErrNotHeld.
+func releaseGone(err, unanswered error) bool {
+	return unanswered != nil && errors.Is(err, ErrNotHeld)
+}
+
 // mayHaveArrived reports whether a failed attempt may have reached a
 // server that acted on it. Only a refused connection proves it did not.
 func mayHaveArrived(err error) bool {

@@ -25,13 +25,19 @@ import (
 // written, and the caller never sees it, as when a leader dies between
 // commit and answer.
 func dropFirstAcquireAnswer(t *testing.T, target string) (proxyURL string, dropped *atomic.Bool) {
-	return cutFirstAcquireAnswer(t, target, false)
+	return cutFirstAnswer(t, target, "/Acquire", false)
 }
 
 // cutFirstAcquireAnswer is dropFirstAcquireAnswer; with reset, the
 // connection is cut with a TCP reset (as when the node's process dies),
 // which connect-go reports as canceled.
 func cutFirstAcquireAnswer(t *testing.T, target string, reset bool) (proxyURL string, dropped *atomic.Bool) {
+	return cutFirstAnswer(t, target, "/Acquire", reset)
+}
+
+// cutFirstAnswer is cutFirstAcquireAnswer for the first call whose path
+// ends with method ("/Acquire", "/Release").
+func cutFirstAnswer(t *testing.T, target, method string, reset bool) (proxyURL string, dropped *atomic.Bool) {
 	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
@@ -40,7 +46,7 @@ func cutFirstAcquireAnswer(t *testing.T, target string, reset bool) (proxyURL st
 	rp := httputil.NewSingleHostReverseProxy(u)
 	dropped = new(atomic.Bool)
 	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasSuffix(r.URL.Path, "/Acquire") || !dropped.CompareAndSwap(false, true) {
+		if !strings.HasSuffix(r.URL.Path, method) || !dropped.CompareAndSwap(false, true) {
 			rp.ServeHTTP(w, r)
 			return
 		}
@@ -198,5 +204,45 @@ func TestResetIsUnavailable(t *testing.T) {
 	_, err = c.Acquire(ctx, "reset/b")
 	if !errors.Is(err, client.ErrUnavailable) || errors.Is(err, context.Canceled) || connect.CodeOf(err) != connect.CodeUnavailable {
 		t.Fatalf("acquire through a reset connection: %v (code %v), want unavailable", err, connect.CodeOf(err))
+	}
+}
+
+// TestReleaseCutByFailoverIsDone: a Release applied by the server whose
+// answer was lost is retried on the next endpoint, which answers not_found.
+// The lease is gone (released by the first attempt, or expired), which is
+// what the caller asked for: Release returns nil, not ErrNotHeld. Before
+// releaseGone, Release reported ErrNotHeld as if the lease had not been
+// held.
+func TestReleaseCutByFailoverIsDone(t *testing.T) {
+	t.Parallel()
+	srv := fencedtest.Start(t)
+	proxy, dropped := cutFirstAnswer(t, srv.URL, "/Release", false)
+	c, err := client.New(client.Config{Endpoints: []string{proxy, roleless(t, srv.URL)}, Owner: "me", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "cut/release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release whose answer was lost: %v, want nil (released or expired)", err)
+	}
+	if !dropped.Load() {
+		t.Fatal("the proxy dropped no answer")
+	}
+	if !errors.Is(l.Err(), client.ErrReleased) {
+		t.Errorf("lease cause %v, want ErrReleased", l.Err())
+	}
+	if _, ok, _, err := c.Get(ctx, "cut/release"); err != nil || ok {
+		t.Fatalf("get after release: held=%v err=%v, want free", ok, err)
+	}
+	// A Release that reached the server and found the lease gone is still
+	// ErrNotHeld: the answer was seen, not lost.
+	if err := c.Release(ctx, l.Key(), l.ID()); !errors.Is(err, client.ErrNotHeld) {
+		t.Fatalf("second release: %v, want ErrNotHeld", err)
 	}
 }

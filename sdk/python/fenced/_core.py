@@ -599,6 +599,12 @@ class LeaseCore:
             return
         if self.state != "held":
             return
+        if self.s.loop.time() >= self.deadline:
+            # Answered in time perhaps, but applied after the deadline (the
+            # loop was late and the expiry timer has not run yet): the lease
+            # is lost, and a lost lease never comes back (client-algorithm 1.2).
+            self.lose("local deadline passed before the renewal's answer was applied")
+            return
         d = sent + self.window
         if d > self.deadline:
             self.deadline = d  # the expiry timer re-arms itself when it fires early
@@ -645,14 +651,22 @@ class Session:
             return json.loads(data) if data else {}
         raise connect_error(status, data)
 
-    async def call(self, method: str, msg: dict, timeout: float, service: str = SERVICE) -> dict:
+    async def call(self, method: str, msg: dict, timeout: float, service: str = SERVICE,
+                   unanswered: Optional[list] = None) -> dict:
+        """One call, failed over between endpoints; the attempts that may have
+        arrived unanswered are appended to unanswered, if given."""
         deadline = self.loop.time() + timeout
 
         async def one(ep):
             left = deadline - self.loop.time()
             if left <= 0:
                 raise E.Timeout(f"{method}: deadline passed")
-            return await self._unary(ep, service + method, msg, left, method)
+            try:
+                return await self._unary(ep, service + method, msg, left, method)
+            except E.Unavailable as e:
+                if unanswered is not None and e.may_have_arrived:
+                    unanswered.append(e)
+                raise
 
         return await self.eps.do(one, deadline)
 
@@ -715,7 +729,20 @@ class Session:
         return await self.call("Renew", {"key": key, "leaseId": lease_id}, timeout)
 
     async def release(self, key: str, lease_id: str, timeout: float) -> None:
-        await self.call("Release", {"key": key, "leaseId": lease_id}, timeout)
+        """Release; NotHeld when a node answered that the lease had already ended.
+
+        An attempt that went unanswered may have released the lease before its
+        answer was lost (the node died, or stopped leading). If the retry at the
+        next endpoint then answers not_found, the lease was released by that
+        attempt or expired: it is gone either way, and release returns
+        normally (docs/client-algorithm.md, section 6).
+        """
+        unanswered: list = []
+        try:
+            await self.call("Release", {"key": key, "leaseId": lease_id}, timeout, unanswered=unanswered)
+        except E.NotHeld:
+            if not unanswered:
+                raise
 
     async def release_quietly(self, key: str, lease_id: str) -> None:
         try:

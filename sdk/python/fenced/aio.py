@@ -10,14 +10,14 @@
 Leases are renewed by timers of the loop the client was first used on (the
 algorithm of docs/client-algorithm.md, as fenced.Client). lease.lost is an
 asyncio.Event. A loop blocked for longer than a renewal interval delays
-renewals; lease.check() still compares the deadline with time.monotonic()
-itself, so a lease is never reported live after its deadline.
+renewals; lease.check() still compares the deadline with the loop's clock
+itself, so a lease is never reported live after its deadline, and a renewal
+answered before the deadline but applied after it loses the lease.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Callable, Optional
 
 from . import errors as E
@@ -60,7 +60,7 @@ class Lease:
     @property
     def error(self) -> Optional[E.FencedError]:
         c = self._core
-        if c.state == "held" and time.monotonic() >= c.deadline:
+        if c.state == "held" and c.s.loop.time() >= c.deadline:  # time.monotonic(), or a test's clock
             return E.LeaseLost(f"lease lost: {c.info.key!r} token {c.info.token}: local deadline passed")
         return c.cause
 

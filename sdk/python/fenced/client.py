@@ -16,10 +16,12 @@ Guarantees:
   - The local deadline counts from the send time of the last request that
     proved the lease current, on the monotonic clock, less the drift
     margin (ttl x (1 - clock_drift) - deadline_margin). lease.check()
-    compares it with time.monotonic() itself, so a lease is never reported
-    live after its deadline even if the background thread is late.
-  - A lost lease never comes back; after a loss one best-effort Release is
-    sent in the background.
+    compares it with the clock itself (the loop's time(), time.monotonic()),
+    so a lease is never reported live after its deadline even if the
+    background thread is late.
+  - A lost lease never comes back: a renewal whose answer is applied after
+    the deadline (the thread was late) loses the lease instead of moving the
+    deadline. After a loss one best-effort Release is sent in the background.
   - A lease that acquire returns is live (a grant that came back late is
     renewed once first).
 
@@ -37,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Callable, Iterator, NamedTuple, Optional
 
 from . import errors as E
@@ -103,7 +104,7 @@ class Lease:
     def error(self) -> Optional[E.FencedError]:
         """None while held; then LeaseLost or LeaseReleased."""
         c = self._core
-        if c.state == "held" and time.monotonic() >= c.deadline:
+        if c.state == "held" and c.s.loop.time() >= c.deadline:  # time.monotonic(), or a test's clock
             return E.LeaseLost(f"lease lost: {c.info.key!r} token {c.info.token}: local deadline passed")
         return c.cause
 
@@ -138,7 +139,12 @@ class Lease:
         self._core.lose("orphaned, no longer renewed", release=False)
 
     def release(self) -> None:
-        """Give the lease up. NotHeld: it had already ended on the server."""
+        """Give the lease up. NotHeld: a node answered that it had already ended.
+
+        After an attempt whose answer was lost (with several endpoints), a
+        retry that finds the lease gone returns normally: released or
+        expired, the lease is gone either way.
+        """
         self._client._run(self._core.release())
 
     def __enter__(self) -> "Lease":
@@ -268,6 +274,7 @@ class Client:
         return info_from(m.get("lease") or {}, m.get("tokenSignature", ""))
 
     def release(self, key: str, lease_id: str, timeout: Optional[float] = None) -> None:
+        """Release a lease by its ID; NotHeld and lost answers as Lease.release."""
         self._run(self._session.release(key, lease_id, timeout or self.config.request_timeout))
 
     def get(self, key: str, timeout: Optional[float] = None) -> GetResult:

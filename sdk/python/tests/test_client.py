@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -140,6 +141,58 @@ def test_refused_renewal_loses_at_once_and_never_comes_back(client, server, key)
     other.release()
 
 
+class _ClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose monotonic clock moves only when the test moves it."""
+
+    now = 1000.0
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_renewal_applied_after_the_deadline_never_brings_the_lease_back():
+    """A renewal answered before the local deadline but applied after it (the loop was
+    late, the expiry timer has not run): check() raises LeaseLost, and the lease must
+    stay lost, never held again with a deadline moved on (docs/client-algorithm.md, 1.2)."""
+    loop = _ClockLoop()
+    session = _core.Session(_core.Config(endpoints=["http://127.0.0.1:1"]), loop)
+    window = 3 * (1 - 0.001) - 0.010
+    core = _core.LeaseCore(session, _core.LeaseInfo("k", "me", 7, 3.0, 3.0, "id"), 1.0, window)
+
+    class Stub:  # the fenced.Client a Lease reports to
+        def _call_soon(self, fn):
+            loop.call_soon(fn)
+
+    lease = fenced.client.Lease(Stub(), core)
+    seen = []
+
+    async def renew(key, lease_id, timeout):
+        loop.now = 1000 + window + 0.001  # answered before the deadline, applied just after it
+        try:
+            lease.check()
+        except fenced.LeaseLost as e:
+            seen.append(e)
+        return {}
+
+    async def release(key, lease_id, timeout):
+        seen.append("released")
+
+    session.renew, session.release = renew, release
+    try:
+        core.start(loop.now)
+        before = lease.deadline
+        loop.now = 1000 + window - 0.5  # the renewal is sent before the deadline
+        loop.run_until_complete(core._renew())
+        loop.run_until_complete(asyncio.sleep(0))  # the loop's callbacks, the expiry check included
+        assert isinstance(seen[0], fenced.LeaseLost)
+        with pytest.raises(fenced.LeaseLost):
+            lease.check()
+        assert lease.lost.is_set() and lease.deadline == before
+        assert seen[1:] == ["released"]
+    finally:
+        loop.close()
+
+
 def test_paused_server_loses_the_lease_at_the_local_deadline(own_server, key):
     c = Client(own_server.url, ttl=1, request_timeout=0.3)
     try:
@@ -212,6 +265,25 @@ def test_unanswered_acquire_then_own_owner_is_uncertain(server, key):
         c.close()
 
 
+def test_release_whose_answer_was_lost_is_done(server, key):
+    """A Release that fenced applied but whose answer was lost, retried at the next
+    endpoint, which answers not_found: the lease is gone (released or expired), so
+    release returns normally, never NotHeld. A Release answered not_found is NotHeld."""
+    proxy = _CuttingProxy(server.port, b"/Release")
+    c = Client([proxy.listen(), proxy.listen()], failover_timeout=2)
+    try:
+        lease = c.acquire(key, ttl=5)
+        lease.release()
+        assert proxy.cut == 1, "the proxy dropped no answer"
+        with pytest.raises(fenced.LeaseReleased):
+            lease.check()
+        assert c.get(key).lease is None
+        with pytest.raises(fenced.NotHeld):
+            c.release(key, lease.lease_id)
+    finally:
+        c.close()
+
+
 def test_watch_sees_transitions_in_order_and_resumes(client, key):
     start = client.list(key).revision  # List, then Watch from its revision: no gap
     with client.watch(key, after_revision=start) as w:
@@ -280,6 +352,56 @@ def _dropping_proxy(target_port: int) -> int:
 
     threading.Thread(target=serve, daemon=True).start()
     return ln.getsockname()[1]
+
+
+class _CuttingProxy:
+    """Listeners that pass each request on to fenced and its answer back, except the
+    first answer to a call whose path ends with method: fenced applies that call and
+    the connection is closed without an answer, as when a node dies after a commit.
+    Every listener shares that one cut, so it happens at whichever endpoint is used."""
+
+    def __init__(self, target_port: int, method: bytes):
+        self.target_port, self.method, self.cut = target_port, method, 0
+        self.mu = threading.Lock()
+
+    def listen(self) -> str:
+        ln = socket.socket()
+        ln.bind(("127.0.0.1", 0))
+        ln.listen()
+        threading.Thread(target=self._serve, args=(ln,), daemon=True).start()
+        return f"http://127.0.0.1:{ln.getsockname()[1]}"
+
+    def _serve(self, ln):
+        while True:
+            conn, _ = ln.accept()
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                got = conn.recv(65536)
+                if not got:
+                    return
+                data += got
+            head, body = data.split(b"\r\n\r\n", 1)
+            lines = head.split(b"\r\n")
+            lengths = [l.split(b":")[1] for l in lines if l.lower().startswith(b"content-length")]
+            while len(body) < (int(lengths[0]) if lengths else 0):
+                body += conn.recv(65536)
+            # One request per connection: fenced closes after answering, and
+            # its answer tells the client to close too.
+            lines = [l for l in lines if not l.lower().startswith(b"connection:")] + [b"Connection: close"]
+            answer = b""
+            with socket.create_connection(("127.0.0.1", self.target_port)) as up:
+                up.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+                while got := up.recv(65536):
+                    answer += got
+            with self.mu:
+                drop = lines[0].split(b" ")[1].endswith(self.method) and self.cut == 0
+                self.cut += drop
+            if not drop:
+                conn.sendall(answer)
 
 
 def test_watch_yields_resync_and_maps_the_end_of_stream_error():

@@ -7,6 +7,7 @@ import {
   AcquireUncertainError,
   HeldError,
   InvalidArgumentError,
+  NotHeldError,
   TimeoutError,
   AbortedError,
 } from "./errors.js";
@@ -336,13 +337,35 @@ export class Client implements AsyncDisposable {
     }
   }
 
-  /** Releases lease leaseId of key, for callers that hold only the ID. NotHeldError: it is not the current lease. */
+  /**
+   * Releases lease leaseId of key, for callers that hold only the ID.
+   * NotHeldError: a node answered that it is not the current lease, and no
+   * earlier attempt of this call can have ended it. With several endpoints,
+   * an attempt that went unanswered (the node died, or stopped leading,
+   * after applying it) is sent to the next one; if that retry finds the
+   * lease gone, release resolves: the unanswered attempt released it or it
+   * expired, and it is gone either way.
+   */
   async release(key: string, leaseId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<void> {
     const signal = this.#callSignal(options);
+    let unanswered: unknown; // the first failed attempt that may have been applied
     try {
-      await this.#eps.do(signal, (ep) => traced({ kind: "release", key, leaseId }, () => ep.rpc.release({ key, leaseId }, { signal }), () => ({ leaseId })));
+      await this.#eps.do(signal, async (ep) => {
+        try {
+          return await traced({ kind: "release", key, leaseId }, () => ep.rpc.release({ key, leaseId }, { signal }), () => ({ leaseId }));
+        } catch (err) {
+          if (unanswered === undefined && retryable(err) && mayHaveArrived(err)) {
+            unanswered = err;
+          }
+          throw err;
+        }
+      });
     } catch (err) {
-      throw callError(err, `release ${JSON.stringify(key)}`, signal);
+      const e = callError(err, `release ${JSON.stringify(key)}`, signal);
+      if (e instanceof NotHeldError && unanswered !== undefined) {
+        return; // released by the unanswered attempt, or expired
+      }
+      throw e;
     }
   }
 

@@ -148,7 +148,9 @@ export class Lease implements AsyncDisposable {
    * Gives the lease up. The signal aborts before the request is sent, so no
    * write races the release. NotHeldError: the lease had already ended on
    * the server (expired, or the background release after a loss got there
-   * first).
+   * first). A release whose answer was lost and whose retry at another
+   * endpoint finds the lease gone resolves: released or expired, the lease
+   * is gone (see Client.release).
    */
   async release(): Promise<void> {
     this.#halt();

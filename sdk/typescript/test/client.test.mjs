@@ -219,3 +219,51 @@ test("an acquire whose answer was lost, retried on the next endpoint, is uncerta
     proxy.close();
   }
 });
+
+test("a release whose answer was lost, retried on the next endpoint, is done, never NotHeldError", async () => {
+  // Two proxies in front of the node that pass everything on, except the
+  // answer to the first Release (at either one): the node releases, then the
+  // connection is cut, and the retry at the other proxy finds the lease gone.
+  const { createServer, connect } = await import("node:net");
+  const port = Number(new URL(f.url).port);
+  let cut = 0;
+  const proxy = () =>
+    createServer((down) => {
+      const up = connect(port, "127.0.0.1");
+      let cutting = false;
+      down.on("data", (d) => {
+        if (cut === 0 && d.includes("/fenced.v1.LeaseService/Release")) {
+          cut++;
+          cutting = true;
+        }
+        up.write(d);
+      });
+      up.on("data", (d) => {
+        if (cutting) {
+          down.destroy();
+          up.destroy();
+        } else {
+          down.write(d);
+        }
+      });
+      up.on("end", () => down.end());
+      down.on("end", () => up.end());
+      up.on("error", () => down.destroy());
+      down.on("error", () => up.destroy());
+    });
+  const proxies = [proxy(), proxy()];
+  await Promise.all(proxies.map((p) => new Promise((r) => p.listen(0, "127.0.0.1", r))));
+  try {
+    const c = track(new Client({ endpoints: proxies.map((p) => `http://127.0.0.1:${p.address().port}`) }));
+    const key = unique("release-cut");
+    const lease = await c.acquire(key, { ttl: 5000 });
+    await lease.release(); // before the fix: NotHeldError
+    assert.equal(cut, 1, "no answer was cut");
+    assert.ok(lease.signal.reason instanceof LeaseReleasedError);
+    assert.equal((await c.get(key)).lease, undefined);
+    // A release answered not_found is still NotHeldError.
+    await assert.rejects(c.release(key, lease.leaseId), NotHeldError);
+  } finally {
+    for (const p of proxies) p.close();
+  }
+});
