@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/internal/testenv"
+	"github.com/fencedio/fenced/server"
 )
 
 // Operators' mistakes with a member's data directory: each must be refused
@@ -118,5 +122,119 @@ func TestClusterRolledBackMemberIsRefused(t *testing.T) {
 		if err == nil {
 			t.Fatalf("k granted to bob via %s while alice (token %d) holds it", c.nodes[i].id, alice.GetToken())
 		}
+	}
+}
+
+// backupOf takes a backup through url: the file and its index.
+func backupOf(t *testing.T, url string) (string, uint64) {
+	t.Helper()
+	resp, err := http.Get(url + "/v1/backup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/backup: %v %v", resp.Status, err)
+	}
+	at, _ := strconv.ParseUint(resp.Header.Get(server.BackupIndexHeader), 10, 64)
+	file := filepath.Join(t.TempDir(), "backup.fenced")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, at
+}
+
+// restoreNode writes node i's data directory from backup, moving the old
+// one aside.
+func (c *testCluster) restoreNode(i int, backup string) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	if err := os.Rename(nd.dataDir, nd.dataDir+".old"+strconv.Itoa(nd.starts)); err != nil && !os.IsNotExist(err) {
+		c.t.Fatal(err)
+	}
+	out, err := exec.Command(c.bin, "restore", "--from", backup, "--data-dir", nd.dataDir, "--node-id", nd.id,
+		"--initial-cluster", c.ic, "--start-floor", "1").CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("fenced restore %s: %v\n%s", nd.id, err, out)
+	}
+}
+
+// waitLog waits until node i's log of its current start says want.
+func (c *testCluster) waitLog(i int, want string, within time.Duration) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	path := filepath.Join(c.logDir, nd.id+"-start"+strconv.Itoa(nd.starts)+".log")
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		b, _ := os.ReadFile(path)
+		if strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s did not log %q within %v:\n%s", nd.id, want, within, b)
+		}
+	}
+}
+
+// A cluster restored from a backup onto the old members' addresses meets a
+// member of the old cluster that kept its data directory: the old member
+// is refused (another cluster ID), however high its term, and the restored
+// state stands. Members restored from different backups refuse each other.
+func TestClusterRestoredMeetsOldMember(t *testing.T) {
+	testenv.SkipUnlessLong(t)
+	c := newTestCluster(t, 3)
+	leader := c.waitLeader(20 * time.Second)
+	url := c.nodes[leader].url
+	churn(t, url, "backed-up", 10)
+	first, at := backupOf(t, url)
+	lost := churn(t, url, "backed-up", 30)
+	second, _ := backupOf(t, url)
+	for i := range c.nodes {
+		c.kill(i)
+	}
+	// n1 and n2 restored; n3 keeps the old cluster's directory, with a term
+	// and a log far ahead of the backup's.
+	c.restoreNode(0, first)
+	c.restoreNode(1, first)
+	for i := range c.nodes {
+		c.start(i)
+	}
+	c.waitLog(2, "another cluster", 20*time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r0, err0 := c.role(0)
+		r1, err1 := c.role(1)
+		if err0 == nil && err1 == nil && (r0.Ready || r1.Ready) && r0.LeaderID == r1.LeaderID {
+			if r0.LeaderID == c.nodes[2].id {
+				t.Fatalf("the old member leads the restored cluster: %+v", r0)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader among the restored members: %+v %v, %+v %v", r0, err0, r1, err1)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	g, err := newClient(c.nodes[0].url).Get(context.Background(), connect.NewRequest(&fencedv1.GetRequest{Key: "backed-up"}))
+	if err != nil || g.Msg.GetLastToken() == 0 || g.Msg.GetLastToken() > at {
+		t.Fatalf("backed-up after the restore: %v %v; want the backup's last token (below %d)", g, err, at)
+	}
+	if tok := churn(t, c.nodes[0].url, "backed-up", 1); tok <= lost {
+		t.Errorf("token %d after the restore, not above %d issued by the old cluster", tok, lost)
+	}
+
+	// Members restored from two different backups are two clusters.
+	for i := range c.nodes {
+		c.kill(i)
+	}
+	c.restoreNode(0, first)
+	c.restoreNode(1, second)
+	c.restoreNode(2, first)
+	for i := range c.nodes {
+		c.start(i)
+	}
+	c.waitLog(1, "another cluster", 20*time.Second)
+	if r, err := c.role(1); err == nil && (r.Ready || (r.LeaderID != "" && r.LeaderID != c.nodes[1].id)) {
+		t.Errorf("the member restored from another backup follows or leads: %+v", r)
 	}
 }
