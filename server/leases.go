@@ -50,11 +50,11 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 	}
 
 	if err := s.checkLeaseQuota(owner, holder); err != nil {
-		return lease.Lease{}, err
+		return lease.Lease{}, s.quotaRefusal(ctx, key, owner, err)
 	}
 	addr := admission.ClientAddr(ctx)
 	if err := s.checkClientLeases(addr); err != nil {
-		return lease.Lease{}, err
+		return lease.Lease{}, s.quotaRefusal(ctx, key, owner, err)
 	}
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)

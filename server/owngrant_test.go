@@ -147,3 +147,73 @@ func TestContinuedAcquireTellsItsGrantApart(t *testing.T) {
 		})
 	}
 }
+
+// A waited retry of an Acquire whose first attempt was granted unseen (the
+// answer lost) finds the owner's quota full of that very grant: the
+// outcome is unknown, never resource_exhausted. It answers "held" by the
+// caller's own owner (docs/protocol.md, section 3.8), or "maybe granted"
+// when the call knows the grant is its own; a quota full of other leases
+// still refuses.
+func TestRetryIsNotRefusedForItsOwnGrant(t *testing.T) {
+	s := newTestServer(t, Config{MaxLeasesPerOwner: 1})
+	ctx := context.Background()
+	first, err := s.Acquire(ctx, "k", "o", time.Minute, 0) // its answer lost
+	if err != nil {
+		t.Fatal(err)
+	}
+	proposed := func(ids ...string) context.Context {
+		p := &api.Proposals{}
+		p.Add(ids...)
+		return api.WithProposals(ctx, p)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		key  string
+		want connect.Code
+	}{
+		{"retry", ctx, "k", connect.CodeFailedPrecondition},
+		{"retry knowing its grant", proposed(first.ID), "k", connect.CodeUnavailable},
+		{"retry with other grants", proposed(newLeaseID()), "k", connect.CodeResourceExhausted},
+		{"another key", ctx, "k2", connect.CodeResourceExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.Acquire(tc.ctx, tc.key, "o", time.Minute, time.Second)
+			if got := connect.CodeOf(apierr.Connect(err)); got != tc.want {
+				t.Fatalf("%v (%v), want %v", err, got, tc.want)
+			}
+			var held *lease.HeldError
+			if tc.want == connect.CodeFailedPrecondition && (!errors.As(err, &held) || held.Owner != "o" || held.Token != first.Token) {
+				t.Errorf("%v, want held by the caller's own owner, token %d", err, first.Token)
+			}
+		})
+	}
+}
+
+// The same over the wire, for the limit on one client address's leases: a
+// waited retry from the address whose only lease is the unseen grant gets
+// failed_precondition naming its own owner, never resource_exhausted.
+func TestRetryIsNotRefusedForItsOwnGrantPerClient(t *testing.T) {
+	s := newTestServer(t, Config{MaxLeasesPerClient: 1})
+	c := leaseClientFrom(t, serveTest(t, s), "127.0.0.2")
+	acquire := func(waitMs int64) error {
+		_, err := c.Acquire(context.Background(), connect.NewRequest(&fencedv1.AcquireRequest{Key: "k", Owner: "o", TtlMs: 60_000, WaitMs: waitMs}))
+		return err
+	}
+	if err := acquire(0); err != nil { // its answer lost
+		t.Fatal(err)
+	}
+	err := acquire(1000)
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeFailedPrecondition {
+		t.Fatalf("waited retry: %v, want failed_precondition", err)
+	}
+	for _, d := range ce.Details() {
+		if m, derr := d.Value(); derr == nil {
+			if h, ok := m.(*fencedv1.LeaseHeld); ok && h.GetOwner() == "o" {
+				return
+			}
+		}
+	}
+	t.Errorf("waited retry: %v, want LeaseHeld naming the caller's own owner", err)
+}
