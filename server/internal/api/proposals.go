@@ -13,7 +13,9 @@ import (
 // continues it (routedService.Acquire): the digests, comma-separated.
 const ProposalsHeader = "Fenced-Acquire-Proposals"
 
-// maxProposals bounds the digests read from ProposalsHeader.
+// maxProposals bounds the digests kept, and read from ProposalsHeader: the
+// latest, since a call writes a grant only once its earlier ones have
+// ended or failed.
 const maxProposals = 64
 
 // Proposals are the grants one Acquire call has written to the log in any
@@ -42,11 +44,19 @@ type Proposals struct {
 func ParseProposals(h string) *Proposals {
 	p := &Proposals{}
 	for d := range strings.SplitSeq(h, ",") {
-		if d = strings.TrimSpace(d); d != "" && len(p.digests) < maxProposals {
+		if d = strings.TrimSpace(d); d != "" {
 			p.digests = append(p.digests, d)
 		}
 	}
+	p.trim()
 	return p
+}
+
+// trim keeps the latest maxProposals digests.
+func (p *Proposals) trim() {
+	if n := len(p.digests); n > maxProposals {
+		p.digests = slices.Delete(p.digests, 0, n-maxProposals)
+	}
 }
 
 // String is the ProposalsHeader value of p.
@@ -69,6 +79,7 @@ func (p *Proposals) Add(ids ...string) {
 	for _, id := range ids {
 		p.digests = append(p.digests, digest(id))
 	}
+	p.trim()
 }
 
 // Any reports whether the call wrote any grant.
