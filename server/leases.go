@@ -41,17 +41,20 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 	if err := s.validateAcquire(key, owner, ttl, wait); err != nil {
 		return lease.Lease{}, err
 	}
+	if err := s.ownGrant(ctx, key); err != nil {
+		return lease.Lease{}, err
+	}
 	c := lease.Command{Op: lease.OpAcquire, Key: key, Owner: owner, TTL: ttl}
 	if wait == 0 {
 		return s.tryAcquire(ctx, c, holder)
 	}
 
 	if err := s.checkLeaseQuota(owner, holder); err != nil {
-		return lease.Lease{}, err
+		return lease.Lease{}, s.quotaRefusal(ctx, key, owner, err)
 	}
 	addr := admission.ClientAddr(ctx)
 	if err := s.checkClientLeases(addr); err != nil {
-		return lease.Lease{}, err
+		return lease.Lease{}, s.quotaRefusal(ctx, key, owner, err)
 	}
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
@@ -62,6 +65,8 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 		return lease.Lease{}, waitRefused(err)
 	}
 	defer s.waiters.Leave(key, w)
+	// Each handover to w is a grant this call may have been given.
+	defer func() { api.ProposalsOf(ctx).Add(s.waiters.Offered(w)...) }()
 	var lastErr error = &lease.HeldError{Key: key}
 	for {
 		l, granted, head := s.waiters.NextStep(key, w)
@@ -94,6 +99,32 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 			return s.giveUp(key, w, lastErr)
 		}
 	}
+}
+
+// ownGrant answers apierr.ErrMaybeGranted when key is held by a grant that
+// ctx's call wrote in an earlier attempt (api.Proposals): the call went on
+// after a leadership change, and that grant was committed after all. The
+// call must not wait behind its own lease, which nobody renews: it would
+// expire a TTL later and the key be granted to the same call again, one
+// Acquire with two grants. A lease of the same owner under another ID is
+// someone else's, and the call goes on as any other.
+//
+// Whether an earlier grant took effect is known only once this node serves:
+// the Barrier of its term follows every entry of earlier terms, so each is
+// applied by then or never will be. Until then the call is refused as not
+// ready, which leaves its outcome open too.
+func (s *Server) ownGrant(ctx context.Context, key string) error {
+	p := api.ProposalsOf(ctx)
+	if !p.Any() {
+		return nil
+	}
+	if !s.Ready() {
+		return apierr.ErrNotReady
+	}
+	if cur, ok := s.currentOf(key); ok && p.Made(cur.ID) {
+		return apierr.ErrMaybeGranted
+	}
+	return nil
 }
 
 // giveUp leaves the line with err, unless the key was handed to the waiter
@@ -152,6 +183,9 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 		_, _ = s.apply(ctx, lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
 		held = false
 	}
+	if held && api.ProposalsOf(ctx).Made(cur.ID) {
+		return lease.Lease{}, apierr.ErrMaybeGranted // ownGrant, for a grant applied since
+	}
 	if held {
 		// A refusal is a read: answered only once this node confirms it
 		// still led when the state was read, so that a deposed leader
@@ -173,6 +207,7 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 		return lease.Lease{}, err
 	}
 	c.ID = newLeaseID()
+	api.ProposalsOf(ctx).Add(c.ID)
 	res, err := s.apply(ctx, c)
 	if err != nil {
 		return lease.Lease{}, err

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/api"
 	"github.com/fencedio/fenced/server/internal/apierr"
 )
 
@@ -52,6 +53,26 @@ func (s *Server) checkLeaseQuota(owner, holder string) error {
 		return &apierr.QuotaError{Quota: "max-leases-per-owner", Of: "owner", Owner: owner, Used: ownerN, Limit: limit}
 	}
 	return nil
+}
+
+// quotaRefusal is the answer to an acquisition of key by owner that a
+// limit on the leases held (a quota, or max-leases-per-client) refused with
+// err. When owner holds key, the lease that fills the limit may be this
+// call's own grant: an earlier attempt's, whose answer a failover or a
+// timeout cut. Refusing would report as failed an acquisition that may have
+// succeeded, so the refusal is the lease's *lease.HeldError instead: "held"
+// by the caller's own owner, which docs/protocol.md (section 3.8) defines
+// as an unknown outcome for a caller that retries.
+//
+// err stands when the key is free or another owner's, and for a call that
+// wrote grants itself (api.Proposals): ownGrant has already told its own
+// grant apart, so a lease of the same owner is someone else's.
+func (s *Server) quotaRefusal(ctx context.Context, key, owner string, err error) error {
+	cur, ok := s.currentOf(key)
+	if !ok || cur.Owner != owner || api.ProposalsOf(ctx).Any() {
+		return err
+	}
+	return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.Remaining(key, s.expirer.Now())}
 }
 
 // holderKind says what a quota holder is, for apierr.QuotaError.

@@ -22,7 +22,9 @@
 // transitions it applied.
 //
 // Not guaranteed: a retried acquisition may have been granted by the try
-// a leader change cut (unavailable with errMaybeGranted); stale reads
+// a leader change cut (unavailable with errMaybeGranted); the retry knows
+// the grants the call wrote (Proposals), and answers so at once when one
+// of them holds the key rather than wait behind it; stale reads
 // (Fenced-Stale-Read) may miss recent transitions. Authentication, the
 // HTTP limits and the mux are the node's.
 package api

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -65,7 +66,7 @@ func routeTries[C, Req, Resp any](ctx context.Context, d *Deps, req *connect.Req
 			rpc, req := rpc, req
 			var resp *connect.Response[Resp]
 			err := d.Forward.Forward(ctx, func(ctx context.Context) (err error) {
-				resp, err = remote(rpc, ctx, forwarded(ctx, d, req.Msg))
+				resp, err = remote(rpc, ctx, forwarded(ctx, d, req))
 				return err
 			})
 			if err != nil {
@@ -117,20 +118,29 @@ func (d *Deps) retryAtLeader(err error, h http.Header) bool {
 	return errors.Is(err, apierr.ErrNotReady) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, apierr.ErrDeposed)
 }
 
-// forwarded is the request this node sends the leader for a call whose
-// context is ctx: it names this node and, with auth on, the principal the
-// caller authenticated as here (the leader authorizes it).
-func forwarded[T any](ctx context.Context, d *Deps, msg *T) *connect.Request[T] {
-	req := connect.NewRequest(msg)
-	d.Forward.Name(ctx, req.Header())
-	return req
+// forwarded is the request this node sends the leader for req, a call
+// whose context is ctx: it names this node and, with auth on, the principal
+// the caller authenticated as here (the leader authorizes it), and carries
+// an acquisition's proposals (ProposalsHeader).
+func forwarded[T any](ctx context.Context, d *Deps, req *connect.Request[T]) *connect.Request[T] {
+	fwd := connect.NewRequest(req.Msg)
+	d.Forward.Name(ctx, fwd.Header())
+	if p := req.Header().Get(ProposalsHeader); p != "" {
+		fwd.Header().Set(ProposalsHeader, p)
+	}
+	return fwd
 }
 
 // Acquire is routeCall where a wait this node was serving when it stopped
-// leading goes on at the new leader, for what is left of it.
+// leading goes on at the new leader, for what is left of it. The grants its
+// attempts write are recorded in its Proposals, which go on with it: an
+// attempt that finds one of them holding the key answers that the call may
+// have been granted, instead of waiting behind its own lease.
 func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
 	start := time.Now()
 	owner := req.Msg.GetOwner()
+	proposals := ParseProposals(req.Header().Get(ProposalsHeader))
+	ctx = WithProposals(ctx, proposals)
 	local := func(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], *connect.Request[fencedv1.AcquireRequest], error) {
 		lctx, done := r.Leader.WhileLeading(ctx)
 		resp, err := r.local.Acquire(lctx, req)
@@ -145,7 +155,11 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 		if msg.WaitMs > 0 {
 			msg.WaitMs = max(msg.WaitMs-time.Since(start).Milliseconds(), 0)
 		}
-		return resp, connect.NewRequest(msg), err
+		next := connect.NewRequest(msg)
+		if proposals.Any() {
+			next.Header().Set(ProposalsHeader, proposals.String())
+		}
+		return resp, next, err
 	}
 	return routeTries(ctx, r.Deps, req, r.route, fencedv1connect.LeaseServiceClient.Acquire, local,
 		func(err error, retries int) error { return retriedAcquireError(err, retries, owner) })
@@ -155,7 +169,7 @@ func (r *routedService) Acquire(ctx context.Context, req *connect.Request[fenced
 // leading, and retried at the new leader without a grant to show: the first
 // try may have been granted (its answer lost with the leadership), so the
 // outcome is unknown. See docs/protocol.md, section 3.8.
-var errMaybeGranted = errors.New("the leader changed while the acquisition was served: it may have been granted")
+var errMaybeGranted = fmt.Errorf("the leader changed while the acquisition was served: %w", apierr.ErrMaybeGranted)
 
 // retriedAcquireError is the answer to a retried acquisition (attempt > 0) of owner:
 // "held" by the same owner and "unavailable" become unavailable with
@@ -167,7 +181,7 @@ func retriedAcquireError(err error, attempt int, owner string) error {
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable:
-		return connect.NewError(connect.CodeUnavailable, errMaybeGranted)
+		return apierr.Connect(errMaybeGranted)
 	case connect.CodeFailedPrecondition:
 		var ce *connect.Error
 		if !errors.As(err, &ce) {
@@ -176,7 +190,7 @@ func retriedAcquireError(err error, attempt int, owner string) error {
 		for _, d := range ce.Details() {
 			if m, derr := d.Value(); derr == nil {
 				if h, ok := m.(*fencedv1.LeaseHeld); ok && h.GetOwner() == owner {
-					return connect.NewError(connect.CodeUnavailable, errMaybeGranted)
+					return apierr.Connect(errMaybeGranted)
 				}
 			}
 		}

@@ -33,6 +33,12 @@ var (
 	// unavailable (the node is closing, or stopped leading); never one that
 	// says "not applied".
 	ErrUncertain = errors.New("outcome unknown: the write may still take effect")
+	// ErrMaybeGranted answers an acquisition that an earlier attempt of
+	// the same call may have been granted: that attempt's grant, written
+	// when the leader lost its leadership, holds the key (docs/protocol.md,
+	// section 3.8). The outcome is unknown: unavailable, like any
+	// acquisition a failover cut.
+	ErrMaybeGranted = errors.New("outcome unknown: an earlier attempt of this acquisition may have been granted")
 	// ErrClosed ends the requests' context when the node closes.
 	ErrClosed = errors.New("the server is closing")
 )
@@ -113,7 +119,7 @@ func Connect(err error) error {
 	case errors.Is(err, ErrNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, ErrNoQuorumContact),
-		errors.Is(err, ErrLeaderChanged), errors.Is(err, ErrClosed), errors.Is(err, ErrDeposed),
+		errors.Is(err, ErrLeaderChanged), errors.Is(err, ErrClosed), errors.Is(err, ErrDeposed), errors.Is(err, ErrMaybeGranted),
 		errors.Is(err, ErrUncertain) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeUnavailable, err)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -9,7 +9,8 @@
 // the lease ID the claim chose; a claimed waiter stays in line and cannot
 // leave (Abandon says so) until the handover is settled (Settle, or
 // Granted as soon as its grant is applied), so that a grant always reaches
-// its waiter. A waiter is counted against its holder, its client address
+// its waiter. Offered names the lease IDs of every handover that claimed a
+// waiter, also those settled as failed: each may yet have been committed. A waiter is counted against its holder, its client address
 // and the total (Limits) under the same lock that adds it, and refused
 // with a *LimitError beyond any of them; it stops counting when it leaves
 // or is handed its lease. No method blocks while holding the lock:

@@ -2,6 +2,7 @@ package waiters
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/fencedio/fenced/lease"
@@ -44,6 +45,7 @@ type Waiter struct {
 	claimed bool         // a handover to this waiter is being applied
 	nextID  string       // the lease ID the claiming handover grants
 	grant   *lease.Lease // the lease a handover gave this waiter
+	offered []string     // the lease IDs of every handover that claimed it
 }
 
 // New returns empty queues. newID returns a fresh lease ID: the one a
@@ -144,7 +146,17 @@ func (q *Queues) Claim(key string) *Waiter {
 	}
 	ws[0].claimed = true
 	ws[0].nextID = q.newID()
+	ws[0].offered = append(ws[0].offered, ws[0].nextID)
 	return ws[0]
+}
+
+// Offered returns the lease IDs of every handover that claimed wt: each
+// may have granted it the key, even one settled as failed (a handover
+// written when the leader lost its leadership may still be committed).
+func (q *Queues) Offered(wt *Waiter) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(wt.offered)
 }
 
 // Settle ends a claim of key's head: with ok the waiter is handed l and

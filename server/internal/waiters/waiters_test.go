@@ -262,3 +262,19 @@ func TestWaitLimits(t *testing.T) {
 		t.Fatalf("bob's places were not given back: %v", err)
 	}
 }
+
+// Every handover that claimed a waiter may have granted it the key, also
+// one settled as failed: Offered names them all.
+func TestOfferedNamesEveryClaim(t *testing.T) {
+	q := newTestQueues()
+	wt := q.enqueue("k", &lease.Command{Op: lease.OpAcquire, Key: "k", Owner: "B"})
+	if got := q.Offered(wt); len(got) != 0 {
+		t.Fatalf("offered before any claim: %v", got)
+	}
+	q.Claim("k")
+	q.Settle("k", wt, lease.Lease{}, false) // the handover failed: its turn back
+	q.Claim("k")
+	if got := q.Offered(wt); len(got) != 2 || got[0] != "id1" || got[1] != "id2" {
+		t.Fatalf("offered %v, want [id1 id2]", got)
+	}
+}
