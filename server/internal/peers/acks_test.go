@@ -104,4 +104,3 @@ func TestPeerPortRefusesRolledBackPeer(t *testing.T) {
 		t.Fatalf("dial to the rolled-back peer: %v, want ErrRolledBack", err)
 	}
 }
-
