@@ -34,7 +34,9 @@ import (
 // Not guaranteed: an answer without the header (a server older than the
 // header, a node of no cluster yet) is accepted, and neither pins nor is
 // checked. The search for the leader and Sync skip nodes whose /v1/role
-// names another cluster, but do not pin.
+// names another cluster, but do not pin. A node sends a stream's headers
+// with its first message, so a Watch opened at a node of another cluster
+// fails over only when that node has a first event to send.
 
 // ClusterIDHeader is the response header in which a node names its
 // cluster (hex).
