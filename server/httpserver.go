@@ -95,7 +95,14 @@ func (s *Server) handler(peer bool) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return s.withClusterID(admission.WithCallerAddr(s.httpAuth().ProtectDashboard(mux, peer), peer))
+	served := admission.WithCallerAddr(s.httpAuth().ProtectDashboard(mux, peer), peer)
+	if peer {
+		// A forwarded call's answer goes back through the forwarding
+		// node, whose own handler names the cluster: the leader's would
+		// come along with it, a second copy of the header.
+		return served
+	}
+	return s.withClusterID(served)
 }
 
 // ClusterIDHeader carries the node's cluster ID (hex) on every response of
