@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +55,14 @@ type Config struct {
 	// of configuration. Default 0: off, as in etcd; the endpoints stay those
 	// given. Close stops it.
 	AutoSyncInterval time.Duration
+	// ClusterID pins the client to the cluster with this ID (hex, as
+	// /v1/role and the Fenced-Cluster-Id header show it): answers of any
+	// other cluster are never used (see pin.go). Default: the cluster of
+	// the first answer that names one.
+	ClusterID string
+	// Logger reports what no call's error shows: the first answer of each
+	// endpoint that belongs to another cluster. Default slog.Default().
+	Logger *slog.Logger
 	// FailoverTimeout bounds how long one call keeps going round the
 	// endpoints while none can serve it (for example during an election).
 	// Default 5s.
@@ -138,6 +148,10 @@ func (c Config) withDefaults() Config {
 	if c.DeadlineMargin == 0 {
 		c.DeadlineMargin = DefaultDeadlineMargin
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.ClusterID = strings.ToLower(c.ClusterID)
 	return c
 }
 
@@ -157,6 +171,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("client config: RequestTimeout %v must be positive", c.RequestTimeout)
 	case c.FailoverTimeout < 0:
 		return fmt.Errorf("client config: FailoverTimeout %v is negative", c.FailoverTimeout)
+	case !isHex(c.ClusterID):
+		return fmt.Errorf("client config: ClusterID %q is not a hex string", c.ClusterID)
 	case c.AutoSyncInterval < 0:
 		return fmt.Errorf("client config: AutoSyncInterval %v is negative", c.AutoSyncInterval)
 	case c.ClockDrift < 0 || c.ClockDrift >= 0.5:
@@ -224,12 +240,18 @@ func New(cfg Config) (*Client, error) {
 		streams = &http.Client{Transport: noreplay.Transport{Next: wholeMessages{c.transports[1]}}}
 	}
 	opts := append(cfg.credentials(), connect.WithInterceptors(cutIsUnavailable{}))
+	pin := &c.eps.pin
+	pin.log = cfg.Logger
+	if cfg.ClusterID != "" {
+		pin.id.Store(&cfg.ClusterID)
+	}
 	c.newEndpoint = func(url string) endpoint {
+		u, st := pinnedClient{unary, url, pin}, pinnedClient{streams, url, pin}
 		return endpoint{url: url,
-			rpc:        fencedv1connect.NewLeaseServiceClient(unary, url, opts...),
-			streams:    fencedv1connect.NewLeaseServiceClient(streams, url, opts...),
-			admin:      fencedv1connect.NewAdminServiceClient(unary, url, opts...),
-			rejections: fencedv1connect.NewRejectionServiceClient(unary, url, opts...)}
+			rpc:        fencedv1connect.NewLeaseServiceClient(u, url, opts...),
+			streams:    fencedv1connect.NewLeaseServiceClient(st, url, opts...),
+			admin:      fencedv1connect.NewAdminServiceClient(u, url, opts...),
+			rejections: fencedv1connect.NewRejectionServiceClient(u, url, opts...)}
 	}
 	eps := make([]endpoint, len(cfg.Endpoints))
 	for i, url := range cfg.Endpoints {

@@ -55,6 +55,7 @@ type endpointList struct {
 	eps     atomic.Pointer[[]endpoint]
 	current atomic.Int32
 	timeout time.Duration // Config.FailoverTimeout
+	pin     clusterPin    // the cluster every answer must come from (pin.go)
 
 	// For the search for the leader (leader.go).
 	roleClient connect.HTTPClient

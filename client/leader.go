@@ -41,7 +41,7 @@ func (l *endpointList) lookForLeader() {
 		found := make(chan int, len(eps)) // the index of the leader, or -1
 		for i, ep := range eps {
 			l.bg.goFn(func() {
-				if leads(ctx, l.roleClient, ep.url) {
+				if leads(ctx, l.roleClient, ep.url, &l.pin) {
 					found <- i
 				} else {
 					found <- -1
@@ -60,8 +60,8 @@ func (l *endpointList) lookForLeader() {
 }
 
 // leads reports whether the node at url says it is the leader and serves
-// acquisitions.
-func leads(ctx context.Context, hc connect.HTTPClient, url string) bool {
+// acquisitions, and does not belong to another cluster than the pinned one.
+func leads(ctx context.Context, hc connect.HTTPClient, url string, pin *clusterPin) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/role", nil)
 	if err != nil {
 		return false
@@ -71,6 +71,9 @@ func leads(ctx context.Context, hc connect.HTTPClient, url string) bool {
 		return false
 	}
 	defer resp.Body.Close()
+	if pin.foreign(url, resp.Header.Get(ClusterIDHeader)) != nil {
+		return false
+	}
 	var role struct {
 		Role  string `json:"role"`
 		Ready bool   `json:"ready"`

@@ -45,7 +45,7 @@ func (c *Client) Sync(ctx context.Context) error {
 	start := int(c.eps.current.Load())
 	for k := range eps {
 		ep := eps[(start+k)%len(eps)]
-		urls, err := memberURLs(ctx, c.eps.roleClient, ep.url)
+		urls, err := memberURLs(ctx, c.eps.roleClient, ep.url, &c.eps.pin)
 		if err == nil {
 			c.setEndpoints(urls)
 			return nil
@@ -59,8 +59,9 @@ func (c *Client) Sync(ctx context.Context) error {
 }
 
 // memberURLs returns the client URLs of the members, as the node at url
-// lists them, sorted.
-func memberURLs(ctx context.Context, hc connect.HTTPClient, url string) ([]string, error) {
+// lists them, sorted; a node of another cluster than the pinned one
+// returns a *ClusterMismatchError.
+func memberURLs(ctx context.Context, hc connect.HTTPClient, url string, pin *clusterPin) ([]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/role", nil)
 	if err != nil {
 		return nil, err
@@ -70,6 +71,9 @@ func memberURLs(ctx context.Context, hc connect.HTTPClient, url string) ([]strin
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if err := pin.foreign(url, resp.Header.Get(ClusterIDHeader)); err != nil {
+		return nil, err
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s/v1/role: %s", url, resp.Status)
 	}

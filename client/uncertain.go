@@ -64,7 +64,9 @@ func releaseGone(err, unanswered error) bool {
 }
 
 // mayHaveArrived reports whether a failed attempt may have reached a
-// server that acted on it. Only a refused connection proves it did not.
+// server of the pinned cluster that acted on it. Only a refused connection
+// proves it did not, or an answer of another cluster, whose grant is of no
+// concern to the pinned cluster's keys (pin.go).
 func mayHaveArrived(err error) bool {
-	return !errors.Is(err, syscall.ECONNREFUSED)
+	return !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, ErrClusterMismatch)
 }

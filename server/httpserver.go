@@ -95,7 +95,32 @@ func (s *Server) handler(peer bool) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	return admission.WithCallerAddr(s.httpAuth().ProtectDashboard(mux, peer), peer)
+	served := admission.WithCallerAddr(s.httpAuth().ProtectDashboard(mux, peer), peer)
+	if peer {
+		// A forwarded call's answer goes back through the forwarding
+		// node, whose own handler names the cluster: the leader's would
+		// come along with it, a second copy of the header.
+		return served
+	}
+	return s.withClusterID(served)
+}
+
+// ClusterIDHeader carries the node's cluster ID (hex) on every response of
+// the API port, errors included, once the node belongs to a cluster. All
+// members of a cluster answer with the same ID, forwarded calls too; a
+// client pins the ID of its first answer and never uses an answer of
+// another cluster (docs/client-algorithm.md).
+const ClusterIDHeader = "Fenced-Cluster-Id"
+
+// withClusterID sets ClusterIDHeader before h answers. The ID is read per
+// response: a node gets one when it forms its cluster or is added to one.
+func (s *Server) withClusterID(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := s.ident.Cluster(); id != "" {
+			w.Header().Set(ClusterIDHeader, id)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

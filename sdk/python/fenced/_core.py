@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import random
 import socket
@@ -30,6 +31,11 @@ REJECTIONS = "/fenced.v1.RejectionService/"
 DEFAULT_ENDPOINT = "http://127.0.0.1:7420"
 DEFAULT_CLOCK_DRIFT = 0.001
 DEFAULT_DEADLINE_MARGIN = 0.010
+
+# Every node names its cluster in this response header (docs/protocol.md).
+CLUSTER_ID_HEADER = "fenced-cluster-id"
+
+log = logging.getLogger("fenced")
 
 # Calls that may be sent twice with the effect of once.
 IDEMPOTENT = frozenset(("Renew", "Get", "List", "ListRejections"))
@@ -57,6 +63,7 @@ class Config:
     cert_file: str = ""
     key_file: str = ""
     server_name: str = ""
+    cluster_id: str = ""  # pin this cluster up front; default: the first answer's
 
     def normalized(self) -> "Config":
         import copy
@@ -79,6 +86,7 @@ class Config:
         if not out:
             out = [DEFAULT_ENDPOINT]
         c.endpoints = out
+        c.cluster_id = c.cluster_id.lower()
         if not c.owner:
             c.owner = f"{socket.gethostname()}/{os.getpid()}"
         bad = None
@@ -96,6 +104,8 @@ class Config:
             bad = f"deadline_margin {c.deadline_margin}s must not be negative"
         elif c.window(c.ttl) <= c.ttl / 3:
             bad = f"ttl {c.ttl}s less the drift margins leaves {c.window(c.ttl):.3f}s, not more than ttl/3"
+        elif c.cluster_id.strip("0123456789abcdef"):
+            bad = f"cluster_id {c.cluster_id!r} is not a hex string"
         elif bool(c.cert_file) != bool(c.key_file):
             bad = "cert_file and key_file go together"
         if bad:
@@ -283,13 +293,45 @@ class _ChunkedReader:
         return out
 
 
+class Pin:
+    """The cluster a client is pinned to (docs/client-algorithm.md, section 7).
+
+    The first cluster ID an answer names (or Config.cluster_id) is pinned;
+    an answer naming another is never used: check raises ClusterMismatch, an
+    Unavailable, so the call fails over as after a connection failure. Each
+    such endpoint is logged once, at error level. An answer without the
+    header (an older server) is accepted.
+    """
+
+    def __init__(self, cluster_id: str = ""):
+        self.id = cluster_id
+        self.reported: set = set()
+
+    def check(self, url: str, got: str):
+        """Pin got unless a cluster is pinned; raise ClusterMismatch if got names another."""
+        if got and not self.id:
+            self.id = got
+        self.foreign(url, got)
+
+    def foreign(self, url: str, got: str):
+        """Raise ClusterMismatch if got names another cluster than the pinned one; never pins."""
+        if not got or not self.id or got == self.id:
+            return
+        err = E.ClusterMismatch(url, self.id, got)
+        if url not in self.reported:
+            self.reported.add(url)
+            log.error("fenced client: an endpoint belongs to another cluster; its answers are not used: %s", err)
+        raise err
+
+
 class Endpoint:
     """One node: a pool of keep-alive HTTP/1.1 connections."""
 
     IDLE_FOR = 30.0  # well below the server's idle timeout (2 minutes)
 
-    def __init__(self, url: str, cfg: Config):
+    def __init__(self, url: str, cfg: Config, pin: Optional[Pin] = None):
         self.url = url
+        self.pin = pin or Pin(cfg.cluster_id)
         u = urllib.parse.urlsplit(url)
         self.tls = u.scheme == "https"
         self.host = u.hostname or "127.0.0.1"
@@ -395,6 +437,7 @@ class Endpoint:
                 w.close()
             else:
                 self.idle.append((r, w, loop.time()))
+            self.pin.check(self.url, hdrs.get(CLUSTER_ID_HEADER, ""))
             return status, data
         raise AssertionError("unreachable")
 
@@ -407,6 +450,11 @@ class Endpoint:
             w.write(self._head(path, "application/connect+json", len(env), None) + env)
             await w.drain()
             status, hdrs = await self._read_head(r)
+            try:
+                self.pin.check(self.url, hdrs.get(CLUSTER_ID_HEADER, ""))
+            except E.ClusterMismatch:
+                w.close()
+                raise
             body = self._body(r, hdrs)
             if status != 200:
                 data = await body.readall()
@@ -429,6 +477,7 @@ class Endpoint:
             w.write((req + "\r\n").encode())
             await w.drain()
             status, hdrs = await self._read_head(r)
+            self.pin.foreign(self.url, hdrs.get(CLUSTER_ID_HEADER, ""))
             data = await self._body(r, hdrs).readall()
             role = json.loads(data)
             return status == 200 and role.get("role") == "leader" and bool(role.get("ready"))
@@ -442,7 +491,8 @@ class Endpoints:
     """Failover between nodes on unavailable and transport errors (docs/client-algorithm.md, section 7)."""
 
     def __init__(self, cfg: Config):
-        self.eps = [Endpoint(u, cfg) for u in cfg.endpoints]
+        self.pin = Pin(cfg.cluster_id)
+        self.eps = [Endpoint(u, cfg, self.pin) for u in cfg.endpoints]
         self.current = 0
         self.timeout = cfg.failover_timeout
         self.searching = False

@@ -74,6 +74,23 @@ class Unavailable(FencedError):
         self.may_have_arrived = may_have_arrived
 
 
+class ClusterMismatch(Unavailable):
+    """An endpoint answered for another cluster than the pinned one (Go: ErrClusterMismatch).
+
+    Its answer was not used: the endpoint counts as unavailable and the call
+    went on at the next one; this is raised when none of the pinned cluster
+    answered. ``endpoint``, ``pinned`` (the client's cluster ID) and ``got``
+    (the endpoint's).
+    """
+
+    def __init__(self, endpoint: str, pinned: str, got: str):
+        super().__init__(
+            f"endpoint belongs to another cluster: {endpoint} answered for cluster {got}, but this client is "
+            f"pinned to cluster {pinned}; its answer was not used (tokens of two clusters are not comparable: "
+            f"check the endpoints)", may_have_arrived=False)
+        self.endpoint, self.pinned, self.got = endpoint, pinned, got
+
+
 class Unauthenticated(FencedError):
     """Credentials missing, unknown or expired (Go: ErrUnauthenticated)."""
 

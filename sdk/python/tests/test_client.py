@@ -485,3 +485,63 @@ def test_request_lost_with_its_node_may_have_arrived(second):
         assert e.value.may_have_arrived is True
     finally:
         c.close()
+
+
+def _cluster_id(url: str) -> str:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/v1/role", timeout=5) as r:
+        return json.load(r)["clusterId"]
+
+
+def test_pins_the_cluster_of_the_first_answer(bindir, own_server, key, caplog):
+    """Endpoints of two clusters: the client keeps to the first that answered; once its
+    node is gone, calls fail instead of answering with the other cluster's leases."""
+    from conftest import Server
+
+    a, b = own_server, Server(bindir)
+    other = Client(b.url, owner="b")
+    c = Client([a.url, b.url], failover_timeout=0.3)
+    try:
+        id_a, id_b = _cluster_id(a.url), _cluster_id(b.url)
+        assert id_a and id_b and id_a != id_b
+        held = other.acquire(key)
+        lease = c.acquire(key)  # at a, the first endpoint
+        lease.release()
+        a.stop()
+        for _ in range(3):
+            with pytest.raises(fenced.Unavailable):
+                got = c.get(key)
+                pytest.fail(f"answered by the other cluster: {got}")
+            with pytest.raises(fenced.Unavailable) as e:
+                c.acquire(key + "/2")
+            assert not isinstance(e.value, fenced.AcquireUncertain)
+        logged = [r.getMessage() for r in caplog.records if "another cluster" in r.getMessage()]
+        assert len(logged) == 1 and all(s in logged[0] for s in (b.url, id_a, id_b)), logged
+        held.release()
+    finally:
+        c.close()
+        other.close()
+        b.stop()
+
+
+def test_cluster_id_pinned_up_front(server, own_server, key):
+    """Config.cluster_id: an endpoint of another cluster is never used, by unary calls or
+    Watch; an Acquire it answered is not granted here (the other cluster granted it there)."""
+    id_a, id_b = _cluster_id(server.url), _cluster_id(own_server.url)
+    c = Client(own_server.url, cluster_id=id_a.upper())
+    try:
+        with pytest.raises(fenced.ClusterMismatch) as e:
+            c.acquire(key)
+        assert (e.value.endpoint, e.value.pinned, e.value.got) == (own_server.url, id_a, id_b)
+        assert isinstance(e.value, fenced.Unavailable) and not isinstance(e.value, fenced.AcquireUncertain)
+        with pytest.raises(fenced.ClusterMismatch):
+            c.get(key)
+        with pytest.raises(fenced.ClusterMismatch):
+            for ev in c.watch(key, after_revision=1):  # own_server replays the grant above
+                pytest.fail(f"watch yielded an event of another cluster: {ev}")
+    finally:
+        c.close()
+    with pytest.raises(fenced.InvalidArgument):
+        Client(server.url, cluster_id="not hex")

@@ -5,6 +5,7 @@ import type { Interceptor } from "@connectrpc/connect";
 import { EndpointList, newEndpoint, normalizeEndpoints, type TLSOptions } from "./endpoints.js";
 import {
   AcquireUncertainError,
+  type ClusterMismatchError,
   HeldError,
   InvalidArgumentError,
   NotHeldError,
@@ -20,6 +21,7 @@ import { StaleRejectionSchema } from "./gen/fenced/v1/rejection_pb.js";
 import { internal, traced } from "./internal.js";
 import { Lease, type LeaseHost, type LeaseInfo } from "./lease.js";
 import { NoAnswerError, Renewals } from "./renewals.js";
+import { ClusterPin } from "./pin.js";
 import { fromRPC, mayHaveArrived, retryable } from "./rpc.js";
 
 export interface ClientOptions {
@@ -50,6 +52,17 @@ export interface ClientOptions {
   deadlineMarginMs?: number;
   /** Renew over the KeepAlive stream (HTTP/2), falling back to unary Renew. Default true. */
   keepAliveStream?: boolean;
+  /**
+   * Pins the client to the cluster with this ID (hex, as /v1/role and the
+   * Fenced-Cluster-Id header show it): answers of any other cluster are
+   * never used. Default: the cluster of the first answer that names one.
+   */
+  clusterId?: string;
+  /**
+   * Called once per endpoint whose answer named another cluster than the
+   * pinned one (that answer is not used). Default: console.error.
+   */
+  onClusterMismatch?: (err: ClusterMismatchError) => void;
 }
 
 export interface AcquireOptions {
@@ -167,6 +180,9 @@ export class Client implements AsyncDisposable {
       throw bad(`ttlMs ${this.ttlMs} less clockDrift and deadlineMarginMs leaves ${this.#window(this.ttlMs)}ms, not more than TTL/3`);
     }
     if (Buffer.byteLength(this.owner) > 256) throw bad("owner is longer than 256 bytes");
+    const clusterId = (o.clusterId ?? "").toLowerCase();
+    if (!/^[0-9a-f]*$/.test(clusterId)) throw bad(`clusterId ${JSON.stringify(o.clusterId)} is not a hex string`);
+    const pin = new ClusterPin(clusterId, o.onClusterMismatch ?? ((err) => console.error(`fenced client: ${err.message}`)));
     const interceptors: Interceptor[] = [];
     if (o.token) {
       const auth = `Bearer ${o.token}`;
@@ -175,7 +191,7 @@ export class Client implements AsyncDisposable {
         return next(req);
       });
     }
-    this.#eps = new EndpointList(urls.map((u) => newEndpoint(u, o.tls, interceptors)), failover);
+    this.#eps = new EndpointList(urls.map((u) => newEndpoint(u, o.tls, interceptors, pin)), failover);
     this.#renewals = new Renewals(this.#eps, o.keepAliveStream ?? true);
     this.#host = {
       requestTimeoutMs: this.requestTimeoutMs,

@@ -13,6 +13,7 @@ import { createClient, type Client as RPCClient, type Interceptor } from "@conne
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { LeaseService } from "./gen/fenced/v1/lease_pb.js";
 import { RejectionService } from "./gen/fenced/v1/rejection_pb.js";
+import { CLUSTER_ID_HEADER, type ClusterPin } from "./pin.js";
 import { retryable } from "./rpc.js";
 
 /** TLS settings for https endpoints; PEM text or buffers. */
@@ -70,7 +71,8 @@ export function parseEndpoints(s: string): string[] {
   return s.split(",").map((e) => e.trim()).filter((e) => e !== "");
 }
 
-export function newEndpoint(url: string, tls: TLSOptions | undefined, interceptors: Interceptor[]): Endpoint {
+export function newEndpoint(url: string, tls: TLSOptions | undefined, interceptors: Interceptor[], pin: ClusterPin): Endpoint {
+  interceptors = [...interceptors, pin.interceptor(url)];
   const secure = url.startsWith("https:");
   const tlsOpts = secure && tls ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.servername } : {};
   const agent = secure ? new https.Agent({ keepAlive: true, ...tlsOpts }) : new http.Agent({ keepAlive: true });
@@ -91,6 +93,8 @@ export function newEndpoint(url: string, tls: TLSOptions | undefined, intercepto
           res.on("data", (d: string) => (body += d.length + body.length > 4096 ? "" : d));
           res.on("end", () => {
             try {
+              // A node of another cluster is not a leader to go to (pin.ts).
+              pin.foreign(url, res.headers[CLUSTER_ID_HEADER] as string | undefined);
               const r = JSON.parse(body) as { role?: unknown; ready?: unknown };
               resolve(res.statusCode === 200 && r.role === "leader" && r.ready === true);
             } catch {

@@ -58,6 +58,27 @@ export class InvalidArgumentError extends FencedError {}
 /** The server could not serve the request now, or could not be reached; a retry may succeed. */
 export class UnavailableError extends FencedError {}
 
+/**
+ * An endpoint answered for another cluster than the one the client is
+ * pinned to. Its answer was not used: the endpoint counts as unavailable
+ * and the call went on at the next one; thrown when no endpoint of the
+ * pinned cluster answered.
+ */
+export class ClusterMismatchError extends UnavailableError {
+  constructor(
+    readonly endpoint: string,
+    /** The client's cluster ID. */
+    readonly pinned: string,
+    /** The endpoint's cluster ID. */
+    readonly got: string,
+  ) {
+    super(
+      `endpoint belongs to another cluster: ${endpoint} answered for cluster ${got}, but this client is pinned to ` +
+        `cluster ${pinned}; its answer was not used (tokens of two clusters are not comparable: check the endpoints)`,
+    );
+  }
+}
+
 /** Credentials missing or refused (unauthenticated). */
 export class UnauthenticatedError extends FencedError {}
 

@@ -5,6 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { LeaseHeldSchema } from "./gen/fenced/v1/lease_pb.js";
 import {
   AbortedError,
+  ClusterMismatchError,
   FencedError,
   HeldError,
   InvalidArgumentError,
@@ -67,13 +68,22 @@ export function retryable(err: unknown): boolean {
     errorChain(err).some((e) => e instanceof Error && /socket hang up/.test(e.message));
 }
 
-/** Reports whether a failed attempt may have reached a server that acted on it: only a refused connection proves it did not. */
+/**
+ * Reports whether a failed attempt may have reached a server of the pinned
+ * cluster that acted on it: only a refused connection proves it did not, or
+ * an answer of another cluster, whose grant is of no concern to the pinned
+ * cluster's keys (pin.ts).
+ */
 export function mayHaveArrived(err: unknown): boolean {
-  return !systemCodes(err).includes("ECONNREFUSED");
+  return !systemCodes(err).includes("ECONNREFUSED") && !errorChain(err).some((e) => e instanceof ClusterMismatchError);
 }
 
 /** Turns an error of a call into the package's errors; what is not a Connect error is returned as is. */
 export function fromRPC(err: unknown, what: string): unknown {
+  const mismatch = errorChain(err).find((e) => e instanceof ClusterMismatchError);
+  if (mismatch) {
+    return mismatch;
+  }
   if (err instanceof FencedError || !(err instanceof ConnectError)) {
     return err;
   }

@@ -181,6 +181,9 @@ type IdentityStore struct {
 	mu    sync.Mutex
 	id    Identity
 	votes atomic.Bool // id.Votes, read on every vote request
+	// cluster is id.Cluster, read on every API response
+	// (Fenced-Cluster-Id).
+	cluster atomic.Pointer[string]
 }
 
 // LogIDKey is the stable-store key under which the raft log keeps the log
@@ -221,6 +224,7 @@ func OpenIdentity(dir string, log LogBinding, hasState bool) (*IdentityStore, er
 		return nil, fmt.Errorf("Identity file %s is damaged (%v): %s", s.path, err, RecoverySteps("this member", ""))
 	}
 	s.votes.Store(s.id.Votes)
+	s.cluster.Store(&s.id.Cluster)
 	switch {
 	case s.id.LogID == "" && len(logID) > 0:
 		return nil, &LostLogError{Dir: dir, Reason: fmt.Sprintf(
@@ -289,6 +293,7 @@ func (s *IdentityStore) Save(id Identity) error {
 	s.id = id
 	s.mu.Unlock()
 	s.votes.Store(id.Votes)
+	s.cluster.Store(&id.Cluster)
 	return nil
 }
 
@@ -320,6 +325,15 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Cluster returns the cluster ID (Identity.Cluster), "" while the member
+// belongs to none; it is read on every API response.
+func (s *IdentityStore) Cluster() string {
+	if p := s.cluster.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // Votes reports whether the member votes (Identity.Votes), read on every
