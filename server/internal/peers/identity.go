@@ -78,9 +78,10 @@ import (
 // such a node with --join after a loss). The identity file and the raft log are
 // bound by one log ID (Identity.LogID, kept in both): deleting either, or
 // mixing them with another directory's, is refused at start (ErrLostLog). A
-// data directory written by fenced restore, or by a version before cluster
-// IDs, has no cluster ID: its connections are checked only against members
-// that have one and carry a different one. The peer port is trusted as
+// data directory written by a version before cluster IDs has no cluster ID:
+// its connections are checked only against members that have one and carry
+// a different one. fenced restore gives its members a new cluster ID
+// (internal/restore), which the old cluster's members do not share. The peer port is trusted as
 // before (peer TLS): a node that reaches it can claim any identity.
 
 // IdentityFileName is the member's identity in its data directory.
