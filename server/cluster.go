@@ -136,7 +136,7 @@ func (s *Server) noteExistingState() { s.formation().NoteExistingState() }
 // clusterService serves ClusterService (membership.Service).
 func (s *Server) clusterService() *membership.Service {
 	return &membership.Service{Raft: s.raft, NodeID: s.cfg.NodeID, Peers: s.peers, Forward: clusterForwarding{s},
-		ClientURLs: s.fsm.ClientURLs, Log: s.log}
+		ClientURLs: s.fsm.ClientURLs, Refused: s.acks.Refused, Log: s.log}
 }
 
 // clusterForwarding is the node's forwarder as ClusterService uses it.

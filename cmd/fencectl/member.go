@@ -153,10 +153,11 @@ func (g *globals) printMembers(cmd *cobra.Command, ms []*fencedv1.Member, term u
 			ClientURL string `json:"clientURL"`
 			Voter     bool   `json:"voter"`
 			Leader    bool   `json:"leader"`
+			Refused   string `json:"refused,omitempty"`
 		}
 		list := make([]member, len(ms))
 		for i, m := range ms {
-			list[i] = member{m.GetId(), m.GetAddress(), m.GetClientUrl(), m.GetVoter(), m.GetLeader()}
+			list[i] = member{m.GetId(), m.GetAddress(), m.GetClientUrl(), m.GetVoter(), m.GetLeader(), m.GetRefused()}
 		}
 		return printJSON(out, map[string]any{"members": list, "term": term})
 	}
@@ -174,6 +175,11 @@ func (g *globals) printMembers(cmd *cobra.Command, ms []*fencedv1.Member, term u
 			leader = "*"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.GetId(), m.GetAddress(), url, suffrage, leader)
+	}
+	for _, m := range ms {
+		if m.GetRefused() != "" {
+			fmt.Fprintf(tw, "\n%s is REFUSED by the node that answered: %s\n", m.GetId(), m.GetRefused())
+		}
 	}
 	if term > 0 {
 		fmt.Fprintf(tw, "\nterm %d\n", term)

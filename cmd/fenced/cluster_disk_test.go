@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testenv"
 	"github.com/fencedio/fenced/server"
 )
@@ -117,6 +118,15 @@ func TestClusterRolledBackMemberIsRefused(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	ctx := context.Background()
+	ms, err := fencedv1connect.NewClusterServiceClient(http.DefaultClient, c.nodes[leader].url).ListMembers(ctx, connect.NewRequest(&fencedv1.ListMembersRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms.Msg.GetMembers() {
+		if refused := m.GetRefused() != ""; refused != (m.GetId() == c.nodes[back].id) {
+			t.Errorf("member list through the leader: %s refused %q", m.GetId(), m.GetRefused())
+		}
+	}
 	for i := range c.nodes {
 		_, err := newClient(c.nodes[i].url).Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: "k", Owner: "bob", TtlMs: 10_000}))
 		if err == nil {

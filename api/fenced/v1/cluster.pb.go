@@ -33,7 +33,12 @@ type Member struct {
 	// The base URL the member advertises to clients (fenced
 	// --advertise-client-url), as the log last recorded it; empty when none is
 	// known. Clients may sync their endpoints from these.
-	ClientUrl     string `protobuf:"bytes,5,opt,name=client_url,json=clientUrl,proto3" json:"client_url,omitempty"`
+	ClientUrl string `protobuf:"bytes,5,opt,name=client_url,json=clientUrl,proto3" json:"client_url,omitempty"`
+	// Why the node that answered refuses this member's peer connections: it
+	// runs on an older copy of its data directory (it forgot entries it
+	// acknowledged to that node). Empty when that node does not refuse it;
+	// only the nodes the member acknowledged entries to can tell.
+	Refused       string `protobuf:"bytes,6,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -99,6 +104,13 @@ func (x *Member) GetLeader() bool {
 func (x *Member) GetClientUrl() string {
 	if x != nil {
 		return x.ClientUrl
+	}
+	return ""
+}
+
+func (x *Member) GetRefused() string {
+	if x != nil {
+		return x.Refused
 	}
 	return ""
 }
@@ -487,14 +499,15 @@ var File_fenced_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_fenced_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17fenced/v1/cluster.proto\x12\tfenced.v1\"\x7f\n" +
+	"\x17fenced/v1/cluster.proto\x12\tfenced.v1\"\x99\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05voter\x18\x03 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x1d\n" +
 	"\n" +
-	"client_url\x18\x05 \x01(\tR\tclientUrl\"\x14\n" +
+	"client_url\x18\x05 \x01(\tR\tclientUrl\x12\x18\n" +
+	"\arefused\x18\x06 \x01(\tR\arefused\"\x14\n" +
 	"\x12ListMembersRequest\"s\n" +
 	"\x13ListMembersResponse\x12+\n" +
 	"\amembers\x18\x01 \x03(\v2\x11.fenced.v1.MemberR\amembers\x12\x1b\n" +

@@ -58,7 +58,10 @@ type Service struct {
 	// ClientURLs returns the members' client URLs as the log last
 	// recorded them, by member ID.
 	ClientURLs func() map[string]string
-	Log        *slog.Logger
+	// Refused returns the members this node refuses as rolled back, with
+	// why (peers.Acks.Refused); nil: none.
+	Refused func() map[string]string
+	Log     *slog.Logger
 }
 
 var _ fencedv1connect.ClusterServiceHandler = (*Service)(nil)
@@ -84,10 +87,15 @@ func (a *Service) members() ([]*fencedv1.Member, error) {
 	}
 	_, leader := a.Raft.LeaderWithID()
 	urls := a.ClientURLs()
+	var refused map[string]string
+	if a.Refused != nil {
+		refused = a.Refused()
+	}
 	var out []*fencedv1.Member
 	for _, srv := range f.Configuration().Servers {
 		out = append(out, &fencedv1.Member{Id: string(srv.ID), Address: string(srv.Address),
-			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader, ClientUrl: urls[string(srv.ID)]})
+			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader, ClientUrl: urls[string(srv.ID)],
+			Refused: refused[string(srv.ID)]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
 	return out, nil
