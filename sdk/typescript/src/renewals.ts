@@ -19,7 +19,8 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { EndpointList } from "./endpoints.js";
 import { type KeepAliveRequest, KeepAliveRequestSchema, type KeepAliveResponse } from "./gen/fenced/v1/lease_pb.js";
-import { codeFromName, fromRPC } from "./rpc.js";
+import { codeFromString } from "@connectrpc/connect/protocol-connect";
+import { fromRPC } from "./rpc.js";
 
 const minStreamPauseMs = 1000;
 const maxStreamPauseMs = 60_000;
@@ -134,7 +135,7 @@ export class RenewStream {
     }
     const code = a.resp.errorCode;
     if (code !== "") {
-      const c = codeFromName(code);
+      const c = codeFromString(code) ?? Code.Unknown;
       const err = fromRPC(new ConnectError(a.resp.errorMessage, c), `keepalive ${JSON.stringify(key)}`);
       if (c === Code.Unavailable) {
         // This node cannot renew now: try the next one.

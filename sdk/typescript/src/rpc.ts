@@ -2,6 +2,7 @@
 // transport failures are told apart from answers.
 
 import { Code, ConnectError } from "@connectrpc/connect";
+import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { LeaseHeldSchema } from "./gen/fenced/v1/lease_pb.js";
 import {
   AbortedError,
@@ -16,18 +17,6 @@ import {
   UnauthenticatedError,
   UnavailableError,
 } from "./errors.js";
-
-/** The Connect code name ("not_found") of a code. */
-export function codeName(c: Code): string {
-  return (Code[c] ?? "unknown").replace(/[A-Z]/g, (m, i: number) => (i ? "_" : "") + m.toLowerCase());
-}
-
-/** The code of a Connect code name ("not_found"); Unknown for names it does not know. */
-export function codeFromName(name: string): Code {
-  const camel = name.replace(/(^|_)([a-z])/g, (_m, _u, c: string) => c.toUpperCase());
-  const c = (Code as unknown as Record<string, Code>)[camel];
-  return typeof c === "number" ? c : Code.Unknown;
-}
 
 function errorChain(err: unknown): unknown[] {
   const chain: unknown[] = [];
@@ -113,5 +102,5 @@ export function fromRPC(err: unknown, what: string): unknown {
   if (retryable(err)) {
     return new UnavailableError(msg, opts);
   }
-  return new RPCError(msg, codeName(err.code), opts);
+  return new RPCError(msg, codeToString(err.code), opts);
 }
