@@ -18,6 +18,20 @@ after(async () => {
   redis.disconnect();
 });
 
+test("call IDs are 26 characters of the RFC 4648 base32 alphabet, new per call (guard spec, section 3)", async () => {
+  const seen = [];
+  const fake = {
+    async evalsha(_sha, n, ...rest) {
+      seen.push(rest.slice(0, n)[1]);
+      return [1, "0", "OK"];
+    },
+  };
+  const g = new RedisGuard(fake, { prefix: "fence:" });
+  for (let i = 0; i < 50; i++) await g.set("orders/7", 5n, key("orders/7", "order"), "paid");
+  for (const k of seen) assert.match(k, /^fence:\{orders\/7\}:call:[A-Z2-7]{26}$/);
+  assert.equal(new Set(seen).size, seen.length);
+});
+
 test("the Lua script: check, write and record in one step; stale refused with the exact highest", async (t) => {
   if (!(await requireService(t, "Redis", 6379))) return;
   const g = new RedisGuard(redis, { prefix });

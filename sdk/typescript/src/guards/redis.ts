@@ -8,7 +8,9 @@
 // one node; key(S, name) builds such keys. Check, mutation and record are
 // one script, which Redis runs without interleaving any other command.
 //
-// Each call carries a random call ID; the script stores its reply under
+// Each call carries a random call ID (26 characters of the RFC 4648 base32
+// alphabet, A-Z and 2-7, as Go's crypto/rand.Text and the Python guard
+// make them); the script stores its reply under
 // prefix + "{" + tag + "}:call:" + ID for the replay window, so a copy of
 // the call that ioredis re-sends after a reconnect gets the first reply back
 // instead of applying twice.
@@ -218,6 +220,16 @@ const incrByScript = new Script(`
 return redis.call('INCRBY', KEYS[1], ARGV[1])
 `);
 
+const base32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+/** A new call ID: 26 random characters of the RFC 4648 base32 alphabet (guard spec, section 3). */
+export function callID(): string {
+  const b = randomBytes(26);
+  let s = "";
+  for (const x of b) s += base32[x & 31];
+  return s;
+}
+
 /** The text between '{' and '}' in every key of scope: the scope with '%', '{' and '}' percent-encoded. */
 export function hashTag(scope: string): string {
   return /[%{}]/.test(scope) ? scope.replace(/[%{}]/g, (c) => ({ "%": "%25", "{": "%7B", "}": "%7D" })[c]!) : scope;
@@ -343,7 +355,7 @@ export class RedisGuard {
         );
       }
     }
-    const call = `${this.prefix}{${tag}}:call:${randomBytes(16).toString("hex")}`;
+    const call = `${this.prefix}{${tag}}:call:${callID()}`;
     const sequenced = seq !== 0n;
     const allKeys = sequenced ? [tk, call, sk, ...keys] : [tk, call, ...keys];
     const allArgs = sequenced
