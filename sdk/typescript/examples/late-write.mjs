@@ -20,11 +20,11 @@ const write = (lease, status) =>
 
 const a = new Client({ endpoints, owner: "worker-a" });
 const b = new Client({ endpoints, owner: "worker-b" });
-const leaseA = await a.acquire(order, { ttl: 1000 });
+const leaseA = await a.acquire(order, { ttlMs: 1000 });
 await write(leaseA, "packed by A");
 for (const end = Date.now() + 1500; Date.now() < end; ); // A stalls: nothing runs, nothing renews
 
-const leaseB = await b.acquire(order, { ttl: 1000 }); // A's lease expired: B gets a higher token
+const leaseB = await b.acquire(order, { ttlMs: 1000 }); // A's lease expired: B gets a higher token
 await write(leaseB, "shipped by B");
 try {
   await write(leaseA, "cancelled by A"); // A resumes and writes without looking
@@ -35,4 +35,4 @@ try {
 const { rows } = await pool.query("SELECT status FROM orders WHERE id = $1", [order]);
 console.log(`order status: ${rows[0].status}`);
 await leaseB.release();
-a.close(), b.close(), await pool.end();
+await Promise.all([a.close(), b.close(), pool.end()]);

@@ -11,6 +11,7 @@ import {
   NotHeldError,
   TimeoutError,
   AbortedError,
+  FencedError,
 } from "./errors.js";
 import {
   type Event as PBEvent,
@@ -65,15 +66,21 @@ export interface ClientOptions {
   onClusterMismatch?: (err: ClusterMismatchError) => void;
 }
 
-export interface AcquireOptions {
+/** What every call takes: a time limit and a signal, either of which ends the call. */
+export interface CallOptions {
+  /** Bounds the call, failover included, in ms. The default depends on the call (see each). */
+  timeoutMs?: number;
+  /** Aborts the call (not a lease it granted). */
+  signal?: AbortSignal;
+}
+
+export interface AcquireOptions extends CallOptions {
   /** The lease's TTL in ms. Default: the client's ttlMs. */
-  ttl?: number;
+  ttlMs?: number;
   /** How long to wait, first come first served, for a held key, in ms. Default 0: try once. */
-  wait?: number;
+  waitMs?: number;
   /** Owner instead of the client's. */
   owner?: string;
-  /** Aborts the call (not a granted lease). */
-  signal?: AbortSignal;
 }
 
 export type EventType = "ACQUIRED" | "RELEASED" | "EXPIRED" | "RESYNC" | "REJECTED";
@@ -87,12 +94,11 @@ export interface WatchEvent {
   rejection?: PBEvent["rejection"];
 }
 
-export interface WatchOptions {
+export interface WatchOptions extends CallOptions {
   /** Replay events after this revision first (a RESYNC event when the server no longer has them). */
   after?: bigint;
   /** Also stream REJECTED events. */
   rejections?: boolean;
-  signal?: AbortSignal;
 }
 
 /** One stale rejection as a resource saw it, for reportRejections. */
@@ -156,6 +162,10 @@ export class Client implements AsyncDisposable {
   readonly #renewIntervalMs: number | undefined;
   readonly #host: LeaseHost;
   readonly #leases = new Set<Lease>();
+  /** Background releases of lost leases, which close waits for. */
+  readonly #background = new Set<Promise<void>>();
+  #closed = false;
+  #closing: Promise<void> | undefined;
 
   constructor(options: ClientOptions = {}) {
     const o = options;
@@ -197,6 +207,11 @@ export class Client implements AsyncDisposable {
       requestTimeoutMs: this.requestTimeoutMs,
       renew: (key, id, by, timeoutMs) => this.#renew(key, id, by, timeoutMs),
       release: (key, id, opts) => this.release(key, id, opts),
+      releaseLost: (key, id) => {
+        const p = this.release(key, id, { timeoutMs: this.requestTimeoutMs }).catch(() => {});
+        this.#background.add(p);
+        void p.finally(() => this.#background.delete(p));
+      },
       holdRenewals: (l) => {
         this.#leases.add(l);
         this.#renewals.hold();
@@ -239,12 +254,13 @@ export class Client implements AsyncDisposable {
    */
   async acquire(key: string, options: AcquireOptions = {}): Promise<Lease> {
     const start = performance.now();
-    const ttl = options.ttl ?? this.ttlMs;
-    const wait = options.wait ?? 0;
+    this.#checkOpen();
+    const ttl = options.ttlMs ?? this.ttlMs;
+    const wait = options.waitMs ?? 0;
     const owner = options.owner ?? this.owner;
-    const signal = options.signal;
+    const signal = this.#callSignal(options, undefined);
     if (!Number.isInteger(ttl) || ttl <= 0 || !Number.isInteger(wait) || wait < 0) {
-      throw new InvalidArgumentError(`acquire ${JSON.stringify(key)}: ttl must be a positive and wait a non-negative number of milliseconds`);
+      throw new InvalidArgumentError(`acquire ${JSON.stringify(key)}: ttlMs must be a positive and waitMs a non-negative whole number of milliseconds`);
     }
     let sent = start;
     let unanswered: unknown;
@@ -331,14 +347,25 @@ export class Client implements AsyncDisposable {
     return { signature: info.signature };
   }
 
-  #callSignal(options: { timeoutMs?: number; signal?: AbortSignal }): AbortSignal {
-    const t = AbortSignal.timeout(Math.max(Math.ceil(options.timeoutMs ?? this.requestTimeoutMs), 1));
-    return options.signal ? AbortSignal.any([options.signal, t]) : t;
+  /** The signal of one call: options.signal, ended also after options.timeoutMs (or defaultMs; undefined: no limit). */
+  #callSignal(options: CallOptions, defaultMs: number | undefined): AbortSignal | undefined {
+    const ms = options.timeoutMs ?? defaultMs;
+    if (ms !== undefined && !(ms > 0)) {
+      throw new InvalidArgumentError(`timeoutMs ${ms} must be positive`);
+    }
+    const t = ms === undefined ? undefined : AbortSignal.timeout(Math.ceil(ms));
+    return options.signal && t ? AbortSignal.any([options.signal, t]) : (options.signal ?? t);
   }
 
-  /** Renews lease leaseId of key once, for callers that renew by ID themselves. */
-  async renew(key: string, leaseId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<LeaseInfo & { signature: string }> {
-    const signal = this.#callSignal(options);
+  #checkOpen(): void {
+    if (this.#closed) {
+      throw new FencedError("client closed");
+    }
+  }
+
+  /** Renews lease leaseId of key once, for callers that renew by ID themselves. timeoutMs defaults to requestTimeoutMs. */
+  async renew(key: string, leaseId: string, options: CallOptions = {}): Promise<LeaseInfo & { signature: string }> {
+    const signal = this.#callSignal(options, this.requestTimeoutMs);
     try {
       const r = await this.#eps.do(signal, (ep) =>
         traced(
@@ -360,10 +387,10 @@ export class Client implements AsyncDisposable {
    * an attempt that went unanswered (the node died, or stopped leading,
    * after applying it) is sent to the next one; if that retry finds the
    * lease gone, release resolves: the unanswered attempt released it or it
-   * expired, and it is gone either way.
+   * expired, and it is gone either way. timeoutMs defaults to requestTimeoutMs.
    */
-  async release(key: string, leaseId: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<void> {
-    const signal = this.#callSignal(options);
+  async release(key: string, leaseId: string, options: CallOptions = {}): Promise<void> {
+    const signal = this.#callSignal(options, this.requestTimeoutMs);
     let unanswered: unknown; // the first failed attempt that may have been applied
     try {
       await this.#eps.do(signal, async (ep) => {
@@ -385,29 +412,31 @@ export class Client implements AsyncDisposable {
     }
   }
 
-  /** The current lease of key (undefined when free), the last token issued for it and the revision of the answer. */
-  async get(key: string, options: { signal?: AbortSignal } = {}): Promise<{ lease?: LeaseInfo; lastToken: bigint; revision: bigint }> {
+  /** The current lease of key (undefined when free), the last token issued for it and the revision of the answer. No timeout unless timeoutMs. */
+  async get(key: string, options: CallOptions = {}): Promise<{ lease?: LeaseInfo; lastToken: bigint; revision: bigint }> {
+    const signal = this.#callSignal(options, undefined);
     try {
-      const r = await this.#eps.do(options.signal, (ep) =>
+      const r = await this.#eps.do(signal, (ep) =>
         traced(
           { kind: "get", key },
-          () => ep.rpc.get({ key }, { signal: options.signal }),
+          () => ep.rpc.get({ key }, { signal }),
           (r) => ({ hasLease: r.lease !== undefined, owner: r.lease?.owner, token: r.lease?.token, lastToken: r.lastToken }),
         ),
       );
       return { lease: r.lease ? infoFrom(r.lease) : undefined, lastToken: r.lastToken, revision: r.revision };
     } catch (err) {
-      throw callError(err, `get ${JSON.stringify(key)}`, options.signal);
+      throw callError(err, `get ${JSON.stringify(key)}`, signal);
     }
   }
 
-  /** Up to limit current leases under prefix, sorted by key, and the revision of the answer. */
-  async list(prefix = "", options: { limit?: number; signal?: AbortSignal } = {}): Promise<{ leases: LeaseInfo[]; revision: bigint }> {
+  /** Up to limit current leases under prefix, sorted by key, and the revision of the answer. No timeout unless timeoutMs. */
+  async list(prefix = "", options: { limit?: number } & CallOptions = {}): Promise<{ leases: LeaseInfo[]; revision: bigint }> {
+    const signal = this.#callSignal(options, undefined);
     try {
-      const r = await this.#eps.do(options.signal, (ep) => ep.rpc.list({ prefix, limit: options.limit ?? 0 }, { signal: options.signal }));
+      const r = await this.#eps.do(signal, (ep) => ep.rpc.list({ prefix, limit: options.limit ?? 0 }, { signal }));
       return { leases: r.leases.map(infoFrom), revision: r.revision };
     } catch (err) {
-      throw callError(err, `list ${JSON.stringify(prefix)}`, options.signal);
+      throw callError(err, `list ${JSON.stringify(prefix)}`, signal);
     }
   }
 
@@ -417,11 +446,11 @@ export class Client implements AsyncDisposable {
    * again on the next one after the last revision seen, so no transition is
    * missed or repeated; when no revision was seen yet, a RESYNC event comes
    * first. On RESYNC re-read the state with list and watch again from its
-   * revision.
+   * revision. timeoutMs, if given, ends the watch like the signal.
    */
   async *watch(prefix = "", options: WatchOptions = {}): AsyncGenerator<WatchEvent> {
     const after = options.after ?? 0n;
-    const outer = options.signal;
+    const outer = this.#callSignal(options, undefined);
     // A release or expiry that hands the key to a waiter is two events with
     // one revision; a stream broken between them resumes after the revision
     // before, skipping the events of that revision already delivered.
@@ -507,9 +536,9 @@ export class Client implements AsyncDisposable {
     }
   }
 
-  /** Reports stale rejections to fenced (see fencereport); returns how many were recorded. */
-  async reportRejections(rejections: StaleRejection[], options: { timeoutMs?: number } = {}): Promise<bigint> {
-    const signal = AbortSignal.timeout(options.timeoutMs ?? 5000);
+  /** Reports stale rejections to fenced (see fencereport); returns how many were recorded. timeoutMs defaults to 5000. */
+  async reportRejections(rejections: StaleRejection[], options: CallOptions = {}): Promise<bigint> {
+    const signal = this.#callSignal(options, 5000);
     const req = {
       rejections: rejections.map((r) =>
         create(StaleRejectionSchema, {
@@ -531,23 +560,32 @@ export class Client implements AsyncDisposable {
   }
 
   /**
-   * Ends the client's connections. Leases still held are orphaned: their
-   * signals abort (LeaseLostError) and the server keeps them until their
-   * TTL runs out. Dispose the client (`await using`) to release them first.
+   * Closes the client, as the Go and Python clients do: every lease it
+   * still holds is lost (its signal aborts with a LeaseLostError, "client
+   * closed") and released, best effort, each bounded by requestTimeoutMs;
+   * the promise resolves once those releases (and those of leases lost
+   * earlier) have ended, and then the connections are closed. Calls after
+   * close throw. Closing again returns the same promise.
    */
-  close(): void {
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    this.#closed = true;
     for (const l of [...this.#leases]) {
-      l.orphan();
+      l.lose("client closed");
     }
+    await Promise.allSettled([...this.#background]);
     this.#renewals.close();
     for (const ep of this.#eps.eps) {
       ep.close();
     }
   }
 
-  /** Releases the leases still held (best effort), then closes. */
+  /** For `await using`: close(). */
   async [Symbol.asyncDispose](): Promise<void> {
-    await Promise.allSettled([...this.#leases].map((l) => l.release()));
-    this.close();
+    await this.close();
   }
 }

@@ -7,6 +7,8 @@ export interface LeaseHost {
   /** Renews once, over the stream or unary; by is the lease's local deadline (performance.now() ms) or 0. */
   renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }>;
   release(key: string, leaseId: string, options: { timeoutMs: number }): Promise<void>;
+  /** Sends the one best-effort Release of a lost lease, in the background. */
+  releaseLost(key: string, leaseId: string): void;
   holdRenewals(l: Lease): void;
   dropRenewals(l: Lease): void;
 }
@@ -206,7 +208,7 @@ export class Lease implements AsyncDisposable {
     const e = new LeaseLostError(this.key, this.token, reason + (cause === undefined ? "" : `: ${String(cause)}`), { cause });
     this.#ac.abort(e);
     this.#resolveLost(e);
-    this.#host.release(this.key, this.leaseId, { timeoutMs: this.#host.requestTimeoutMs }).catch(() => {});
+    this.#host.releaseLost(this.key, this.leaseId);
   }
 
   #checkDeadline(): void {

@@ -283,7 +283,7 @@ class Worker {
       const wait = this.rand() < this.spec.tryProbability ? 0 : Math.round(ms(this.spec.wait));
       let lease: Lease;
       try {
-        lease = await this.client.acquire(key, { ttl, wait, owner, signal: AbortSignal.timeout(wait + ttl) });
+        lease = await this.client.acquire(key, { ttlMs: ttl, waitMs: wait, owner, signal: AbortSignal.timeout(wait + ttl) });
       } catch (err) {
         this.emit({ e: "idle" });
         const backoff = err instanceof HeldError ? ttl / 20 : ttl / 4;
@@ -402,7 +402,7 @@ class Worker {
   }
 
   async close(): Promise<void> {
-    this.client.close();
+    await this.client.close();
     await this.pool?.end().catch(() => {});
   }
 }

@@ -25,11 +25,11 @@ after(async () => {
 test("acquire, held by another, release; tokens increase", async () => {
   const c = track(new Client({ endpoints: f.url, owner: "ts-a" }));
   const key = unique("k");
-  const l1 = await c.acquire(key, { ttl: 3000 });
+  const l1 = await c.acquire(key, { ttlMs: 3000 });
   assert.ok(l1.token > 0n);
   assert.match(l1.leaseId, /^[0-9a-f]{32,}$/);
   assert.equal(l1.held, true);
-  await assert.rejects(c.acquire(key, { ttl: 3000, owner: "ts-b" }), (e) => {
+  await assert.rejects(c.acquire(key, { ttlMs: 3000, owner: "ts-b" }), (e) => {
     assert.ok(e instanceof HeldError);
     assert.equal(e.owner, "ts-a");
     assert.equal(e.token, l1.token);
@@ -39,7 +39,7 @@ test("acquire, held by another, release; tokens increase", async () => {
   await l1.release();
   assert.ok(l1.signal.aborted);
   assert.ok(l1.signal.reason instanceof LeaseReleasedError);
-  const l2 = await c.acquire(key, { ttl: 3000 });
+  const l2 = await c.acquire(key, { ttlMs: 3000 });
   assert.ok(l2.token > l1.token);
   await l2.release();
   await assert.rejects(l2.release(), NotHeldError);
@@ -47,8 +47,8 @@ test("acquire, held by another, release; tokens increase", async () => {
 
 test("bad input is refused before or by the server", async () => {
   const c = track(new Client({ endpoints: f.url }));
-  await assert.rejects(c.acquire("", { ttl: 3000 }), InvalidArgumentError);
-  await assert.rejects(c.acquire("k", { ttl: -1 }), InvalidArgumentError);
+  await assert.rejects(c.acquire("", { ttlMs: 3000 }), InvalidArgumentError);
+  await assert.rejects(c.acquire("k", { ttlMs: -1 }), InvalidArgumentError);
   assert.throws(() => new Client({ endpoints: f.url, ttlMs: 12 }), /TTL\/3/);
   assert.throws(() => new Client({ endpoints: [f.url, f.url] }), /listed twice/);
 });
@@ -57,7 +57,7 @@ for (const keepAliveStream of [true, false]) {
   test(`renewals keep the lease past its TTL (keepAliveStream ${keepAliveStream})`, async () => {
     const c = track(new Client({ endpoints: f.url, keepAliveStream }));
     const key = unique("renew");
-    const l = await c.acquire(key, { ttl: 1500 });
+    const l = await c.acquire(key, { ttlMs: 1500 });
     await new Promise((r) => setTimeout(r, 3500));
     assert.equal(l.held, true);
     const { lease } = await c.get(key);
@@ -66,11 +66,26 @@ for (const keepAliveStream of [true, false]) {
   });
 }
 
+test("close releases the leases still held, as the Go and Python clients do", async () => {
+  const c = new Client({ endpoints: f.url });
+  const other = track(new Client({ endpoints: f.url, owner: "other" }));
+  const key = unique("closed");
+  const l = await c.acquire(key, { ttlMs: 30_000 });
+  await c.close();
+  assert.ok(l.signal.reason instanceof LeaseLostError);
+  assert.match(l.signal.reason.message, /client closed/);
+  assert.equal((await other.get(key)).lease, undefined, "the lease outlived close");
+  const l2 = await other.acquire(key, { ttlMs: 3000, timeoutMs: 1000 }); // free now, not after 30 s
+  await l2.release();
+  await assert.rejects(c.acquire(key), /client closed/);
+  await c.close(); // again: the same promise
+});
+
 test("a renewal refused (released by ID elsewhere) loses the lease for good", async () => {
   const c = track(new Client({ endpoints: f.url }));
   const other = track(new Client({ endpoints: f.url }));
   const key = unique("refused");
-  const l = await c.acquire(key, { ttl: 1200 });
+  const l = await c.acquire(key, { ttlMs: 1200 });
   await other.release(key, l.leaseId);
   const lost = await l.lost;
   assert.ok(lost instanceof LeaseLostError);
@@ -79,7 +94,7 @@ test("a renewal refused (released by ID elsewhere) loses the lease for good", as
   assert.equal(l.held, false);
   assert.throws(() => l.throwIfLost(), LeaseLostError);
   // The key is free, and a new acquisition gets a new lease; the old one stays lost.
-  const l2 = await c.acquire(key, { ttl: 1200 });
+  const l2 = await c.acquire(key, { ttlMs: 1200 });
   assert.ok(l2.token > l.token);
   assert.equal(l.held, false);
   await l2.release();
@@ -106,7 +121,7 @@ test("a paused server: the lease is lost at the local deadline, counted from the
       if (call.kind === "renew") renewAt = performance.now();
       return () => {};
     };
-    const l = await c.acquire(key, { ttl });
+    const l = await c.acquire(key, { ttlMs: ttl });
     internal.trace = undefined;
     if (renewAt === 0) {
       assert.ok(l.deadline >= sendAt + window && l.deadline <= sendAt + window + 1, `deadline ${l.deadline - sendAt}ms after the send, window ${window}ms`);
@@ -120,7 +135,7 @@ test("a paused server: the lease is lost at the local deadline, counted from the
     g.resume();
     await new Promise((r) => setTimeout(r, 500));
     assert.equal(l.held, false);
-    c.close();
+    await c.close();
   } finally {
     internal.trace = undefined;
     await g.stop();
@@ -130,11 +145,11 @@ test("a paused server: the lease is lost at the local deadline, counted from the
 test("a grant that comes back late is renewed before acquire returns", async () => {
   const c = track(new Client({ endpoints: f.url }));
   const key = unique("late");
-  const first = await c.acquire(key, { ttl: 1000, owner: "first" });
+  const first = await c.acquire(key, { ttlMs: 1000, owner: "first" });
   // Queue behind the holder, who releases after longer than a TTL.
   setTimeout(() => void first.release(), 1300);
   const t0 = performance.now();
-  const l = await c.acquire(key, { ttl: 1000, wait: 5000, owner: "second" });
+  const l = await c.acquire(key, { ttlMs: 1000, waitMs: 5000, owner: "second" });
   const took = performance.now() - t0;
   assert.ok(took > 1000, `took ${took}ms`);
   // Counted from the renewal: from the Acquire, sent 1.3s ago, it would have passed.
@@ -145,7 +160,7 @@ test("a grant that comes back late is renewed before acquire returns", async () 
 test("markLost aborts the signal and releases in the background", async () => {
   const c = track(new Client({ endpoints: f.url }));
   const key = unique("marked");
-  const l = await c.acquire(key, { ttl: 3000 });
+  const l = await c.acquire(key, { ttlMs: 3000 });
   l.markLost(new Error("stale somewhere"));
   assert.ok(l.signal.reason instanceof LeaseLostError);
   for (let i = 0; i < 50 && (await c.get(key)).lease; i++) await new Promise((r) => setTimeout(r, 20));
@@ -156,10 +171,10 @@ test("failover: a refused endpoint is skipped; a signal that ends first is a tim
   const dead = `http://127.0.0.1:${await freePort()}`;
   const c = track(new Client({ endpoints: [dead, f.url], owner: "fo" }));
   const key = unique("failover");
-  const l = await c.acquire(key, { ttl: 3000 });
+  const l = await c.acquire(key, { ttlMs: 3000 });
   assert.deepEqual(c.endpoints, [dead, f.url]);
   await assert.rejects(
-    c.acquire(key, { ttl: 3000, wait: 5000, owner: "other", signal: AbortSignal.timeout(300) }),
+    c.acquire(key, { ttlMs: 3000, waitMs: 5000, owner: "other", signal: AbortSignal.timeout(300) }),
     TimeoutError,
   );
   await l.release();
@@ -177,7 +192,7 @@ test("watch yields transitions in order", async () => {
       if (seen.length === 2) ac.abort();
     }
   })();
-  const l = await c.acquire(prefix + "a", { ttl: 3000 });
+  const l = await c.acquire(prefix + "a", { ttlMs: 3000 });
   await l.release();
   await done;
   assert.deepEqual(seen.map((e) => e.type), ["ACQUIRED", "RELEASED"]);
@@ -206,7 +221,7 @@ test("an acquire whose answer was lost, retried on the next endpoint, is uncerta
   try {
     const c = track(new Client({ endpoints: [`http://127.0.0.1:${proxy.address().port}`, f.url], owner: "unsure" }));
     const key = unique("uncertain");
-    await assert.rejects(c.acquire(key, { ttl: 2000 }), (e) => {
+    await assert.rejects(c.acquire(key, { ttlMs: 2000 }), (e) => {
       assert.ok(e instanceof AcquireUncertainError, String(e));
       assert.equal(e.owner, "unsure");
       assert.ok(e.remainingMs > 0);
@@ -256,7 +271,7 @@ test("a release whose answer was lost, retried on the next endpoint, is done, ne
   try {
     const c = track(new Client({ endpoints: proxies.map((p) => `http://127.0.0.1:${p.address().port}`) }));
     const key = unique("release-cut");
-    const lease = await c.acquire(key, { ttl: 5000 });
+    const lease = await c.acquire(key, { ttlMs: 5000 });
     await lease.release(); // before the fix: NotHeldError
     assert.equal(cut, 1, "no answer was cut");
     assert.ok(lease.signal.reason instanceof LeaseReleasedError);

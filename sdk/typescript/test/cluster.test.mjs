@@ -18,7 +18,7 @@ test("a 3-node cluster: the leader is killed; the lease and the watch carry on a
         if (ev.type === "RELEASED") ac.abort();
       }
     })();
-    const l = await c.acquire(prefix + "a", { ttl: 4000 });
+    const l = await c.acquire(prefix + "a", { ttlMs: 4000 });
     const leader = await leaderOf(cl.nodes);
     leader.proc.kill("SIGKILL");
     // Longer than the TTL: renewals must have found the new leader.

@@ -27,8 +27,8 @@ test("middleware answers the pinned statuses; the fetch wrapper turns 409 into a
   );
   try {
     const key = unique("http");
-    const a = await c.acquire(key, { ttl: 3000, owner: "writer-a" });
-    const b = await c.acquire(unique("other"), { ttl: 3000 }); // unrelated
+    const a = await c.acquire(key, { ttlMs: 3000, owner: "writer-a" });
+    const b = await c.acquire(unique("other"), { ttlMs: 3000 }); // unrelated
     const put = (headers) => fetch(srv.url + "/x", { method: "PUT", headers });
     assert.equal((await put({})).status, 428);
     assert.equal((await put({ "Fencing-Scope": key, "Fencing-Token": "x1" })).status, 400);

@@ -102,7 +102,7 @@ test("doLease: a stale rejection loses the lease", async (t) => {
     const guard = new PgGuard(pool, { table });
     await guard.migrate();
     const key = unique("lease");
-    const a = await c.acquire(key, { ttl: 3000 });
+    const a = await c.acquire(key, { ttlMs: 3000 });
     await guard.do(key, a.token + 1n, async () => {}); // a newer holder wrote
     await assert.rejects(guard.doLease(a, async () => {}), StaleTokenError);
     assert.ok(a.signal.reason instanceof LeaseLostError);

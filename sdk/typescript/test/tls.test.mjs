@@ -48,15 +48,15 @@ test("TLS, bearer token and client certificates (mTLS)", async () => {
     const svc = new Client({ endpoints: f.url, tls: tlsFromFiles({ caFile: join(dir, "ca.pem"), certFile: join(dir, "client.pem"), keyFile: join(dir, "client.key") }) });
     clients.push(app, anon, svc);
     // Bearer token over TLS; renewals over the KeepAlive stream (HTTP/2 with TLS).
-    const l = await app.acquire(unique("jobs/"), { ttl: 1000 });
+    const l = await app.acquire(unique("jobs/"), { ttlMs: 1000 });
     await new Promise((r) => setTimeout(r, 1500));
     assert.equal(l.held, true);
     assert.equal(l.owner, "app"); // the principal
     await l.release();
-    await assert.rejects(anon.acquire(unique("jobs/"), { ttl: 1000 }), UnauthenticatedError);
-    await assert.rejects(app.acquire(unique("svc/"), { ttl: 1000 }), PermissionDeniedError);
+    await assert.rejects(anon.acquire(unique("jobs/"), { ttlMs: 1000 }), UnauthenticatedError);
+    await assert.rejects(app.acquire(unique("svc/"), { ttlMs: 1000 }), PermissionDeniedError);
     // A client certificate is the principal "svc".
-    const s = await svc.acquire(unique("svc/"), { ttl: 1000 });
+    const s = await svc.acquire(unique("svc/"), { ttlMs: 1000 });
     assert.equal(s.owner, "svc");
     await s.release();
   } finally {
