@@ -1,5 +1,5 @@
 export { Client, tlsFromFiles } from "./client.js";
-export type { AcquireOptions, ClientOptions, EventType, StaleRejection, WatchEvent, WatchOptions } from "./client.js";
+export type { AcquireOptions, CallOptions, ClientOptions, EventType, StaleRejection, WatchEvent, WatchOptions } from "./client.js";
 export { Lease } from "./lease.js";
 export type { LeaseInfo } from "./lease.js";
 export { parseEndpoints } from "./endpoints.js";

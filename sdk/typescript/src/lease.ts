@@ -1,7 +1,7 @@
 import { LeaseLostError, LeaseReleasedError, NotHeldError } from "./errors.js";
 import { internal } from "./internal.js";
 
-/** What a Lease needs from its client. */
+/** @internal What a Lease needs from its client. */
 export interface LeaseHost {
   readonly requestTimeoutMs: number;
   /** Renews once, over the stream or unary; by is the lease's local deadline (performance.now() ms) or 0. */

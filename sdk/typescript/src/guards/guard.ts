@@ -86,7 +86,7 @@ export class MemoryGuard implements Guard<void> {
     private readonly options: { strictSequences?: boolean } = {},
   ) {}
 
-  async do<T>(scope: string, token: bigint, apply: () => Promise<T>, options: WriteOptions = {}): Promise<T> {
+  async do<T>(scope: string, token: bigint, apply: (ctx: void) => Promise<T>, options: WriteOptions = {}): Promise<T> {
     const seq = options.sequence ?? 0n;
     checkSequence(scope, token, seq, 0n, 0n);
     const prev = this.#tails.get(scope) ?? Promise.resolve();

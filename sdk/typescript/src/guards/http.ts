@@ -264,7 +264,8 @@ export interface FencingOptions {
   onLateError?: (err: unknown, req: IncomingMessage) => void;
 }
 
-type FencedRequest<C> = IncomingMessage & { fencing?: Fencing<C> };
+/** A node:http request as a fencingHandler handler gets it. */
+export type FencedRequest<C> = IncomingMessage & { fencing?: Fencing<C> };
 
 function single(req: IncomingMessage, name: string): string | undefined {
   const v = req.headersDistinct[name.toLowerCase()];

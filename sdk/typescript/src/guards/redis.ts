@@ -222,7 +222,7 @@ return redis.call('INCRBY', KEYS[1], ARGV[1])
 
 const base32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
-/** A new call ID: 26 random characters of the RFC 4648 base32 alphabet (guard spec, section 3). */
+/** @internal A new call ID: 26 random characters of the RFC 4648 base32 alphabet (guard spec, section 3). */
 export function callID(): string {
   const b = randomBytes(26);
   let s = "";
