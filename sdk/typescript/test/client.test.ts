@@ -1,6 +1,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { startFenced, freePort, unique } from "./helpers.mjs";
+import { type Fenced, startFenced, freePort, unique } from "./helpers.js";
+import type { AddressInfo } from "node:net";
 import {
   Client,
   HeldError,
@@ -9,11 +10,12 @@ import {
   NotHeldError,
   InvalidArgumentError,
   TimeoutError,
-} from "../dist/index.js";
+  type WatchEvent,
+} from "../src/index.js";
 
-let f;
-const clients = [];
-const track = (c) => (clients.push(c), c);
+let f: Fenced;
+const clients: Client[] = [];
+const track = (c: Client) => (clients.push(c), c);
 before(async () => {
   f = await startFenced();
 });
@@ -29,7 +31,7 @@ test("acquire, held by another, release; tokens increase", async () => {
   assert.ok(l1.token > 0n);
   assert.match(l1.leaseId, /^[0-9a-f]{32,}$/);
   assert.equal(l1.held, true);
-  await assert.rejects(c.acquire(key, { ttlMs: 3000, owner: "ts-b" }), (e) => {
+  await assert.rejects(c.acquire(key, { ttlMs: 3000, owner: "ts-b" }), (e: unknown) => {
     assert.ok(e instanceof HeldError);
     assert.equal(e.owner, "ts-a");
     assert.equal(e.token, l1.token);
@@ -102,7 +104,7 @@ test("a renewal refused (released by ID elsewhere) loses the lease for good", as
 
 test("a paused server: the lease is lost at the local deadline, counted from the send, and never comes back", async () => {
   const g = await startFenced();
-  const { internal } = await import("../dist/internal.js");
+  const { internal } = await import("../src/internal.js");
   try {
     const c = new Client({ endpoints: g.url, requestTimeoutMs: 300 });
     const key = unique("paused");
@@ -184,7 +186,7 @@ test("watch yields transitions in order", async () => {
   const c = track(new Client({ endpoints: f.url }));
   const prefix = unique("watch") + "/";
   const ac = new AbortController();
-  const seen = [];
+  const seen: WatchEvent[] = [];
   const { revision } = await c.list(prefix);
   const done = (async () => {
     for await (const ev of c.watch(prefix, { signal: ac.signal, after: revision })) {
@@ -196,8 +198,8 @@ test("watch yields transitions in order", async () => {
   await l.release();
   await done;
   assert.deepEqual(seen.map((e) => e.type), ["ACQUIRED", "RELEASED"]);
-  assert.equal(seen[0].lease.token, l.token);
-  assert.equal(seen[0].lease.leaseId, "");
+  assert.equal(seen[0]?.lease?.token, l.token);
+  assert.equal(seen[0]?.lease?.leaseId, "");
   assert.ok(seen[1].revision > seen[0].revision);
 });
 
@@ -216,12 +218,12 @@ test("an acquire whose answer was lost, retried on the next endpoint, is uncerta
     up.on("error", () => down.destroy());
     down.on("error", () => up.destroy());
   });
-  await new Promise((r) => proxy.listen(0, "127.0.0.1", r));
-  const { AcquireUncertainError } = await import("../dist/index.js");
+  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+  const { AcquireUncertainError } = await import("../src/index.js");
   try {
-    const c = track(new Client({ endpoints: [`http://127.0.0.1:${proxy.address().port}`, f.url], owner: "unsure" }));
+    const c = track(new Client({ endpoints: [`http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, f.url], owner: "unsure" }));
     const key = unique("uncertain");
-    await assert.rejects(c.acquire(key, { ttlMs: 2000 }), (e) => {
+    await assert.rejects(c.acquire(key, { ttlMs: 2000 }), (e: unknown) => {
       assert.ok(e instanceof AcquireUncertainError, String(e));
       assert.equal(e.owner, "unsure");
       assert.ok(e.remainingMs > 0);
@@ -267,9 +269,9 @@ test("a release whose answer was lost, retried on the next endpoint, is done, ne
       down.on("error", () => up.destroy());
     });
   const proxies = [proxy(), proxy()];
-  await Promise.all(proxies.map((p) => new Promise((r) => p.listen(0, "127.0.0.1", r))));
+  await Promise.all(proxies.map((p) => new Promise<void>((r) => p.listen(0, "127.0.0.1", r))));
   try {
-    const c = track(new Client({ endpoints: proxies.map((p) => `http://127.0.0.1:${p.address().port}`) }));
+    const c = track(new Client({ endpoints: proxies.map((p) => `http://127.0.0.1:${(p.address() as AddressInfo).port}`) }));
     const key = unique("release-cut");
     const lease = await c.acquire(key, { ttlMs: 5000 });
     await lease.release(); // before the fix: NotHeldError

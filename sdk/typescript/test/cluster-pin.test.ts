@@ -2,12 +2,12 @@
 // two clusters, two separate single-node fenced, each of its own cluster.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { startFenced, unique } from "./helpers.mjs";
-import { AcquireUncertainError, Client, ClusterMismatchError, UnavailableError } from "../dist/index.js";
+import { type Fenced, startFenced, unique } from "./helpers.js";
+import { AcquireUncertainError, Client, ClusterMismatchError, UnavailableError } from "../src/index.js";
 
-let a, b;
-const clients = [];
-const track = (c) => (clients.push(c), c);
+let a: Fenced, b: Fenced;
+const clients: Client[] = [];
+const track = (c: Client) => (clients.push(c), c);
 before(async () => {
   [a, b] = await Promise.all([startFenced(), startFenced()]);
 });
@@ -16,21 +16,21 @@ after(async () => {
   await Promise.all([a?.stop(), b?.stop()]);
 });
 
-const clusterId = async (url) => (await (await fetch(`${url}/v1/role`)).json()).clusterId;
+const clusterId = async (url: string) => ((await (await fetch(`${url}/v1/role`)).json()) as { clusterId: string }).clusterId;
 
 test("clusterId pins up front: an endpoint of another cluster is never used", async () => {
   const [idA, idB] = [await clusterId(a.url), await clusterId(b.url)];
   assert.ok(idA && idB && idA !== idB);
-  const reports = [];
+  const reports: ClusterMismatchError[] = [];
   const c = track(new Client({ endpoints: b.url, clusterId: idA.toUpperCase(), onClusterMismatch: (e) => reports.push(e) }));
   const key = unique("pin");
-  const mismatch = (e) => {
+  const mismatch = (e: unknown) => {
     assert.ok(e instanceof ClusterMismatchError && e instanceof UnavailableError, String(e));
     assert.deepEqual([e.endpoint, e.pinned, e.got], [b.url, idA, idB]);
     return true;
   };
   // b grants it, for itself: never reported as granted, nor as uncertain.
-  await assert.rejects(c.acquire(key), (e) => mismatch(e) && !(e instanceof AcquireUncertainError));
+  await assert.rejects(c.acquire(key), (e: unknown) => mismatch(e) && !(e instanceof AcquireUncertainError));
   await assert.rejects(c.get(key), mismatch);
   await assert.rejects(async () => {
     for await (const ev of c.watch(key, { after: 1n })) {
@@ -47,7 +47,7 @@ test("endpoints of two clusters: the client keeps to the first that answered", a
   const key = unique("pin");
   const other = track(new Client({ endpoints: b.url, owner: "b" }));
   const held = await other.acquire(key);
-  const reports = [];
+  const reports: ClusterMismatchError[] = [];
   const c = track(new Client({ endpoints: [a.url, b.url], failoverTimeoutMs: 300, onClusterMismatch: (e) => reports.push(e) }));
   const lease = await c.acquire(key); // at a, the first endpoint
   await lease.release();
@@ -57,7 +57,7 @@ test("endpoints of two clusters: the client keeps to the first that answered", a
       c.get(key).then((r) => assert.fail(`answered by the other cluster: held by ${r.lease?.owner}, last token ${r.lastToken}`)),
       UnavailableError,
     );
-    await assert.rejects(c.acquire(`${key}/2`), (e) => e instanceof UnavailableError && !(e instanceof AcquireUncertainError));
+    await assert.rejects(c.acquire(`${key}/2`), (e: unknown) => e instanceof UnavailableError && !(e instanceof AcquireUncertainError));
   }
   assert.equal(reports.length, 1, reports.join("\n"));
   assert.deepEqual([reports[0].endpoint, reports[0].pinned, reports[0].got], [b.url, idA, idB]);

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { startCluster, leaderOf, unique } from "./helpers.mjs";
-import { Client } from "../dist/index.js";
+import { startCluster, leaderOf, unique } from "./helpers.js";
+import { Client, type WatchEvent } from "../src/index.js";
 
 // Long (a 3-node cluster and an election): runs with FENCED_LONG=1, as CI sets.
 test("a 3-node cluster: the leader is killed; the lease and the watch carry on at the other nodes", { skip: process.env.FENCED_LONG !== "1" && "FENCED_LONG=1 runs it" }, async () => {
@@ -10,7 +10,7 @@ test("a 3-node cluster: the leader is killed; the lease and the watch carry on a
   try {
     const prefix = unique("cl") + "/";
     const ac = new AbortController();
-    const seen = [];
+    const seen: WatchEvent[] = [];
     const { revision } = await c.list(prefix);
     const watching = (async () => {
       for await (const ev of c.watch(prefix, { signal: ac.signal, after: revision })) {
@@ -20,6 +20,7 @@ test("a 3-node cluster: the leader is killed; the lease and the watch carry on a
     })();
     const l = await c.acquire(prefix + "a", { ttlMs: 4000 });
     const leader = await leaderOf(cl.nodes);
+    assert.ok(leader, "no leader");
     leader.proc.kill("SIGKILL");
     // Longer than the TTL: renewals must have found the new leader.
     await new Promise((r) => setTimeout(r, 5000));

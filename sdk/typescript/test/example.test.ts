@@ -2,10 +2,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
-import { requireService, startFenced } from "./helpers.mjs";
+import { join } from "node:path";
+import { pkgDir, requireService, startFenced } from "./helpers.js";
 
-const example = fileURLToPath(new URL("../examples/late-write.mjs", import.meta.url));
+const example = join(pkgDir, "examples", "late-write.mjs");
 
 test("examples/late-write.mjs: the stalled worker's late PostgreSQL write is refused", async (t) => {
   if (!(await requireService(t, "PostgreSQL", 5432))) return;

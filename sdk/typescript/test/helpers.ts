@@ -1,18 +1,41 @@
 // Test helpers: a real fenced on a free loopback port, and the machine's
 // PostgreSQL and Redis (skipped when absent, failed when
 // FENCED_REQUIRE_SERVICES=1).
-import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import * as https from "node:https";
-import { createServer, connect } from "node:net";
+import { type AddressInfo, createServer, connect } from "node:net";
+import type { TestContext } from "node:test";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+/** The repository's root: the first directory above this file with a go.mod (the tests run from build/test). */
+export const repo = (() => {
+  let d = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(d, "go.mod"))) {
+    const up = dirname(d);
+    if (up === d) throw new Error("no go.mod above the tests");
+    d = up;
+  }
+  return d;
+})();
+
+/** sdk/typescript, where the package.json and examples are. */
+export const pkgDir = join(repo, "sdk", "typescript");
+
+/** A running fenced node of the tests. */
+export interface Fenced {
+  url: string;
+  port: number;
+  proc: ChildProcess;
+  pause(): void;
+  resume(): void;
+  stop(): Promise<void>;
+}
 
 /** The fenced binary: FENCED_BIN (set by test/run.mjs), else built once into a temp dir. */
-export function fencedBin() {
+export function fencedBin(): string {
   if (!process.env.FENCED_BIN) {
     const dir = mkdtempSync(join(tmpdir(), "fenced-ts-"));
     const bin = join(dir, "fenced");
@@ -24,7 +47,7 @@ export function fencedBin() {
 }
 
 /** The fencectl binary: FENCED_FENCECTL (set by test/run.mjs), else built once into a temp dir. */
-export function fencectlBin() {
+export function fencectlBin(): string {
   if (!process.env.FENCED_FENCECTL) {
     const dir = mkdtempSync(join(tmpdir(), "fenced-ts-"));
     const bin = join(dir, "fencectl");
@@ -36,7 +59,7 @@ export function fencectlBin() {
 }
 
 /** Runs the Go guards once (test/gointerop): {accepted: true} or {stale: true, highest}. */
-export function goInterop(...args) {
+export function goInterop(...args: (string | number | bigint)[]): { accepted?: boolean; stale?: boolean; duplicate?: boolean; highest?: string; [k: string]: unknown } {
   if (!process.env.FENCED_GOINTEROP) {
     const dir = mkdtempSync(join(tmpdir(), "fenced-ts-"));
     const bin = join(dir, "gointerop");
@@ -49,15 +72,15 @@ export function goInterop(...args) {
   return JSON.parse(r.stdout);
 }
 
-const used = new Set();
+const used = new Set<number>();
 /** A free loopback port, never the same twice in this process. */
-export async function freePort() {
+export async function freePort(): Promise<number> {
   for (;;) {
-    const port = await new Promise((resolve, reject) => {
+    const port = await new Promise<number>((resolve, reject) => {
       const s = createServer();
       s.once("error", reject);
       s.listen(0, "127.0.0.1", () => {
-        const p = s.address().port;
+        const p = (s.address() as AddressInfo).port;
         s.close(() => resolve(p));
       });
     });
@@ -69,8 +92,8 @@ export async function freePort() {
 }
 
 /** Starts a cluster of n nodes on free ports; waits until one leads. */
-export async function startCluster(n = 3) {
-  const ports = [];
+export async function startCluster(n = 3): Promise<{ nodes: Fenced[]; urls: string[]; stop: () => Promise<void[]> }> {
+  const ports: { port: number; raft: number }[] = [];
   for (let i = 0; i < n; i++) ports.push({ port: await freePort(), raft: await freePort() });
   const initial = ports.map((p, i) => `n${i + 1}=127.0.0.1:${p.raft}`).join(",");
   const nodes = await Promise.all(
@@ -85,10 +108,10 @@ export async function startCluster(n = 3) {
 }
 
 /** The node that says it leads and is ready, if any. */
-export async function leaderOf(nodes) {
+export async function leaderOf(nodes: Fenced[]): Promise<Fenced | undefined> {
   for (const x of nodes) {
     try {
-      const r = await (await fetch(`${x.url}/v1/role`)).json();
+      const r = (await (await fetch(`${x.url}/v1/role`)).json()) as { role?: string; ready?: boolean };
       if (r.role === "leader" && r.ready) return x;
     } catch {}
   }
@@ -96,7 +119,7 @@ export async function leaderOf(nodes) {
 }
 
 /** Starts fenced on free ports; stop() kills it and removes its data. */
-function healthy(url, ca) {
+function healthy(url: string, ca?: string | Buffer): Promise<boolean> {
   if (!ca) return fetch(`${url}/healthz`).then((r) => r.status === 200);
   return new Promise((resolve, reject) => {
     https.get(`${url}/healthz`, { ca }, (res) => {
@@ -106,7 +129,10 @@ function healthy(url, ca) {
   });
 }
 
-export async function startFenced(extraArgs = [], { ca, port, raft, wait = true } = {}) {
+export async function startFenced(
+  extraArgs: string[] = [],
+  { ca, port, raft, wait = true }: { ca?: string | Buffer; port?: number; raft?: number; wait?: boolean } = {},
+): Promise<Fenced> {
   const bin = fencedBin();
   const dir = mkdtempSync(join(tmpdir(), "fenced-data-"));
   port ??= await freePort();
@@ -114,7 +140,7 @@ export async function startFenced(extraArgs = [], { ca, port, raft, wait = true 
   const args = ["--data-dir", dir, "--listen", `127.0.0.1:${port}`, "--raft-listen", `127.0.0.1:${raft}`, "--log-level", "warn", ...extraArgs];
   const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
-  proc.stderr.on("data", (d) => (stderr += d));
+  proc.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
   const url = `${ca ? "https" : "http"}://127.0.0.1:${port}`;
   const deadline = Date.now() + 30_000;
   for (; wait; ) {
@@ -145,7 +171,7 @@ export async function startFenced(extraArgs = [], { ca, port, raft, wait = true 
   };
 }
 
-function reachable(port) {
+function reachable(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const s = connect(port, "127.0.0.1");
     s.once("connect", () => {
@@ -160,7 +186,7 @@ function reachable(port) {
  * Returns true when the service answers on port; otherwise skips t, or fails
  * when FENCED_REQUIRE_SERVICES=1.
  */
-export async function requireService(t, name, port) {
+export async function requireService(t: TestContext, name: string, port: number): Promise<boolean> {
   if (await reachable(port)) return true;
   if (process.env.FENCED_REQUIRE_SERVICES === "1") {
     throw new Error(`${name} is not answering on 127.0.0.1:${port} and FENCED_REQUIRE_SERVICES=1`);
@@ -173,6 +199,6 @@ export const pgConfig = { host: "127.0.0.1", port: 5432, user: "postgres", datab
 export const redisConfig = { host: "127.0.0.1", port: 6379 };
 
 /** A name unique to this run, for keys, scopes and tables. */
-export function unique(prefix) {
+export function unique(prefix: string): string {
   return `${prefix}-${process.pid}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
 }

@@ -1,16 +1,17 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer } from "node:http";
-import { startFenced, unique } from "./helpers.mjs";
-import { MemoryGuard } from "../dist/guards/guard.js";
-import { fencedFetch, fencingHandler, fencingMiddleware } from "../dist/guards/http.js";
-import { Reporter } from "../dist/guards/report.js";
-import { Client, StaleTokenError, LeaseLostError } from "../dist/index.js";
+import { createServer, type RequestListener } from "node:http";
+import type { AddressInfo } from "node:net";
+import { startFenced, unique } from "./helpers.js";
+import { MemoryGuard } from "../src/guards/guard.js";
+import { fencedFetch, fencingHandler, fencingMiddleware } from "../src/guards/http.js";
+import { Reporter } from "../src/guards/report.js";
+import { Client, StaleTokenError, LeaseLostError } from "../src/index.js";
 
-async function serve(listener) {
+async function serve(listener: RequestListener) {
   const srv = createServer(listener);
-  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
-  return { url: `http://127.0.0.1:${srv.address().port}`, close: () => new Promise((r) => srv.close(r)) };
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, close: () => new Promise((r) => srv.close(r)) };
 }
 
 test("middleware answers the pinned statuses; the fetch wrapper turns 409 into a lost lease; rejections are reported", async () => {
@@ -18,10 +19,10 @@ test("middleware answers the pinned statuses; the fetch wrapper turns 409 into a
   const c = new Client({ endpoints: f.url });
   const reporter = new Reporter({ resource: "ts-http", sender: c, flushIntervalMs: 50 });
   const guard = new MemoryGuard(reporter);
-  const writes = [];
+  const writes: bigint[] = [];
   const srv = await serve(
     fencingHandler(guard, (req, res) => {
-      if (req.method === "PUT") writes.push(req.fencing.token);
+      if (req.method === "PUT") writes.push(req.fencing!.token);
       res.end("ok");
     }),
   );
@@ -29,7 +30,7 @@ test("middleware answers the pinned statuses; the fetch wrapper turns 409 into a
     const key = unique("http");
     const a = await c.acquire(key, { ttlMs: 3000, owner: "writer-a" });
     const b = await c.acquire(unique("other"), { ttlMs: 3000 }); // unrelated
-    const put = (headers) => fetch(srv.url + "/x", { method: "PUT", headers });
+    const put = (headers: Record<string, string>) => fetch(srv.url + "/x", { method: "PUT", headers });
     assert.equal((await put({})).status, 428);
     assert.equal((await put({ "Fencing-Scope": key, "Fencing-Token": "x1" })).status, 400);
     assert.equal((await put({ "Fencing-Token": "5" })).status, 400);
@@ -42,7 +43,7 @@ test("middleware answers the pinned statuses; the fetch wrapper turns 409 into a
     const late = await fa(srv.url + "/x", { method: "PUT" });
     assert.equal(late.status, 409);
     assert.equal(late.headers.get("content-type"), "application/problem+json");
-    const p = await late.json(); // the body is still readable
+    const p = (await late.json()) as { type: string; scope: string; highestToken: number }; // the body is still readable
     assert.equal(p.type, "urn:fenced:problem:stale-token");
     assert.equal(p.scope, key);
     assert.equal(BigInt(p.highestToken), a.token + 5n);
@@ -58,7 +59,7 @@ test("middleware answers the pinned statuses; the fetch wrapper turns 409 into a
       headers: { "content-type": "application/json" },
       body: JSON.stringify({ prefix: key }),
     });
-    const list = await r.json();
+    const list = (await r.json()) as { rejections: { resource: string; reportedOwner: string }[] };
     assert.equal(list.rejections.length, 1);
     assert.equal(list.rejections[0].resource, "ts-http");
     assert.equal(list.rejections[0].reportedOwner, "writer-a");
@@ -80,7 +81,7 @@ test("(req, res, next) middleware runs the chain inside the guard and records on
     }),
   );
   try {
-    const put = (path, token) => fetch(srv.url + path, { method: "POST", headers: { "Fencing-Scope": "s", "Fencing-Token": String(token) } });
+    const put = (path: string, token: number) => fetch(srv.url + path, { method: "POST", headers: { "Fencing-Scope": "s", "Fencing-Token": String(token) } });
     assert.equal((await put("/ok", 3)).status, 204);
     assert.equal((await put("/fail", 9)).status, 500);
     assert.equal(await guard.highest("s"), 3n);

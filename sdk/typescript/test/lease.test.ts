@@ -2,7 +2,8 @@
 // mocked timers: no server, no sleeps.
 import { test, mock } from "node:test";
 import assert from "node:assert/strict";
-import { Lease, LeaseLostError } from "../dist/index.js";
+import { Lease, LeaseLostError } from "../src/index.js";
+import type { LeaseHost } from "../src/lease.js";
 
 test("a renewal answered before the local deadline but applied after it loses the lease for good", async (t) => {
   let now = 1000;
@@ -12,13 +13,14 @@ test("a renewal answered before the local deadline but applied after it loses th
   const ttl = 3000;
   const window = ttl - ttl * 0.001 - 10;
   let released = 0;
-  const host = {
+  const host: LeaseHost = {
     requestTimeoutMs: 2000,
     async renew() {
       now = 1000 + window + 1; // answered in time, applied after the deadline (the loop was late)
       return { signature: "" };
     },
-    async release() {
+    async release() {},
+    releaseLost() {
       released++;
     },
     holdRenewals() {},

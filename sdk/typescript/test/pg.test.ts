@@ -1,11 +1,11 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import pg from "pg";
-import { requireService, pgConfig, unique, goInterop, startFenced } from "./helpers.mjs";
-import { PgGuard, RowFence } from "../dist/guards/pg.js";
-import { Client, StaleTokenError, NoTokenError, TokenOutOfRangeError, RowNotFoundError, LeaseLostError } from "../dist/index.js";
+import { requireService, pgConfig, unique, goInterop, startFenced } from "./helpers.js";
+import { PgGuard, RowFence } from "../src/guards/pg.js";
+import { Client, StaleTokenError, NoTokenError, TokenOutOfRangeError, RowNotFoundError, LeaseLostError } from "../src/index.js";
 
-let pool;
+let pool: pg.Pool;
 const table = unique("fence_scopes_ts").replace(/-/g, "_");
 before(async () => {
   pool = new pg.Pool(pgConfig);
@@ -22,7 +22,7 @@ test("check in the caller's transaction: stale refused, equal accepted, writes r
   const scope = unique("orders/7");
   assert.equal(await guard.do(scope, 5n, async () => "ok"), "ok");
   assert.equal(await guard.highest(scope), 5n);
-  await assert.rejects(guard.do(scope, 4n, async () => assert.fail("ran with a stale token")), (e) => {
+  await assert.rejects(guard.do(scope, 4n, async () => assert.fail("ran with a stale token")), (e: unknown) => {
     assert.ok(e instanceof StaleTokenError);
     assert.equal(e.presented, 4n);
     assert.equal(e.highest, 5n);
@@ -71,7 +71,7 @@ test("RowFence: one UPDATE with the token; a stale or missing row is told apart"
     await pool.query(rf.addColumnSQL);
     await pool.query(`INSERT INTO "${orders}" (id, status) VALUES (7, 'new')`);
     await rf.update(pool, 7, 3n, { status: "paid" });
-    await assert.rejects(rf.update(pool, 7, 2n, { status: "late" }), (e) => e instanceof StaleTokenError && e.highest === 3n && e.scope === `${orders}/7`);
+    await assert.rejects(rf.update(pool, 7, 2n, { status: "late" }), (e: unknown) => e instanceof StaleTokenError && e.highest === 3n && e.scope === `${orders}/7`);
     await assert.rejects(rf.update(pool, 8, 3n, { status: "x" }), RowNotFoundError);
     const { rows } = await pool.query(`SELECT status, fence_token FROM "${orders}" WHERE id = 7`);
     assert.deepEqual(rows[0], { status: "paid", fence_token: "3" });
@@ -89,7 +89,7 @@ test("interop: the Go guard (fencesql) and this one share the scope table", asyn
   await guard.do(scope, 10n, async () => {});
   assert.deepEqual(goInterop("pg", dsn, table, scope, 9), { stale: true, highest: "10" });
   assert.deepEqual(goInterop("pg", dsn, table, scope, 12), { accepted: true });
-  await assert.rejects(guard.do(scope, 11n, async () => {}), (e) => e instanceof StaleTokenError && e.highest === 12n);
+  await assert.rejects(guard.do(scope, 11n, async () => {}), (e: unknown) => e instanceof StaleTokenError && e.highest === 12n);
   await guard.do(scope, 12n, async () => {});
   assert.equal(await guard.highest(scope), 12n);
 });

@@ -1,11 +1,11 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { Redis } from "ioredis";
-import { requireService, redisConfig, unique, goInterop } from "./helpers.mjs";
-import { RedisGuard, Script, key, hashTag, KeyOutsideScopeError } from "../dist/guards/redis.js";
-import { StaleTokenError, NoTokenError } from "../dist/index.js";
+import { requireService, redisConfig, unique, goInterop } from "./helpers.js";
+import { RedisGuard, Script, key, hashTag, KeyOutsideScopeError } from "../src/guards/redis.js";
+import { StaleTokenError, NoTokenError } from "../src/index.js";
 
-let redis;
+let redis: Redis;
 const prefix = unique("fence-ts") + ":";
 before(() => {
   redis = new Redis({ ...redisConfig, lazyConnect: true, maxRetriesPerRequest: 1 });
@@ -19,14 +19,14 @@ after(async () => {
 });
 
 test("call IDs are 26 characters of the RFC 4648 base32 alphabet, new per call (guard spec, section 3)", async () => {
-  const seen = [];
+  const seen: string[] = [];
   const fake = {
-    async evalsha(_sha, n, ...rest) {
-      seen.push(rest.slice(0, n)[1]);
+    async evalsha(_sha: string, n: number, ...rest: string[]) {
+      seen.push(rest.slice(0, n)[1]!);
       return [1, "0", "OK"];
     },
   };
-  const g = new RedisGuard(fake, { prefix: "fence:" });
+  const g = new RedisGuard(fake as unknown as Redis, { prefix: "fence:" });
   for (let i = 0; i < 50; i++) await g.set("orders/7", 5n, key("orders/7", "order"), "paid");
   for (const k of seen) assert.match(k, /^fence:\{orders\/7\}:call:[A-Z2-7]{26}$/);
   assert.equal(new Set(seen).size, seen.length);
@@ -40,13 +40,13 @@ test("the Lua script: check, write and record in one step; stale refused with th
   await g.set(scope, 5n, k, "paid");
   assert.equal(await redis.get(k), "paid");
   assert.equal(await g.highest(scope), 5n);
-  await assert.rejects(g.set(scope, 4n, k, "late"), (e) => e instanceof StaleTokenError && e.highest === 5n && e.presented === 4n);
+  await assert.rejects(g.set(scope, 4n, k, "late"), (e: unknown) => e instanceof StaleTokenError && e.highest === 5n && e.presented === 4n);
   assert.equal(await redis.get(k), "paid");
   assert.equal(await g.incrBy(scope, 5n, key(scope, "n"), 3), 3);
   // Tokens above 2^53 compare exactly.
   const big = (1n << 64n) - 2n;
   await g.set(scope, big, k, "big");
-  await assert.rejects(g.set(scope, big - 1n, k, "x"), (e) => e instanceof StaleTokenError && e.highest === big);
+  await assert.rejects(g.set(scope, big - 1n, k, "x"), (e: unknown) => e instanceof StaleTokenError && e.highest === big);
   await assert.rejects(g.set(scope, 0n, k, "x"), NoTokenError);
   await assert.rejects(g.set(scope, big, "elsewhere", "x"), KeyOutsideScopeError);
   await assert.rejects(g.set(scope, big, g.tokenKey(scope), "1"), KeyOutsideScopeError);
@@ -68,6 +68,6 @@ test("interop: the Go guard (fenceredis) and this one share keys and script", as
   assert.equal(await redis.get(k), "ts");
   assert.deepEqual(goInterop("redis", "127.0.0.1:6379", prefix, scope, 12, k, "go"), { accepted: true });
   assert.equal(await redis.get(k), "go");
-  await assert.rejects(g.set(scope, 11n, k, "ts-late"), (e) => e instanceof StaleTokenError && e.highest === 12n);
+  await assert.rejects(g.set(scope, 11n, k, "ts-late"), (e: unknown) => e instanceof StaleTokenError && e.highest === 12n);
   assert.equal(await redis.get(k), "go");
 });

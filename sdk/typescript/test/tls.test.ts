@@ -5,11 +5,11 @@ import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startFenced, unique } from "./helpers.mjs";
-import { Client, tlsFromFiles, UnauthenticatedError, PermissionDeniedError } from "../dist/index.js";
+import { startFenced, unique } from "./helpers.js";
+import { Client, tlsFromFiles, UnauthenticatedError, PermissionDeniedError } from "../src/index.js";
 
-function pki(dir) {
-  const ssl = (...args) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
+function pki(dir: string): void {
+  const ssl = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: "pipe" });
   ssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=test-ca");
   for (const [name, cn, ext] of [
     ["server", "node1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"],

@@ -9,12 +9,19 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { fencectlBin, requireService } from "./helpers.mjs";
+import { fencectlBin, requireService } from "./helpers.js";
 
-const worker = fileURLToPath(new URL("../dist/torture-worker.js", import.meta.url));
+const worker = fileURLToPath(new URL("../src/torture-worker.js", import.meta.url));
 const skip = process.env.FENCED_LONG !== "1" && "FENCED_LONG=1 runs it";
 
-function torture(env) {
+interface Summary {
+  violations: number;
+  acquisitions: { ok: number };
+  renewals: { ok: number };
+  checks: { name: string; checked: number; violations: number }[];
+}
+
+function torture(env: Record<string, string>) {
   const out = mkdtempSync(join(tmpdir(), "fenced-ts-torture-"));
   const r = spawnSync(
     fencectlBin(),
@@ -22,9 +29,9 @@ function torture(env) {
       "--worker-cmd", `${process.execPath} ${worker}`],
     { env: { ...process.env, ...env }, encoding: "utf8", timeout: 240_000 },
   );
-  let summary;
+  let summary: Summary;
   try {
-    summary = JSON.parse(readFileSync(join(out, "summary.json"), "utf8"));
+    summary = JSON.parse(readFileSync(join(out, "summary.json"), "utf8")) as Summary;
   } catch {
     throw new Error(`no summary (exit ${r.status}): ${r.stdout}\n${r.stderr}`);
   }

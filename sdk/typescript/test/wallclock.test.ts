@@ -2,7 +2,7 @@
 // whatever performance.timeOrigin says.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { measureWallOffset, wallNs } from "../dist/wallclock.js";
+import { measureWallOffset, wallNs } from "../src/wallclock.js";
 
 test("wall clock: the offset is measured against Date.now(), not performance.timeOrigin", () => {
   // A fake pair of clocks: the wall is 1,796,452,831,189.4567 ms when the
