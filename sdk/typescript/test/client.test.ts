@@ -83,6 +83,18 @@ test("close releases the leases still held, as the Go and Python clients do", as
   await c.close(); // again: the same promise
 });
 
+test("every call takes timeoutMs: an acquire waiting in line past it is a TimeoutError, never held", async () => {
+  const c = track(new Client({ endpoints: f.url }));
+  const key = unique("timeout");
+  const l = await c.acquire(key, { ttlMs: 3000 });
+  const t0 = performance.now();
+  await assert.rejects(c.acquire(key, { ttlMs: 3000, waitMs: 5000, owner: "other", timeoutMs: 300 }), TimeoutError);
+  assert.ok(performance.now() - t0 < 2000, "the wait outlived timeoutMs");
+  await assert.rejects(c.get(key, { timeoutMs: 0 }), InvalidArgumentError);
+  assert.equal((await c.get(key, { timeoutMs: 1000 })).lease?.token, l.token);
+  await l.release();
+});
+
 test("a renewal refused (released by ID elsewhere) loses the lease for good", async () => {
   const c = track(new Client({ endpoints: f.url }));
   const other = track(new Client({ endpoints: f.url }));
