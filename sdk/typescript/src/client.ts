@@ -19,7 +19,7 @@ import {
   type Lease as PBLease,
 } from "./gen/fenced/v1/lease_pb.js";
 import { StaleRejectionSchema } from "./gen/fenced/v1/rejection_pb.js";
-import { internal, traced } from "./internal.js";
+import { type TraceHook, traced } from "./internal.js";
 import { Lease, type LeaseHost, type LeaseInfo } from "./lease.js";
 import { NoAnswerError, Renewals } from "./renewals.js";
 import { ClusterPin } from "./pin.js";
@@ -64,6 +64,8 @@ export interface ClientOptions {
    * pinned one (that answer is not used). Default: console.error.
    */
   onClusterMismatch?: (err: ClusterMismatchError) => void;
+  /** @internal The monotonic clock of the local deadlines, in ms. Default performance.now. For tests. */
+  clock?: () => number;
 }
 
 /** What every call takes: a time limit and a signal, either of which ends the call. */
@@ -162,6 +164,19 @@ export class Client implements AsyncDisposable {
   readonly #renewIntervalMs: number | undefined;
   readonly #host: LeaseHost;
   readonly #leases = new Set<Lease>();
+  /**
+   * @internal Told of every attempt of an acquire, renewal, release or get
+   * (the torture harness's worker records them; tests time them).
+   */
+  trace: TraceHook | undefined;
+  /**
+   * @internal The time an answered Acquire or Renew proves the lease from:
+   * its send time (docs/client-algorithm.md, section 3). A seam for the
+   * torture harness, whose mutant answers the time the answer arrived.
+   */
+  proofTime: (sent: number) => number = (sent) => sent;
+  /** @internal The monotonic clock of the leases' deadlines, in ms; tests give their own. */
+  readonly now: () => number;
   /** Background releases of lost leases, which close waits for. */
   readonly #background = new Set<Promise<void>>();
   #closed = false;
@@ -175,6 +190,7 @@ export class Client implements AsyncDisposable {
     this.#drift = o.clockDrift ?? 0.001;
     this.#margin = o.deadlineMarginMs ?? 10;
     this.#renewIntervalMs = o.renewIntervalMs;
+    this.now = o.clock ?? (() => performance.now());
     const failover = o.failoverTimeoutMs ?? 5000;
     const urls = normalizeEndpoints(o.endpoints);
     const bad = (m: string) => new TypeError(`client config: ${m}`);
@@ -205,6 +221,8 @@ export class Client implements AsyncDisposable {
     this.#renewals = new Renewals(this.#eps, o.keepAliveStream ?? true);
     this.#host = {
       requestTimeoutMs: this.requestTimeoutMs,
+      now: () => this.now(),
+      proofTime: (sent) => this.proofTime(sent),
       renew: (key, id, by, timeoutMs) => this.#renew(key, id, by, timeoutMs),
       release: (key, id, opts) => this.release(key, id, opts),
       releaseLost: (key, id) => {
@@ -253,8 +271,8 @@ export class Client implements AsyncDisposable {
    * that renewal fails, it throws a LeaseLostError.
    */
   async acquire(key: string, options: AcquireOptions = {}): Promise<Lease> {
-    const start = performance.now();
     this.#checkOpen();
+    const start = this.now();
     const ttl = options.ttlMs ?? this.ttlMs;
     const wait = options.waitMs ?? 0;
     const owner = options.owner ?? this.owner;
@@ -267,12 +285,13 @@ export class Client implements AsyncDisposable {
     let resp;
     try {
       resp = await this.#eps.do(signal, async (ep) => {
-        const waitMs = Math.max(Math.floor(wait - (performance.now() - start)), 0);
+        const waitMs = Math.max(Math.floor(wait - (this.now() - start)), 0);
         try {
           return await traced(
+            this.trace,
             { kind: "acquire", key, owner, ttlMs: ttl, waitMs },
             () => {
-              sent = performance.now();
+              sent = this.now();
               return ep.rpc.acquire({ key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(waitMs) }, { signal });
             },
             (r) => ({ leaseId: r.lease?.leaseId, token: r.lease?.token, owner: r.lease?.owner, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
@@ -291,9 +310,7 @@ export class Client implements AsyncDisposable {
       }
       throw e;
     }
-    if (internal.deadlineFromAnswer) {
-      sent = performance.now(); // the mutant: armed from the answer
-    }
+    sent = this.proofTime(sent);
     const info = infoFrom(resp.lease);
     const interval = this.#interval(info.ttlMs);
     const window = this.#window(info.ttlMs);
@@ -303,7 +320,7 @@ export class Client implements AsyncDisposable {
       lease.lose("TTL too short for the deadline margin", new InvalidArgumentError(`TTL ${info.ttlMs}ms`));
       lease.throwIfLost();
     }
-    const late = performance.now() - sent;
+    const late = this.now() - sent;
     if (late > (window - interval) / 2) {
       try {
         sent = await lease.renewOnce();
@@ -318,7 +335,7 @@ export class Client implements AsyncDisposable {
 
   /** Renews over the stream when one is usable, else (or when it gives no answer) with unary Renew. */
   async #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
-    const t0 = performance.now();
+    const t0 = this.now();
     let limit = timeoutMs / 2;
     if (by > 0) {
       limit = Math.min(limit, (by - t0) / 2);
@@ -327,6 +344,7 @@ export class Client implements AsyncDisposable {
     if (s && limit > 0) {
       try {
         const r = await traced(
+          this.trace,
           { kind: "renew", key, leaseId },
           () => s.renew(key, leaseId, limit),
           (r) => ({ leaseId, token: r.lease?.token, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
@@ -339,7 +357,7 @@ export class Client implements AsyncDisposable {
         this.#renewals.failed(s, err);
       }
     }
-    const left = timeoutMs - (performance.now() - t0);
+    const left = timeoutMs - (this.now() - t0);
     if (left <= 0) {
       throw new TimeoutError(`renew ${JSON.stringify(key)}: no answer within ${timeoutMs}ms`);
     }
@@ -369,6 +387,7 @@ export class Client implements AsyncDisposable {
     try {
       const r = await this.#eps.do(signal, (ep) =>
         traced(
+          this.trace,
           { kind: "renew", key, leaseId },
           () => ep.rpc.renew({ key, leaseId }, { signal }),
           (r) => ({ leaseId, token: r.lease?.token, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
@@ -395,7 +414,7 @@ export class Client implements AsyncDisposable {
     try {
       await this.#eps.do(signal, async (ep) => {
         try {
-          return await traced({ kind: "release", key, leaseId }, () => ep.rpc.release({ key, leaseId }, { signal }), () => ({ leaseId }));
+          return await traced(this.trace, { kind: "release", key, leaseId }, () => ep.rpc.release({ key, leaseId }, { signal }), () => ({ leaseId }));
         } catch (err) {
           if (unanswered === undefined && retryable(err) && mayHaveArrived(err)) {
             unanswered = err;
@@ -418,6 +437,7 @@ export class Client implements AsyncDisposable {
     try {
       const r = await this.#eps.do(signal, (ep) =>
         traced(
+          this.trace,
           { kind: "get", key },
           () => ep.rpc.get({ key }, { signal }),
           (r) => ({ hasLease: r.lease !== undefined, owner: r.lease?.owner, token: r.lease?.token, lastToken: r.lastToken }),

@@ -1,4 +1,5 @@
-// Hooks for the torture harness's worker. Not part of the API.
+// What a client tells a tracer of its calls (the torture harness's worker,
+// tests): not part of the API.
 
 /** A lease call as the client is about to send it. */
 export interface TraceCall {
@@ -22,21 +23,17 @@ export interface TraceResult {
   lastToken?: bigint;
 }
 
-export const internal = {
-  /** Arms the local deadline from the answer instead of the send: a known bug, for the torture worker's mutant. */
-  deadlineFromAnswer: false,
-  /**
-   * Called just before every attempt of an acquire, renewal, release or get
-   * is sent (once per endpoint tried; a renewal on the KeepAlive stream and
-   * its unary fallback are two attempts); the function it returns is
-   * called with the attempt's result.
-   */
-  trace: undefined as ((call: TraceCall) => (result: TraceResult) => void) | undefined,
-};
+/**
+ * Called just before every attempt of an acquire, renewal, release or get
+ * is sent (once per endpoint tried; a renewal on the KeepAlive stream and
+ * its unary fallback are two attempts); the function it returns is called
+ * with the attempt's result.
+ */
+export type TraceHook = (call: TraceCall) => (result: TraceResult) => void;
 
 /** Runs fn as a traced call when tracing is on. */
-export async function traced<T>(call: TraceCall, fn: () => Promise<T>, result: (v: T) => TraceResult): Promise<T> {
-  const done = internal.trace?.(call);
+export async function traced<T>(hook: TraceHook | undefined, call: TraceCall, fn: () => Promise<T>, result: (v: T) => TraceResult): Promise<T> {
+  const done = hook?.(call);
   if (!done) return fn();
   try {
     const v = await fn();

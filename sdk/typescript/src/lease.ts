@@ -1,14 +1,17 @@
 import { LeaseLostError, LeaseReleasedError, NotHeldError } from "./errors.js";
-import { internal } from "./internal.js";
 
 /** @internal What a Lease needs from its client. */
 export interface LeaseHost {
   readonly requestTimeoutMs: number;
-  /** Renews once, over the stream or unary; by is the lease's local deadline (performance.now() ms) or 0. */
+  /** Renews once, over the stream or unary; by is the lease's local deadline (the host's clock, ms) or 0. */
   renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }>;
   release(key: string, leaseId: string, options: { timeoutMs: number }): Promise<void>;
   /** Sends the one best-effort Release of a lost lease, in the background. */
   releaseLost(key: string, leaseId: string): void;
+  /** The monotonic clock of the deadlines, in ms (performance.now unless a test gives its own). */
+  now(): number;
+  /** The time an answered Acquire or Renew sent at sent proves the lease from: sent (a seam for the torture mutant). */
+  proofTime(sent: number): number;
   holdRenewals(l: Lease): void;
   dropRenewals(l: Lease): void;
 }
@@ -98,7 +101,7 @@ export class Lease implements AsyncDisposable {
   }
 
   /**
-   * The local conservative deadline on the performance.now() clock: the send
+   * The local conservative deadline on the client's monotonic clock (performance.now()): the send
    * time of the last successful renewal (or of the Acquire) plus the TTL less
    * the drift margin.
    */
@@ -108,7 +111,7 @@ export class Lease implements AsyncDisposable {
 
   /** Milliseconds left before the local deadline (0 once lost or released). */
   get remainingMs(): number {
-    return this.held ? Math.max(this.#deadline - performance.now(), 0) : 0;
+    return this.held ? Math.max(this.#deadline - this.#host.now(), 0) : 0;
   }
 
   /**
@@ -179,21 +182,18 @@ export class Lease implements AsyncDisposable {
   /** @internal Sets the local deadline to sent + window and starts renewing. */
   start(sent: number): void {
     this.#deadline = sent + this.#window;
-    this.#expiry = setTimeout(() => this.#checkDeadline(), Math.max(this.#deadline - performance.now(), 0));
+    this.#expiry = setTimeout(() => this.#checkDeadline(), Math.max(this.#deadline - this.#host.now(), 0));
     this.#renewal = setTimeout(() => void this.#renewDue(), this.#jittered());
   }
 
   /** @internal Renews once; returns the send time. */
   async renewOnce(): Promise<number> {
-    let sent = performance.now();
+    const sent = this.#host.now();
     const { signature } = await this.#host.renew(this.key, this.leaseId, this.#deadline, this.#host.requestTimeoutMs);
-    if (internal.deadlineFromAnswer) {
-      sent = performance.now(); // the mutant: armed from the answer
-    }
     if (signature !== "") {
       this.signature = signature;
     }
-    return sent;
+    return this.#host.proofTime(sent);
   }
 
   /** @internal Ends the lease with a LeaseLostError, then releases it in the background, once. */
@@ -212,7 +212,7 @@ export class Lease implements AsyncDisposable {
   }
 
   #checkDeadline(): void {
-    if (!this.#stopped && this.#deadline > 0 && performance.now() >= this.#deadline) {
+    if (!this.#stopped && this.#deadline > 0 && this.#host.now() >= this.#deadline) {
       this.#lose("local deadline passed without a successful renewal");
     }
   }
@@ -249,7 +249,7 @@ export class Lease implements AsyncDisposable {
       if (d > this.#deadline) {
         this.#deadline = d;
         clearTimeout(this.#expiry);
-        this.#expiry = setTimeout(() => this.#checkDeadline(), Math.max(d - performance.now(), 0));
+        this.#expiry = setTimeout(() => this.#checkDeadline(), Math.max(d - this.#host.now(), 0));
       }
       wait = this.#jittered();
     } catch (err) {

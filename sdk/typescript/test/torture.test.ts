@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { fencectlBin, requireService } from "./helpers.js";
 
-const worker = fileURLToPath(new URL("../src/torture-worker.js", import.meta.url));
+const worker = fileURLToPath(new URL("../torture/worker.js", import.meta.url));
 const skip = process.env.FENCED_LONG !== "1" && "FENCED_LONG=1 runs it";
 
 interface Summary {

@@ -1,8 +1,8 @@
-// The torture worker's wall clock (src/wallclock.ts): bounds that hold
+// The torture worker's wall clock (torture/wallclock.ts): bounds that hold
 // whatever performance.timeOrigin says.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { measureWallOffset, wallNs } from "../src/wallclock.js";
+import { measureWallOffset, wallNs } from "../torture/wallclock.js";
 
 test("wall clock: the offset is measured against Date.now(), not performance.timeOrigin", () => {
   // A fake pair of clocks: the wall is 1,796,452,831,189.4567 ms when the

@@ -11,12 +11,15 @@
 // loses the lease (invariant I7) and is never retried.
 //
 // FENCED_TORTURE_MUTANT=deadline-from-answer arms the client's local
-// deadline from the answer instead of the send: the bug the harness must
-// catch.
+// deadline from the answer instead of the send (through the client's
+// proofTime seam): the bug the harness must catch.
+//
+// Not part of the package: npm run build:test compiles it to
+// build/torture/worker.js.
 
 import { openSync, writeSync } from "node:fs";
 import pg from "pg";
-import { Client } from "./client.js";
+import { Client } from "../src/client.js";
 import { ConnectError, Code } from "@connectrpc/connect";
 import {
   AbortedError,
@@ -27,13 +30,16 @@ import {
   StaleTokenError,
   TimeoutError,
   UnavailableError,
-} from "./errors.js";
-import { fencedFetch } from "./guards/http.js";
-import { PgGuard } from "./guards/pg.js";
-import { internal, type TraceCall, type TraceResult } from "./internal.js";
-import type { Lease } from "./lease.js";
-import { fromRPC } from "./rpc.js";
+} from "../src/errors.js";
+import { fencedFetch } from "../src/guards/http.js";
+import { PgGuard } from "../src/guards/pg.js";
+import type { TraceCall, TraceResult } from "../src/internal.js";
+import type { Lease } from "../src/lease.js";
+import { fromRPC } from "../src/rpc.js";
 import { measureWallOffset, wallNs } from "./wallclock.js";
+
+/** The mutant the torture harness must catch: the local deadline counted from the answer instead of the send. */
+const MUTANT_ENV = "FENCED_TORTURE_MUTANT";
 
 /** What the harness tells a worker (internal/torture/worker Spec); durations in nanoseconds. */
 interface WorkerSpec {
@@ -206,13 +212,16 @@ class Worker {
     this.name = inc === 0 ? `w${spec.id}` : `w${spec.id}.${inc}`;
     this.rec = new Recorder(openSync(spec.history, "a"), spec.id, inc);
     this.rand = rng((spec.seed ^ (spec.id << 16) ^ inc) >>> 0);
-    internal.trace = (call) => this.trace(call);
     this.client = new Client({
       endpoints: spec.endpoints && spec.endpoints.length > 0 ? spec.endpoints : spec.endpoint,
       owner: this.name,
       ttlMs: ms(spec.ttl),
       requestTimeoutMs: Math.max(ms(spec.ttl) / 2, 100),
     });
+    this.client.trace = (call) => this.trace(call);
+    if (process.env[MUTANT_ENV] === "deadline-from-answer") {
+      this.client.proofTime = () => performance.now(); // the answer's time, not the send's
+    }
     if (spec.postgresDsn) {
       this.pool = new pg.Pool({ connectionString: spec.postgresDsn, max: 2 });
       this.guard = new PgGuard(this.pool, { table: spec.scopeTable });
@@ -411,15 +420,12 @@ function specFromArgs(argv: string[]): WorkerSpec {
   const i = argv.indexOf("--spec");
   const text = i >= 0 ? argv[i + 1] : process.env.FENCED_TORTURE_SPEC;
   if (!text) {
-    throw new Error("usage: torture-worker.js --spec JSON (or FENCED_TORTURE_SPEC)");
+    throw new Error("usage: worker.js --spec JSON (or FENCED_TORTURE_SPEC)");
   }
   return JSON.parse(text) as WorkerSpec;
 }
 
 async function main(): Promise<void> {
-  if (process.env.FENCED_TORTURE_MUTANT === "deadline-from-answer") {
-    internal.deadlineFromAnswer = true;
-  }
   const w = new Worker(specFromArgs(process.argv.slice(2)));
   // The harness stops workers with SIGTERM and waits for the lease in hand.
   process.once("SIGTERM", () => w.stop());

@@ -1,5 +1,5 @@
 // The wall clock at a performance.now() reading, for the torture worker's
-// history, whose times are compared across processes. Not part of the API.
+// history, whose times are compared across processes. Not part of the package.
 //
 // performance.timeOrigin is not good enough for that: in a torture run a
 // worker's records ran 1.6 to 6.2 ms ahead of the node's wall clock for the
