@@ -1,14 +1,17 @@
 // Package testenv finds the external services that tests run against and
 // says whether the long suites run (FENCED_LONG=1).
 //
-// Tests that need PostgreSQL, MariaDB/MySQL or Redis call the helpers here.
+// Tests that need PostgreSQL, MariaDB/MySQL, Redis, RabbitMQ or NATS
+// JetStream call the helpers here.
 // When a service is unreachable the test is skipped with a message, unless
 // the environment variable FENCED_REQUIRE_SERVICES=1 is set (as CI does), in
 // which case the test fails.
 //
 // Addresses default to the local services and can be overridden with
 // FENCED_TEST_POSTGRES (a pgx connection string), FENCED_TEST_MYSQL (a
-// go-sql-driver DSN) and FENCED_TEST_REDIS (host:port).
+// go-sql-driver DSN), FENCED_TEST_REDIS (host:port), FENCED_TEST_AMQP (an
+// amqp:// URL) and FENCED_TEST_NATS (a nats:// URL of a server with
+// JetStream).
 package testenv
 
 import (
@@ -22,6 +25,8 @@ const (
 	defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	defaultMySQL    = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
 	defaultRedis    = "127.0.0.1:6379"
+	defaultAMQP     = "amqp://guest:guest@127.0.0.1:5672/"
+	defaultNATS     = "nats://127.0.0.1:4222"
 )
 
 // PostgresURL returns the connection string of the test PostgreSQL.
@@ -46,6 +51,22 @@ func RedisAddr(t testing.TB) string {
 	addr := env("FENCED_TEST_REDIS", defaultRedis)
 	require(t, "Redis", addr, "FENCED_TEST_REDIS")
 	return addr
+}
+
+// AMQPURL returns the URL of the test RabbitMQ.
+func AMQPURL(t testing.TB) string {
+	t.Helper()
+	url := env("FENCED_TEST_AMQP", defaultAMQP)
+	require(t, "RabbitMQ", "127.0.0.1:5672", "FENCED_TEST_AMQP")
+	return url
+}
+
+// NATSURL returns the URL of the test NATS server (with JetStream).
+func NATSURL(t testing.TB) string {
+	t.Helper()
+	url := env("FENCED_TEST_NATS", defaultNATS)
+	require(t, "NATS", "127.0.0.1:4222", "FENCED_TEST_NATS")
+	return url
 }
 
 // Required reports whether missing services fail tests instead of skipping.
