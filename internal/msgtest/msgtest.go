@@ -39,7 +39,8 @@ type Sink struct {
 	DB       *sql.DB
 	Guard    *fencesql.Guard
 	Consumer *fencemsg.Consumer
-	effects  string // table name
+	scopes   string // table names
+	effects  string
 
 	mu       sync.Mutex
 	outcomes map[string][]fencemsg.Outcome // message ID -> outcomes in order
@@ -51,43 +52,64 @@ type Sink struct {
 // broker that can redeliver out of order.
 func NewSink(t testing.TB) *Sink {
 	t.Helper()
+	scopes, effects := Name("fencemsg_scopes_"), Name("fencemsg_effects_")
+	s := AttachSink(t, scopes, effects, nil)
+	ctx := context.Background()
+	if err := s.Guard.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE %q (id text NOT NULL, scope text NOT NULL, token bigint NOT NULL)`, effects)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.DB.ExecContext(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %q, %q`, effects, scopes))
+	})
+	return s
+}
+
+// Tables returns the names of the sink's scope and effect tables, for
+// AttachSink in another process.
+func (s *Sink) Tables() (scopes, effects string) { return s.scopes, s.effects }
+
+// AttachSink is the consumer of a sink made by NewSink, in another
+// process: the same tables, which it neither makes nor drops. onStale, if
+// set, is told of each stale rejection instead of the sink's own record.
+func AttachSink(t testing.TB, scopes, effects string, onStale func(fence.Decision)) *Sink {
+	t.Helper()
 	db, err := sql.Open("pgx", testenv.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s := &Sink{DB: db, effects: Name("fencemsg_effects_"), outcomes: map[string][]fencemsg.Outcome{}}
-	scopes := Name("fencemsg_scopes_")
+	s := &Sink{DB: db, scopes: scopes, effects: effects, outcomes: map[string][]fencemsg.Outcome{}}
+	if onStale == nil {
+		onStale = s.AddStale
+	}
 	s.Guard, err = fencesql.New(db, fencesql.Config{
 		Dialect:         fencesql.Postgres,
 		Table:           scopes,
 		StrictSequences: true,
 		Observer: fence.ObserverFunc(func(_ context.Context, d fence.Decision) {
 			if !d.Accepted && !d.Duplicate {
-				s.mu.Lock()
-				s.stale = append(s.stale, d)
-				s.mu.Unlock()
+				onStale(d)
 			}
 		}),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := s.Guard.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE %q (id text NOT NULL, scope text NOT NULL, token bigint NOT NULL)`, s.effects)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		db.ExecContext(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %q, %q`, s.effects, scopes))
-	})
 	s.Consumer, err = fencemsg.New(fencemsg.Config{Guard: s.Guard.TxGuard()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// AddStale records a stale rejection that a guard observed.
+func (s *Sink) AddStale(d fence.Decision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stale = append(s.stale, d)
 }
 
 // Apply returns the side effect of message id: a row in the effect table,
