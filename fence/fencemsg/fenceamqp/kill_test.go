@@ -4,10 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,72 +21,11 @@ import (
 	"github.com/fencedio/fenced/internal/testenv"
 )
 
-// child is a helper process running TestHelperProcess in one role.
-type child struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	lines chan string
-}
-
-func startChild(t *testing.T, role string, env ...string) *child {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), append([]string{"FENCEMSG_HELPER=" + role}, env...)...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, in: in, lines: make(chan string, 100)}
-	go func() {
-		defer close(c.lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return c
-}
-
-// expect returns the next line of the child that starts with prefix,
-// passing the others to other.
-func (c *child) expect(t *testing.T, prefix string, other func(string)) string {
-	t.Helper()
-	timeout := time.After(20 * time.Second)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("%s: helper exited before %q", c.cmd.Env[len(c.cmd.Env)-1], prefix)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-			if other != nil {
-				other(l)
-			}
-		case <-timeout:
-			t.Fatalf("no %q from the helper within 20s", prefix)
-		}
-	}
-}
-
 // TestHelperProcess is the producer and the consumers of
 // TestFrozenProducerKilledConsumer, run as processes of their own. It does
 // nothing in a normal test run.
 func TestHelperProcess(t *testing.T) {
-	role := os.Getenv("FENCEMSG_HELPER")
+	role := os.Getenv(msgtest.HelperEnv)
 	if role == "" {
 		return
 	}
@@ -145,7 +81,7 @@ func TestHelperProcess(t *testing.T) {
 		// stops acking and says so (the parent kills it then).
 		scopes, effects := os.Getenv("FENCEMSG_SCOPES"), os.Getenv("FENCEMSG_EFFECTS")
 		sink := msgtest.AttachSink(t, scopes, effects, func(d fence.Decision) {
-			fmt.Printf("stale %s %d %d\n", d.Owner, d.Presented, d.Highest)
+			fmt.Println(msgtest.StaleLine(d))
 		})
 		if err := ch.Qos(10, 0, false); err != nil {
 			t.Fatal(err)
@@ -160,21 +96,13 @@ func TestHelperProcess(t *testing.T) {
 			apply := sink.Apply(d.MessageId, fenceamqp.Table(d.Headers))
 			if d.MessageId == crashAfter {
 				o, err := fenceamqp.Decide(ctx, sink.Consumer, d.Headers, apply)
-				fmt.Printf("outcome %s %s %v\n", d.MessageId, o, err)
+				fmt.Println(msgtest.OutcomeLine(d.MessageId, o, err))
 				fmt.Println("committed, not acked")
 				select {}
 			}
 			o, err := fenceamqp.Handle(ctx, sink.Consumer, d, apply)
-			fmt.Printf("outcome %s %s %v\n", d.MessageId, o, err)
+			fmt.Println(msgtest.OutcomeLine(d.MessageId, o, err))
 		}
-	}
-}
-
-var outcomeByName = map[string]fencemsg.Outcome{}
-
-func init() {
-	for o := fencemsg.Redeliver; o <= fencemsg.Refused; o++ {
-		outcomeByName[o.String()] = o
 	}
 }
 
@@ -201,23 +129,13 @@ func TestFrozenProducerKilledConsumer(t *testing.T) {
 	scope := "orders/" + msgtest.Name("")
 	env := []string{"FENCEMSG_AMQP=" + url, "FENCEMSG_QUEUE=" + queue, "FENCEMSG_FENCED=" + srv.URL,
 		"FENCEMSG_SCOPE=" + scope, "FENCEMSG_SCOPES=" + scopes, "FENCEMSG_EFFECTS=" + effects}
-	record := func(l string) {
-		f := strings.Fields(l)
-		switch {
-		case len(f) >= 3 && f[0] == "outcome":
-			sink.Record(f[1], outcomeByName[f[2]])
-		case len(f) == 4 && f[0] == "stale":
-			p, _ := strconv.ParseUint(f[2], 10, 64)
-			h, _ := strconv.ParseUint(f[3], 10, 64)
-			sink.AddStale(fence.Decision{Owner: f[1], Presented: p, Highest: h})
-		}
-	}
+	record := sink.RecordLine
 
 	// A stalled consumer (in this process) will hold a3 and a4 unacked.
 	stalled := dial(t, url)
 	d1 := stalled.consume(t, queue, 4)
-	producer := startChild(t, "producer", env...)
-	producer.expect(t, "stamped", nil)
+	producer := msgtest.StartChild(t, "producer", env...)
+	producer.Expect(t, "stamped", nil)
 	handle := func(d amqp.Delivery) fencemsg.Outcome {
 		o, err := fenceamqp.Handle(ctx, sink.Consumer, d, sink.Apply(d.MessageId, fenceamqp.Table(d.Headers)))
 		if !o.Done() {
@@ -237,7 +155,7 @@ func TestFrozenProducerKilledConsumer(t *testing.T) {
 	}
 
 	// A freezes with a5 stamped: no renewals; B gets the key after A's TTL.
-	if err := producer.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := producer.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	b := srv.Client(t, client.Config{Owner: "B"})
@@ -257,42 +175,42 @@ func TestFrozenProducerKilledConsumer(t *testing.T) {
 
 	// A consumer process applies b1, b2, commits b3 and is killed before
 	// its ack.
-	c1 := startChild(t, "consumer", append(env, "FENCEMSG_CRASH_AFTER=b3")...)
-	c1.expect(t, "committed, not acked", record)
-	if err := c1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	c1 := msgtest.StartChild(t, "consumer", append(env, "FENCEMSG_CRASH_AFTER=b3")...)
+	c1.Expect(t, "committed, not acked", record)
+	if err := c1.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	c1.cmd.Wait()
+	c1.Cmd.Wait()
 
 	// Its successor, the stalled consumer's end and A's thaw.
-	c2 := startChild(t, "consumer", env...)
+	c2 := msgtest.StartChild(t, "consumer", env...)
 	stalled.c.Close()
-	if err := producer.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := producer.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintln(producer.in, "go")
-	producer.expect(t, "published a5", nil)
+	fmt.Fprintln(producer.In, "go")
+	producer.Expect(t, "published a5", nil)
 	want := map[string]fencemsg.Outcome{"b3": fencemsg.Duplicate, "b4": fencemsg.Applied, "b5": fencemsg.Applied,
 		"a3": fencemsg.Stale, "a4": fencemsg.Stale, "a5": fencemsg.Stale}
 	for len(want) > 0 {
-		l := c2.expect(t, "outcome", record)
+		l := c2.Expect(t, "outcome", record)
 		record(l)
 		f := strings.Fields(l)
-		if w, ok := want[f[1]]; ok && outcomeByName[f[2]] == w {
+		o, _ := msgtest.ParseOutcome(f[2])
+		if w, ok := want[f[1]]; ok && o == w {
 			delete(want, f[1])
-		} else if outcomeByName[f[2]] != fencemsg.Redeliver {
+		} else if o != fencemsg.Redeliver {
 			t.Fatalf("successor: %s, want %v", l, w)
 		}
 	}
-	c2.in.Close()
-	c2.cmd.Wait()
-	for l := range c2.lines {
-		record(l)
-	}
-	producer.in.Close()
+	c2.Stop(record)
+	producer.Stop(nil)
 
 	if held[0].MessageId != "a3" || held[1].MessageId != "a4" {
 		t.Fatalf("stalled consumer held %s, %s", held[0].MessageId, held[1].MessageId)
+	}
+	for _, id := range []string{"a1", "a2", "a3", "a4", "a5", "b1", "b2", "b3", "b4", "b5"} {
+		t.Logf("%s: %v", id, sink.Outcomes(id))
 	}
 	sink.Check(t, []string{"a1", "a2", "b1", "b2", "b3", "b4", "b5"}, []string{"a3", "a4", "a5"}, "A")
 	q, err := admin.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
