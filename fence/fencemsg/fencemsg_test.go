@@ -182,3 +182,26 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("New without a guard succeeded")
 	}
 }
+
+// With strict sequences a message that skips ahead is left for
+// redelivery, and passes once the one before it is applied.
+func TestConsumerStrictGap(t *testing.T) {
+	c, err := fencemsg.New(fencemsg.Config{Guard: fence.NewMemory(fence.MemoryConfig{StrictSequences: true})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	nop := func(context.Context) error { return nil }
+	for _, tc := range []struct {
+		seq  uint64
+		want fencemsg.Outcome
+	}{{1, fencemsg.Applied}, {3, fencemsg.Redeliver}, {2, fencemsg.Applied}, {3, fencemsg.Applied}} {
+		o, err := c.Apply(ctx, msg("s", 4, tc.seq), nop)
+		if o != tc.want {
+			t.Fatalf("sequence %d: %v, %v; want %v", tc.seq, o, err, tc.want)
+		}
+		if o == fencemsg.Redeliver && !errors.Is(err, fence.ErrSequenceGap) {
+			t.Fatalf("sequence %d: %v, want a gap", tc.seq, err)
+		}
+	}
+}
