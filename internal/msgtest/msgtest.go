@@ -49,11 +49,12 @@ type Sink struct {
 
 // NewSink makes the scope and effect tables (dropped when t ends) and the
 // consumer. The guard has strict sequences, as fencemsg recommends for a
-// broker that can redeliver out of order.
-func NewSink(t testing.TB) *Sink {
+// broker that can redeliver out of order. The guard also tells observers
+// (a fence/fencereport reporter, say) of every decision.
+func NewSink(t testing.TB, observers ...fence.Observer) *Sink {
 	t.Helper()
 	scopes, effects := Name("fencemsg_scopes_"), Name("fencemsg_effects_")
-	s := AttachSink(t, scopes, effects, nil)
+	s := AttachSink(t, scopes, effects, nil, observers...)
 	ctx := context.Background()
 	if err := s.Guard.Migrate(ctx); err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func (s *Sink) Tables() (scopes, effects string) { return s.scopes, s.effects }
 // AttachSink is the consumer of a sink made by NewSink, in another
 // process: the same tables, which it neither makes nor drops. onStale, if
 // set, is told of each stale rejection instead of the sink's own record.
-func AttachSink(t testing.TB, scopes, effects string, onStale func(fence.Decision)) *Sink {
+func AttachSink(t testing.TB, scopes, effects string, onStale func(fence.Decision), observers ...fence.Observer) *Sink {
 	t.Helper()
 	db, err := sql.Open("pgx", testenv.PostgresURL(t))
 	if err != nil {
@@ -89,11 +90,11 @@ func AttachSink(t testing.TB, scopes, effects string, onStale func(fence.Decisio
 		Dialect:         fencesql.Postgres,
 		Table:           scopes,
 		StrictSequences: true,
-		Observer: fence.ObserverFunc(func(_ context.Context, d fence.Decision) {
+		Observer: append(fence.Observers{fence.ObserverFunc(func(_ context.Context, d fence.Decision) {
 			if !d.Accepted && !d.Duplicate {
 				onStale(d)
 			}
-		}),
+		})}, observers...),
 	})
 	if err != nil {
 		t.Fatal(err)

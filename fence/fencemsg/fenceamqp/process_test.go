@@ -11,6 +11,7 @@ import (
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencemsg"
 	"github.com/fencedio/fenced/fence/fencemsg/fenceamqp"
+	"github.com/fencedio/fenced/fence/fencereport"
 	"github.com/fencedio/fenced/internal/fencedtest"
 	"github.com/fencedio/fenced/internal/msgtest"
 	"github.com/fencedio/fenced/internal/testenv"
@@ -86,13 +87,20 @@ func publish(t *testing.T, p *conn, queue, id string, s fencemsg.Stamp) {
 // stalled consumer, while A is paused past its TTL; B acquires and
 // publishes; a consumer applies B's messages, crashes after a commit and
 // before its ack, and its successor, once the stalled consumer dies too,
-// refuses A's messages as stale. Every message of B is applied once, and
-// every message is settled.
+// refuses A's messages as stale. Every message of B is applied once, every
+// message is settled, and fenced lists the stale messages that the
+// consumer's guard reported, with both epochs' owners.
 func TestPausedProducer(t *testing.T) {
 	url := testenv.AMQPURL(t)
-	sink := msgtest.NewSink(t)
 	srv := fencedtest.Start(t)
 	ctx := context.Background()
+	// The consumer's guard reports stale messages to fenced.
+	fc := srv.Client(t, client.Config{})
+	reporter, err := fencereport.New(fencereport.Config{Resource: "orders-consumer", Sender: fc, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := msgtest.NewSink(t, reporter)
 
 	admin := dial(t, url)
 	queue := msgtest.Name("fencemsg-")
@@ -218,5 +226,20 @@ func TestPausedProducer(t *testing.T) {
 	}
 	if h, err := sink.Guard.Highest(ctx, scope); err != nil || h != leaseB.Token() {
 		t.Errorf("highest = %d, %v; want B's token %d", h, err, leaseB.Token())
+	}
+
+	// fenced shows the three stale messages as one rejection of A's epoch
+	// by B's, at the consumer.
+	if err := reporter.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	list, _, err := fc.ListRejections(ctx, scope, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Resource != "orders-consumer" || list[0].Count != 3 ||
+		list[0].Presented != leaseA.Token() || list[0].PresentedOwner != "A" ||
+		list[0].Highest != leaseB.Token() || list[0].HighestOwner != "B" {
+		t.Errorf("fenced lists rejections %+v; want one of A's token %d by B's %d at orders-consumer, count 3", list, leaseA.Token(), leaseB.Token())
 	}
 }
