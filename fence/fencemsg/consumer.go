@@ -55,9 +55,11 @@ type Config struct {
 	// and runs the consumer's side effect while it decides. Required. It
 	// must commit apply's effect together with the token for the consumer
 	// to apply each message at most once: fencesql's TxGuard() (apply
-	// writes through fencesql.TxFromContext), fencebolt's guard for data
-	// in the same file, fencenats's KV guard for an entry of that KV, or
-	// fence.NewMemory for an effect kept in the same process memory. Its
+	// writes through fencesql.TxFromContext), fencenats's KV guard for the
+	// scope's KV entry, or fence.NewMemory for an effect kept in the same
+	// process memory. (A guard whose transactional form is not a
+	// fence.Guard, such as fencebolt's DoTx, is called directly: see
+	// Classify.) Its
 	// Observer is told of every stale message: give it a
 	// fence/fencereport reporter to tell fenced.
 	Guard fence.Guard
@@ -121,7 +123,12 @@ func (c *Consumer) ApplyStamp(ctx context.Context, s Stamp, apply func(ctx conte
 }
 
 // Classify returns the outcome of a message whose guard call returned err
-// (see Consumer.Apply).
+// (see Consumer.Apply). With it a consumer can call a guard's own
+// transactional form instead of fence.Guard's Do:
+//
+//	s, err := fencemsg.ReadStamp(h) // Refused on error
+//	err = boltGuard.DoTx(s.Context(ctx), s.Scope, s.Token, func(tx *bbolt.Tx) error { ... })
+//	outcome := fencemsg.Classify(err)
 func Classify(err error) Outcome {
 	switch {
 	case err == nil:

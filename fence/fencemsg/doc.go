@@ -33,8 +33,9 @@
 //   - A message is applied only if no message (or other write through the
 //     same guard) with a higher token has been accepted for its scope; its
 //     effect and the new highest token commit together when the guard
-//     commits apply's effect with the token (fencesql's TxGuard; fencebolt's
-//     DoTx; fencenats's KV guard for an entry; fence.NewMemory for memory).
+//     commits apply's effect with the token (fencesql's TxGuard; fencenats's
+//     KV guard for an entry; fence.NewMemory for memory; fencebolt's DoTx
+//     called directly, with Classify).
 //   - A stale message is refused with a *fence.StaleTokenError, nothing of
 //     it is applied, and the guard's Observer is told (fence/fencereport
 //     reports it to fenced). It is acked: no redelivery can make it current.
