@@ -13,6 +13,13 @@
 // that dies between the commit and the ack leaves the message to be
 // redelivered, and with a sequence the copy is a Duplicate, acked without
 // being applied again. Without a sequence it is applied again.
+//
+// A Redeliver outcome is nacked with requeue, and RabbitMQ has no delayed
+// requeue: a message that keeps failing (a strict guard's gap waiting for
+// an earlier message held by another consumer, a database that is down)
+// comes back as fast as the consumer takes it. Keep a scope's messages in
+// order (a single active consumer, prefetch 1) or bound the redeliveries
+// (a quorum queue's x-delivery-limit with a dead-letter exchange).
 package fenceamqp
 
 import (
