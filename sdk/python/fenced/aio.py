@@ -18,7 +18,7 @@ answered before the deadline but applied after it loses the lease.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from . import errors as E
 from ._core import Config, Event, LeaseCore, LeaseInfo, Session, info_from
@@ -170,7 +170,7 @@ class Client:
         """An async iterator of Events (RESYNC: list again, watch from its revision)."""
         return self._s().watch(prefix, after_revision, rejections)
 
-    async def report_rejections(self, rejections: list, timeout: Optional[float] = None) -> int:
+    async def report_rejections(self, rejections: Sequence[Mapping[str, Any]], timeout: Optional[float] = None) -> int:
         return await self._s().report_rejections(rejections, timeout or self._cfg.request_timeout)
 
     async def list_rejections(self, prefix: str = "", limit: int = 0, timeout: Optional[float] = None):

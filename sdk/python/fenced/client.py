@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Callable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterator, List, Mapping, NamedTuple, Optional, Sequence
 
 from . import errors as E
 from ._core import Config, Event, LeaseCore, LeaseInfo, Session
@@ -52,7 +52,7 @@ class GetResult(NamedTuple):
 
 
 class ListResult(NamedTuple):
-    leases: list
+    leases: List[LeaseInfo]
     revision: int
 
 
@@ -289,7 +289,7 @@ class Client:
         agen = self._session.watch(prefix, after_revision, rejections)
         return Watch(self, agen)
 
-    def report_rejections(self, rejections: list, timeout: Optional[float] = None) -> int:
+    def report_rejections(self, rejections: Sequence[Mapping[str, Any]], timeout: Optional[float] = None) -> int:
         return self._run(self._session.report_rejections(rejections, timeout or self.config.request_timeout))
 
     def list_rejections(self, prefix: str = "", limit: int = 0, timeout: Optional[float] = None):
