@@ -31,18 +31,22 @@ Non-guarantees:
   - An acquire that fails with Timeout or Unavailable may have been
     granted; that lease expires after its TTL. With several endpoints,
     AcquireUncertain says the caller may hold the key unseen.
-  - on_lost callbacks run on the client's background thread; they must not
-    block.
+  - on_lost callbacks run one after another on a callback thread of the
+    client; a slow one delays the others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import queue
 import threading
 from typing import Any, Callable, Iterator, List, Mapping, NamedTuple, Optional, Sequence
 
 from . import errors as E
 from ._core import Config, Event, LeaseCore, LeaseInfo, Session
+
+log = logging.getLogger("fenced")
 
 
 class GetResult(NamedTuple):
@@ -95,10 +99,7 @@ class Lease:
             callbacks, self._callbacks = self._callbacks, None
         self.lost.set()
         for cb in callbacks or ():
-            try:
-                cb(cause)
-            except Exception:
-                pass
+            self._client._callback(cb, cause)
 
     @property
     def error(self) -> Optional[E.FencedError]:
@@ -117,7 +118,12 @@ class Lease:
             raise err
 
     def on_lost(self, callback: Callable[[E.LeaseLost], None]) -> None:
-        """Call callback(cause) once when the lease is lost (at once if it already is)."""
+        """Call callback(cause) once when the lease is lost (at once if it already is).
+
+        Callbacks run one after another on the client's callback thread, not
+        on the thread that renews: a callback may call release() or any other
+        method of the client, and a slow one delays only the callbacks after it.
+        """
         with self._mu:
             if self._callbacks is not None:
                 self._callbacks.append(callback)
@@ -222,6 +228,9 @@ class Client:
         self._thread = threading.Thread(target=self._serve, args=(ready,), name="fenced-client", daemon=True)
         self._session: Optional[Session] = None
         self._closed = False
+        self._mu = threading.Lock()
+        self._pending: set = set()  # futures of calls in progress, failed by close()
+        self._callbacks: Optional[queue.SimpleQueue] = None
         try:
             self._session = Session(cfg, self._loop)
         except Exception:
@@ -243,12 +252,41 @@ class Client:
         if self._closed:
             coro.close()
             raise E.FencedError("client closed", "canceled")
+        if threading.current_thread() is self._thread:
+            coro.close()  # waiting here for the loop that runs this thread would never end
+            raise E.FencedError("a blocking call of the client on its own renewal thread", "failed_precondition")
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        with self._mu:
+            self._pending.add(fut)
         try:
             return fut.result(timeout)
         except BaseException:
             fut.cancel()
             raise
+        finally:
+            with self._mu:
+                self._pending.discard(fut)
+
+    def _callback(self, fn, cause) -> None:
+        """Run fn(cause) on the callback thread (started on first use)."""
+        with self._mu:
+            if self._callbacks is None:
+                self._callbacks = queue.SimpleQueue()
+                threading.Thread(target=self._run_callbacks, args=(self._callbacks,), name="fenced-callbacks",
+                                 daemon=True).start()
+            self._callbacks.put((fn, cause))
+
+    @staticmethod
+    def _run_callbacks(q) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            fn, cause = item
+            try:
+                fn(cause)
+            except Exception:  # a callback's failure must not stop the others
+                log.exception("fenced: an on_lost callback failed")
 
     def _call_soon(self, fn):
         if not self._closed:
@@ -303,9 +341,19 @@ class Client:
             self._run(self._session.close(release), 2 * self.config.request_timeout)
         except Exception:
             pass
-        self._closed = True
+        with self._mu:
+            self._closed = True
+            pending, callbacks = list(self._pending), self._callbacks
+        if callbacks is not None:
+            callbacks.put(None)  # the callbacks of the leases close() lost still run
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        for fut in pending:  # a call that a callback made while the client closed
+            if not fut.done():
+                try:
+                    fut.set_exception(E.FencedError("client closed", "canceled"))
+                except Exception:
+                    pass
         if not self._loop.is_running():
             self._loop.close()
 

@@ -130,6 +130,9 @@ def test_refused_renewal_loses_at_once_and_never_comes_back(client, server, key)
     assert lease.lost.wait(3), "not lost after a refused renewal"
     with pytest.raises(fenced.LeaseLost, match="renewal refused"):
         lease.check()
+    deadline = time.monotonic() + 3
+    while not causes and time.monotonic() < deadline:  # on the callback thread
+        time.sleep(0.01)
     assert isinstance(causes[0], fenced.LeaseLost)
     later = []
     lease.on_lost(later.append)  # registered after the loss: called at once
@@ -545,3 +548,28 @@ def test_cluster_id_pinned_up_front(server, own_server, key):
         c.close()
     with pytest.raises(fenced.InvalidArgument):
         Client(server.url, cluster_id="not hex")
+
+
+def test_on_lost_callback_may_release_the_lease(client, key):
+    """A callback that calls release() (or any client method) must not deadlock the
+    client: callbacks run on a thread of their own, not on the renewal loop."""
+    lease = client.acquire(key, ttl=3)
+    done = threading.Event()
+    outcome = []
+
+    def cb(cause):
+        try:
+            lease.release()  # already released in the background: NotHeld, or done
+            outcome.append("released")
+        except fenced.FencedError as e:
+            outcome.append(e)
+        outcome.append(client.get(key).lease)
+        done.set()
+
+    lease.on_lost(cb)
+    client.release(key, lease.lease_id)  # the next renewal is refused: lost
+    assert done.wait(5), "an on_lost callback that calls release() deadlocked the client"
+    assert outcome[0] == "released" or isinstance(outcome[0], fenced.NotHeld)
+    assert outcome[1] is None
+    again = client.acquire(key)  # the client still serves calls
+    again.release()
