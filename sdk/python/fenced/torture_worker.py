@@ -36,6 +36,10 @@ from .guards.postgres import PostgresGuard
 
 NS = 1_000_000_000
 
+# The mutant the torture harness must catch: the local deadline counted
+# from when the answer arrived instead of when the request was sent.
+MUTANT_ENV = "FENCED_TORTURE_MUTANT"
+
 
 def _secs(ns) -> float:
     return (ns or 0) / NS
@@ -148,7 +152,7 @@ class LeaseRecorder:
             return
         err = f"{code}: {message}"
         if code == "failed_precondition":
-            from ._core import error_from_body
+            from ._wire import error_from_body
 
             held = error_from_body(body)
             if isinstance(held, E.Held):
@@ -184,6 +188,9 @@ class Worker:
         endpoints = spec.get("endpoints") or [spec["endpoint"]]
         self.client = Client(endpoints, owner=self.name, ttl=self.ttl, request_timeout=max(self.ttl / 2, 0.1))
         self.client._session.observe = LeaseRecorder(self.rec, lambda op: self.emit(e="acked", k=op["key"], o=op["kind"]))
+        if os.environ.get(MUTANT_ENV, "") == "deadline-from-answer":
+            session = self.client._session
+            session.proof_time = lambda sent: session.loop.time()  # the answer's time, not the send's
         self.attempts = self.held = self.writes = 0
         self.db = self.guard = None
         if spec.get("postgresDsn"):
