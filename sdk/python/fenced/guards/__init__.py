@@ -2,6 +2,8 @@
 
 - fenced.guards.postgres: PostgresGuard (the fence_scopes table of Go's
   fencesql, psycopg 3 or psycopg2) and RowFence;
+- fenced.guards.postgres_async: AsyncPostgresGuard, the same on psycopg 3's
+  AsyncConnection;
 - fenced.guards.redis: RedisGuard (the Lua script and keys of fenceredis);
 - fenced.guards.http: headers for requests/httpx/urllib, the 409
   problem+json to StaleToken mapping, WSGI and ASGI middleware;
