@@ -16,7 +16,7 @@ def _graphic(ch: str) -> bool:
     return cat[0] in "LMNPS" or cat == "Zs"
 
 
-def scope_problem(scope) -> str:
+def scope_problem(scope: object) -> str:
     """Why scope is not a valid scope, or "" if it is."""
     if not isinstance(scope, str):
         return "is not a string"
@@ -36,14 +36,14 @@ def scope_problem(scope) -> str:
     return ""
 
 
-def validate_scope(scope) -> None:
+def validate_scope(scope: object) -> None:
     """Raise InvalidScope unless scope is 1..512 bytes of printable UTF-8."""
     reason = scope_problem(scope)
     if reason:
         raise InvalidScope("invalid fencing scope: scope " + reason)
 
 
-def valid_owner(owner) -> bool:
+def valid_owner(owner: object) -> bool:
     """Whether owner can be carried beside a token (at most 256 bytes, printable)."""
     if not isinstance(owner, str):
         return False

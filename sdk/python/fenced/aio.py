@@ -18,11 +18,11 @@ answered before the deadline but applied after it loses the lease.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, Coroutine, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import errors as E
 from ._core import Config, Event, LeaseCore, LeaseInfo, Session, info_from
-from .client import GetResult, ListResult, _config
+from .client import Callback, GetResult, ListResult, _config, _lost
 
 __all__ = ["Client", "Lease", "Config", "Event", "LeaseInfo"]
 
@@ -30,30 +30,55 @@ __all__ = ["Client", "Lease", "Config", "Event", "LeaseInfo"]
 class Lease:
     """A held lease on the client's loop."""
 
-    def __init__(self, core: LeaseCore):
+    def __init__(self, core: LeaseCore) -> None:
         self._core = core
         self.lost = asyncio.Event()
-        self._callbacks: Optional[list] = []
+        self._callbacks: Optional[List[Callback]] = []
         core.on_end.append(self._ended)
-        if core.state == "lost":
+        if core.state == "lost" and core.cause is not None:
             self._ended(core.cause)
 
-    key = property(lambda self: self._core.info.key)
-    token = property(lambda self: self._core.info.token)
-    lease_id = property(lambda self: self._core.info.lease_id)
-    owner = property(lambda self: self._core.info.owner)
-    ttl = property(lambda self: self._core.info.ttl)
-    signature = property(lambda self: self._core.signature)
-    deadline = property(lambda self: self._core.deadline)
+    @property
+    def key(self) -> str:
+        """The leased key, which is also the fencing scope."""
+        return self._core.info.key
 
-    def _ended(self, cause):
+    @property
+    def token(self) -> int:
+        """The fencing token to present with every write."""
+        return self._core.info.token
+
+    @property
+    def lease_id(self) -> str:
+        return self._core.info.lease_id
+
+    @property
+    def owner(self) -> str:
+        return self._core.info.owner
+
+    @property
+    def ttl(self) -> float:
+        """The granted TTL in seconds."""
+        return self._core.info.ttl
+
+    @property
+    def signature(self) -> str:
+        """The server's signature of the token ('' unless the server signs); the newest renewal's."""
+        return self._core.signature
+
+    @property
+    def deadline(self) -> float:
+        """The local deadline, on the loop's clock (time.monotonic())."""
+        return self._core.deadline
+
+    def _ended(self, cause: E.FencedError) -> None:
         if self._core.state != "lost":
             return
         callbacks, self._callbacks = self._callbacks, None
         self.lost.set()
         for cb in callbacks or ():
             try:
-                cb(cause)
+                cb(_lost(cause))
             except Exception:
                 pass
 
@@ -75,9 +100,9 @@ class Lease:
         if self._callbacks is not None:
             self._callbacks.append(callback)
         else:
-            callback(self._core.cause)
+            callback(_lost(self._core.cause))
 
-    def _on_loop(self, fn, *args):
+    def _on_loop(self, fn: Callable[..., None], *args: Any) -> None:
         loop = self._core.s.loop
         try:
             running = asyncio.get_running_loop()
@@ -101,39 +126,40 @@ class Lease:
     async def __aenter__(self) -> "Lease":
         return self
 
-    async def __aexit__(self, exc_type, exc, tb):
+    async def __aexit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: object) -> None:
         if self._core.state == "lost":
-            return False
+            return
         try:
             await self.release()
         except E.FencedError:
             if exc_type is None and self._core.state != "released":
                 raise
-        return False
 
 
 class _Acquiring:
     """What Client.acquire returns: await it, or use it with async with."""
 
-    def __init__(self, coro):
+    def __init__(self, coro: Coroutine[Any, Any, Lease]) -> None:
         self._coro = coro
         self._lease: Optional[Lease] = None
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, Lease]:
         return self._coro.__await__()
 
     async def __aenter__(self) -> Lease:
-        self._lease = await self._coro
-        return self._lease
+        lease = self._lease = await self._coro
+        return lease
 
-    async def __aexit__(self, *exc):
-        return await self._lease.__aexit__(*exc)
+    async def __aexit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: object) -> None:
+        if self._lease is not None:
+            await self._lease.__aexit__(exc_type, exc, tb)
 
 
 class Client:
     """An asyncio fenced client, bound to the loop it is first used on."""
 
-    def __init__(self, endpoints=None, *, config: Optional[Config] = None, **settings):
+    def __init__(self, endpoints: Union[str, Sequence[str], None] = None, *, config: Optional[Config] = None,
+                 **settings: Any) -> None:
         self._cfg = _config(endpoints, config, settings).normalized()
         self._session: Optional[Session] = None
 
@@ -148,7 +174,7 @@ class Client:
 
     def acquire(self, key: str, ttl: Optional[float] = None, wait: float = 0, owner: str = "",
                 timeout: Optional[float] = None) -> _Acquiring:
-        async def go():
+        async def go() -> Lease:
             return Lease(await self._s().acquire(key, ttl, wait, owner, timeout))
 
         return _Acquiring(go())
@@ -166,14 +192,15 @@ class Client:
     async def list(self, prefix: str = "", limit: int = 0, timeout: Optional[float] = None) -> ListResult:
         return ListResult(*await self._s().list(prefix, limit, timeout or self._cfg.request_timeout))
 
-    def watch(self, prefix: str = "", after_revision: int = 0, rejections: bool = False):
+    def watch(self, prefix: str = "", after_revision: int = 0, rejections: bool = False) -> AsyncIterator[Event]:
         """An async iterator of Events (RESYNC: list again, watch from its revision)."""
         return self._s().watch(prefix, after_revision, rejections)
 
     async def report_rejections(self, rejections: Sequence[Mapping[str, Any]], timeout: Optional[float] = None) -> int:
         return await self._s().report_rejections(rejections, timeout or self._cfg.request_timeout)
 
-    async def list_rejections(self, prefix: str = "", limit: int = 0, timeout: Optional[float] = None):
+    async def list_rejections(self, prefix: str = "", limit: int = 0,
+                              timeout: Optional[float] = None) -> Tuple[List[Dict[str, Any]], int]:
         return await self._s().list_rejections(prefix, limit, timeout or self._cfg.request_timeout)
 
     async def close(self, release: bool = True) -> None:
@@ -183,5 +210,5 @@ class Client:
     async def __aenter__(self) -> "Client":
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()

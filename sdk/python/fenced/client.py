@@ -38,15 +38,21 @@ Non-guarantees:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
-from typing import Any, Callable, Iterator, List, Mapping, NamedTuple, Optional, Sequence
+from types import TracebackType
+from typing import (Any, AsyncIterator, Callable, Coroutine, Dict, Iterator, List, Mapping, NamedTuple, Optional,
+                    Sequence, Set, Tuple, Type, TypeVar, Union)
 
 from . import errors as E
 from ._core import Config, Event, LeaseCore, LeaseInfo, Session
 
 log = logging.getLogger("fenced")
+
+T = TypeVar("T")
+Callback = Callable[[E.LeaseLost], None]
 
 
 class GetResult(NamedTuple):
@@ -60,46 +66,69 @@ class ListResult(NamedTuple):
     revision: int
 
 
-def _config(endpoints, config: Optional[Config], kw) -> Config:
+def _config(endpoints: Union[str, Sequence[str], None], config: Optional[Config], kw: Dict[str, Any]) -> Config:
     if config is None:
         config = Config(**kw)
     elif kw:
         raise TypeError("pass either config or keyword settings, not both")
     if endpoints is not None:
-        config.endpoints = [endpoints] if isinstance(endpoints, str) and "," not in endpoints else endpoints
+        config.endpoints = endpoints if isinstance(endpoints, str) else list(endpoints)
     return config
 
 
 class Lease:
     """A held lease, renewed in the background until released or lost. Thread-safe."""
 
-    def __init__(self, client: "Client", core: LeaseCore):
+    def __init__(self, client: "Client", core: LeaseCore) -> None:
         self._client, self._core = client, core
         self.lost = threading.Event()
         self._mu = threading.Lock()
-        self._callbacks: list = []
+        self._callbacks: Optional[List[Callback]] = []
         core.on_end.append(self._ended)
-        if core.state == "lost":  # lost before this wrapper existed
+        if core.state == "lost" and core.cause is not None:  # lost before this wrapper existed
             self._ended(core.cause)
 
-    key = property(lambda self: self._core.info.key, doc="The leased key, which is also the fencing scope.")
-    token = property(lambda self: self._core.info.token, doc="The fencing token to present with every write.")
-    lease_id = property(lambda self: self._core.info.lease_id)
-    owner = property(lambda self: self._core.info.owner)
-    ttl = property(lambda self: self._core.info.ttl, doc="The granted TTL in seconds.")
-    signature = property(lambda self: self._core.signature,
-                         doc="The server's signature of the token ('' unless the server signs); the newest renewal's.")
-    deadline = property(lambda self: self._core.deadline,
-                        doc="The local deadline, on the time.monotonic() clock.")
+    @property
+    def key(self) -> str:
+        """The leased key, which is also the fencing scope."""
+        return self._core.info.key
 
-    def _ended(self, cause):
+    @property
+    def token(self) -> int:
+        """The fencing token to present with every write."""
+        return self._core.info.token
+
+    @property
+    def lease_id(self) -> str:
+        return self._core.info.lease_id
+
+    @property
+    def owner(self) -> str:
+        return self._core.info.owner
+
+    @property
+    def ttl(self) -> float:
+        """The granted TTL in seconds."""
+        return self._core.info.ttl
+
+    @property
+    def signature(self) -> str:
+        """The server's signature of the token ('' unless the server signs); the newest renewal's."""
+        return self._core.signature
+
+    @property
+    def deadline(self) -> float:
+        """The local deadline, on the time.monotonic() clock."""
+        return self._core.deadline
+
+    def _ended(self, cause: E.FencedError) -> None:
         if self._core.state != "lost":
             return
         with self._mu:
             callbacks, self._callbacks = self._callbacks, None
         self.lost.set()
         for cb in callbacks or ():
-            self._client._callback(cb, cause)
+            self._client._callback(cb, _lost(cause))
 
     @property
     def error(self) -> Optional[E.FencedError]:
@@ -128,20 +157,20 @@ class Lease:
             if self._callbacks is not None:
                 self._callbacks.append(callback)
                 return
-        callback(self._core.cause)
+        callback(_lost(self._core.cause))
 
     def report_lost(self, why: object = "reported lost") -> None:
         """Mark the lease lost, for example after a resource refused its token (Go: Lease.Lost)."""
         self._client._run(self._lose(str(why)))
 
-    async def _lose(self, why):
+    async def _lose(self, why: str) -> None:
         self._core.lose(why)
 
     def orphan(self) -> None:
         """Stop renewing without releasing: the server expires the lease after its TTL."""
         self._client._run(self._lose_quiet())
 
-    async def _lose_quiet(self):
+    async def _lose_quiet(self) -> None:
         self._core.lose("orphaned, no longer renewed", release=False)
 
     def release(self) -> None:
@@ -156,26 +185,26 @@ class Lease:
     def __enter__(self) -> "Lease":
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         if self._core.state == "lost":
-            return False  # released in the background already
+            return  # released in the background already
         try:
             self.release()
         except E.FencedError:
             if exc_type is None and self._core.state != "released":
                 raise
-        return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Lease {self.key!r} token={self.token} {self._core.state}>"
 
 
 class Watch:
     """An iterator of Events; close() ends it from any thread."""
 
-    def __init__(self, client: "Client", agen):
+    def __init__(self, client: "Client", agen: AsyncIterator[Event]) -> None:
         self._client, self._agen = client, agen
-        self._fut = None
+        self._fut: Optional["concurrent.futures.Future[Event]"] = None
         self._closed = False
 
     def __iter__(self) -> Iterator[Event]:
@@ -184,9 +213,9 @@ class Watch:
     def __next__(self) -> Event:
         if self._closed:
             raise StopIteration
-        self._fut = asyncio.run_coroutine_threadsafe(self._agen.__anext__(), self._client._loop)
+        fut = self._fut = asyncio.run_coroutine_threadsafe(_next(self._agen), self._client._loop)
         try:
-            return self._fut.result()
+            return fut.result()
         except StopAsyncIteration:
             self._closed = True
             raise StopIteration from None
@@ -203,15 +232,25 @@ class Watch:
             fut.cancel()
         else:
             try:
-                asyncio.run_coroutine_threadsafe(self._agen.aclose(), self._client._loop).result(5)
+                aclose = getattr(self._agen, "aclose", None)
+                if aclose is not None:
+                    asyncio.run_coroutine_threadsafe(aclose(), self._client._loop).result(5)
             except Exception:
                 pass
 
-    def __enter__(self):
+    def __enter__(self) -> "Watch":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _next(agen: AsyncIterator[Event]) -> Event:
+    return await agen.__anext__()
+
+
+def _lost(cause: Optional[E.FencedError]) -> E.LeaseLost:
+    return cause if isinstance(cause, E.LeaseLost) else E.LeaseLost(str(cause))
 
 
 class Client:
@@ -221,16 +260,16 @@ class Client:
     or Client(config=Config(...)).
     """
 
-    def __init__(self, endpoints=None, *, config: Optional[Config] = None, **settings):
+    def __init__(self, endpoints: Union[str, Sequence[str], None] = None, *, config: Optional[Config] = None,
+                 **settings: Any) -> None:
         cfg = _config(endpoints, config, settings)
         self._loop = asyncio.new_event_loop()
         ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, args=(ready,), name="fenced-client", daemon=True)
-        self._session: Optional[Session] = None
         self._closed = False
         self._mu = threading.Lock()
-        self._pending: set = set()  # futures of calls in progress, failed by close()
-        self._callbacks: Optional[queue.SimpleQueue] = None
+        self._pending: Set["concurrent.futures.Future[Any]"] = set()  # calls in progress, failed by close()
+        self._callbacks: Optional["queue.SimpleQueue[Optional[Tuple[Callback, E.LeaseLost]]]"] = None
         try:
             self._session = Session(cfg, self._loop)
         except Exception:
@@ -239,7 +278,7 @@ class Client:
         self._thread.start()
         ready.wait()
 
-    def _serve(self, ready):
+    def _serve(self, ready: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
         self._loop.call_soon(ready.set)
         self._loop.run_forever()
@@ -248,7 +287,7 @@ class Client:
     def config(self) -> Config:
         return self._session.cfg
 
-    def _run(self, coro, timeout: Optional[float] = None):
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: Optional[float] = None) -> T:
         if self._closed:
             coro.close()
             raise E.FencedError("client closed", "canceled")
@@ -267,7 +306,7 @@ class Client:
             with self._mu:
                 self._pending.discard(fut)
 
-    def _callback(self, fn, cause) -> None:
+    def _callback(self, fn: Callback, cause: E.LeaseLost) -> None:
         """Run fn(cause) on the callback thread (started on first use)."""
         with self._mu:
             if self._callbacks is None:
@@ -277,7 +316,7 @@ class Client:
             self._callbacks.put((fn, cause))
 
     @staticmethod
-    def _run_callbacks(q) -> None:
+    def _run_callbacks(q: "queue.SimpleQueue[Optional[Tuple[Callback, E.LeaseLost]]]") -> None:
         while True:
             item = q.get()
             if item is None:
@@ -288,7 +327,7 @@ class Client:
             except Exception:  # a callback's failure must not stop the others
                 log.exception("fenced: an on_lost callback failed")
 
-    def _call_soon(self, fn):
+    def _call_soon(self, fn: Callable[[], None]) -> None:
         if not self._closed:
             self._loop.call_soon_threadsafe(fn)
 
@@ -330,7 +369,8 @@ class Client:
     def report_rejections(self, rejections: Sequence[Mapping[str, Any]], timeout: Optional[float] = None) -> int:
         return self._run(self._session.report_rejections(rejections, timeout or self.config.request_timeout))
 
-    def list_rejections(self, prefix: str = "", limit: int = 0, timeout: Optional[float] = None):
+    def list_rejections(self, prefix: str = "", limit: int = 0,
+                        timeout: Optional[float] = None) -> Tuple[List[Dict[str, Any]], int]:
         return self._run(self._session.list_rejections(prefix, limit, timeout or self.config.request_timeout))
 
     def close(self, release: bool = True) -> None:
@@ -357,8 +397,8 @@ class Client:
         if not self._loop.is_running():
             self._loop.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

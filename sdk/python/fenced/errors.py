@@ -54,8 +54,10 @@ class NotHeld(FencedError):
     code = "not_found"
 
 
-class InvalidArgument(FencedError):
-    """The server (or this client) refused the input (Go: ErrInvalid)."""
+class InvalidArgument(FencedError, ValueError):
+    """The server refused the input, or this package refused a setting or an
+    argument before sending anything (Go: ErrInvalid). Every configuration
+    error of the client, the guards and the reporter is one; also a ValueError."""
 
     code = "invalid_argument"
 
@@ -209,7 +211,7 @@ class KeyOutsideScope(FencedError):
     code = "key_outside_scope"
 
 
-_BY_CODE = {
+_BY_CODE: "dict[str, type[FencedError]]" = {
     "not_found": NotHeld,
     "invalid_argument": InvalidArgument,
     "unavailable": Unavailable,

@@ -20,26 +20,28 @@ Accepted writes are not reported.
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
 
 from ._scope import valid_owner
+from .errors import InvalidArgument
+from .guards import Decision
 
 MAX_BATCH = 1000
 MAX_BACKOFF = 60.0
 
 
 class Reporter:
-    def __init__(self, client, resource: str, queue_size: int = 4096, batch_size: int = 500,
-                 flush_interval: float = 1.0, send_timeout: float = 5.0):
+    def __init__(self, client: Any, resource: str, queue_size: int = 4096, batch_size: int = 500,
+                 flush_interval: float = 1.0, send_timeout: float = 5.0) -> None:
         if not resource or len(resource.encode()) > 128 or not valid_owner(resource):
-            raise ValueError(f"fencereport: resource {resource!r} must be 1 to 128 bytes of printable text")
+            raise InvalidArgument(f"fencereport: resource {resource!r} must be 1 to 128 bytes of printable text")
         if queue_size < 1 or not 1 <= batch_size <= MAX_BATCH or flush_interval <= 0 or send_timeout <= 0:
-            raise ValueError("fencereport: queue_size >= 1, batch_size 1..1000, positive flush_interval and send_timeout")
+            raise InvalidArgument("fencereport: queue_size >= 1, batch_size 1..1000, positive flush_interval and send_timeout")
         self.client, self.resource = client, resource
         self.queue_size, self.batch_size = queue_size, batch_size
         self.flush_interval, self.send_timeout = flush_interval, send_timeout
         self._mu = threading.Lock()
-        self._pending: dict = {}
+        self._pending: Dict[Tuple[str, int, int, str], int] = {}
         self._closed = False
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -47,7 +49,7 @@ class Reporter:
         self._thread = threading.Thread(target=self._run, name="fenced-reporter", daemon=True)
         self._thread.start()
 
-    def __call__(self, d) -> None:
+    def __call__(self, d: Decision) -> None:
         """Observe a guard's Decision; only rejections are queued."""
         if d.accepted or d.presented >= d.highest:
             return
@@ -69,7 +71,7 @@ class Reporter:
         with self._mu:
             return len(self._pending)
 
-    def _run(self):
+    def _run(self) -> None:
         wait = self.flush_interval
         while not self._stop.is_set():
             if wait > self.flush_interval:

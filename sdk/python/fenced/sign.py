@@ -17,9 +17,9 @@ import base64
 import json
 import struct
 import time
-from typing import Optional
+from typing import Any, Mapping, Optional, Tuple, Union
 
-from .errors import BadSignature
+from .errors import BadSignature, InvalidArgument
 
 DOMAIN = b"fenced-token-v1\x00"
 
@@ -51,22 +51,21 @@ def _b64url(s: str) -> bytes:
 class Verifier:
     """Trusted Ed25519 keys: {key_id: (public_key_bytes, not_after_unix or None)}."""
 
-    def __init__(self, keys: dict):
+    def __init__(self, keys: Mapping[str, Tuple[bytes, Optional[float]]]) -> None:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
         self._keys = {}
         for kid, (raw, not_after) in keys.items():
             if len(raw) != 32:
-                raise ValueError(f"fence: key {kid!r} is not an Ed25519 public key")
+                raise InvalidArgument(f"fence: key {kid!r} is not an Ed25519 public key")
             self._keys[kid] = (Ed25519PublicKey.from_public_bytes(raw), not_after)
 
     @classmethod
-    def from_key_set(cls, doc) -> "Verifier":
+    def from_key_set(cls, doc: Union[str, bytes, Mapping[str, Any]]) -> "Verifier":
         """From fenced's /v1/keys document (JSON text, bytes or the parsed dict)."""
-        if isinstance(doc, (bytes, str)):
-            doc = json.loads(doc)
+        parsed: Mapping[str, Any] = json.loads(doc) if isinstance(doc, (bytes, str)) else doc
         keys = {}
-        for j in doc.get("keys") or []:
+        for j in parsed.get("keys") or []:
             if j.get("kty") != "OKP" or j.get("crv") != "Ed25519":
                 continue
             keys[j["kid"]] = (_b64url(j["x"]), j.get("exp") or None)
@@ -76,7 +75,7 @@ class Verifier:
         """Return if sig signs token for scope by a trusted key; raise BadSignature otherwise."""
         from cryptography.exceptions import InvalidSignature
 
-        def fail(reason):
+        def fail(reason: str) -> BadSignature:
             return BadSignature(f"invalid fencing token signature for scope {scope!r} token {token}: {reason}")
 
         if not sig:

@@ -19,7 +19,7 @@ decision is final (an acceptance after commit), outside any lock; it must
 not block (fenced.report.Reporter is one).
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Decision(NamedTuple):
@@ -31,14 +31,14 @@ class Decision(NamedTuple):
     duplicate: bool = False  # refused as a duplicate sequence, not as stale
 
 
-def lease_owner(lease) -> str:
+def lease_owner(lease: Any) -> str:
     from .._scope import valid_owner
 
     owner = getattr(lease, "owner", "") or ""
     return owner if valid_owner(owner) else ""
 
 
-def lost(lease, err) -> None:
+def lost(lease: Any, err: BaseException) -> None:
     """Tell a lease that its token was refused as stale (invariant I7)."""
     report = getattr(lease, "report_lost", None)
     if report is not None:

@@ -26,7 +26,7 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
-from typing import Callable, Optional
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple, cast
 
 from .. import _scope
 from ..errors import (BadSignature, Duplicate, FencedError, InvalidSequence, SequenceGap, InvalidArgument, InvalidScope, NoToken, StaleToken,
@@ -47,7 +47,7 @@ MAX_PROBLEM_BYTES = 64 << 10
 SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
 
 
-def fencing_headers(lease, sequence: int = 0) -> dict:
+def fencing_headers(lease: Any, sequence: int = 0) -> Dict[str, str]:
     """The headers a fenced write carries (with its sequence, if any: docs/guard-spec.md section 7)."""
     h = {HEADER_SCOPE: lease.key, HEADER_TOKEN: str(lease.token)}
     if sequence:
@@ -61,7 +61,7 @@ def fencing_headers(lease, sequence: int = 0) -> dict:
     return h
 
 
-def refusal_from(status: int, content_type: Optional[str], body: bytes):
+def refusal_from(status: int, content_type: Optional[str], body: bytes) -> Optional[FencedError]:
     """StaleToken, Duplicate or SequenceGap for a 409 problem answer, else None."""
     stale = stale_from(status, content_type, body)
     if stale is not None or status != 409 or not content_type:
@@ -97,9 +97,9 @@ def stale_from(status: int, content_type: Optional[str], body: bytes) -> Optiona
         return None
 
 
-def _refused(lease, refusal, response):
+def _refused(lease: Any, refusal: FencedError, response: Any) -> FencedError:
     """Attach the response; a stale token loses the lease, a duplicate or a gap does not."""
-    refusal.response = response
+    setattr(refusal, "response", response)
     if isinstance(refusal, StaleToken):
         lost(lease, refusal)
     return refusal
@@ -109,28 +109,28 @@ class RequestsAuth:
     """requests auth: adds the headers and raises StaleToken (after losing the lease) on a stale
     answer, Duplicate or SequenceGap on those (a write with sequence=)."""
 
-    def __init__(self, lease, sequence: int = 0):
+    def __init__(self, lease: Any, sequence: int = 0) -> None:
         self.lease, self.sequence = lease, sequence
 
-    def __call__(self, r):
+    def __call__(self, r: Any) -> Any:
         r.headers.update(fencing_headers(self.lease, self.sequence))
         r.register_hook("response", self._response)
         return r
 
-    def _response(self, resp, *args, **kwargs):
+    def _response(self, resp: Any, *args: Any, **kwargs: Any) -> Any:
         refusal = refusal_from(resp.status_code, resp.headers.get("Content-Type"), resp.content)
         if refusal is not None:
             raise _refused(self.lease, refusal, resp)
         return resp
 
 
-def httpx_hooks(lease) -> dict:
+def httpx_hooks(lease: Any) -> Dict[str, List[Callable[[Any], None]]]:
     """event_hooks for httpx.Client (sync): headers on every request, StaleToken on a stale answer."""
 
-    def request(req):
+    def request(req: Any) -> None:
         req.headers.update(fencing_headers(lease))
 
-    def response(resp):
+    def response(resp: Any) -> None:
         if resp.status_code == 409:
             resp.read()
             refusal = refusal_from(resp.status_code, resp.headers.get("Content-Type"), resp.content)
@@ -140,13 +140,13 @@ def httpx_hooks(lease) -> dict:
     return {"request": [request], "response": [response]}
 
 
-def httpx_async_hooks(lease) -> dict:
+def httpx_async_hooks(lease: Any) -> Dict[str, List[Callable[[Any], Awaitable[None]]]]:
     """event_hooks for httpx.AsyncClient."""
 
-    async def request(req):
+    async def request(req: Any) -> None:
         req.headers.update(fencing_headers(lease))
 
-    async def response(resp):
+    async def response(resp: Any) -> None:
         if resp.status_code == 409:
             await resp.aread()
             refusal = refusal_from(resp.status_code, resp.headers.get("Content-Type"), resp.content)
@@ -156,8 +156,8 @@ def httpx_async_hooks(lease) -> dict:
     return {"request": [request], "response": [response]}
 
 
-def send(lease, method: str, url: str, body: Optional[bytes] = None, headers: Optional[dict] = None,
-         timeout: float = 10.0, sequence: int = 0):
+def send(lease: Any, method: str, url: str, body: Optional[bytes] = None, headers: Optional[Mapping[str, str]] = None,
+         timeout: float = 10.0, sequence: int = 0) -> Tuple[int, Any, bytes]:
     """One request with urllib. Returns (status, headers, body) for every answer but a refusal:
     StaleToken (the lease is lost), Duplicate, SequenceGap."""
     h = dict(headers or {})
@@ -190,7 +190,7 @@ def parse_token(s: Optional[str]) -> int:
     return t
 
 
-def problem_for(err: BaseException) -> dict:
+def problem_for(err: BaseException) -> Dict[str, Any]:
     """The problem body for a refusal (Go: fencehttp.ProblemFor)."""
     if isinstance(err, StaleToken):
         return {"type": PROBLEM_STALE, "title": "Stale fencing token", "status": 409, "detail": str(err),
@@ -222,7 +222,7 @@ def problem_for(err: BaseException) -> dict:
 _REASONS = {400: "Bad Request", 403: "Forbidden", 409: "Conflict", 428: "Precondition Required", 503: "Service Unavailable"}
 
 
-def _credentials(get: Callable[[str], list]) -> tuple:
+def _credentials(get: Callable[[str], List[str]]) -> Tuple[str, int, str, Dict[str, Any]]:
     tokens = get(HEADER_TOKEN)
     if len(tokens) > 1:
         raise InvalidArgument(f"invalid fencing token: {HEADER_TOKEN} given {len(tokens)} times")
@@ -234,7 +234,7 @@ def _credentials(get: Callable[[str], list]) -> tuple:
     owners = get(HEADER_OWNER)
     owner = owners[0] if len(owners) == 1 and _scope.valid_owner(owners[0]) else ""
     sigs = get(HEADER_SIGNATURE)
-    extra = {"signature": sigs[0]} if len(sigs) == 1 and sigs[0] else {}
+    extra: Dict[str, Any] = {"signature": sigs[0]} if len(sigs) == 1 and sigs[0] else {}
     seqs = get(HEADER_SEQUENCE)
     if seqs:
         s = seqs[0]
@@ -251,14 +251,14 @@ class _HandlerFailed(Exception):
 class WSGIMiddleware:
     """Fences a WSGI app: app = WSGIMiddleware(app, guard)."""
 
-    def __init__(self, app, guard, failed: Callable[[int], bool] = lambda status: status >= 500):
+    def __init__(self, app: Any, guard: Any, failed: Callable[[int], bool] = lambda status: status >= 500) -> None:
         self.app, self.guard, self.failed = app, guard, failed
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: Dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("REQUEST_METHOD", "GET").upper() in SAFE_METHODS:
-            return self.app(environ, start_response)
+            return cast(Iterable[bytes], self.app(environ, start_response))
 
-        def get(name):
+        def get(name: str) -> List[str]:
             v = environ.get("HTTP_" + name.upper().replace("-", "_"))
             if v is None:
                 return []
@@ -271,10 +271,10 @@ class WSGIMiddleware:
         except FencedError as e:
             return self._problem(start_response, e)
         environ["fenced.scope"], environ["fenced.token"] = scope, token
-        captured: dict = {}
+        captured: Dict[str, Any] = {}
 
-        def apply():
-            def sr(status, headers, exc_info=None):
+        def apply() -> Any:
+            def sr(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
                 captured["status"], captured["headers"] = status, headers
                 return lambda data: captured.setdefault("early", []).append(data)
 
@@ -300,10 +300,10 @@ class WSGIMiddleware:
             if "body" not in captured:
                 raise
         start_response(captured["status"], captured["headers"])
-        return captured["body"]
+        return list(captured["body"])
 
     @staticmethod
-    def _problem(start_response, err):
+    def _problem(start_response: Callable[..., Any], err: BaseException) -> List[bytes]:
         p = problem_for(err)
         body = (json.dumps(p) + "\n").encode()
         start_response(f"{p['status']} {_REASONS.get(p['status'], '')}",
@@ -320,13 +320,15 @@ class ASGIMiddleware:
     guard's check. Its answer is buffered and sent once the guard decided.
     """
 
-    def __init__(self, app, guard, failed: Callable[[int], bool] = lambda status: status >= 500):
+    def __init__(self, app: Any, guard: Any, failed: Callable[[int], bool] = lambda status: status >= 500) -> None:
         self.app, self.guard, self.failed = app, guard, failed
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
         if scope.get("type") != "http" or scope.get("method", "GET").upper() in SAFE_METHODS:
-            return await self.app(scope, receive, send)
-        headers: dict = {}
+            await self.app(scope, receive, send)
+            return
+        headers: Dict[str, List[str]] = {}
         for k, v in scope.get("headers") or []:
             headers.setdefault(k.decode("latin-1").lower(), []).append(v.decode("latin-1"))
         try:
@@ -336,19 +338,19 @@ class ASGIMiddleware:
         scope = dict(scope)
         scope["fenced.scope"], scope["fenced.token"] = fscope, token
         loop = asyncio.get_running_loop()
-        messages: list = []
+        messages: List[Dict[str, Any]] = []
 
-        async def buffered(message):
+        async def buffered(message: Dict[str, Any]) -> None:
             messages.append(message)
 
-        def apply():
+        def apply() -> None:
             asyncio.run_coroutine_threadsafe(self.app(scope, receive, buffered), loop).result()
             start = next((m for m in messages if m["type"] == "http.response.start"), None)
             if start is None or self.failed(int(start["status"])):
                 raise _HandlerFailed()
 
         try:
-            await asyncio.to_thread(lambda: self.guard.do(fscope, token, apply, owner=owner, **extra))
+            await asyncio.to_thread(self.guard.do, fscope, token, apply, owner=owner, **extra)
         except _HandlerFailed:
             pass
         except Exception as e:
@@ -358,7 +360,7 @@ class ASGIMiddleware:
             await send(m)
 
     @staticmethod
-    async def _problem(send, err):
+    async def _problem(send: Callable[[Any], Awaitable[None]], err: BaseException) -> None:
         p = problem_for(err)
         body = (json.dumps(p) + "\n").encode()
         await send({"type": "http.response.start", "status": p["status"],

@@ -4,27 +4,27 @@ resources that live in the process and die with it."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from .. import _scope
-from ..sign import verify
-from ..errors import Duplicate, InvalidSequence, SequenceGap, StaleToken
+from ..sign import Verifier, verify
+from ..errors import Duplicate, FencedError, InvalidSequence, SequenceGap, StaleToken
 from . import Decision
 
 
 class MemoryGuard:
     """do(scope, token, apply) runs apply() while scope is locked, if token is not stale."""
 
-    def __init__(self, observer: Optional[Callable[[Decision], None]] = None, verifier=None,
-                 strict_sequences: bool = False):
+    def __init__(self, observer: Optional[Callable[[Decision], None]] = None, verifier: Optional[Verifier] = None,
+                 strict_sequences: bool = False) -> None:
         self.strict_sequences = strict_sequences
-        self._last: dict = {}  # scope -> the last sequence accepted under its highest token
+        self._last: Dict[str, int] = {}  # scope -> the last sequence accepted under its highest token
         self._mu = threading.Lock()
-        self._locks: dict = {}
-        self._highest: dict = {}
+        self._locks: Dict[str, threading.Lock] = {}
+        self._highest: Dict[str, int] = {}
         self.observer, self.verifier = observer, verifier
 
-    def _lock(self, scope):
+    def _lock(self, scope: str) -> threading.Lock:
         with self._mu:
             return self._locks.setdefault(scope, threading.Lock())
 
@@ -36,7 +36,8 @@ class MemoryGuard:
         verify(self.verifier, scope, token, signature)
         with self._lock(scope):
             h, last = self._highest.get(scope, 0), self._last.get(scope, 0)
-            err = None
+            err: Optional[FencedError] = None
+            decision: Optional[Decision]
             if token < h:
                 err, decision = StaleToken(scope, token, h), Decision(scope, token, h, False, owner)
             elif sequence and token == h and sequence <= last:

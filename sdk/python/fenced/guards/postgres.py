@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import contextvars
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 from .. import _scope
-from ..sign import verify
+from ..sign import Verifier, verify
 from ..errors import (CorruptToken, Duplicate, FencedError, InvalidArgument, InvalidSequence, RowNotFound,
                       SequenceGap, StaleToken, TokenOutOfRange)
 from . import Decision, lease_owner, lost
@@ -67,7 +67,7 @@ def create_table_sql(table: str = DEFAULT_TABLE) -> str:
 SEQUENCE_COLUMNS = ("sequence_token", "last_sequence")
 
 
-def migrate_sequence_sql(table: str = DEFAULT_TABLE) -> list:
+def migrate_sequence_sql(table: str = DEFAULT_TABLE) -> List[str]:
     """Go's fencesql.MigrateSequenceSQL: the columns a table made before sequences lacks.
 
     This guard writes no sequences (docs/guard-spec.md, section 7); it keeps
@@ -92,14 +92,14 @@ def retryable(err: BaseException) -> bool:
     return code in RETRYABLE_SQLSTATES
 
 
-def _is_psycopg3(conn) -> bool:
+def _is_psycopg3(conn: Any) -> bool:
     return hasattr(conn, "transaction") and hasattr(conn, "pgconn")
 
 
 _current = contextvars.ContextVar("fenced_pg_cursor", default=None)
 
 
-def current_cursor():
+def current_cursor() -> Any:
     """The cursor of the transaction a TxGuard opened for the running handler."""
     cur = _current.get()
     if cur is None:
@@ -111,7 +111,7 @@ class PostgresGuard:
     """The scope table guard (Go: fencesql.Guard with the Postgres dialect). Stateless; thread-safe."""
 
     def __init__(self, table: str = DEFAULT_TABLE, observer: Optional[Callable[[Decision], None]] = None,
-                 retries: int = 0, verifier=None, strict_sequences: bool = False):
+                 retries: int = 0, verifier: Optional[Verifier] = None, strict_sequences: bool = False) -> None:
         t = quote_table(table)
         if retries < 0:
             raise InvalidArgument(f"fencesql: retries is {retries}, must not be negative")
@@ -132,7 +132,7 @@ class PostgresGuard:
     def create_table_sql(self) -> str:
         return create_table_sql(self.table)
 
-    def migrate(self, conn) -> None:
+    def migrate(self, conn: Any) -> None:
         """Create the table if it does not exist, add the sequence columns to one made
         before them (as Go's Guard.Migrate does, safe to run concurrently), and commit."""
         with conn.cursor() as cur:
@@ -150,7 +150,7 @@ class PostgresGuard:
                 if not self._has_column(conn, col):  # a concurrent migration may have added it
                     raise
 
-    def _has_column(self, conn, col: str) -> bool:
+    def _has_column(self, conn: Any, col: str) -> bool:
         try:
             with conn.cursor() as cur:
                 cur.execute("SELECT " + col + " FROM " + quote_table(self.table) + " WHERE 1 = 0")
@@ -160,11 +160,11 @@ class PostgresGuard:
             conn.rollback()
             return False
 
-    def _observe(self, scope, presented, highest, accepted, owner):
+    def _observe(self, scope: str, presented: int, highest: int, accepted: bool, owner: str) -> None:
         if self.observer is not None:
             self.observer(Decision(scope, presented, highest, accepted, owner))
 
-    def _check(self, cur, scope: str, tok: int, seq: int = 0) -> int:
+    def _check(self, cur: Any, scope: str, tok: int, seq: int = 0) -> int:
         """Lock the scope's row, compare, raise; return the highest before."""
         if seq:
             return self._check_sequence(cur, scope, tok, seq)
@@ -185,7 +185,7 @@ class PostgresGuard:
                 return 0
         raise FencedError(f"fencesql: scope {scope!r} row keeps disappearing (deleted concurrently?)")
 
-    def _check_sequence(self, cur, scope: str, tok: int, seq: int) -> int:
+    def _check_sequence(self, cur: Any, scope: str, tok: int, seq: int) -> int:
         for _ in range(3):
             cur.execute(self.seq_lock_sql, (scope,))
             row = cur.fetchone()
@@ -214,7 +214,7 @@ class PostgresGuard:
             raise InvalidSequence(f"invalid fencing sequence: {seq} is outside 1..{MAX_SQL_TOKEN}")
         return seq
 
-    def check(self, cur, scope: str, token: int, owner: str = "", signature: str = "", sequence: int = 0) -> None:
+    def check(self, cur: Any, scope: str, token: int, owner: str = "", signature: str = "", sequence: int = 0) -> None:
         """Check token for scope inside the caller's transaction (cur: a cursor of it).
 
         On success the scope's row stays locked until the transaction ends and
@@ -234,7 +234,7 @@ class PostgresGuard:
             self._observe_duplicate(scope, tok, owner)
             raise
 
-    def do(self, conn, scope: str, token: int, fn: Callable[[Any], Any], owner: str = "", signature: str = "",
+    def do(self, conn: Any, scope: str, token: int, fn: Callable[[Any], Any], owner: str = "", signature: str = "",
            sequence: int = 0) -> Any:
         """Begin, check, fn(cursor), commit; roll back on any error. Returns fn's result.
 
@@ -255,11 +255,11 @@ class PostgresGuard:
                     raise
                 attempt += 1
 
-    def _observe_duplicate(self, scope, tok, owner):
+    def _observe_duplicate(self, scope: str, tok: int, owner: str) -> None:
         if self.observer is not None:
             self.observer(Decision(scope, tok, tok, False, owner, duplicate=True))
 
-    def _attempt(self, conn, scope, tok, fn, owner, seq=0):
+    def _attempt(self, conn: Any, scope: str, tok: int, fn: Callable[[Any], Any], owner: str, seq: int = 0) -> Any:
         highest = None
         if _is_psycopg3(conn):
             try:
@@ -292,7 +292,7 @@ class PostgresGuard:
         self._observe(scope, tok, highest, True, owner)
         return result
 
-    def do_lease(self, conn, lease, fn: Callable[[Any], Any], sequence: int = 0) -> Any:
+    def do_lease(self, conn: Any, lease: Any, fn: Callable[[Any], Any], sequence: int = 0) -> Any:
         """do() with the lease's key and token; a stale rejection loses the lease first
         (a Duplicate does not: the write was applied before)."""
         try:
@@ -302,7 +302,7 @@ class PostgresGuard:
             lost(lease, e)
             raise
 
-    def highest(self, conn, scope: str) -> int:
+    def highest(self, conn: Any, scope: str) -> int:
         """The highest token accepted for scope (0 if none), read without locking."""
         _scope.validate_scope(scope)
         idle = _tx_status(conn) == 0
@@ -319,11 +319,11 @@ class PostgresGuard:
         return TxGuard(self, connect)
 
 
-def _tx_status(conn) -> int:
+def _tx_status(conn: Any) -> int:
     """0 when the connection is not inside a transaction (psycopg 3 and psycopg2 agree)."""
     if _is_psycopg3(conn):
         return int(conn.info.transaction_status)
-    return conn.get_transaction_status()
+    return int(conn.get_transaction_status())
 
 
 class TxGuard:
@@ -335,7 +335,7 @@ class TxGuard:
     def do(self, scope: str, token: int, apply: Callable[[], Any], owner: str = "", signature: str = "") -> Any:
         conn = self.connect()
         try:
-            def fn(cur):
+            def fn(cur: Any) -> Any:
                 reset = _current.set(cur)
                 try:
                     return apply()
@@ -365,7 +365,7 @@ class RowFence:
     def add_column_sql(self) -> str:
         return f"ALTER TABLE {self.t} ADD COLUMN {self.tokc} BIGINT NOT NULL DEFAULT 0"
 
-    def update(self, cur, id: Any, token: int, owner: str = "", **values) -> None:
+    def update(self, cur: Any, id: Any, token: int, owner: str = "", **values: Any) -> None:
         """UPDATE table SET values..., token_column = token WHERE id = id AND 0 <= token_column <= token.
 
         RowNotFound when there is no such row; StaleToken (scope "table/id")
@@ -399,7 +399,7 @@ class RowFence:
                 raise StaleToken(scope, tok, h)
         raise FencedError(f"fencesql: update {scope}: row changed concurrently on every attempt")
 
-    def update_lease(self, cur, id: Any, lease, **values) -> None:
+    def update_lease(self, cur: Any, id: Any, lease: Any, **values: Any) -> None:
         try:
             self.update(cur, id, lease.token, owner=lease_owner(lease), **values)
         except StaleToken as e:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .. import _scope
-from ..sign import verify
+from ..sign import Verifier, verify
 from ..errors import (CorruptToken, Duplicate, FencedError, InvalidArgument, InvalidSequence, KeyOutsideScope,
                       SequenceGap, StaleToken)
 from . import Decision, lease_owner, lost
@@ -215,16 +215,16 @@ def _tag_of(key: str) -> Optional[str]:
     return key[open_ + 1:close]
 
 
-def _s(v) -> str:
+def _s(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class RedisGuard:
     """Go's fenceredis.Guard for redis-py clients. Thread-safe as the client is."""
 
-    def __init__(self, client, prefix: str = DEFAULT_PREFIX, token_ttl: float = 0,
+    def __init__(self, client: Any, prefix: str = DEFAULT_PREFIX, token_ttl: float = 0,
                  replay_window: float = DEFAULT_REPLAY_WINDOW, observer: Optional[Callable[[Decision], None]] = None,
-                 verifier=None, strict_sequences: bool = False):
+                 verifier: Optional[Verifier] = None, strict_sequences: bool = False) -> None:
         if client is None:
             raise InvalidArgument("fenceredis: nil client")
         if "{" in prefix or "}" in prefix:
@@ -237,7 +237,7 @@ class RedisGuard:
         self.strict_arg = "1" if strict_sequences else "0"
         self.ttl_arg = str(int(token_ttl * 1000))
         self.replay_arg = str(int(replay_window * 1000))
-        self._scripts: dict = {}
+        self._scripts: Dict[Tuple[str, bool], Any] = {}
 
     @staticmethod
     def key(scope: str, name: str) -> str:
@@ -255,14 +255,14 @@ class RedisGuard:
         rid = base64.b32encode(os.urandom(17)).decode()[:26]
         return self.prefix + "{" + hash_tag(scope) + "}:call:" + rid
 
-    def script(self, body: str, sequenced: bool = False):
+    def script(self, body: str, sequenced: bool = False) -> Any:
         """Register a user body (see docs/guard-spec.md for what it may use)."""
         s = self._scripts.get((body, sequenced))
         if s is None:
             s = self._scripts[(body, sequenced)] = self.client.register_script(wrap(body, sequenced))
         return s
 
-    def set(self, scope: str, token: int, key: str, value, ttl=None, owner: str = "", signature: str = "", sequence: int = 0) -> Any:
+    def set(self, scope: str, token: int, key: str, value: Any, ttl: Union[None, str, float] = None, owner: str = "", signature: str = "", sequence: int = 0) -> Any:
         """SET key value, fenced. ttl: None (no expiry), "keep" (KEEPTTL) or seconds (>= 1ms)."""
         if ttl is None:
             mode = ""
@@ -279,13 +279,13 @@ class RedisGuard:
             raise InvalidArgument("fenceredis: del: no keys")
         return int(self._run(scope, token, DEL_BODY, list(keys), [], owner, signature, sequence))
 
-    def hset(self, scope: str, token: int, key: str, mapping: dict, owner: str = "", signature: str = "", sequence: int = 0) -> int:
+    def hset(self, scope: str, token: int, key: str, mapping: Mapping[Any, Any], owner: str = "", signature: str = "", sequence: int = 0) -> int:
         if not mapping:
             raise InvalidArgument(f"fenceredis: hset {key!r}: no fields")
         args = [x for kv in mapping.items() for x in kv]
         return int(self._run(scope, token, HSET_BODY, [key], args, owner, signature, sequence))
 
-    def eval(self, scope: str, token: int, body: str, keys: list, args: list = (), owner: str = "", signature: str = "", sequence: int = 0) -> Any:
+    def eval(self, scope: str, token: int, body: str, keys: Sequence[str], args: Sequence[Any] = (), owner: str = "", signature: str = "", sequence: int = 0) -> Any:
         return self._run(scope, token, body, list(keys), list(args), owner, signature, sequence)
 
     def highest(self, scope: str) -> int:
@@ -295,7 +295,8 @@ class RedisGuard:
             return 0
         return _parse_token(_s(v), self.token_key(scope))
 
-    def _run(self, scope, token, body, keys, args, owner, signature="", sequence=0):
+    def _run(self, scope: str, token: int, body: str, keys: List[str], args: List[Any], owner: str,
+             signature: str = "", sequence: int = 0) -> Any:
         _scope.check(scope, token, 0)
         if token > _scope.MAX_TOKEN:
             raise InvalidArgument(f"fencing token {token} exceeds the uint64 range")
@@ -332,16 +333,16 @@ class RedisGuard:
             raise StaleToken(scope, token, n)
         return reply[2] if len(reply) > 2 else None
 
-    def lease(self, lease) -> "LeaseRedis":
+    def lease(self, lease: Any) -> "LeaseRedis":
         """The same calls with the lease's key and token; a stale rejection loses the lease."""
         return LeaseRedis(self, lease)
 
 
 class LeaseRedis:
-    def __init__(self, guard: RedisGuard, lease):
+    def __init__(self, guard: RedisGuard, lease: Any) -> None:
         self.g, self.l = guard, lease
 
-    def _do(self, fn, *a, **kw):
+    def _do(self, fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
         try:
             return fn(self.l.key, self.l.token, *a, owner=lease_owner(self.l),
                       signature=getattr(self.l, "signature", ""), **kw)
@@ -349,16 +350,16 @@ class LeaseRedis:
             lost(self.l, e)
             raise
 
-    def set(self, key, value, ttl=None, sequence: int = 0):
+    def set(self, key: str, value: Any, ttl: Union[None, str, float] = None, sequence: int = 0) -> Any:
         return self._do(self.g.set, key, value, ttl, sequence=sequence)
 
-    def delete(self, *keys):
-        return self._do(self.g.delete, *keys)
+    def delete(self, *keys: str) -> int:
+        return int(self._do(self.g.delete, *keys))
 
-    def hset(self, key, mapping):
-        return self._do(self.g.hset, key, mapping)
+    def hset(self, key: str, mapping: Mapping[Any, Any]) -> int:
+        return int(self._do(self.g.hset, key, mapping))
 
-    def eval(self, body, keys, args=()):
+    def eval(self, body: str, keys: Sequence[str], args: Sequence[Any] = ()) -> Any:
         return self._do(self.g.eval, body, keys, args)
 
 
