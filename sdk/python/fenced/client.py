@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
+import dataclasses
 import logging
 import queue
 import threading
@@ -68,9 +70,14 @@ class ListResult(NamedTuple):
 
 def _config(endpoints: Union[str, Sequence[str], None], config: Optional[Config], kw: Dict[str, Any]) -> Config:
     if config is None:
+        unknown = sorted(set(kw) - {f.name for f in dataclasses.fields(Config)})
+        if unknown:
+            raise E.InvalidArgument(f"client config: unknown setting {unknown[0]!r}")
         config = Config(**kw)
     elif kw:
-        raise TypeError("pass either config or keyword settings, not both")
+        raise E.InvalidArgument("client config: pass either config or keyword settings, not both")
+    else:
+        config = copy.copy(config)  # the caller's Config is left as it was
     if endpoints is not None:
         config.endpoints = endpoints if isinstance(endpoints, str) else list(endpoints)
     return config

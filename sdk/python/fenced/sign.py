@@ -63,12 +63,15 @@ class Verifier:
     @classmethod
     def from_key_set(cls, doc: Union[str, bytes, Mapping[str, Any]]) -> "Verifier":
         """From fenced's /v1/keys document (JSON text, bytes or the parsed dict)."""
-        parsed: Mapping[str, Any] = json.loads(doc) if isinstance(doc, (bytes, str)) else doc
-        keys = {}
-        for j in parsed.get("keys") or []:
-            if j.get("kty") != "OKP" or j.get("crv") != "Ed25519":
-                continue
-            keys[j["kid"]] = (_b64url(j["x"]), j.get("exp") or None)
+        try:
+            parsed: Mapping[str, Any] = json.loads(doc) if isinstance(doc, (bytes, str)) else doc
+            keys = {}
+            for j in parsed.get("keys") or []:
+                if j.get("kty") != "OKP" or j.get("crv") != "Ed25519":
+                    continue
+                keys[j["kid"]] = (_b64url(j["x"]), j.get("exp") or None)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise InvalidArgument(f"fence: not a fenced key set: {type(e).__name__}: {e}") from None
         return cls(keys)
 
     def verify(self, scope: str, token: int, sig: str) -> None:

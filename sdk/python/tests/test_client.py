@@ -10,7 +10,7 @@ import time
 import pytest
 
 import fenced
-from fenced import Client, _core, _wire
+from fenced import Client, _core, _wire, aio
 
 
 def test_acquire_renews_past_the_ttl_and_release_frees(client, key):
@@ -573,3 +573,25 @@ def test_on_lost_callback_may_release_the_lease(client, key):
     assert outcome[1] is None
     again = client.acquire(key)  # the client still serves calls
     again.release()
+
+
+def test_configuration_errors_are_invalid_argument():
+    """Every bad setting is refused before any request, as InvalidArgument (a ValueError too)."""
+    for kw in ({"ttl": 0.01}, {"clock_drift": 0.5}, {"endpoints": ["a", "a"]}, {"cluster_id": "xyz"},
+               {"token": "a\r\nb"}, {"bogus": 1}, {"cert_file": "c.pem"}):
+        with pytest.raises(fenced.InvalidArgument, match="client config"):
+            Client(**kw)
+        with pytest.raises(ValueError):
+            aio.Client(**kw)
+    with pytest.raises(fenced.InvalidArgument):
+        Client(config=fenced.Config(), ttl=3)
+    cfg = fenced.Config()
+    Client("http://127.0.0.1:1", config=cfg).close()
+    assert cfg.endpoints == ["http://127.0.0.1:7420"]  # the caller's Config is not changed
+    from fenced.report import Reporter
+    from fenced.sign import Verifier
+
+    with pytest.raises(fenced.InvalidArgument):
+        Reporter(None, resource="")
+    with pytest.raises(fenced.InvalidArgument):
+        Verifier.from_key_set(b"not json")
