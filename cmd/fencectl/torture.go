@@ -99,7 +99,7 @@ func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *stri
 	f.Float64Var(&cfg.SnapshotBeforeCrash, "snapshot-before-crash", 0.3, "chance that the node is made to take a snapshot just before a crash; negative disables")
 	f.Uint64Var(&cfg.NodeSnapshotThreshold, "node-snapshot-threshold", 8, "the local node's --snapshot-threshold (low, so that runs snapshot, restore and truncate the log)")
 	f.DurationVar(&cfg.NodeSnapshotInterval, "node-snapshot-interval", 200*time.Millisecond, "the local node's --snapshot-interval")
-	f.Var(newWordsValue(&cfg.WorkerCommand), "worker-cmd", "command that runs a worker in another language, given --spec JSON (docs/torture.md), e.g. 'python3 -m fenced.torture_worker'")
+	f.Var(newWordsValue(&cfg.WorkerCommand), "worker-cmd", "command that runs a worker in another language, given --spec JSON (docs/torture.md), e.g. 'python3 sdk/python/torture/worker.py'")
 	f.IntVar(&cfg.WorkerCommandWorkers, "worker-cmd-workers", 0, "how many of the workers run --worker-cmd, the others being Go workers (0: all)")
 	f.StringSliceVar(&cfg.Failpoints, "failpoints", nil, "mutants to switch on in the local node (needs a binary built with -tags fenced_failpoints); the run must then fail")
 	f.BoolVar(&cfg.NoCrashes, "no-crashes", false, "do not crash the node")

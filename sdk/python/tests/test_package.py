@@ -21,7 +21,12 @@ def test_builds_offline(tmp_path):
     wheel = next(w for w in out.stdout.split() if w.endswith(".whl"))
     sdist = next(w for w in out.stdout.split() if w.endswith(".tar.gz"))
     names = zipfile.ZipFile(dist / wheel).namelist()
-    for module in ("fenced/client.py", "fenced/aio.py", "fenced/guards/postgres.py", "fenced/guards/redis.py",
-                   "fenced/torture_worker.py"):
+    for module in ("fenced/client.py", "fenced/aio.py", "fenced/guards/postgres.py", "fenced/guards/postgres_async.py",
+                   "fenced/guards/redis.py", "fenced/_wire.py", "fenced/py.typed"):
         assert module in names
+    # Test harness stays in the repository: no torture worker, no mutant switch.
+    assert not [n for n in names if "torture" in n], names
+    for n in names:
+        if n.endswith(".py"):
+            assert b"FENCED_TORTURE_MUTANT" not in zipfile.ZipFile(dist / wheel).read(n), n
     assert sdist.endswith(".tar.gz")

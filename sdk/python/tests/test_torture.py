@@ -9,6 +9,8 @@ import pytest
 
 import conftest
 
+WORKER = os.path.join(conftest.SDK, "torture", "worker.py")
+
 pytestmark = pytest.mark.skipif(os.environ.get("FENCED_LONG") != "1", reason="long: runs with FENCED_LONG=1")
 
 
@@ -32,7 +34,7 @@ def torture(fencectl, tmp_path, mutant: bool):
         env["FENCED_TORTURE_MUTANT"] = "deadline-from-answer"
     out = tmp_path / "run"
     cmd = [str(fencectl), "torture", "--duration", "20s", "--out", str(out), "--postgres", conftest.POSTGRES,
-           "--worker-cmd", f"{sys.executable} -m fenced.torture_worker", "--worker-cmd-workers", "3"]
+           "--worker-cmd", f"{sys.executable} {WORKER}", "--worker-cmd-workers", "3"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     summary = json.loads((out / "summary.json").read_text())
     return p, summary

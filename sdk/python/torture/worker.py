@@ -1,4 +1,4 @@
-"""A torture worker in Python: `fencectl torture --worker-cmd 'python3 -m fenced.torture_worker'`.
+"""A torture worker in Python: `fencectl torture --worker-cmd '/usr/bin/python3 sdk/python/torture/worker.py'`.
 
 It follows the worker protocol of docs/torture.md: read the spec JSON
 given after --spec, run the Go worker's loop (acquire a random key, make
@@ -28,11 +28,15 @@ import threading
 import time
 import urllib.parse
 
-from . import errors as E
-from ._core import _int
-from .client import Client
-from .guards.http import fencing_headers, stale_from
-from .guards.postgres import PostgresGuard
+# Test harness, not part of the fenced package: run from a clone, it uses the
+# package beside it (sdk/python/fenced).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from fenced import errors as E  # noqa: E402
+from fenced._core import _int  # noqa: E402
+from fenced.client import Client  # noqa: E402
+from fenced.guards.http import fencing_headers, stale_from  # noqa: E402
+from fenced.guards.postgres import PostgresGuard  # noqa: E402
 
 NS = 1_000_000_000
 
@@ -152,7 +156,7 @@ class LeaseRecorder:
             return
         err = f"{code}: {message}"
         if code == "failed_precondition":
-            from ._wire import error_from_body
+            from fenced._wire import error_from_body
 
             held = error_from_body(body)
             if isinstance(held, E.Held):
@@ -351,7 +355,7 @@ def _refused(e: OSError) -> bool:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] != "--spec":
-        print("usage: python3 -m fenced.torture_worker --spec JSON", file=sys.stderr)
+        print("usage: python3 sdk/python/torture/worker.py --spec JSON", file=sys.stderr)
         return 2
     w = Worker(json.loads(argv[1]))
     signal.signal(signal.SIGTERM, lambda *_: w.stop.set())
