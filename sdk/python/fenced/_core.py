@@ -23,7 +23,7 @@ from typing import (Any, AsyncIterator, Awaitable, Callable, Coroutine, Dict, Li
 
 from . import _wire
 from . import errors as E
-from ._transport import CLUSTER_ID_HEADER, Endpoint, Pin, frames, log
+from ._transport import CLUSTER_ID_HEADER, Body, Endpoint, Pin, frames, log
 
 __all__ = ["CLUSTER_ID_HEADER", "Config", "Endpoint", "Endpoints", "Event", "LeaseCore", "LeaseInfo", "Pin",
            "Session", "info_from"]
@@ -503,18 +503,19 @@ class Session:
         while True:
             opened = {"i": 0}
 
-            async def open_one(ep: Endpoint) -> Tuple[asyncio.StreamWriter, Any]:
+            async def open_one(ep: Endpoint) -> Tuple[asyncio.StreamWriter, Body]:
                 opened["i"] = self.eps.eps.index(ep)
                 return await ep.stream(SERVICE + "Watch", {"prefix": prefix, "afterRevision": str(after),
                                                            "rejections": rejections})
 
             w, body = await self.eps.do(open_one, None)
             err: Optional[BaseException] = None
+            stream = frames(body)
             try:
                 if broken and after == 0:
                     yield Event("RESYNC", None, 0)
                 try:
-                    async for flags, payload in frames(body):
+                    async for flags, payload in stream:
                         msg = _wire.decode_message(payload)
                         if flags & _wire.END_STREAM:
                             if isinstance(msg.get("error"), dict):
@@ -534,6 +535,7 @@ class Session:
                     err = e
             finally:
                 w.close()
+                await stream.aclose()  # not left to the garbage collector
             broken += 1
             if n == 1 and err is None:
                 return

@@ -12,7 +12,7 @@ import json
 import logging
 import ssl as _ssl
 import urllib.parse
-from typing import TYPE_CHECKING, Any, AsyncIterator, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, AsyncGenerator, List, Mapping, Optional, Set, Tuple
 
 from . import _wire
 from . import errors as E
@@ -107,7 +107,7 @@ class Body:
             out += piece
 
 
-async def frames(body: Body) -> AsyncIterator[Tuple[int, bytes]]:
+async def frames(body: Body) -> AsyncGenerator[Tuple[int, bytes], None]:
     """The Connect envelopes of a stream's body, as (flags, payload).
 
     Ends after the end-of-stream envelope; raises Unavailable if the stream
