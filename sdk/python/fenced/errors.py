@@ -199,6 +199,15 @@ class CorruptToken(FencedError):
     code = "corrupt_token"
 
 
+class CommitUnknown(FencedError):
+    """A guarded commit failed without the database saying it aborted the
+    transaction (Go: fencesql.ErrCommitUnknown): the connection broke while
+    COMMIT ran. The writes and the token are committed together or not at
+    all; which, only reading the data tells. Never retried by the guard."""
+
+    code = "commit_unknown"
+
+
 class RowNotFound(FencedError):
     """RowFence.update found no row with the id (Go: fencesql.ErrRowNotFound)."""
 

@@ -215,3 +215,110 @@ def test_with_a_real_aio_lease(server, key, table):
                 new.check()
 
     asyncio.run(main())
+
+
+class _Cursor:
+    rowcount = 1
+
+    def __init__(self):
+        self.sql = []
+
+    def execute(self, sql, params=None):
+        self.sql.append(sql)
+
+    def fetchone(self):
+        return None  # no row yet: the guard inserts one
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+class _ACursor(_Cursor):
+    async def execute(self, sql, params=None):
+        self.sql.append(sql)
+
+    async def fetchone(self):
+        return None
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return None
+
+
+class _Commit:
+    """A transaction whose COMMIT fails with err (a psycopg 3 connection's transaction())."""
+
+    def __init__(self, err):
+        self.err = err
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            raise self.err
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb):
+        self.__exit__(exc_type, exc, tb)
+
+
+class _Conn:
+    pgconn = object()  # a psycopg 3 connection, as the sync guard tells them
+
+    def __init__(self, err, cursor):
+        self.err, self.cur = err, cursor
+
+    def transaction(self):
+        return _Commit(self.err)
+
+    def cursor(self):
+        return self.cur
+
+
+def _commit_errors():
+    import psycopg
+
+    broken = psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly")
+
+    class Serialization(psycopg.errors.SerializationFailure):
+        pass
+
+    return broken, Serialization("could not serialize access")
+
+
+def test_a_commit_that_fails_unanswered_is_commit_unknown():
+    """guard-spec section 2: only the database aborting the transaction is a certain
+    rollback; a COMMIT whose connection broke has an unknown outcome."""
+    broken, serialization = _commit_errors()
+    assert serialization.sqlstate == "40001"
+    sync = PostgresGuard()
+    with pytest.raises(fenced.CommitUnknown) as e:
+        sync.do(_Conn(broken, _Cursor()), "s", 3, lambda cur: None)
+    assert e.value.__cause__ is broken
+    with pytest.raises(type(serialization)):
+        sync.do(_Conn(serialization, _Cursor()), "s", 3, lambda cur: None)
+
+    async def main():
+        g = AsyncPostgresGuard()
+        with pytest.raises(fenced.CommitUnknown):
+            await g.do(_Conn(broken, _ACursor()), "s", 3, nothing)
+        with pytest.raises(type(serialization)):
+            await g.do(_Conn(serialization, _ACursor()), "s", 3, nothing)
+
+        async def boom(cur):
+            raise psycopg.OperationalError("the write failed")  # before COMMIT: a certain rollback
+
+        import psycopg
+
+        with pytest.raises(psycopg.OperationalError):
+            await g.do(_Conn(broken, _ACursor()), "s", 3, boom)
+
+    asyncio.run(main())

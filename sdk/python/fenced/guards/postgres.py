@@ -16,8 +16,9 @@ StaleToken carries the highest read from the table; token 0 raises
 NoToken, a token above 2**63-1 TokenOutOfRange, a bad scope InvalidScope,
 all before any statement.
 
-Non-guarantees: a commit whose connection broke has an unknown outcome (the
-writes and the token together, or neither). A stale rejection leaves the
+Non-guarantees: a commit that fails without the database saying it aborted
+the transaction (the connection broke) raises CommitUnknown: the writes and
+the token are committed together, or neither. A stale rejection leaves the
 caller's transaction to roll back (do() does it).
 """
 
@@ -29,7 +30,7 @@ from typing import Any, Callable, List, Optional
 
 from .. import _scope
 from ..sign import Verifier, verify
-from ..errors import (CorruptToken, Duplicate, FencedError, InvalidArgument, InvalidSequence, RowNotFound,
+from ..errors import (CommitUnknown, CorruptToken, Duplicate, FencedError, InvalidArgument, InvalidSequence, RowNotFound,
                       SequenceGap, StaleToken, TokenOutOfRange)
 from . import Decision, lease_owner, lost
 
@@ -90,6 +91,18 @@ def retryable(err: BaseException) -> bool:
     """Whether the database aborted the transaction for contention (run it again)."""
     code = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
     return code in RETRYABLE_SQLSTATES
+
+
+def commit_failed(scope: str, tok: int, err: Exception) -> Exception:
+    """What a failed COMMIT raises (docs/guard-spec.md, section 2): the database
+    aborting the transaction for contention is a certain rollback (err as is);
+    anything else leaves the outcome unknown (CommitUnknown)."""
+    if retryable(err):
+        return err
+    e = CommitUnknown(f"fencesql: commit of scope {scope!r} token {tok} failed ({type(err).__name__}: {err}); "
+                      "the writes and the token are both committed or both not")
+    e.__cause__ = err
+    return e
 
 
 def _is_psycopg3(conn: Any) -> bool:
@@ -261,22 +274,30 @@ class PostgresGuard:
 
     def _attempt(self, conn: Any, scope: str, tok: int, fn: Callable[[Any], Any], owner: str, seq: int = 0) -> Any:
         highest = None
+        committing = False
         if _is_psycopg3(conn):
             try:
-                with conn.transaction(), conn.cursor() as cur:
-                    highest = self._check(cur, scope, tok, seq)
-                    result = fn(cur)
+                with conn.transaction():
+                    with conn.cursor() as cur:
+                        highest = self._check(cur, scope, tok, seq)
+                        result = fn(cur)
+                    committing = True  # the transaction's exit commits
             except StaleToken as e:
                 self._observe(scope, tok, e.highest, False, owner)
                 raise
             except Duplicate:
                 self._observe_duplicate(scope, tok, owner)
                 raise
+            except Exception as e:
+                if committing:
+                    raise commit_failed(scope, tok, e) from e
+                raise
         else:
             try:
                 with conn.cursor() as cur:
                     highest = self._check(cur, scope, tok, seq)
                     result = fn(cur)
+                committing = True
                 conn.commit()
             except StaleToken as e:
                 conn.rollback()
@@ -285,6 +306,11 @@ class PostgresGuard:
             except Duplicate:
                 conn.rollback()
                 self._observe_duplicate(scope, tok, owner)
+                raise
+            except Exception as e:
+                conn.rollback()
+                if committing:
+                    raise commit_failed(scope, tok, e) from e
                 raise
             except BaseException:
                 conn.rollback()

@@ -15,8 +15,10 @@ Guarantees and non-guarantees are PostgresGuard's: the scope's row is
 locked (SELECT ... FOR UPDATE) in the transaction that carries the
 caller's writes, so they commit together with the raised highest token or
 not at all; StaleToken, NoToken, TokenOutOfRange, InvalidScope and
-InvalidSequence are raised before anything is written; a commit whose
-connection broke has an unknown outcome.
+InvalidSequence are raised before anything is written; a commit that
+fails without the database saying it aborted the transaction raises
+CommitUnknown (a task cancelled while COMMIT runs gets CancelledError, and
+the outcome is just as unknown).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .. import _scope
 from ..errors import CorruptToken, Duplicate, FencedError, SequenceGap, StaleToken
 from ..sign import Verifier, verify
 from . import Decision, lease_owner, lost
-from .postgres import SEQUENCE_COLUMNS, PostgresGuard, migrate_sequence_sql, quote_table, retryable, sql_token
+from .postgres import SEQUENCE_COLUMNS, PostgresGuard, commit_failed, migrate_sequence_sql, quote_table, retryable, sql_token
 
 T = TypeVar("T")
 
@@ -156,16 +158,22 @@ class AsyncPostgresGuard:
 
     async def _attempt(self, conn: Any, scope: str, tok: int, fn: Callable[[Any], Awaitable[T]], owner: str,
                        seq: int) -> T:
+        committing = False
         try:
             async with conn.transaction():
                 async with conn.cursor() as cur:
                     highest = await self._check(cur, scope, tok, seq)
                     result = await fn(cur)
+                committing = True  # the transaction's exit commits
         except StaleToken as e:
             self._observe(Decision(scope, tok, e.highest, False, owner))
             raise
         except Duplicate:
             self._observe(Decision(scope, tok, tok, False, owner, duplicate=True))
+            raise
+        except Exception as e:
+            if committing:
+                raise commit_failed(scope, tok, e) from e
             raise
         self._observe(Decision(scope, tok, highest, True, owner))
         return result
