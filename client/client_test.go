@@ -34,7 +34,7 @@ func TestLostWhenRenewalRefused(t *testing.T) {
 	t.Parallel()
 	renewPaths(t, func(t *testing.T, unary bool) {
 		srv := fencedtest.Start(t)
-		c := renewClient(t, srv, unary, client.Config{TTL: 600 * time.Millisecond})
+		c := renewClient(t, srv, unary, realTimeRenewals(client.Config{}))
 		ctx := context.Background()
 		l, err := c.Acquire(ctx, "jobs/1")
 		if err != nil {

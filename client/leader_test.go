@@ -140,7 +140,7 @@ func TestRenewalStreamFollowsTheLeader(t *testing.T) {
 	var once sync.Once
 	answer := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(answer) // before the servers close, which waits for handlers
-	c, err := client.New(client.Config{Endpoints: []string{nodes[0].URL, nodes[1].URL}, TTL: 600 * time.Millisecond})
+	c, err := client.New(realTimeRenewals(client.Config{Endpoints: []string{nodes[0].URL, nodes[1].URL}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,9 +151,9 @@ func TestRenewalStreamFollowsTheLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	renewedTimes(t, []*client.Lease{l}, 2, 200*time.Millisecond)
+	renewedTimes(t, []*client.Lease{l}, 2, renewEvery)
 	answer()
-	renewedTimes(t, []*client.Lease{l}, 4, 200*time.Millisecond)
+	renewedTimes(t, []*client.Lease{l}, 4, renewEvery)
 	if a, b := nodes[0].count(fencedv1connect.LeaseServiceKeepAliveProcedure), nodes[1].count(fencedv1connect.LeaseServiceKeepAliveProcedure); a != 1 || b != 1 {
 		t.Errorf("streams: %d at the follower, %d at the leader; want one each (it moved)", a, b)
 	}

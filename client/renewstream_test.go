@@ -73,6 +73,23 @@ func (cs *countingServer) count(procedure string) int {
 	return cs.calls[procedure]
 }
 
+// realTimeRenewals returns cfg set for tests that watch leases renew in
+// real time against a real server: a renewal every 200ms, so that the test
+// sees several quickly, but a TTL and a request timeout long enough that a
+// loaded machine's stalls cost neither a lease nor a renewal stream. A
+// process that gets no CPU for a few hundred milliseconds is common at a
+// load of 15 on two cores; with a 600ms TTL the local deadline then passes
+// before the next renewal goes out, and the client is right to lose the
+// lease. What these tests check is how renewals travel, which needs no
+// short TTL; the deadlines themselves are tested under synctest.
+func realTimeRenewals(cfg client.Config) client.Config {
+	cfg.TTL, cfg.RenewInterval, cfg.RequestTimeout = time.Minute, renewEvery, 20*time.Second
+	return cfg
+}
+
+// renewEvery is the renewal interval of realTimeRenewals.
+const renewEvery = 200 * time.Millisecond
+
 // renewedTimes waits until every lease's deadline has moved past its
 // first one by n renewal intervals, failing if one is lost.
 func renewedTimes(t *testing.T, leases []*client.Lease, n int, interval time.Duration) {
@@ -98,7 +115,7 @@ func TestLeasesRenewOverOneStream(t *testing.T) {
 	t.Parallel()
 	srv := fencedtest.Start(t)
 	cs := newCountingServer(t, srv)
-	c, err := client.New(client.Config{Endpoint: cs.URL, TTL: 600 * time.Millisecond})
+	c, err := client.New(realTimeRenewals(client.Config{Endpoint: cs.URL}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +130,7 @@ func TestLeasesRenewOverOneStream(t *testing.T) {
 		defer l.Release(ctx)
 		leases = append(leases, l)
 	}
-	renewedTimes(t, leases, 3, 200*time.Millisecond)
+	renewedTimes(t, leases, 3, renewEvery)
 	if n := cs.count(fencedv1connect.LeaseServiceRenewProcedure); n != 0 {
 		t.Errorf("%d Renew calls, want none: the leases should renew over the stream", n)
 	}
@@ -131,7 +148,7 @@ func TestLeasesFallBackToUnaryRenew(t *testing.T) {
 	cs := newCountingServer(t, srv)
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	c, err := client.New(client.Config{Endpoint: cs.URL, TTL: 600 * time.Millisecond, HTTPClient: &http.Client{Transport: tr}})
+	c, err := client.New(realTimeRenewals(client.Config{Endpoint: cs.URL, HTTPClient: &http.Client{Transport: tr}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +256,7 @@ func TestStreamFailsOverBetweenEndpoints(t *testing.T) {
 	t.Parallel()
 	srv := fencedtest.Start(t)
 	first, second := newCountingServer(t, srv), newCountingServer(t, srv)
-	c, err := client.New(client.Config{Endpoints: []string{first.URL, second.URL}, TTL: 600 * time.Millisecond})
+	c, err := client.New(realTimeRenewals(client.Config{Endpoints: []string{first.URL, second.URL}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +267,7 @@ func TestStreamFailsOverBetweenEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	renewedTimes(t, []*client.Lease{l}, 2, 200*time.Millisecond)
+	renewedTimes(t, []*client.Lease{l}, 2, renewEvery)
 	// Both endpoints say they lead (they serve the same node): the stream
 	// is at either.
 	from, to := first, second
@@ -262,8 +279,20 @@ func TestStreamFailsOverBetweenEndpoints(t *testing.T) {
 	}
 	from.CloseClientConnections()
 	from.Close()
-	// The stream reopens after a pause of a second.
-	renewedTimes(t, []*client.Lease{l}, 9, 200*time.Millisecond)
+	// The stream reopens there after a pause (of a second: the pauses are
+	// timed under synctest in TestBrokenStreamFallsBackToUnary), and the
+	// lease renews on.
+	for start := time.Now(); to.count(fencedv1connect.LeaseServiceKeepAliveProcedure) == 0; {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("no stream at the other endpoint after 30s")
+		}
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost while failing over: %v", l.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	renewedTimes(t, []*client.Lease{l}, 2, renewEvery)
 	if n := to.count(fencedv1connect.LeaseServiceKeepAliveProcedure); n != 1 {
 		t.Errorf("%d streams at the other endpoint, want 1", n)
 	}
