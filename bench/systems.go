@@ -83,7 +83,7 @@ func (s *fencedSystem) dial(ctx context.Context) (conn, error) {
 		return nil, err
 	}
 	// Open the connection now, so that no run times a dial.
-	if _, _, _, err := c.Get(ctx, "fencedbench/warmup"); err != nil {
+	if _, err := c.Get(ctx, "fencedbench/warmup"); err != nil {
 		c.CloseIdleConnections()
 		return nil, fmt.Errorf("fenced warm-up: %w", err)
 	}

@@ -442,21 +442,33 @@ func (c *Client) Release(ctx context.Context, key, id string) error {
 	return fmt.Errorf("release %q: %w", key, err)
 }
 
-// Get returns the current lease of key (ok=false when free) and the last
-// token issued for it.
-func (c *Client) Get(ctx context.Context, key string) (info Info, ok bool, lastToken uint64, err error) {
+// GetResult is what Get found for a key.
+type GetResult struct {
+	// Lease is the key's current lease; nil when the key is free.
+	Lease *Info
+	// LastToken is the last token issued for the key, held or not (0 when
+	// none ever was): the token a guard may still see from a holder that
+	// lost the key.
+	LastToken uint64
+}
+
+// Get returns the current lease of key, if any, and the last token issued
+// for it.
+func (c *Client) Get(ctx context.Context, key string) (*GetResult, error) {
 	var resp *connect.Response[fencedv1.GetResponse]
-	err = c.eps.do(ctx, func(ep endpoint) (err error) {
+	err := c.eps.do(ctx, func(ep endpoint) (err error) {
 		resp, err = ep.rpc.Get(ctx, connect.NewRequest(&fencedv1.GetRequest{Key: key}))
 		return err
 	})
 	if err != nil {
-		return Info{}, false, 0, fmt.Errorf("get %q: %w", key, fromRPC(err))
+		return nil, fmt.Errorf("get %q: %w", key, fromRPC(err))
 	}
+	r := &GetResult{LastToken: resp.Msg.GetLastToken()}
 	if l := resp.Msg.GetLease(); l != nil {
-		info, ok = infoFromProto(l), true
+		info := infoFromProto(l)
+		r.Lease = &info
 	}
-	return info, ok, resp.Msg.GetLastToken(), nil
+	return r, nil
 }
 
 // List returns up to limit current leases under prefix, sorted by key

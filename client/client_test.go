@@ -64,15 +64,15 @@ func TestLostReportedByGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := &fence.StaleTokenError{Scope: "jobs/2", Presented: l.Token(), Highest: l.Token() + 1}
-	l.Lost(stale)
+	l.MarkLost(stale)
 	waitDone(t, l, time.Second)
 	if err := context.Cause(l.Context()); !errors.Is(err, client.ErrLost) || !errors.Is(err, fence.ErrStaleToken) {
 		t.Fatalf("cause = %v, want ErrLost and ErrStaleToken", err)
 	}
-	// The client does not re-acquire on its own (Lost releases in the
+	// The client does not re-acquire on its own (MarkLost releases in the
 	// background, see TestLostReleasesOnServer).
-	if info, ok, _, err := c.Get(ctx, "jobs/2"); err != nil || (ok && info.Token != l.Token()) {
-		t.Fatalf("after Lost: %+v %v %v", info, ok, err)
+	if got, err := c.Get(ctx, "jobs/2"); err != nil || (got.Lease != nil && got.Lease.Token != l.Token()) {
+		t.Fatalf("after MarkLost: %+v %v", got, err)
 	}
 }
 
@@ -92,9 +92,9 @@ func TestOrphanKeepsLeaseOnServer(t *testing.T) {
 	}
 	// Orphan neither renews nor releases: the server still shows the
 	// lease, which another process can renew with its ID.
-	info, ok, _, err := c.Get(ctx, "jobs/4")
-	if err != nil || !ok || info.Token != l.Token() {
-		t.Fatalf("after Orphan: %+v %v %v", info, ok, err)
+	got, err := c.Get(ctx, "jobs/4")
+	if err != nil || got.Lease == nil || got.Lease.Token != l.Token() {
+		t.Fatalf("after Orphan: %+v %v", got, err)
 	}
 	if _, err := c.Renew(ctx, l.Key(), l.ID()); err != nil {
 		t.Fatalf("renewal of the orphaned lease by ID: %v", err)
@@ -131,9 +131,9 @@ func TestRenewalKeepsTokenPastTTL(t *testing.T) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		info, ok, _, err := c.Get(ctx, "jobs/3")
-		if err != nil || !ok || info.Token != l.Token() || info.ID != "" {
-			t.Fatalf("after renewals: %+v %v %v, want token %d", info, ok, err, l.Token())
+		got, err := c.Get(ctx, "jobs/3")
+		if err != nil || got.Lease == nil || got.Lease.Token != l.Token() || got.Lease.ID != "" {
+			t.Fatalf("after renewals: %+v %v, want token %d", got, err, l.Token())
 		}
 	})
 }

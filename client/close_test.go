@@ -37,7 +37,7 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 		leases = append(leases, l)
 	}
 	// Its release hangs until RequestTimeout, and Close waits for it.
-	leases[0].Lost(errors.New("stale"))
+	leases[0].MarkLost(errors.New("stale"))
 
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

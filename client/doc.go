@@ -11,7 +11,7 @@
 //
 // A lease's [Lease.Context] is cancelled the moment the client can no
 // longer be sure it holds the lease: a renewal was refused, the local
-// deadline passed without a successful renewal, [Lease.Lost] was called
+// deadline passed without a successful renewal, [Lease.MarkLost] was called
 // (for example by a guard's transport after a stale-token rejection), the
 // lease was released, or the client was closed. [context.Cause] of that
 // context says which, and matches [ErrLost] unless the lease was released.

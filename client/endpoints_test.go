@@ -42,8 +42,8 @@ func TestEndpointsFailOver(t *testing.T) {
 	if err != nil || info.Token != l.Token() {
 		t.Fatalf("renew: %v %v", info, err)
 	}
-	if _, ok, last, err := c.Get(ctx, "ep/a"); err != nil || !ok || last != l.Token() {
-		t.Fatalf("get: %v %v %v", ok, last, err)
+	if got, err := c.Get(ctx, "ep/a"); err != nil || got.Lease == nil || got.LastToken != l.Token() {
+		t.Fatalf("get: %+v %v", got, err)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("release: %v", err)
@@ -63,7 +63,7 @@ func TestEndpointsAllDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, _, _, err = c.Get(context.Background(), "k")
+	_, err = c.Get(context.Background(), "k")
 	if !errors.Is(err, client.ErrUnavailable) {
 		t.Fatalf("get with every endpoint down: %v, want ErrUnavailable", err)
 	}

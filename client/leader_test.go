@@ -71,7 +71,7 @@ func TestCallsGoToTheLeader(t *testing.T) {
 	// The first call starts the search and goes to the first endpoint.
 	testutil.Eventually(t, 5*time.Second, func() error {
 		before := nodes[2].calls.Load()
-		if _, _, _, err := c.Get(ctx, "leader/1"); err != nil {
+		if _, err := c.Get(ctx, "leader/1"); err != nil {
 			return err
 		}
 		if nodes[2].calls.Load() == before {
@@ -92,7 +92,7 @@ func TestCallsGoToTheLeader(t *testing.T) {
 	nodes[2].Close()
 	testutil.Eventually(t, 5*time.Second, func() error {
 		before := nodes[1].calls.Load()
-		if _, _, _, err := c.Get(ctx, "leader/1"); err != nil {
+		if _, err := c.Get(ctx, "leader/1"); err != nil {
 			return err
 		}
 		if nodes[1].calls.Load() == before {

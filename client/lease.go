@@ -89,7 +89,7 @@ func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
 func (l *Lease) Err() error { return context.Cause(l.ctx) }
 
 // Deadline returns the local conservative deadline: the lease is certainly
-// held until then unless Lost is called or a renewal is refused. It is the
+// held until then unless MarkLost is called or a renewal is refused. It is the
 // send time of the last successful renewal (or of the acquisition) plus
 // the TTL less the drift margin; see Config.ClockDrift.
 func (l *Lease) Deadline() time.Time {
@@ -98,22 +98,27 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
-// Lost marks the lease as lost, for example after a resource rejected its
+// MarkLost marks the lease as lost, for example after a resource rejected its
 // token as stale. Its context is cancelled with a cause matching ErrLost and
 // err. The lease stops renewing and is released in the background, as
-// after every local loss (see lose); Lost does not wait for that.
-func (l *Lease) Lost(err error) {
+// after every local loss (see lose); MarkLost does not wait for that.
+func (l *Lease) MarkLost(err error) {
 	if err == nil {
 		err = errors.New("reported lost")
 	}
 	l.lose(err)
 }
 
+// Lost is the old name of MarkLost.
+//
+// Deprecated: use MarkLost; Lost read like a query.
+func (l *Lease) Lost(err error) { l.MarkLost(err) }
+
 // Orphan stops renewing the lease and cancels its context (the cause
 // matches ErrLost) without releasing it: the server keeps the lease until
 // its TTL runs out. It is for handing the lease ID to another process, and
 // for tests and benchmarks that stand in for a holder that stopped
-// (paused, partitioned or crashed). Everyone else wants Release or Lost.
+// (paused, partitioned or crashed). Everyone else wants Release or MarkLost.
 func (l *Lease) Orphan() {
 	if l.halt() {
 		l.cancel(fmt.Errorf("%w: %q token %d: orphaned, no longer renewed", ErrLost, l.info.Key, l.info.Token))

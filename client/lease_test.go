@@ -120,9 +120,9 @@ func TestWaitedAcquireLongerThanTTLServer(t *testing.T) {
 			t.Fatalf("lease lost after the wait: %v", lb.Err())
 		case <-time.After(1500 * time.Millisecond):
 		}
-		info, ok, _, err := b.Get(ctx, "wait/1")
-		if err != nil || !ok || info.Token != lb.Token() {
-			t.Fatalf("server shows %+v %v %v, want b's token %d", info, ok, err, lb.Token())
+		got, err := b.Get(ctx, "wait/1")
+		if err != nil || got.Lease == nil || got.Lease.Token != lb.Token() {
+			t.Fatalf("server shows %+v %v, want b's token %d", got, err, lb.Token())
 		}
 	})
 }
@@ -166,7 +166,7 @@ func TestWithTTLRenewInterval(t *testing.T) {
 	})
 }
 
-// After Lost, the client releases the lease in the background, so the key
+// After MarkLost, the client releases the lease in the background, so the key
 // frees long before its TTL runs out.
 func TestLostReleasesOnServer(t *testing.T) {
 	t.Parallel()
@@ -201,7 +201,7 @@ func TestLostReleasesOnServer(t *testing.T) {
 			}
 		}
 	}
-	l.Lost(errors.New("stale"))
+	l.MarkLost(errors.New("stale"))
 	for released := false; !released; {
 		select {
 		case e := <-events:
@@ -212,15 +212,15 @@ func TestLostReleasesOnServer(t *testing.T) {
 				released = true
 			}
 		case <-ctx.Done():
-			t.Fatal("the key was not released after Lost")
+			t.Fatal("the key was not released after MarkLost")
 		}
 	}
-	if _, ok, _, err := c.Get(ctx, "lost/1"); err != nil || ok {
-		t.Fatalf("after Lost: held=%v err=%v, want free", ok, err)
+	if got, err := c.Get(ctx, "lost/1"); err != nil || got.Lease != nil {
+		t.Fatalf("after MarkLost: %+v err=%v, want free", got, err)
 	}
 }
 
-// A loss by deadline releases in the background too; Lost never waits for
+// A loss by deadline releases in the background too; MarkLost never waits for
 // the release, which gives up after RequestTimeout.
 func TestLocalLossReleasesInBackground(t *testing.T) {
 	t.Parallel()
@@ -234,9 +234,9 @@ func TestLocalLossReleasesInBackground(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := time.Now()
-			l.Lost(errors.New("stale"))
+			l.MarkLost(errors.New("stale"))
 			if !time.Now().Equal(before) {
-				t.Fatalf("Lost blocked for %v", time.Since(before))
+				t.Fatalf("MarkLost blocked for %v", time.Since(before))
 			}
 			if !errors.Is(l.Err(), client.ErrLost) {
 				t.Fatalf("cause %v, want ErrLost", l.Err())

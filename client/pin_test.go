@@ -87,9 +87,9 @@ func TestClusterPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		info, ok, last, err := c.Get(ctx, "pin/k")
+		got, err := c.Get(ctx, "pin/k")
 		if err == nil {
-			t.Fatalf("get %d with a gone: answered by the other cluster: %+v held %v, last token %d (a's was %d)", i, info, ok, last, first)
+			t.Fatalf("get %d with a gone: answered by the other cluster: %+v, last token %d (a's was %d)", i, got.Lease, got.LastToken, first)
 		}
 		if !errors.Is(err, client.ErrUnavailable) {
 			t.Fatalf("get %d with a gone: %v, want ErrUnavailable", i, err)
@@ -142,7 +142,7 @@ func TestClusterPinnedUpFront(t *testing.T) {
 	if errors.Is(err, client.ErrAcquireUncertain) {
 		t.Errorf("acquire at another cluster reported as uncertain: %v", err)
 	}
-	_, _, _, err = c.Get(ctx, "pin/k")
+	_, err = c.Get(ctx, "pin/k")
 	check("get", err)
 	// After revision 1: b replays the acquisition above, and sends its
 	// headers with it (a stream's answer starts with its first message).
@@ -166,8 +166,8 @@ func TestClusterPinnedUpFront(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	if _, ok, _, err := c2.Get(ctx, "pin/k"); err != nil || !ok {
-		t.Errorf("get from a server without cluster IDs: held %v, %v", ok, err)
+	if got, err := c2.Get(ctx, "pin/k"); err != nil || got.Lease == nil {
+		t.Errorf("get from a server without cluster IDs: %+v, %v; want held", got, err)
 	}
 
 	if err := (client.Config{ClusterID: "not hex"}).Validate(); err == nil {

@@ -133,9 +133,9 @@ func TestAcquireCutByFailoverIsUncertain(t *testing.T) {
 		t.Errorf("uncertain error %+v", ue)
 	}
 	// The unanswered attempt was indeed granted.
-	info, ok, _, err := c.Get(ctx, "cut/a")
-	if err != nil || !ok || info.Owner != "me" {
-		t.Fatalf("get: %+v %v %v, want held by me", info, ok, err)
+	got, err := c.Get(ctx, "cut/a")
+	if err != nil || got.Lease == nil || got.Lease.Owner != "me" {
+		t.Fatalf("get: %+v %v, want held by me", got, err)
 	}
 }
 
@@ -237,8 +237,8 @@ func TestReleaseCutByFailoverIsDone(t *testing.T) {
 	if !errors.Is(l.Err(), client.ErrReleased) {
 		t.Errorf("lease cause %v, want ErrReleased", l.Err())
 	}
-	if _, ok, _, err := c.Get(ctx, "cut/release"); err != nil || ok {
-		t.Fatalf("get after release: held=%v err=%v, want free", ok, err)
+	if got, err := c.Get(ctx, "cut/release"); err != nil || got.Lease != nil {
+		t.Fatalf("get after release: %+v err=%v, want free", got, err)
 	}
 	// A Release that reached the server and found the lease gone is still
 	// ErrNotHeld: the answer was seen, not lost.

@@ -80,13 +80,13 @@
 //
 // # Leases
 //
-// [Lease] is the holder's side of a lease (key, token, Lost); *client.Lease
+// [Lease] is the holder's side of a lease (key, token, MarkLost); *client.Lease
 // satisfies it. Every guard has a lease-taking form beside its token-taking
 // one ([DoLease] here and [Memory.DoLease]; fencebolt.Guard.DoLease and
 // DoTxLease; fencesql.Guard.DoLease; fenceredis.Guard.WithLease; the fencehttp and
 // fenceconnect client halves take a Lease too). It uses the lease's key as
 // the scope and its token, and when the token is stale it calls the lease's
-// Lost before returning the rejection, so the holder's context is cancelled
+// MarkLost before returning the rejection, so the holder's context is cancelled
 // and it cannot forget to stop (invariant I7). The token-taking forms are
 // for callers without such a lease, such as a service that read a token from
 // a request.

@@ -15,7 +15,7 @@ import (
 // forget to give up its authority. The token-taking calls stay for callers
 // without such a lease (a token read from a request header, say).
 //
-// Implementations must be safe for concurrent use. Lost may be called more
+// Implementations must be safe for concurrent use. MarkLost may be called more
 // than once (once per stale answer) and must be cheap and non-blocking; it
 // is called on the goroutine that made the call.
 type Lease interface {
@@ -23,16 +23,16 @@ type Lease interface {
 	Key() string
 	// Token returns the fencing token of the lease.
 	Token() uint64
-	// Lost marks authority as lost and cancels the lease's context.
-	Lost(err error)
+	// MarkLost marks authority as lost and cancels the lease's context.
+	MarkLost(err error)
 }
 
-// ReportStale calls l.Lost(err) if err is a stale-token rejection (it
+// ReportStale calls l.MarkLost(err) if err is a stale-token rejection (it
 // matches ErrStaleToken), and returns err unchanged. Every lease-taking call
 // of the guards ends with it; use it after guards of your own.
 func ReportStale(l Lease, err error) error {
 	if err != nil && errors.Is(err, ErrStaleToken) {
-		l.Lost(err)
+		l.MarkLost(err)
 	}
 	return err
 }
@@ -103,7 +103,7 @@ func DoLease(ctx context.Context, g Guard, l Lease, apply func(ctx context.Conte
 }
 
 // DoLease is Do for a lease: the lease's key is the scope, its token the
-// token, and a stale rejection calls l.Lost (see the package-level DoLease).
+// token, and a stale rejection calls l.MarkLost (see the package-level DoLease).
 func (m *Memory) DoLease(ctx context.Context, l Lease, apply func(ctx context.Context) error) error {
 	return DoLease(ctx, m, l, apply)
 }

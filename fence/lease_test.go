@@ -23,7 +23,7 @@ type testLease struct {
 
 func (l *testLease) Key() string   { return l.key }
 func (l *testLease) Token() uint64 { return l.token }
-func (l *testLease) Lost(err error) {
+func (l *testLease) MarkLost(err error) {
 	l.mu.Lock()
 	l.lost = append(l.lost, err)
 	l.mu.Unlock()
@@ -37,7 +37,7 @@ func (l *testLease) losses() []error {
 
 // TestDoLease checks the lease-taking forms of the in-process guards: the
 // lease's key and token are used, a stale rejection (the guard's, or one
-// returned by apply) reaches Lost, and nothing else does.
+// returned by apply) reaches MarkLost, and nothing else does.
 func TestDoLease(t *testing.T) {
 	t.Parallel()
 	bolt, err := fencebolt.Open(filepath.Join(t.TempDir(), "g.db"), fencebolt.Config{})
@@ -82,7 +82,7 @@ func TestDoLease(t *testing.T) {
 				t.Fatalf("apply ran %d times, want 2", applied)
 			}
 			if ls := old.losses(); len(ls) != 1 || ls[0] != err {
-				t.Fatalf("old lease Lost calls %v, want [%v]", ls, err)
+				t.Fatalf("old lease MarkLost calls %v, want [%v]", ls, err)
 			}
 			boom := errors.New("boom")
 			if err := do(ctx, cur, func(context.Context) error { return boom }); !errors.Is(err, boom) {
@@ -96,7 +96,7 @@ func TestDoLease(t *testing.T) {
 				t.Fatalf("apply returning stale: %v", err)
 			}
 			if ls := cur.losses(); len(ls) != 1 {
-				t.Fatalf("stale error from apply: Lost calls %v, want 1", ls)
+				t.Fatalf("stale error from apply: MarkLost calls %v, want 1", ls)
 			}
 		})
 	}

@@ -196,11 +196,11 @@ type plainLease struct {
 	lost []error
 }
 
-func (l *plainLease) Key() string       { return "s" }
-func (l *plainLease) Token() uint64     { return 3 }
-func (l *plainLease) Lost(err error)    { l.lost = append(l.lost, err) }
-func (l *plainLease) Owner() string     { return "worker-a" }
-func (l *plainLease) Signature() string { return "k.sig" }
+func (l *plainLease) Key() string        { return "s" }
+func (l *plainLease) Token() uint64      { return 3 }
+func (l *plainLease) MarkLost(err error) { l.lost = append(l.lost, err) }
+func (l *plainLease) Owner() string      { return "worker-a" }
+func (l *plainLease) Signature() string  { return "k.sig" }
 
 // A Sequenced lease numbers every lease-taking write from 1 (a lease that
 // is not a Sequencer gets a counter), keeps its owner and signature, and a

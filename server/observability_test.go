@@ -350,8 +350,8 @@ func BenchmarkGet(b *testing.B) {
 	}
 	defer l.Release(ctx)
 	for b.Loop() {
-		if _, ok, _, err := c.Get(ctx, "bench/get"); err != nil || !ok {
-			b.Fatalf("Get: held %v, %v", ok, err)
+		if r, err := c.Get(ctx, "bench/get"); err != nil || r.Lease == nil {
+			b.Fatalf("Get: %+v, %v", r, err)
 		}
 	}
 }

@@ -44,9 +44,9 @@ func TestForcedSnapshotIsRestored(t *testing.T) {
 		t.Fatalf("snapshots restored %d, want 1", restored)
 	}
 	c = srv.Client(t, client.Config{TTL: 10 * time.Second, Owner: "w2"})
-	l, ok, last, err := c.Get(ctx, "snap/held")
-	if err != nil || !ok || l.Owner != "w1" || l.Token != held.Token() {
-		t.Fatalf("after restore: %+v %v last %d %v, want w1's lease, token %d", l, ok, last, err, held.Token())
+	got, err := c.Get(ctx, "snap/held")
+	if err != nil || got.Lease == nil || got.Lease.Owner != "w1" || got.Lease.Token != held.Token() {
+		t.Fatalf("after restore: %+v %v, want w1's lease, token %d", got, err, held.Token())
 	}
 	next, err := c.Acquire(ctx, "snap/freed")
 	if err != nil {

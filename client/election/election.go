@@ -120,11 +120,12 @@ func (e *Elections) Campaign(ctx context.Context, name, value string) (*Leadersh
 
 // Leader returns the current leader of name, or ErrNoLeader.
 func (e *Elections) Leader(ctx context.Context, name string) (Leader, error) {
-	info, ok, _, err := e.c.Get(ctx, name)
+	got, err := e.c.Get(ctx, name)
 	if err != nil {
 		return Leader{}, err
 	}
-	if !ok {
+	info := got.Lease
+	if info == nil {
 		return Leader{}, fmt.Errorf("leader of %q: %w", name, ErrNoLeader)
 	}
 	return Leader{Value: info.Owner, Token: info.Token}, nil

@@ -258,7 +258,7 @@ func TestRunLost(t *testing.T) {
 	stopped := make(chan struct{})
 	err := e.Run(context.Background(), "svc", "me", election.Callbacks{
 		OnStartedLeading: func(ctx context.Context, l *election.Leadership) {
-			l.Lease().Lost(errors.New("a guard refused the token"))
+			l.Lease().MarkLost(errors.New("a guard refused the token"))
 			<-ctx.Done()
 		},
 		OnStoppedLeading: func() { close(stopped) },

@@ -133,7 +133,7 @@ func benchOps(run string) map[string]benchOp {
 		},
 		"get": func(_ context.Context, c *client.Client, id int, rec *loadgen.Recorder) (func(context.Context), error) {
 			return timed(rec, func(ctx context.Context) error {
-				_, _, _, err := c.Get(ctx, own(id))
+				_, err := c.Get(ctx, own(id))
 				return err
 			}), nil
 		},

@@ -100,11 +100,11 @@ func TestElectExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := srv.Client(t, client.Config{})
-	_, held, last, err := c.Get(context.Background(), "elect/job")
-	if err != nil || held {
-		t.Fatalf("after the command: held %v, %v", held, err)
+	r, err := c.Get(context.Background(), "elect/job")
+	if err != nil || r.Lease != nil {
+		t.Fatalf("after the command: %+v, %v; want the key free", r, err)
 	}
-	if want := fmt.Sprintf("%d elect/job\n", last); string(got) != want {
+	if want := fmt.Sprintf("%d elect/job\n", r.LastToken); string(got) != want {
 		t.Fatalf("command saw %q, want %q", got, want)
 	}
 }
@@ -124,7 +124,7 @@ func TestElectUsage(t *testing.T) {
 		}
 	}
 	c := srv.Client(t, client.Config{})
-	if _, held, _, _ := c.Get(context.Background(), "n"); held {
+	if r, err := c.Get(context.Background(), "n"); err == nil && r.Lease != nil {
 		t.Error("a refused command campaigned")
 	}
 }

@@ -35,7 +35,7 @@ func TestRunUnderLease(t *testing.T) {
 		if string(got) != want {
 			t.Fatalf("command saw %q, want %q", got, want)
 		}
-		if _, ok, _, _ := c.Get(ctx, "exec/ok"); ok {
+		if r, err := c.Get(ctx, "exec/ok"); err == nil && r.Lease != nil {
 			t.Fatal("lease not released after the command finished")
 		}
 	})
@@ -147,7 +147,7 @@ func TestAcquireExitStatuses(t *testing.T) {
 			if _, err := os.Stat(ran); err == nil {
 				t.Fatal("the command ran although the key was held")
 			}
-			if _, ok, _, _ := holder.Get(ctx, "exec/free"); ok {
+			if r, err := holder.Get(ctx, "exec/free"); err == nil && r.Lease != nil {
 				t.Fatal("the lease of a command that could not start was not released")
 			}
 		})
@@ -155,7 +155,7 @@ func TestAcquireExitStatuses(t *testing.T) {
 	if _, err := run(t, srv, "acquire", "exec/free", "-E", "256"); err == nil || !strings.Contains(err.Error(), "0 to 255") {
 		t.Fatalf("-E 256: %v, want a range error", err)
 	}
-	if _, ok, _, _ := holder.Get(ctx, "exec/free"); ok {
+	if r, err := holder.Get(ctx, "exec/free"); err == nil && r.Lease != nil {
 		t.Fatal("-E 256 acquired the key")
 	}
 }

@@ -194,10 +194,14 @@ func lostHolders(ctx context.Context, urls []string, holders []*client.Lease) []
 			continue
 		}
 		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		info, ok, _, err := cl.Get(gctx, l.Key())
+		got, err := cl.Get(gctx, l.Key())
 		cancel()
-		if err != nil || !ok || info.Token != l.Token() || info.Owner != l.Owner() {
-			lost = append(lost, fmt.Sprintf("%s: the cluster shows %+v (held %v, %v), want token %d", l.Key(), info, ok, err, l.Token()))
+		var info *client.Info
+		if err == nil {
+			info = got.Lease
+		}
+		if info == nil || info.Token != l.Token() || info.Owner != l.Owner() {
+			lost = append(lost, fmt.Sprintf("%s: the cluster shows %+v (%v), want token %d", l.Key(), info, err, l.Token()))
 		}
 	}
 	return lost

@@ -244,7 +244,7 @@ func getCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.oneShot(cmd, func(ctx context.Context, c *client.Client) error {
-				info, ok, last, err := c.Get(ctx, args[0])
+				got, err := c.Get(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -253,18 +253,18 @@ func getCmd(g *globals) *cobra.Command {
 					v := struct {
 						Lease     *leaseJSON `json:"lease,omitempty"`
 						LastToken uint64     `json:"lastToken"`
-					}{LastToken: last}
-					if ok {
-						j := toJSON(info)
+					}{LastToken: got.LastToken}
+					if got.Lease != nil {
+						j := toJSON(*got.Lease)
 						v.Lease = &j
 					}
 					return printJSON(out, v)
 				}
-				if !ok {
-					fmt.Fprintf(out, "%q is free (last token %d)\n", args[0], last)
+				if got.Lease == nil {
+					fmt.Fprintf(out, "%q is free (last token %d)\n", args[0], got.LastToken)
 					return nil
 				}
-				printLeases(out, []client.Info{info})
+				printLeases(out, []client.Info{*got.Lease})
 				return nil
 			})
 		},

@@ -52,13 +52,13 @@ type observed struct {
 // Get returns the election as the server sees it: the holder's identity
 // and TTL, renewed now, or an empty record when nobody holds it.
 func (l *Lock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
-	info, held, _, err := l.c.Get(ctx, l.name)
+	got, err := l.c.Get(ctx, l.name)
 	if err != nil {
 		return nil, nil, err
 	}
 	rec := &resourcelock.LeaderElectionRecord{}
 	var o observed
-	if held {
+	if info := got.Lease; info != nil {
 		now := metav1.Now()
 		rec.HolderIdentity = info.Owner
 		rec.LeaseDurationSeconds = max(int(info.TTL/time.Second), 1)

@@ -90,7 +90,7 @@ func TestLock(t *testing.T) {
 	if b.Token() <= token {
 		t.Fatalf("b's token %d not above a's %d", b.Token(), token)
 	}
-	b.Lease().Lost(errors.New("stale"))
+	b.Lease().MarkLost(errors.New("stale"))
 	if err := b.Update(ctx, record("b")); !errors.Is(err, client.ErrLost) {
 		t.Fatalf("b's Update after a loss: %v, want ErrLost", err)
 	}

@@ -65,7 +65,7 @@ func Run(ctx context.Context, c *client.Client, key string, invoices map[int64]i
 
 // Bill writes the invoices (id -> cents), sends each through the API and
 // counts it in Redis, every write fenced with l's token. The lease-taking
-// calls tell l when a resource finds its token stale (l.Lost), which cancels
+// calls tell l when a resource finds its token stale (l.MarkLost), which cancels
 // l.Context(); Bill then stops and does not retry.
 func Bill(ctx context.Context, l fence.Lease, invoices map[int64]int64,
 	guard *fencesql.Guard, counters *fenceredis.Guard, apiURL string) error {
@@ -93,7 +93,7 @@ func Bill(ctx context.Context, l fence.Lease, invoices map[int64]int64,
 		stale, isStale := fencehttp.StaleFromResponse(resp)
 		resp.Body.Close()
 		if isStale {
-			return stale // the Transport has called l.Lost already
+			return stale // the Transport has called l.MarkLost already
 		}
 		if resp.StatusCode != http.StatusNoContent {
 			return fmt.Errorf("invoice %d: %s", id, resp.Status)

@@ -26,18 +26,18 @@ import (
 	"github.com/fencedio/fenced/internal/testenv"
 )
 
-// recording forwards to a lease and remembers every Lost.
+// recording forwards to a lease and remembers every MarkLost.
 type recording struct {
 	fence.Lease
 	mu   sync.Mutex
 	lost []error
 }
 
-func (r *recording) Lost(err error) {
+func (r *recording) MarkLost(err error) {
 	r.mu.Lock()
 	r.lost = append(r.lost, err)
 	r.mu.Unlock()
-	r.Lease.Lost(err)
+	r.Lease.MarkLost(err)
 }
 
 func (r *recording) losses() int {

@@ -376,13 +376,13 @@ func withOwner(ctx context.Context, d fence.Decision) fence.Decision {
 }
 
 // DoLease is Do for a lease: the lease's key is the scope, its token the
-// token, and a stale rejection calls l.Lost (see fence.DoLease).
+// token, and a stale rejection calls l.MarkLost (see fence.DoLease).
 func (b *Guard) DoLease(ctx context.Context, l fence.Lease, apply func(ctx context.Context) error) error {
 	return fence.DoLease(ctx, b, l, apply)
 }
 
 // DoTxLease is DoTx for a lease: the lease's key is the scope, its token the
-// token, and a stale rejection calls l.Lost (see fence.ReportStale).
+// token, and a stale rejection calls l.MarkLost (see fence.ReportStale).
 func (b *Guard) DoTxLease(ctx context.Context, l fence.Lease, apply func(tx *bbolt.Tx) error) error {
 	return fence.ReportStale(l, b.DoTx(fence.LeaseContext(ctx, l), l.Key(), l.Token(), apply))
 }

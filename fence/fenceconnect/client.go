@@ -21,7 +21,7 @@ type Lease = fence.Lease
 // NewClientInterceptor returns a client-side interceptor that sends the
 // lease's key and token as the fencing-scope and fencing-token headers (and
 // its owner as fencing-owner when the lease is fence.Owned) on every call (unary and streaming), replacing values set by the caller, and
-// calls lease.Lost with the *fence.StaleTokenError when an answer is a
+// calls lease.MarkLost with the *fence.StaleTokenError when an answer is a
 // stale-token rejection (see StaleFromError). The error is still returned to
 // the caller. It never retries. A call whose context carries a sequence
 // (fence.WithSequence, fence.Retry), or whose lease numbers its writes
@@ -29,8 +29,8 @@ type Lease = fence.Lease
 // unary call of it that fails without a known outcome returns an error
 // matching fence.ErrUnknownOutcome; SequenceFromError tells a duplicate.
 //
-// For a stream, Lost is called at most once, for the first stale error any
-// of its methods returns. Calls are not stopped after Lost; make them with
+// For a stream, MarkLost is called at most once, for the first stale error any
+// of its methods returns. Calls are not stopped after MarkLost; make them with
 // the lease's context so that they are cancelled.
 //
 // The interceptor does nothing on the handler side; see NewInterceptor.
@@ -54,7 +54,7 @@ func (c *clientInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		c.attach(req.Header(), seq)
 		resp, err := next(ctx, req)
 		if stale, ok := StaleFromError(err); ok {
-			c.lease.Lost(stale)
+			c.lease.MarkLost(stale)
 		}
 		if seq != 0 && unknownOutcome(err) {
 			err = fmt.Errorf("%w: %w", fence.ErrUnknownOutcome, err)
@@ -114,7 +114,7 @@ type clientConn struct {
 
 func (c *clientConn) check(err error) error {
 	if stale, ok := StaleFromError(err); ok && c.lost.CompareAndSwap(false, true) {
-		c.lease.Lost(stale)
+		c.lease.MarkLost(stale)
 	}
 	return err
 }

@@ -53,13 +53,13 @@ func TestClientInterceptorUnary(t *testing.T) {
 			}
 			lost := old.lostErrs()
 			if len(lost) != 1 {
-				t.Fatalf("Lost called %d times; want 1", len(lost))
+				t.Fatalf("MarkLost called %d times; want 1", len(lost))
 			}
 			if !errors.Is(lost[0], fence.ErrStaleToken) {
-				t.Errorf("Lost(%v); want an error matching ErrStaleToken", lost[0])
+				t.Errorf("MarkLost(%v); want an error matching ErrStaleToken", lost[0])
 			}
 			if stale, ok := errors.AsType[*fence.StaleTokenError](lost[0]); !ok || *stale != (fence.StaleTokenError{Scope: "orders/7", Presented: 41, Highest: 42}) {
-				t.Errorf("Lost(%#v); want *StaleTokenError{orders/7, 41, 42}", lost[0])
+				t.Errorf("MarkLost(%#v); want *StaleTokenError{orders/7, 41, 42}", lost[0])
 			}
 		})
 	}
@@ -110,7 +110,7 @@ func TestClientInterceptorStream(t *testing.T) {
 			}
 			lost := old.lostErrs()
 			if len(lost) != 1 || !errors.Is(lost[0], fence.ErrStaleToken) {
-				t.Fatalf("Lost calls %v; want exactly one matching ErrStaleToken", lost)
+				t.Fatalf("MarkLost calls %v; want exactly one matching ErrStaleToken", lost)
 			}
 		})
 	}

@@ -5,7 +5,7 @@
 // fencing-scope and fencing-token request headers (gRPC metadata, for gRPC
 // and gRPC-Web clients), with the same rules as package fencehttp, and runs
 // the handler inside fence.Guard.Do. NewClientInterceptor sends a lease's
-// key and token on every call and calls Lease.Lost when a call comes back
+// key and token on every call and calls Lease.MarkLost when a call comes back
 // stale, which cancels the lease's context (invariant I7). Both halves carry
 // the lease owner in the optional fencing-owner header, for the guard's
 // observers (see fencehttp.HeaderOwner); it never changes a decision.
@@ -33,7 +33,7 @@
 //     effect of the stream is therefore fenced, not just the first.
 //   - Equal tokens are accepted.
 //   - The client interceptor never retries and returns every error to the
-//     caller; it calls Lost for every stale unary call and once per stale
+//     caller; it calls MarkLost for every stale unary call and once per stale
 //     stream.
 //
 // Non-guarantees:
@@ -47,5 +47,5 @@
 //     delivered even though the token is not recorded.
 //   - Scopes with non-ASCII characters travel fine over Connect and this
 //     package's gRPC, but strict gRPC peers may refuse non-ASCII metadata.
-//   - Calls are not stopped after Lost; use the lease's context for them.
+//   - Calls are not stopped after MarkLost; use the lease's context for them.
 package fenceconnect

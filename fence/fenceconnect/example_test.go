@@ -23,9 +23,9 @@ type exampleLease struct {
 	token uint64
 }
 
-func (l *exampleLease) Key() string    { return l.key }
-func (l *exampleLease) Token() uint64  { return l.token }
-func (l *exampleLease) Lost(err error) { fmt.Println("lease", l.token, "lost:", err) }
+func (l *exampleLease) Key() string        { return l.key }
+func (l *exampleLease) Token() uint64      { return l.token }
+func (l *exampleLease) MarkLost(err error) { fmt.Println("lease", l.token, "lost:", err) }
 
 func Example() {
 	const put = "/acme.store.v1.StoreService/Put"
@@ -126,7 +126,7 @@ func ExampleNewClientInterceptor_lease() {
 	fmt.Println("B writes with its token:", write(leaseB, "shipped by B"))
 
 	// A, its context still live, calls late; the stale answer makes the
-	// interceptor call leaseA.Lost.
+	// interceptor call leaseA.MarkLost.
 	fmt.Println("A's late write:", write(leaseA, "cancelled by A"))
 	<-leaseA.Done()
 	cause := context.Cause(leaseA.Context())

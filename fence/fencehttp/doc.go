@@ -49,7 +49,7 @@
 //     token are not committed together (see their docs).
 //
 // On the client, Transport adds both headers from a Lease and calls
-// Lease.Lost when a resource answers that the token is stale, which cancels
+// Lease.MarkLost when a resource answers that the token is stale, which cancels
 // the lease's context (invariant I7).
 //
 // Guarantees:
@@ -63,7 +63,7 @@
 //     that panics, does not raise the highest token.
 //   - Equal tokens are accepted: a holder writes many times with one token.
 //   - Transport never retries, never modifies the caller's request, returns
-//     every response it receives, and calls Lost for every stale answer.
+//     every response it receives, and calls MarkLost for every stale answer.
 //
 // Non-guarantees:
 //   - The server cannot tell whether a token was issued for the scope it is
@@ -85,6 +85,6 @@
 //     mutating request keeps the scope locked until the handler returns.
 //   - JavaScript clients reading highestToken with JSON.parse lose precision
 //     above 2^53.
-//   - Transport does not stop sending after Lost; use the lease's context
+//   - Transport does not stop sending after MarkLost; use the lease's context
 //     on requests for that.
 package fencehttp

@@ -67,9 +67,9 @@ type exampleLease struct {
 	token uint64
 }
 
-func (l *exampleLease) Key() string    { return l.key }
-func (l *exampleLease) Token() uint64  { return l.token }
-func (l *exampleLease) Lost(err error) { fmt.Println("lease", l.token, "lost:", err) }
+func (l *exampleLease) Key() string        { return l.key }
+func (l *exampleLease) Token() uint64      { return l.token }
+func (l *exampleLease) MarkLost(err error) { fmt.Println("lease", l.token, "lost:", err) }
 
 func ExampleTransport() {
 	srv := httptest.NewServer(fencehttp.Middleware(fence.NewMemory(fence.MemoryConfig{}), fencehttp.Config{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
@@ -159,7 +159,7 @@ func ExampleTransport_lease() {
 	fmt.Println("B writes with its token:", write(leaseB, "shipped by B"))
 
 	// A, its context still live, writes late; the 409 makes the transport
-	// call leaseA.Lost.
+	// call leaseA.MarkLost.
 	fmt.Println("A's late write:", write(leaseA, "cancelled by A"))
 	<-leaseA.Done()
 	cause := context.Cause(leaseA.Context())

@@ -27,7 +27,7 @@ var _ fencehttp.Lease = (*fakeLease)(nil)
 
 func (l *fakeLease) Key() string   { return l.key }
 func (l *fakeLease) Token() uint64 { return l.token }
-func (l *fakeLease) Lost(err error) {
+func (l *fakeLease) MarkLost(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lost = append(l.lost, err)

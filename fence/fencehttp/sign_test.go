@@ -21,7 +21,7 @@ type signedLease struct {
 
 func (l *signedLease) Key() string       { return l.key }
 func (l *signedLease) Token() uint64     { return l.token }
-func (l *signedLease) Lost(error)        {}
+func (l *signedLease) MarkLost(error)    {}
 func (l *signedLease) Signature() string { return l.sig }
 
 // Transport sends the signature in Fencing-Token-Signature; the middleware

@@ -35,7 +35,7 @@ type Signed interface {
 // caller's request.
 //
 // When the answer is a stale-token problem (see StaleFromResponse) it calls
-// Lease.Lost with the *fence.StaleTokenError, then returns the response to
+// Lease.MarkLost with the *fence.StaleTokenError, then returns the response to
 // the caller unchanged (the body is still readable from the start). It never
 // retries: a stale request must not be sent again, with this token or with a
 // newer one, by anything but a new decision of the caller.
@@ -100,7 +100,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if stale, ok := StaleFromResponse(resp); ok {
-		t.Lease.Lost(stale)
+		t.Lease.MarkLost(stale)
 	}
 	return resp, nil
 }

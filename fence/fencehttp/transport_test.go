@@ -43,7 +43,7 @@ func TestTransportAttachesHeaders(t *testing.T) {
 		}
 	}
 	if lost := lease.lostErrs(); len(lost) != 0 {
-		t.Errorf("Lost called %v on accepted requests", lost)
+		t.Errorf("MarkLost called %v on accepted requests", lost)
 	}
 }
 
@@ -84,14 +84,14 @@ func TestTransportStaleAnswerLosesLeaseWithoutRetry(t *testing.T) {
 
 	lost := lease.lostErrs()
 	if len(lost) != 1 {
-		t.Fatalf("Lost called %d times; want 1", len(lost))
+		t.Fatalf("MarkLost called %d times; want 1", len(lost))
 	}
 	if !errors.Is(lost[0], fence.ErrStaleToken) {
-		t.Errorf("Lost(%v); want an error matching ErrStaleToken", lost[0])
+		t.Errorf("MarkLost(%v); want an error matching ErrStaleToken", lost[0])
 	}
 	stale, ok := errors.AsType[*fence.StaleTokenError](lost[0])
 	if !ok || *stale != (fence.StaleTokenError{Scope: "orders/7", Presented: 41, Highest: 42}) {
-		t.Errorf("Lost(%#v); want *StaleTokenError{orders/7, 41, 42}", lost[0])
+		t.Errorf("MarkLost(%#v); want *StaleTokenError{orders/7, 41, 42}", lost[0])
 	}
 	if n := requests.Load(); n != 1 {
 		t.Errorf("server saw %d requests; want exactly 1 (no retry)", n)
@@ -130,7 +130,7 @@ func TestTransportIgnoresOtherAnswers(t *testing.T) {
 				t.Errorf("got %d with %d body bytes; want %d with the %d bytes sent", resp.StatusCode, len(body), tt.status, len(tt.body))
 			}
 			if lost := lease.lostErrs(); len(lost) != 0 {
-				t.Errorf("Lost called with %v; want no call", lost)
+				t.Errorf("MarkLost called with %v; want no call", lost)
 			}
 		})
 	}

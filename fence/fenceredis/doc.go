@@ -12,7 +12,7 @@
 //	if errors.Is(err, fence.ErrStaleToken) { ... authority lost ... }
 //
 // With a lease (a *client.Lease or any fence.Lease), WithLease binds the
-// mutations to its key and token and calls its Lost on a stale rejection:
+// mutations to its key and token and calls its MarkLost on a stale rejection:
 //
 //	lg := g.WithLease(lease)
 //	n, err := lg.Incr(ctx, lg.Key("invoices"))

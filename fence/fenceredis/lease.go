@@ -9,7 +9,7 @@ import (
 
 // LeaseGuard is a Guard bound to one lease: every mutation is fenced with
 // the lease's key as the scope and its token, and a stale rejection calls
-// the lease's Lost before it is returned, so the holder's context is
+// the lease's MarkLost before it is returned, so the holder's context is
 // cancelled and it stops (invariant I7). Get one with Guard.WithLease; it is
 // as cheap as the two pointers it holds, and safe for concurrent use.
 //

@@ -107,7 +107,7 @@ type lease struct {
 
 func (l *lease) Key() string   { return l.key }
 func (l *lease) Token() uint64 { return l.token }
-func (l *lease) Lost(err error) {
+func (l *lease) MarkLost(err error) {
 	l.mu.Lock()
 	l.lost = append(l.lost, err)
 	l.mu.Unlock()
@@ -120,7 +120,7 @@ func (l *lease) losses() []error {
 }
 
 // TestLeaseGuard checks that every mutation of a LeaseGuard uses the lease's
-// scope and token, and that a stale rejection, and only that, reaches Lost.
+// scope and token, and that a stale rejection, and only that, reaches MarkLost.
 func TestLeaseGuard(t *testing.T) {
 	ctx := context.Background()
 	c, g, run := setup(t)
@@ -159,7 +159,7 @@ func TestLeaseGuard(t *testing.T) {
 			t.Errorf("%s with the old lease: %v, want stale 10 < 11", name, err)
 		}
 		if ls := old.losses(); len(ls) != before+1 || !errors.Is(ls[len(ls)-1], fence.ErrStaleToken) {
-			t.Errorf("%s with the old lease: Lost calls %v, want one more, stale", name, ls)
+			t.Errorf("%s with the old lease: MarkLost calls %v, want one more, stale", name, ls)
 		}
 		if err := call(lc); err != nil {
 			t.Errorf("%s with the current lease: %v", name, err)

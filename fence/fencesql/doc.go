@@ -27,7 +27,7 @@
 //	}
 //
 // With a lease (a *client.Lease or any fence.Lease), Guard.DoLease takes the
-// scope and token from it and calls its Lost on a stale rejection, so the
+// scope and token from it and calls its MarkLost on a stale rejection, so the
 // lease's context is already cancelled when the error comes back
 // (Guard.CheckLease and RowFence.UpdateLease likewise):
 //

@@ -22,7 +22,7 @@ type lease struct {
 
 func (l *lease) Key() string   { return l.key }
 func (l *lease) Token() uint64 { return l.token }
-func (l *lease) Lost(err error) {
+func (l *lease) MarkLost(err error) {
 	l.mu.Lock()
 	l.lost = append(l.lost, err)
 	l.mu.Unlock()
@@ -35,7 +35,7 @@ func (l *lease) losses() []error {
 }
 
 // TestDoLease checks the lease-taking forms on every database: accepted
-// writes commit with the lease's token, a stale rejection reaches Lost
+// writes commit with the lease's token, a stale rejection reaches MarkLost
 // exactly once and writes nothing, and other errors (out of range, fn's own)
 // do not tell the lease it is lost.
 func TestDoLease(t *testing.T) {
@@ -62,7 +62,7 @@ func TestDoLease(t *testing.T) {
 			t.Fatalf("DoLease with the old lease: %v, want stale 4 < 5", err)
 		}
 		if ls := old.losses(); len(ls) != 1 || !errors.Is(ls[0], fence.ErrStaleToken) {
-			t.Fatalf("old lease Lost calls: %v, want one stale", ls)
+			t.Fatalf("old lease MarkLost calls: %v, want one stale", ls)
 		}
 		if n := w.count(t, db, scope, 4); n != 1 {
 			t.Fatalf("%d writes with token 4, want 1 (the stale one must not commit)", n)
@@ -76,7 +76,7 @@ func TestDoLease(t *testing.T) {
 		err = g.CheckLease(ctx, tx, old)
 		tx.Rollback()
 		if !errors.Is(err, fence.ErrStaleToken) || len(old.losses()) != 2 {
-			t.Fatalf("CheckLease with the old lease: %v, Lost calls %d; want stale, 2", err, len(old.losses()))
+			t.Fatalf("CheckLease with the old lease: %v, MarkLost calls %d; want stale, 2", err, len(old.losses()))
 		}
 
 		// Errors that are not stale leave the lease alone.
@@ -89,7 +89,7 @@ func TestDoLease(t *testing.T) {
 			t.Fatalf("DoLease with token 2^63: %v, want ErrTokenOutOfRange", err)
 		}
 		if ls := append(cur.losses(), huge.losses()...); len(ls) != 0 {
-			t.Fatalf("Lost called for errors that are not stale: %v", ls)
+			t.Fatalf("MarkLost called for errors that are not stale: %v", ls)
 		}
 	})
 }
@@ -111,7 +111,7 @@ func TestUpdateLease(t *testing.T) {
 				t.Fatalf("UpdateLease with the old lease: %v, want stale", err)
 			}
 			if ls := old.losses(); len(ls) != 1 {
-				t.Fatalf("old lease Lost calls: %v, want 1", ls)
+				t.Fatalf("old lease MarkLost calls: %v, want 1", ls)
 			}
 			if err := rf.UpdateLease(ctx, db, 99, cur, fencesql.Set("name", "x")); !errors.Is(err, fencesql.ErrRowNotFound) {
 				t.Fatalf("UpdateLease of a missing row: %v", err)

@@ -59,7 +59,7 @@ func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 	if _, err := c.Acquire(ctx, "k", client.WithOwner("w1-2")); !errors.Is(err, client.ErrHeld) {
 		t.Fatalf("second acquisition: %v, want held", err)
 	}
-	if _, _, _, err := c.Get(ctx, "k"); err != nil {
+	if _, err := c.Get(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
 	// Wait for at least one renewal that the lease sends on its own.

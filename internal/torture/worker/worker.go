@@ -289,7 +289,7 @@ func (w *worker) get(key string) {
 	if len(w.direct) > 0 && w.rng.Float64() < w.spec.FollowerReadShare {
 		c = w.direct[w.rng.IntN(len(w.direct))]
 	}
-	_, _, _, _ = c.Get(ctx, key)
+	_, _ = c.Get(ctx, key)
 }
 
 type writeResult int
