@@ -71,11 +71,11 @@ type testLease struct {
 	lost  error
 }
 
-func (l *testLease) Key() string       { return l.key }
-func (l *testLease) Token() uint64     { return l.token }
-func (l *testLease) Lost(err error)    { l.lost = err }
-func (l *testLease) Owner() string     { return "worker-a" }
-func (l *testLease) Signature() string { return "" }
+func (l *testLease) Key() string        { return l.key }
+func (l *testLease) Token() uint64      { return l.token }
+func (l *testLease) MarkLost(err error) { l.lost = err }
+func (l *testLease) Owner() string      { return "worker-a" }
+func (l *testLease) Signature() string  { return "" }
 
 func TestStampRoundTrip(t *testing.T) {
 	l := fence.Sequenced(&testLease{key: "orders/7", token: 9})

@@ -37,7 +37,7 @@
 //     stored again; strict sequences refuse a gap.
 //   - Stale writes are refused with a *fence.StaleTokenError and told to
 //     the Observer; the lease-taking calls (KV.DoLease,
-//     Stream.PublishLease) call the lease's Lost.
+//     Stream.PublishLease) call the lease's MarkLost.
 //   - A write whose request got no answer returns an error matching
 //     fence.ErrUnknownOutcome; re-sent with the same sequence
 //     (fence.Retry) it is stored at most once.

@@ -300,7 +300,7 @@ func (g *KV) Do(ctx context.Context, scope string, token uint64, apply func(ctx 
 }
 
 // DoLease is Do with the lease's key and token; a stale rejection calls
-// l.Lost (fence.DoLease).
+// l.MarkLost (fence.DoLease).
 func (g *KV) DoLease(ctx context.Context, l fence.Lease, apply func(ctx context.Context) error) error {
 	return fence.DoLease(ctx, g, l, apply)
 }

@@ -131,7 +131,7 @@ func (g *Stream) Publish(ctx context.Context, scope string, token uint64, m *nat
 
 // PublishLease is Publish with the lease's key and token, its owner and
 // signature, and its next sequence when l comes from fence.Sequenced; a
-// stale rejection calls l.Lost (invariant I7).
+// stale rejection calls l.MarkLost (invariant I7).
 func (g *Stream) PublishLease(ctx context.Context, l fence.Lease, m *nats.Msg) (*jetstream.PubAck, error) {
 	ctx = fence.LeaseContext(ctx, l)
 	if s, ok := l.(interface{ Signature() string }); ok && s.Signature() != "" && fence.SignatureFrom(ctx) == "" {

@@ -31,9 +31,9 @@ type lease struct {
 	token uint64
 }
 
-func (l lease) Key() string   { return l.key }
-func (l lease) Token() uint64 { return l.token }
-func (l lease) Lost(error)    {}
+func (l lease) Key() string    { return l.key }
+func (l lease) Token() uint64  { return l.token }
+func (l lease) MarkLost(error) {}
 
 // The consumer's effect is a JetStream KV entry, and the fencenats KV guard
 // keeps the scope's highest token in that same entry: each message's
