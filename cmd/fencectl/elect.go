@@ -41,20 +41,7 @@ Examples:
   fencectl elect controllers/orders 10.0.0.7:8080
   fencectl elect controllers/orders --listen
   fencectl elect jobs/reindex --exec -- ./reindex.sh`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			switch {
-			case listen && execute:
-				return errors.New("--listen and --exec exclude each other")
-			case execute:
-				if n := cmd.ArgsLenAtDash(); n < 1 || n > 2 || len(args) <= n {
-					return errors.New("usage: fencectl elect NAME [VALUE] --exec -- COMMAND [ARG...]")
-				}
-				return nil
-			case listen:
-				return cobra.ExactArgs(1)(cmd, args)
-			}
-			return cobra.RangeArgs(1, 2)(cmd, args)
-		},
+		Args: electArgs(&listen, &execute),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client(client.Config{TTL: ttl})
 			if err != nil {
@@ -87,23 +74,7 @@ Examples:
 			if execute {
 				return runUnderLease(ctx, l.Lease(), argv, killAfter)
 			}
-			if err := printLeader(out, g, name, election.Leader{Value: l.Value(), Token: l.Token()}); err != nil {
-				l.Resign(context.Background())
-				return err
-			}
-			if !g.json {
-				fmt.Fprintf(os.Stderr, "leading %q as %s (ttl %s); Ctrl-C resigns\n", name, l.Value(), human(l.Lease().TTL()))
-			}
-			select {
-			case <-ctx.Done():
-				if err := l.Resign(context.Background()); err != nil {
-					return err
-				}
-				fmt.Fprintf(os.Stderr, "resigned %q\n", name)
-				return nil
-			case <-l.Done():
-				return &exitError{code: exitLost, err: l.Err()}
-			}
+			return lead(ctx, out, g, name, l)
 		},
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 10*time.Second, "leadership (lease) TTL")
@@ -111,6 +82,47 @@ Examples:
 	cmd.Flags().BoolVar(&execute, "exec", false, "run a command while leading")
 	cmd.Flags().DurationVar(&killAfter, "kill-after", 5*time.Second, "with --exec: SIGKILL this long after SIGTERM")
 	return cmd
+}
+
+// electArgs checks elect's arguments against its flags, read when the
+// command runs.
+func electArgs(listen, execute *bool) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		switch {
+		case *listen && *execute:
+			return errors.New("--listen and --exec exclude each other")
+		case *execute:
+			if n := cmd.ArgsLenAtDash(); n < 1 || n > 2 || len(args) <= n {
+				return errors.New("usage: fencectl elect NAME [VALUE] --exec -- COMMAND [ARG...]")
+			}
+			return nil
+		case *listen:
+			return cobra.ExactArgs(1)(cmd, args)
+		}
+		return cobra.RangeArgs(1, 2)(cmd, args)
+	}
+}
+
+// lead prints the leadership l of election name, then holds it until ctx
+// ends (it resigns) or the leadership is lost (exit status 75).
+func lead(ctx context.Context, out io.Writer, g *globals, name string, l *election.Leadership) error {
+	if err := printLeader(out, g, name, election.Leader{Value: l.Value(), Token: l.Token()}); err != nil {
+		l.Resign(context.Background())
+		return err
+	}
+	if !g.json {
+		fmt.Fprintf(os.Stderr, "leading %q as %s (ttl %s); Ctrl-C resigns\n", name, l.Value(), human(l.Lease().TTL()))
+	}
+	select {
+	case <-ctx.Done():
+		if err := l.Resign(context.Background()); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "resigned %q\n", name)
+		return nil
+	case <-l.Done():
+		return &exitError{code: exitLost, err: l.Err()}
+	}
 }
 
 // printLeader prints a leader as "TOKEN VALUE", or as JSON.
