@@ -156,14 +156,71 @@ func Run(ctx context.Context, guarded bool, log io.Writer) (res Result, err erro
 		}
 	}()
 	srv := fencedtest.Start(tb)
+	rs, err := startResource(guarded)
+	if err != nil {
+		return res, err
+	}
+	defer rs.close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 
-	var mu sync.Mutex
+	a, err := startLeaderA(ctx, srv.URL, rs.url, log)
+	if err != nil {
+		return res, err
+	}
+	defer a.stop()
+	line, err := a.next("elected ")
+	if err != nil {
+		return res, err
+	}
+	if res.TokenA, err = strconv.ParseUint(line, 10, 64); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(log, "A (pid %d) is elected with token %d and checks that it leads\n", a.cmd.Process.Pid, res.TokenA)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(log, "A is paused (SIGSTOP) before its write; its lease is no longer renewed\n")
+
+	if res.TokenB, res.StatusB, err = leadB(ctx, srv.URL, rs.url); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(log, "fenced expired A's lease; B is elected with token %d and writes: %d %s\n", res.TokenB, res.StatusB, http.StatusText(res.StatusB))
+
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return res, err
+	}
+	fmt.Fprintln(a.stdin, "write")
+	if line, err = a.next("wrote "); err != nil {
+		return res, err
+	}
+	if res.StatusA, err = strconv.Atoi(line); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(log, "A resumes and writes with token %d: %d %s\n", res.TokenA, res.StatusA, http.StatusText(res.StatusA))
+	res.Landed = rs.writes()
+	return res, nil
+}
+
+// resource is the HTTP resource both leaders write to: it records each
+// write it applies.
+type resource struct {
+	url    string
+	server *http.Server
+	mu     sync.Mutex
+	landed []Write
+}
+
+// startResource serves a resource on loopback, behind fencehttp's
+// middleware with a fence.Memory guard when guarded.
+func startResource(guarded bool) (*resource, error) {
+	rs := &resource{}
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		token, _ := strconv.ParseUint(r.Header.Get("Fencing-Token"), 10, 64)
-		mu.Lock()
-		res.Landed = append(res.Landed, Write{Value: string(body), Token: token})
-		mu.Unlock()
+		rs.mu.Lock()
+		rs.landed = append(rs.landed, Write{Value: string(body), Token: token})
+		rs.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
 	if guarded {
@@ -171,131 +228,121 @@ func Run(ctx context.Context, guarded bool, log io.Writer) (res Result, err erro
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	resource := &http.Server{Handler: h}
-	go resource.Serve(ln)
-	defer resource.Close()
-	resourceURL := "http://" + ln.Addr().String()
+	rs.url, rs.server = "http://"+ln.Addr().String(), &http.Server{Handler: h}
+	go rs.server.Serve(ln)
+	return rs, nil
+}
 
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
+func (rs *resource) close() { rs.server.Close() }
 
-	// Leader A: a child process.
+// writes returns the writes applied so far, in order.
+func (rs *resource) writes() []Write {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return append([]Write(nil), rs.landed...)
+}
+
+// leaderA is leader A's process (see child) and what it prints.
+type leaderA struct {
+	cmd   *exec.Cmd
+	stdin io.Writer
+	lines chan string
+	ctx   context.Context
+	log   io.Writer
+}
+
+// startLeaderA starts this executable as leader A, electing on the fenced
+// node at endpoint and writing to resourceURL.
+func startLeaderA(ctx context.Context, endpoint, resourceURL string, log io.Writer) (*leaderA, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, self)
-	cmd.Env = append(os.Environ(), childEnv+"=1", endpointEnv+"="+srv.URL, resourceEnv+"="+resourceURL)
+	cmd.Env = append(os.Environ(), childEnv+"=1", endpointEnv+"="+endpoint, resourceEnv+"="+resourceURL)
 	cmd.Stderr = io.Discard
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return res, err
+		return nil, err
 	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
-	lines := make(chan string, 10)
+	a := &leaderA{cmd: cmd, stdin: stdin, lines: make(chan string, 10), ctx: ctx, log: log}
 	go func() {
 		s := bufio.NewScanner(stdout)
 		for s.Scan() {
-			lines <- s.Text()
+			a.lines <- s.Text()
 		}
-		close(lines)
+		close(a.lines)
 	}()
-	next := func(prefix string) (string, error) {
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					return "", errors.New("leader A exited")
-				}
-				if rest, ok := strings.CutPrefix(l, prefix); ok {
-					return rest, nil
-				}
-				fmt.Fprintln(log, "  A says:", l)
-			case <-ctx.Done():
-				return "", fmt.Errorf("waiting for leader A to say %q: %w", prefix, ctx.Err())
+	return a, nil
+}
+
+// next waits for A's next line that starts with prefix and returns the rest
+// of it; it narrates the lines it skips.
+func (a *leaderA) next(prefix string) (string, error) {
+	for {
+		select {
+		case l, ok := <-a.lines:
+			if !ok {
+				return "", errors.New("leader A exited")
 			}
+			if rest, ok := strings.CutPrefix(l, prefix); ok {
+				return rest, nil
+			}
+			fmt.Fprintln(a.log, "  A says:", l)
+		case <-a.ctx.Done():
+			return "", fmt.Errorf("waiting for leader A to say %q: %w", prefix, a.ctx.Err())
 		}
 	}
-	line, err := next("elected ")
-	if err != nil {
-		return res, err
-	}
-	if res.TokenA, err = strconv.ParseUint(line, 10, 64); err != nil {
-		return res, err
-	}
-	fmt.Fprintf(log, "A (pid %d) is elected with token %d and checks that it leads\n", cmd.Process.Pid, res.TokenA)
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return res, err
-	}
-	fmt.Fprintf(log, "A is paused (SIGSTOP) before its write; its lease is no longer renewed\n")
+}
 
-	// Leader B, in this process.
-	c, err := client.New(client.Config{Endpoint: srv.URL})
+// stop ends A, paused or not.
+func (a *leaderA) stop() {
+	a.cmd.Process.Signal(syscall.SIGCONT)
+	a.cmd.Process.Kill()
+	a.cmd.Wait()
+}
+
+// leadB elects leader B in this process and returns its token and the
+// status of its write, once it has written.
+func leadB(ctx context.Context, endpoint, resourceURL string) (token uint64, status int, err error) {
+	c, err := client.New(client.Config{Endpoint: endpoint})
 	if err != nil {
-		return res, err
+		return 0, 0, err
 	}
-	bctx, stopB := context.WithCancel(ctx)
-	defer stopB()
+	lock, err := fencek8s.New(c, Election, "leader-b")
+	if err != nil {
+		return 0, 0, err
+	}
 	type wrote struct {
 		token  uint64
 		status int
 		err    error
 	}
-	bWrote := make(chan wrote, 1)
-	lockB, err := fencek8s.New(c, Election, "leader-b")
-	if err != nil {
-		return res, err
-	}
-	err = elect(bctx, lockB, leaderelection.LeaderCallbacks{
+	done := make(chan wrote, 1)
+	err = elect(ctx, lock, leaderelection.LeaderCallbacks{
 		OnStartedLeading: func(ctx context.Context) {
-			token := lockB.Token()
+			token := lock.Token()
 			status, err := put(resourceURL, "leader-b", token)
-			bWrote <- wrote{token, status, err}
+			done <- wrote{token, status, err}
 		},
 		OnStoppedLeading: func() {},
 	})
 	if err != nil {
-		return res, err
+		return 0, 0, err
 	}
-	var b wrote
 	select {
-	case b = <-bWrote:
+	case b := <-done:
+		return b.token, b.status, b.err
 	case <-ctx.Done():
-		return res, fmt.Errorf("waiting for B to be elected: %w", ctx.Err())
+		return 0, 0, fmt.Errorf("waiting for B to be elected: %w", ctx.Err())
 	}
-	if b.err != nil {
-		return res, b.err
-	}
-	res.TokenB, res.StatusB = b.token, b.status
-	fmt.Fprintf(log, "fenced expired A's lease; B is elected with token %d and writes: %d %s\n", b.token, b.status, http.StatusText(b.status))
-
-	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		return res, err
-	}
-	fmt.Fprintln(stdin, "write")
-	line, err = next("wrote ")
-	if err != nil {
-		return res, err
-	}
-	if res.StatusA, err = strconv.Atoi(line); err != nil {
-		return res, err
-	}
-	fmt.Fprintf(log, "A resumes and writes with token %d: %d %s\n", res.TokenA, res.StatusA, http.StatusText(res.StatusA))
-	mu.Lock()
-	defer mu.Unlock()
-	res.Landed = append([]Write(nil), res.Landed...)
-	return res, nil
 }
