@@ -71,59 +71,87 @@ func RunAnatomy(ctx context.Context, cfg AnatomyConfig, progress io.Writer) (*An
 		return nil, err
 	}
 	defer c.close()
-	const key = "fencedbench/anatomy"
-	var acq, rel time.Duration
-	loop := func(d time.Duration) (int64, error) {
-		var n int64
-		for end := time.Now().Add(d); time.Now().Before(end); n++ {
-			t0 := time.Now()
-			h, err := c.lock(ctx, key, false)
-			if err != nil {
-				return n, err
-			}
-			t1 := time.Now()
-			if err := h.release(ctx); err != nil {
-				return n, err
-			}
-			acq += t1.Sub(t0)
-			rel += time.Since(t1)
-		}
-		return n, nil
-	}
+	r := &anatomyRun{ctx: ctx, cfg: cfg, srv: srv, c: c}
 	fmt.Fprintf(progress, "fenced pid %d; warm-up %v\n", srv.pid(), cfg.Warmup)
-	if _, err := loop(cfg.Warmup); err != nil {
+	if _, err := r.loop(cfg.Warmup); err != nil {
 		return nil, err
 	}
-
-	// Window 1: clocks, histograms, CPU.
 	a := &Anatomy{}
-	m0, err := scrape(ctx, srv.endpoint)
-	if err != nil {
+	if err := r.measure(a); err != nil {
 		return nil, err
 	}
-	cpu0, err := procCPU(srv.pid())
-	if err != nil {
+	fmt.Fprintf(progress, "tracing %v\n", cfg.Window)
+	if err := r.trace(a); err != nil {
 		return nil, err
+	}
+	fmt.Fprintf(progress, "profiling %v\n", cfg.Window)
+	if err := r.profile(a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// anatomyRun is one client's acquire+release loop against one fenced node,
+// and the time its calls took.
+type anatomyRun struct {
+	ctx      context.Context
+	cfg      AnatomyConfig
+	srv      *server
+	c        conn
+	acq, rel time.Duration // the Acquire and Release calls' time, summed
+}
+
+const anatomyKey = "fencedbench/anatomy"
+
+// loop runs cycles for d and returns how many.
+func (r *anatomyRun) loop(d time.Duration) (int64, error) {
+	var n int64
+	for end := time.Now().Add(d); time.Now().Before(end); n++ {
+		t0 := time.Now()
+		h, err := r.c.lock(r.ctx, anatomyKey, false)
+		if err != nil {
+			return n, err
+		}
+		t1 := time.Now()
+		if err := h.release(r.ctx); err != nil {
+			return n, err
+		}
+		r.acq += t1.Sub(t0)
+		r.rel += time.Since(t1)
+	}
+	return n, nil
+}
+
+// measure is window 1: the client's clock, fenced's histograms, and both
+// sides' CPU time, per cycle.
+func (r *anatomyRun) measure(a *Anatomy) error {
+	m0, err := scrape(r.ctx, r.srv.endpoint)
+	if err != nil {
+		return err
+	}
+	cpu0, err := procCPU(r.srv.pid())
+	if err != nil {
+		return err
 	}
 	self0 := selfCPU()
-	acq, rel = 0, 0
+	r.acq, r.rel = 0, 0
 	start := time.Now()
-	if a.Cycles, err = loop(cfg.Window); err != nil {
-		return nil, err
+	if a.Cycles, err = r.loop(r.cfg.Window); err != nil {
+		return err
 	}
 	wall := time.Since(start)
 	self1 := selfCPU()
-	cpu1, err := procCPU(srv.pid())
+	cpu1, err := procCPU(r.srv.pid())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	m1, err := scrape(ctx, srv.endpoint)
+	m1, err := scrape(r.ctx, r.srv.endpoint)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n := float64(a.Cycles)
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / n }
-	a.CycleUs, a.AcquireUs, a.ReleaseUs = us(wall), us(acq), us(rel)
+	a.CycleUs, a.AcquireUs, a.ReleaseUs = us(wall), us(r.acq), us(r.rel)
 	a.ServerCPUUs, a.ClientCPUUs = us(cpu1-cpu0), us(self1-self0)
 	mean := func(name, labels string) (float64, float64) {
 		dn := m1[name+"_count"+labels] - m0[name+"_count"+labels]
@@ -137,53 +165,53 @@ func RunAnatomy(ctx context.Context, cfg AnatomyConfig, progress io.Writer) (*An
 	a.HandlerRelUs, _ = mean("fenced_request_duration_seconds", `{method="Release"}`)
 	a.ApplyUs, a.Applies = mean("fenced_raft_apply_duration_seconds", "")
 	a.LogWriteUs, a.LogWrites = mean("fenced_raft_log_write_duration_seconds", "")
+	return nil
+}
 
-	// Window 2: execution traces of both sides at once.
-	fmt.Fprintf(progress, "tracing %v\n", cfg.Window)
-	serverTrace := capture(ctx, fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", srv.endpoint, int(cfg.Window.Seconds())), filepath.Join(cfg.Dir, "trace.server"))
-	f, err := os.Create(filepath.Join(cfg.Dir, "trace.client"))
+// trace is window 2: execution traces of both sides at once, and the
+// goroutines' time per cycle in them.
+func (r *anatomyRun) trace(a *Anatomy) error {
+	serverTrace := capture(r.ctx, fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", r.srv.endpoint, int(r.cfg.Window.Seconds())), filepath.Join(r.cfg.Dir, "trace.server"))
+	f, err := os.Create(filepath.Join(r.cfg.Dir, "trace.client"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := trace.Start(f); err != nil {
-		return nil, err
+		return err
 	}
-	a.TraceCycles, err = loop(cfg.Window)
+	a.TraceCycles, err = r.loop(r.cfg.Window)
 	trace.Stop()
 	f.Close()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := <-serverTrace; err != nil {
-		return nil, err
+		return err
 	}
-	if a.Server, err = GoroutineTimes(ctx, filepath.Join(cfg.Dir, "trace.server"), a.TraceCycles); err != nil {
-		return nil, err
+	if a.Server, err = GoroutineTimes(r.ctx, filepath.Join(r.cfg.Dir, "trace.server"), a.TraceCycles); err != nil {
+		return err
 	}
-	if a.Client, err = GoroutineTimes(ctx, filepath.Join(cfg.Dir, "trace.client"), a.TraceCycles); err != nil {
-		return nil, err
-	}
+	a.Client, err = GoroutineTimes(r.ctx, filepath.Join(r.cfg.Dir, "trace.client"), a.TraceCycles)
+	return err
+}
 
-	// Window 3: CPU profiles of both sides at once.
-	fmt.Fprintf(progress, "profiling %v\n", cfg.Window)
-	serverProf := capture(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", srv.endpoint, int(cfg.Window.Seconds())), filepath.Join(cfg.Dir, "cpu.server.pprof"))
-	f, err = os.Create(filepath.Join(cfg.Dir, "cpu.client.pprof"))
+// profile is window 3: CPU profiles of both sides at once.
+func (r *anatomyRun) profile(a *Anatomy) error {
+	serverProf := capture(r.ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", r.srv.endpoint, int(r.cfg.Window.Seconds())), filepath.Join(r.cfg.Dir, "cpu.server.pprof"))
+	f, err := os.Create(filepath.Join(r.cfg.Dir, "cpu.client.pprof"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		return nil, err
+		return err
 	}
-	a.ProfileCycles, err = loop(cfg.Window)
+	a.ProfileCycles, err = r.loop(r.cfg.Window)
 	pprof.StopCPUProfile()
 	f.Close()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := <-serverProf; err != nil {
-		return nil, err
-	}
-	return a, nil
+	return <-serverProf
 }
 
 // capture fetches url into path in the background; the channel gets its
