@@ -93,68 +93,99 @@ func Run(t testing.TB, cfg Config, write func(ctx context.Context, token uint64)
 	if cfg.Fault != nil {
 		wg.Go(func() { res.Faults = cfg.Fault(ctx) })
 	}
-	var issued atomic.Uint64
-	var cuts atomic.Int64
+	d := &driver{cfg: cfg, write: write}
 	writes := make([][]sent, cfg.Writers)
 	dups := make([]int, cfg.Writers)
 	for w := range cfg.Writers {
-		wg.Go(func() {
-			tok := issued.Add(1)
-			seqs := &counter{}
-			for ctx.Err() == nil {
-				// Every writer's first write is cut, so that a run
-				// that gets few writes through (a loaded machine, many
-				// faults) still exercises a cut first attempt.
-				cut := cfg.CutShare > 0 && (len(writes[w]) == 0 || rand.Float64() < cfg.CutShare)
-				attempt := 0
-				var key Key
-				err := fence.Retry(context.Background(), seqs, cfg.Attempts, func(rctx context.Context) error {
-					attempt++
-					key = Key{tok, fence.SequenceFromContext(rctx)}
-					timeout := cfg.Timeout
-					if cut && attempt == 1 {
-						timeout = cfg.Cut
-						cuts.Add(1)
-					}
-					actx, cancel := context.WithTimeout(rctx, timeout)
-					defer cancel()
-					err := write(actx, tok)
-					if errors.Is(err, fence.ErrDuplicate) && attempt > 1 {
-						dups[w]++
-					}
-					if err != nil && actx.Err() != nil && !errors.Is(err, fence.ErrStaleToken) && !errors.Is(err, fence.ErrDuplicate) {
-						// Our own deadline: whatever the error says, the
-						// write may have landed.
-						err = fmt.Errorf("%w: %w", fence.ErrUnknownOutcome, err)
-					}
-					return err
-				})
-				wr := sent{key: key}
-				switch {
-				case err == nil:
-					wr.out = acked
-				case errors.Is(err, fence.ErrStaleToken):
-					wr.out = stale
-					select {
-					case <-ctx.Done():
-					case <-time.After(cfg.Reacquire):
-					}
-					tok = issued.Add(1)
-					seqs = &counter{}
-				default:
-					wr.out = failed
-				}
-				writes[w] = append(writes[w], wr)
-			}
-		})
+		wg.Go(func() { writes[w], dups[w] = d.writer(ctx) })
 	}
 	wg.Wait()
-	res.Cut = int(cuts.Load())
+	res.Cut = int(d.cuts.Load())
+	for _, n := range dups {
+		res.Duplicates += n
+	}
+	audit(t, writes, applied(), &res)
+	return res
+}
 
-	got := applied()
+// driver runs the writers of one Run.
+type driver struct {
+	cfg    Config
+	write  func(ctx context.Context, token uint64) error
+	issued atomic.Uint64 // the last token handed out
+	cuts   atomic.Int64  // first attempts cut short
+}
+
+// writer writes until ctx ends, taking a new token after each stale
+// answer, and returns what each write reported and how many retries were
+// answered as duplicates.
+func (d *driver) writer(ctx context.Context) (writes []sent, dups int) {
+	tok := d.issued.Add(1)
+	seqs := &counter{}
+	for ctx.Err() == nil {
+		// Every writer's first write is cut, so that a run that gets few
+		// writes through (a loaded machine, many faults) still exercises a
+		// cut first attempt.
+		cut := d.cfg.CutShare > 0 && (len(writes) == 0 || rand.Float64() < d.cfg.CutShare)
+		key, dup, err := d.send(tok, seqs, cut)
+		if dup {
+			dups++
+		}
+		wr := sent{key: key}
+		switch {
+		case err == nil:
+			wr.out = acked
+		case errors.Is(err, fence.ErrStaleToken):
+			wr.out = stale
+			select {
+			case <-ctx.Done():
+			case <-time.After(d.cfg.Reacquire):
+			}
+			tok = d.issued.Add(1)
+			seqs = &counter{}
+		default:
+			wr.out = failed
+		}
+		writes = append(writes, wr)
+	}
+	return writes, dups
+}
+
+// send makes one write with token tok and the next sequence of seqs,
+// through fence.Retry, its first attempt cut short if cut. dup says that a
+// retry was answered as a duplicate (an earlier attempt landed).
+func (d *driver) send(tok uint64, seqs *counter, cut bool) (key Key, dup bool, err error) {
+	attempt := 0
+	err = fence.Retry(context.Background(), seqs, d.cfg.Attempts, func(rctx context.Context) error {
+		attempt++
+		key = Key{tok, fence.SequenceFromContext(rctx)}
+		timeout := d.cfg.Timeout
+		if cut && attempt == 1 {
+			timeout = d.cfg.Cut
+			d.cuts.Add(1)
+		}
+		actx, cancel := context.WithTimeout(rctx, timeout)
+		defer cancel()
+		err := d.write(actx, tok)
+		if errors.Is(err, fence.ErrDuplicate) && attempt > 1 {
+			dup = true
+		}
+		if err != nil && actx.Err() != nil && !errors.Is(err, fence.ErrStaleToken) && !errors.Is(err, fence.ErrDuplicate) {
+			// Our own deadline: whatever the error says, the write may
+			// have landed.
+			err = fmt.Errorf("%w: %w", fence.ErrUnknownOutcome, err)
+		}
+		return err
+	})
+	return key, dup, err
+}
+
+// audit compares what each write reported with got, how many times the
+// resource applied each (token, sequence), and counts the outcomes in res.
+func audit(t testing.TB, writes [][]sent, got map[Key]int, res *Result) {
+	t.Helper()
 	bad := 0
-	for w, ws := range writes {
-		res.Duplicates += dups[w]
+	for _, ws := range writes {
 		for _, wr := range ws {
 			n := got[wr.key]
 			delete(got, wr.key)
@@ -188,5 +219,4 @@ func Run(t testing.TB, cfg Config, write func(ctx context.Context, token uint64)
 	if res.Acked == 0 {
 		t.Errorf("no write acknowledged: %v", res)
 	}
-	return res
 }
