@@ -48,7 +48,7 @@ def bindir(tmp_path_factory):
     d = tmp_path_factory.mktemp("bin")
     if not shutil.which("go"):
         pytest.fail("the tests build fenced from the repository and need the go command")
-    for pkg, name in (("./cmd/fenced", "fenced"), ("./sdk/python/tests/goguard", "goguard")):
+    for pkg, name in (("./cmd/fenced", "fenced"), ("./internal/goguard", "goguard")):
         subprocess.run(["go", "build", "-o", str(d / name), pkg], cwd=REPO, check=True, timeout=600)
     return d
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import uuid
 
@@ -14,10 +15,23 @@ from fenced.guards.postgres import PostgresGuard
 from fenced.guards.redis import SET_BODY, RedisGuard, wrap
 
 
+# The Go guards' default Redis prefix, which RedisGuard uses too.
+PREFIX = "fence:"
+
+
 def goguard(bindir, *args) -> str:
+    """One write through a Go guard (internal/goguard): "ok", "stale HIGHEST" or "duplicate LAST".
+
+    TOKEN is TOKEN or TOKEN:SEQUENCE."""
     out = subprocess.run([str(bindir / "goguard"), *map(str, args)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
+    r = json.loads(out.stdout)
+    if r.get("stale"):
+        return f"stale {r['highest']}"
+    if r.get("duplicate"):
+        return f"duplicate {r['last']}"
+    assert r == {"accepted": True}, r
+    return "ok"
 
 
 def test_postgres_go_and_python_share_the_scope_table(bindir, pg, pg_table):
@@ -41,7 +55,7 @@ def test_redis_go_and_python_share_the_script_and_keys(bindir, redis_client):
     # Empty the script cache (every client falls back to EVAL), so that only
     # Go's call can put the script there.
     redis_client.script_flush()
-    assert goguard(bindir, "redis", addr, s, 10, k, "go") == "ok"
+    assert goguard(bindir, "redis", addr, PREFIX, s, 10, k, "go") == "ok"
     # Go loaded the very script Python runs: same text, same SHA-1.
     sha = hashlib.sha1(wrap(SET_BODY).encode()).hexdigest()
     assert redis_client.script_exists(sha) == [True]
@@ -49,7 +63,7 @@ def test_redis_go_and_python_share_the_script_and_keys(bindir, redis_client):
         py.set(s, 9, k, "py stale")
     assert e.value.highest == 10
     py.set(s, 12, k, "py")
-    assert goguard(bindir, "redis", addr, s, 11, k, "go stale") == "stale 12"
+    assert goguard(bindir, "redis", addr, PREFIX, s, 11, k, "go stale") == "stale 12"
     assert redis_client.get(k) == b"py"
     assert py.highest(s) == 12
     redis_client.delete(k, py.token_key(s))
@@ -61,13 +75,13 @@ def test_postgres_go_and_python_share_sequences(bindir, pg, pg_table):
     py = PostgresGuard(table=pg_table)
     py.migrate(pg)
     py.do(pg, s, 5, lambda cur: None, sequence=1)
-    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, 5, 1) == "duplicate 1"
-    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, 5, 2) == "ok"
+    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, "5:1") == "duplicate 1"
+    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, "5:2") == "ok"
     with pytest.raises(fenced.Duplicate) as e:
         py.do(pg, s, 5, lambda cur: pytest.fail("applied twice"), sequence=2)
     assert e.value.last == 2
     py.do(pg, s, 5, lambda cur: None, sequence=3)
-    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, 6, 1) == "ok"  # a new epoch: any sequence
+    assert goguard(bindir, "pg", conftest.POSTGRES, pg_table, s, "6:1") == "ok"  # a new epoch: any sequence
     py.do(pg, s, 6, lambda cur: None)  # unsequenced, same token: accepted, last unchanged
     with pytest.raises(fenced.Duplicate):
         py.do(pg, s, 6, lambda cur: None, sequence=1)
@@ -79,13 +93,13 @@ def test_redis_go_and_python_share_sequences(bindir, redis_client):
     k = RedisGuard.key(s, "obj")
     addr = conftest.REDIS
     redis_client.script_flush()
-    assert goguard(bindir, "redis", addr, s, 5, k, "go", 1) == "ok"
+    assert goguard(bindir, "redis", addr, PREFIX, s, "5:1", k, "go") == "ok"
     sha = hashlib.sha1(wrap(SET_BODY, sequenced=True).encode()).hexdigest()
     assert redis_client.script_exists(sha) == [True]  # the sequenced script, the same text
     with pytest.raises(fenced.Duplicate) as e:
         py.set(s, 5, k, "py", sequence=1)
     assert e.value.last == 1
     py.set(s, 5, k, "py", sequence=2)
-    assert goguard(bindir, "redis", addr, s, 5, k, "go again", 2) == "duplicate 2"
+    assert goguard(bindir, "redis", addr, PREFIX, s, "5:2", k, "go again") == "duplicate 2"
     assert redis_client.get(k) == b"py"
     redis_client.delete(k, py.token_key(s), py.sequence_key(s))

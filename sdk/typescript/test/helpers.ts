@@ -58,17 +58,17 @@ export function fencectlBin(): string {
   return process.env.FENCED_FENCECTL;
 }
 
-/** Runs the Go guards once (test/gointerop): {accepted: true} or {stale: true, highest}. */
+/** Runs the Go guards once (internal/goguard): {accepted: true} or {stale: true, highest}. */
 export function goInterop(...args: (string | number | bigint)[]): { accepted?: boolean; stale?: boolean; duplicate?: boolean; highest?: string; [k: string]: unknown } {
   if (!process.env.FENCED_GOINTEROP) {
     const dir = mkdtempSync(join(tmpdir(), "fenced-ts-"));
-    const bin = join(dir, "gointerop");
-    const b = spawnSync("go", ["build", "-o", bin, "./sdk/typescript/test/gointerop"], { cwd: repo, stdio: "inherit" });
-    if (b.status !== 0) throw new Error("go build ./sdk/typescript/test/gointerop failed");
+    const bin = join(dir, "goguard");
+    const b = spawnSync("go", ["build", "-o", bin, "./internal/goguard"], { cwd: repo, stdio: "inherit" });
+    if (b.status !== 0) throw new Error("go build ./internal/goguard failed");
     process.env.FENCED_GOINTEROP = bin;
   }
   const r = spawnSync(process.env.FENCED_GOINTEROP, args.map(String), { encoding: "utf8" });
-  if (r.status !== 0) throw new Error(`gointerop ${args.join(" ")}: ${r.stderr}`);
+  if (r.status !== 0) throw new Error(`goguard ${args.join(" ")}: ${r.stderr}`);
   return JSON.parse(r.stdout);
 }
 

@@ -1,4 +1,4 @@
-// npm test: builds fenced, fencectl and test/gointerop from this repository
+// npm test: builds fenced, fencectl and internal/goguard from this repository
 // once, then runs every compiled *.test.js with node's test runner, one file
 // at a time. Arguments: test files (build/test/x.test.js) to run instead.
 import { spawnSync } from "node:child_process";
@@ -24,7 +24,7 @@ function build(env: string, pkg: string): void {
 }
 
 build("FENCED_BIN", "./cmd/fenced");
-build("FENCED_GOINTEROP", "./sdk/typescript/test/gointerop");
+build("FENCED_GOINTEROP", "./internal/goguard");
 build("FENCED_FENCECTL", "./cmd/fencectl");
 const only = process.argv.slice(2);
 const files = only.length > 0 ? only : readdirSync(here).filter((f) => f.endsWith(".test.js")).sort().map((f) => join(here, f));

@@ -1,9 +1,10 @@
-// Command gointerop makes one fenced write with the Go guards, for the
-// TypeScript SDK's interop tests: a Go and a TypeScript writer of one scope
-// must see each other's tokens.
+// Command goguard makes one fenced write with the Go guards, for the
+// interop tests of the Python and TypeScript SDKs: a Go writer and one in
+// another language on one scope must see each other's tokens (and
+// sequences).
 //
-//	gointerop pg DSN TABLE SCOPE TOKEN
-//	gointerop redis ADDR PREFIX SCOPE TOKEN KEY VALUE
+//	goguard pg DSN TABLE SCOPE TOKEN
+//	goguard redis ADDR PREFIX SCOPE TOKEN KEY VALUE
 //
 // TOKEN may be TOKEN:SEQUENCE, a write with a sequence (fence.WithSequence).
 // It prints {"accepted":true}, {"stale":true,"highest":"N"} or
@@ -30,7 +31,7 @@ import (
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "gointerop:", err)
+		fmt.Fprintln(os.Stderr, "goguard:", err)
 		os.Exit(1)
 	}
 }
@@ -44,7 +45,7 @@ func run(args []string) error {
 	case len(args) == 7 && args[0] == "redis":
 		err = rds(ctx, args[1], args[2], args[3], args[4], args[5], args[6])
 	default:
-		return errors.New("usage: gointerop pg DSN TABLE SCOPE TOKEN | redis ADDR PREFIX SCOPE TOKEN KEY VALUE")
+		return errors.New("usage: goguard pg DSN TABLE SCOPE TOKEN | redis ADDR PREFIX SCOPE TOKEN KEY VALUE")
 	}
 	out := map[string]any{"accepted": true}
 	if stale, ok := errors.AsType[*fence.StaleTokenError](err); ok {
