@@ -427,22 +427,7 @@ func createLeases(ctx context.Context, sys *fencedSystem, n int, m *Memory, logf
 		errOnce       sync.Once
 		wg            sync.WaitGroup
 	)
-	start := time.Now()
-	stopProgress := make(chan struct{})
-	go func() {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopProgress:
-				return
-			case <-t.C:
-				c := created.Load()
-				logf("memory: %d/%d leases (%.0f/s)", c, n, float64(c)/time.Since(start).Seconds())
-			}
-		}
-	}()
-	defer close(stopProgress)
+	defer logProgress(&created, n, "leases", logf)()
 	var dialErr error
 	for range memConns {
 		c, err := sys.dial(ctx)
@@ -476,6 +461,26 @@ func createLeases(ctx context.Context, sys *fencedSystem, n int, m *Memory, logf
 	wg.Wait()
 	m.Errors = errs.Load()
 	return created.Load(), dialErr
+}
+
+// logProgress logs every 10s how many of n things (what) are created so
+// far, and at what rate, until the returned function is called.
+func logProgress(created *atomic.Int64, n int, what string, logf func(string, ...any)) (stop func()) {
+	start, done := time.Now(), make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				c := created.Load()
+				logf("memory: %d/%d %s (%.0f/s)", c, n, what, float64(c)/time.Since(start).Seconds())
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // measureMemory lets the server settle, then reads its RSS and lease gauge

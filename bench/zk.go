@@ -283,37 +283,62 @@ func runZKMemory(ctx context.Context, n int, dir, system, jar string, _ int, log
 		case <-ctx.Done():
 		}
 	}()
+	start := time.Now()
+	created, sessions, dialErr := createLocks(ctx, srv.endpoint, n, m, logf)
+	// The sessions hold the locks: they stay open until the server stops.
+	defer func() {
+		for _, c := range sessions {
+			c.Close()
+		}
+	}()
+	if srv.exited() {
+		return nil, fmt.Errorf("memory: zookeeper exited after %d locks (%v); its log ends:\n%s", created, srv.waitErr, srv.logTail())
+	}
+	if dialErr != nil {
+		return nil, fmt.Errorf("memory: session: %w", dialErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.CreateSeconds = time.Since(start).Seconds()
+	m.Created = created
+	gauge := func(context.Context) (int64, error) { return zkMntr(srv.endpoint, "zk_ephemerals_count") }
+	if err := measureMemory(ctx, srv, m, gauge, logf); err != nil {
+		return nil, err
+	}
+	if m.Created == 0 {
+		return nil, errors.New("memory: no lock was taken: " + m.FirstError)
+	}
+	if heap, err := jvmHeapAfterGC(ctx, srv.pid()); err != nil {
+		logf("memory: no JVM heap figure: %v", err)
+	} else {
+		m.HeapAfterGC = heap
+		logf("memory: zookeeper heap used after a full GC: %s", fmtBytes(heap))
+	}
+	return m, nil
+}
+
+// createLocks takes locks 0..n-1 with the recipe over memConns sessions,
+// memPerConn at a time on each, logging progress, and records failed ones
+// in m. It returns how many were taken, the sessions, which hold the locks
+// until closed, and why a session could not be opened, if one could not.
+func createLocks(ctx context.Context, endpoint string, n int, m *Memory, logf func(string, ...any)) (int64, []*zk.Conn, error) {
 	var (
 		next, created atomic.Int64
 		errs          atomic.Uint64
 		errOnce       sync.Once
 		wg            sync.WaitGroup
+		sessions      []*zk.Conn
 		dialErr       error
 	)
-	start := time.Now()
-	stopProgress := make(chan struct{})
-	go func() {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopProgress:
-				return
-			case <-t.C:
-				c := created.Load()
-				logf("memory: %d/%d locks (%.0f/s)", c, n, float64(c)/time.Since(start).Seconds())
-			}
-		}
-	}()
+	defer logProgress(&created, n, "locks", logf)()
 	for range memConns {
-		// The sessions hold the locks: they stay open until the server
-		// stops.
-		c, err := zkConnect(ctx, []string{srv.endpoint})
+		c, err := zkConnect(ctx, []string{endpoint})
 		if err != nil {
 			dialErr = err
 			break
 		}
-		defer c.Close()
+		sessions = append(sessions, c)
 		for range memPerConn {
 			wg.Go(func() {
 				for i := next.Add(1) - 1; i < int64(n) && ctx.Err() == nil; i = next.Add(1) - 1 {
@@ -329,33 +354,8 @@ func runZKMemory(ctx context.Context, n int, dir, system, jar string, _ int, log
 		}
 	}
 	wg.Wait()
-	close(stopProgress)
-	if srv.exited() {
-		return nil, fmt.Errorf("memory: zookeeper exited after %d locks (%v); its log ends:\n%s", created.Load(), srv.waitErr, srv.logTail())
-	}
-	if dialErr != nil {
-		return nil, fmt.Errorf("memory: session: %w", dialErr)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	m.Errors = errs.Load()
-	m.CreateSeconds = time.Since(start).Seconds()
-	m.Created = created.Load()
-	gauge := func(context.Context) (int64, error) { return zkMntr(srv.endpoint, "zk_ephemerals_count") }
-	if err := measureMemory(ctx, srv, m, gauge, logf); err != nil {
-		return nil, err
-	}
-	if m.Created == 0 {
-		return nil, errors.New("memory: no lock was taken: " + m.FirstError)
-	}
-	if heap, err := jvmHeapAfterGC(ctx, srv.pid()); err != nil {
-		logf("memory: no JVM heap figure: %v", err)
-	} else {
-		m.HeapAfterGC = heap
-		logf("memory: zookeeper heap used after a full GC: %s", fmtBytes(heap))
-	}
-	return m, nil
+	return created.Load(), sessions, dialErr
 }
 
 // jvmHeapAfterGC runs a full collection in JVM pid and returns the heap it
