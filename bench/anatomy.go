@@ -305,16 +305,30 @@ func GoroutineTimes(ctx context.Context, traceFile string, cycles int64) ([]Goro
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	type key struct{ g, state string }
+	spent, kind, err := parseTrace(out)
+	if werr := cmd.Wait(); werr != nil {
+		return nil, fmt.Errorf("go tool trace -d=parsed %s: %w", traceFile, werr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sumByKind(spent, kind, cycles), nil
+}
+
+// goState is a goroutine (its ID) in a state.
+type goState struct{ g, state string }
+
+// parseTrace reads the output of `go tool trace -d=parsed`: the time each
+// goroutine spent in each state, in trace nanoseconds, and the kind of
+// each goroutine whose stack shows one of goroutineKinds' frames.
+func parseTrace(r io.Reader) (spent map[goState]int64, kind map[string]string, err error) {
+	spent, kind = map[goState]int64{}, map[string]string{}
 	var (
-		kind            = map[string]string{}
-		state           = map[string]string{}
 		since           = map[string]int64{}
-		spent           = map[key]int64{}
 		stackOf         string // goroutine whose stack the lines below are
 		header, changed string
 	)
-	sc := bufio.NewScanner(out)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -335,14 +349,14 @@ func GoroutineTimes(ctx context.Context, traceFile string, cycles int64) ([]Goro
 			}
 			t, _ := strconv.ParseInt(rest[0], 10, 64)
 			g := strings.TrimPrefix(rest[1], "GoID=")
-			from, to, ok := strings.Cut(rest[2], "->")
+			from, _, ok := strings.Cut(rest[2], "->")
 			if !ok {
 				continue
 			}
 			if _, seen := since[g]; seen {
-				spent[key{g, from}] += t - since[g]
+				spent[goState{g, from}] += t - since[g]
 			}
-			state[g], since[g], changed = to, t, g
+			since[g], changed = t, g
 		case line == "TransitionStack=":
 			stackOf = changed
 		case line == "Stack=":
@@ -356,9 +370,12 @@ func GoroutineTimes(ctx context.Context, traceFile string, cycles int64) ([]Goro
 			}
 		}
 	}
-	if err := cmd.Wait(); err != nil {
-		return nil, fmt.Errorf("go tool trace -d=parsed %s: %w", traceFile, err)
-	}
+	return spent, kind, sc.Err()
+}
+
+// sumByKind sums spent by kind of goroutine ("other" for no known kind), in
+// microseconds per cycle, busiest first.
+func sumByKind(spent map[goState]int64, kind map[string]string, cycles int64) []GoroutineTime {
 	byKind := map[string]*GoroutineTime{}
 	var order []*GoroutineTime
 	per := func(ns int64) float64 { return float64(ns) / 1e3 / float64(cycles) }
@@ -387,7 +404,7 @@ func GoroutineTimes(ctx context.Context, traceFile string, cycles int64) ([]Goro
 	for i, gt := range order {
 		res[i] = *gt
 	}
-	return res, nil
+	return res
 }
 
 // WriteMarkdown writes the cycle's split and the goroutines' times.
