@@ -95,6 +95,14 @@ const (
 	// that is deposed and does not know it yet, a paused one waking up
 	// say, renews from its own deadlines.
 	RenewWithoutQuorumContact Name = "renew-without-quorum-contact"
+	// ReelectedLeaderOldDeadlines makes a node that leads again, in the
+	// same process, keep the deadlines it held when it last led (its old
+	// term's renewals; grants and ends applied since) instead of giving
+	// every lease a fresh full TTL (server). A lease renewed at the leader
+	// in between is expired early. Only a re-election of the same node
+	// while its holders renew elsewhere (the leader-reelect fault) shows
+	// it.
+	ReelectedLeaderOldDeadlines Name = "reelected-leader-old-deadlines"
 	// FollowerLocalRead makes a follower answer a linearizable Get from its
 	// own applied state instead of forwarding it to the leader (server).
 	FollowerLocalRead Name = "follower-local-read"
@@ -102,7 +110,7 @@ const (
 
 // All lists every mutant, in the order the mutant test runs them.
 var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap,
-	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead}
+	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead, ReelectedLeaderOldDeadlines}
 
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote

@@ -45,7 +45,8 @@
 //     and heal: kills of the leader or a follower (half the leader kills
 //     right after an acknowledgement), SIGSTOP of the leader past an
 //     election but short of the TTL (half the time followed by freezing
-//     every lease holder), isolation of the leader or a follower short of
+//     every lease holder), the leadership handed to a follower and back
+//     to the same node within about a TTL, isolation of the leader or a follower short of
 //     the TTL, moving minority/majority splits, slow links, rolling
 //     restarts, a member removed and added back empty, and (asked for by
 //     name) disk loss: a member's data directory deleted while it is down,

@@ -175,6 +175,18 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.Workers, cfg.LongHoldShare, cfg.PauseProbability = 6, 1, -1
 		cfg.Duration = 25 * time.Second // first violation after 7.3 s (median of 20 runs, at most 14.2 s)
 	}
+	if name == failpoint.ReelectedLeaderOldDeadlines {
+		// The leadership handed to a follower for 2/3 to 1 TTL and back:
+		// every held lease is renewed at the follower meanwhile, and the
+		// node that leads again holds its old term's deadlines for it.
+		// Every lease is held for several renewals, and no holder is
+		// frozen, so that each is renewed through the fault.
+		cfg.Nodes = 3
+		cfg.ClusterFaults = []string{"leader-reelect"}
+		cfg.ClusterFaultInterval = time.Second
+		cfg.Workers, cfg.LongHoldShare, cfg.PauseProbability = 6, 1, -1
+		cfg.Duration = 20 * time.Second
+	}
 	if name == failpoint.FollowerLocalRead {
 		// A cut-off follower answers reads from its stale state.
 		cfg.Nodes = 3

@@ -254,8 +254,8 @@ func (r *Report) WriteText(w io.Writer) {
 	if s.Nodes > 1 {
 		c := s.Cluster
 		fmt.Fprintf(w, "  cluster of %d nodes, faults (each healed, then the cluster whole again: %d times):\n", s.Nodes, c.Recoveries)
-		fmt.Fprintf(w, "    kill -9: %d of the leader (%d with a follower at once), %d of a follower; leader SIGSTOP past the election timeout: %d\n",
-			c.LeaderKills, c.TwoDown, c.FollowerKills, c.LeaderPauses)
+		fmt.Fprintf(w, "    kill -9: %d of the leader (%d with a follower at once), %d of a follower; leader SIGSTOP past the election timeout: %d; leadership handed away and back within a TTL: %d\n",
+			c.LeaderKills, c.TwoDown, c.FollowerKills, c.LeaderPauses, c.LeaderReelections)
 		fmt.Fprintf(w, "    partitions: leader isolated %d, follower isolated %d, moving minority/majority splits %d (%d splits); slow links %d\n",
 			c.LeaderIsolations, c.FollowerIsolations, c.MovingSplits, c.SplitSteps, c.SlowLinks)
 		fmt.Fprintf(w, "    rolling restarts %d (%d node restarts); members removed and added back %d; faults skipped for want of a leader %d\n",
