@@ -1,7 +1,8 @@
 // Package failpoint holds deliberate bugs (mutants) that the torture
 // harness must catch. Each is a named check placed in the server, the lease
-// state machine or the raft log store; a torture run with one switched on
-// must report violations, which measures what the checkers can see.
+// state machine, the raft log store or the guards; a torture run with one
+// switched on must report violations, which measures what the checkers can
+// see.
 //
 // The checks are compiled in only under the build tag fenced_failpoints
 // (in the spirit of etcd's gofail). Without the tag Enabled is a constant
@@ -10,7 +11,8 @@
 // binary carries none of it.
 //
 // This package depends on the standard library only, so that the lease
-// state machine, which asks Enabled, stays light for every importer.
+// state machine and package fence, which ask Enabled, stay light for every
+// importer.
 //
 // With the tag, the mutants of a process are named, comma-separated, in
 // the environment variable FENCED_FAILPOINTS, read once at start:
@@ -103,6 +105,14 @@ const (
 	// while its holders renew elsewhere (the leader-reelect fault) shows
 	// it.
 	ReelectedLeaderOldDeadlines Name = "reelected-leader-old-deadlines"
+	// GuardReappliesEqualSequence makes the guards built on
+	// fence.CheckSequence (the reference store's fencebolt, fencesql, the
+	// in-memory guard) apply a write whose (token, sequence) equals the
+	// last one applied, instead of refusing it as a duplicate: a resent
+	// write is applied twice. The Redis guard's Lua script is not
+	// affected. Only a worker that resends a write whose outcome it does
+	// not know can catch it.
+	GuardReappliesEqualSequence Name = "guard-reapplies-equal-sequence"
 	// FollowerLocalRead makes a follower answer a linearizable Get from its
 	// own applied state instead of forwarding it to the leader (server).
 	FollowerLocalRead Name = "follower-local-read"
@@ -110,7 +120,8 @@ const (
 
 // All lists every mutant, in the order the mutant test runs them.
 var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap,
-	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead, ReelectedLeaderOldDeadlines}
+	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead, ReelectedLeaderOldDeadlines,
+	GuardReappliesEqualSequence}
 
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote

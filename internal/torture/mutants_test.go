@@ -187,6 +187,15 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.Workers, cfg.LongHoldShare, cfg.PauseProbability = 6, 1, -1
 		cfg.Duration = 20 * time.Second
 	}
+	if name == failpoint.GuardReappliesEqualSequence {
+		// Most writes sequenced, and half of their answers thrown away:
+		// each such write is resent, and a copy of one applied is applied
+		// again, in the store and in PostgreSQL. The store crashes too, so
+		// that resends also follow unknown outcomes that are not injected.
+		cfg.SequenceShare, cfg.LostAnswerShare = 0.8, 0.5
+		cfg.StoreCrashInterval = 5 * time.Second
+		cfg.Duration = 15 * time.Second
+	}
 	if name == failpoint.FollowerLocalRead {
 		// A cut-off follower answers reads from its stale state.
 		cfg.Nodes = 3

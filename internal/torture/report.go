@@ -114,7 +114,9 @@ func (r *Report) Check(name string) check.Result {
 
 // expectedToFail are the checkers that a run without fencing must fail.
 func expectedToFail(name string) bool {
-	return name == check.NameStoreOrder || name == check.NameSQLOrder
+	// Without fencing no guard refuses a resent copy as a duplicate
+	// either.
+	return name == check.NameStoreOrder || name == check.NameSQLOrder || name == check.NameSequences
 }
 
 // Passed reports the verdict. A run in which no lease was granted tested
@@ -178,7 +180,7 @@ func (e *engine) check(h *history.History, ev *check.Evidence, elapsed time.Dura
 	}
 	s.StaleRejections = s.StoreWrites.Refused + s.SQLWrites.Refused + s.DelayedWrites.Stale
 
-	s.Checks = append(s.Checks, check.StoreOrder(ev.Audit), check.Sequences(ev.Audit))
+	s.Checks = append(s.Checks, check.StoreOrder(ev.Audit), check.Sequences(h, ev))
 	if ev.HasSQL {
 		s.Checks = append(s.Checks, check.SQLOrder(ev.SQLRows))
 	} else {

@@ -79,6 +79,8 @@ type SQLRow struct {
 	Token  uint64 `json:"token"`
 	Worker int    `json:"worker"`
 	Object string `json:"object"`
+	// Sequence is the write's sequence under Token (0: none).
+	Sequence uint64 `json:"sequence,omitempty"`
 }
 
 // FinalObject is an object read back from the store at the end of a run.
@@ -144,29 +146,75 @@ func StoreOrder(audit []store.AuditRecord) Result {
 	return r
 }
 
-// Sequences checks the store's audit log: a write that carried a
-// sequence is applied at most once per (scope, token, sequence); a copy of
-// it must have been refused as a duplicate.
-func Sequences(audit []store.AuditRecord) Result {
+// Sequences checks that a write that carried a sequence was applied at
+// most once per (scope, token, sequence): in the store's audit log and,
+// with PostgreSQL, in the writes table. Workers resend a sequenced write
+// whose outcome they do not know (history.Op.ResendOf) with the same
+// token, sequence and object; a copy of one applied must have been refused
+// as a duplicate. The note counts the resends and how they were answered,
+// so that a run in which none was sent shows it. A violation is timed at
+// the first resend of that write.
+func Sequences(h *history.History, ev *Evidence) Result {
 	r := Result{Name: NameSequences}
 	type key struct {
 		scope      string
 		token, seq uint64
 	}
+	resent := map[string]int64{} // kind and object -> call of the first resend
+	type tally struct{ resends, duplicate, applied, stale, unknown int }
+	var counts = map[history.Kind]*tally{history.KindPut: {}, history.KindSQL: {}}
+	for _, op := range h.Ops {
+		c := counts[op.Kind]
+		if c == nil || op.ResendOf == 0 {
+			continue
+		}
+		c.resends++
+		switch {
+		case op.Outcome == history.OK && op.Code == history.CodeDuplicate:
+			c.duplicate++
+		case op.Outcome == history.OK:
+			c.applied++
+		case op.Code == history.CodeStale:
+			c.stale++
+		case op.Outcome != history.Fail:
+			c.unknown++
+		}
+		k := string(op.Kind) + "\x00" + op.Object
+		if at, ok := resent[k]; !ok || op.Call < at {
+			resent[k] = op.Call
+		}
+	}
 	first := map[key]uint64{}
-	for _, rec := range audit {
+	for _, rec := range ev.Audit {
 		if rec.Sequence == 0 {
 			continue
 		}
 		r.Checked++
 		k := key{rec.Scope, rec.Token, rec.Sequence}
 		if seq, dup := first[k]; dup {
-			r.AddViolation("scope %q token %d sequence %d applied twice: audit seq %d (object %q) and %d",
+			r.AddViolationAt(resent[string(history.KindPut)+"\x00"+rec.Object], "store: scope %q token %d sequence %d applied twice: audit seq %d (object %q) and %d",
 				rec.Scope, rec.Token, rec.Sequence, rec.Seq, rec.Object, seq)
 			continue
 		}
 		first[k] = rec.Seq
 	}
+	rows := map[key]int64{}
+	for _, row := range ev.SQLRows {
+		if row.Sequence == 0 {
+			continue
+		}
+		r.Checked++
+		k := key{row.Scope, row.Token, row.Sequence}
+		if id, dup := rows[k]; dup {
+			r.AddViolationAt(resent[string(history.KindSQL)+"\x00"+row.Object], "postgres: scope %q token %d sequence %d applied twice: rows %d and %d (object %q)",
+				row.Scope, row.Token, row.Sequence, id, row.ID, row.Object)
+			continue
+		}
+		rows[k] = row.ID
+	}
+	p, q := counts[history.KindPut], counts[history.KindSQL]
+	r.Note = fmt.Sprintf("resends: store %d (%d refused as duplicates, %d applied, %d stale, %d unknown), postgres %d (%d, %d, %d, %d)",
+		p.resends, p.duplicate, p.applied, p.stale, p.unknown, q.resends, q.duplicate, q.applied, q.stale, q.unknown)
 	return r
 }
 
