@@ -47,8 +47,12 @@ const (
 	// holder's token instead of a new one (lease state machine).
 	HandoverOldToken Name = "handover-old-token"
 	// GrantHeld grants about one acquisition in sixteen of a held key,
-	// evicting its holder (lease state machine; chosen by log index, so
-	// replay stays deterministic).
+	// evicting its holder: in the server, which expires the holder and
+	// grants (chosen at random, before anything is written: the torture
+	// meets it), and in the lease state machine, which grants an
+	// acquisition of a held key whose log index is a multiple of 16
+	// (deterministic on replay; the server writes such an acquisition
+	// only when two race, so lease's property test is what meets it).
 	GrantHeld Name = "grant-held"
 	// ReleaseAnyID lets a release with any lease ID end the current lease
 	// of its key (lease state machine and server).
