@@ -111,6 +111,7 @@ func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *stri
 	f.StringVar(&cfg.NodeStartCommand, "node-start-cmd", "", "shell command that starts the node at --endpoint again")
 	f.StringVar(&cfg.StoreURL, "store", "", "base URL of your reference store (fenced store) instead of one started here")
 	f.StringVar(postgresDB, "postgres", os.Getenv("FENCED_TORTURE_POSTGRES"), "PostgreSQL connection string for fenced SQL writes (env FENCED_TORTURE_POSTGRES); empty: none")
+	f.StringVar(&cfg.RedisAddr, "redis", os.Getenv("FENCED_TORTURE_REDIS"), "Redis host:port for writes through the Redis guard (env FENCED_TORTURE_REDIS); empty: none")
 	f.BoolVar(&cfg.KeepTables, "keep-tables", false, "keep the run's PostgreSQL tables")
 	f.StringVar(out, "out", "", "directory for histories, logs and summary.json (default: a new temporary directory)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the random choices (default: from the clock)")

@@ -109,13 +109,12 @@ const (
 	// while its holders renew elsewhere (the leader-reelect fault) shows
 	// it.
 	ReelectedLeaderOldDeadlines Name = "reelected-leader-old-deadlines"
-	// GuardReappliesEqualSequence makes the guards built on
-	// fence.CheckSequence (the reference store's fencebolt, fencesql, the
-	// in-memory guard) apply a write whose (token, sequence) equals the
-	// last one applied, instead of refusing it as a duplicate: a resent
-	// write is applied twice. The Redis guard's Lua script is not
-	// affected. Only a worker that resends a write whose outcome it does
-	// not know can catch it.
+	// GuardReappliesEqualSequence makes the guards apply a write whose
+	// (token, sequence) equals the last one applied, instead of refusing
+	// it as a duplicate: those built on fence.CheckSequence (the reference
+	// store's fencebolt, fencesql, the in-memory guard) and the Redis
+	// guard's Lua script. A resent write is applied twice. Only a worker
+	// that resends a write whose outcome it does not know can catch it.
 	GuardReappliesEqualSequence Name = "guard-reapplies-equal-sequence"
 	// FollowerLocalRead makes a follower answer a linearizable Get from its
 	// own applied state instead of forwarding it to the leader (server).

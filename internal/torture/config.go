@@ -172,7 +172,12 @@ type Config struct {
 	// PostgresDSN, if set, adds a fenced SQL write (fencesql) after each
 	// store write, in tables created for the run. Default "": no SQL.
 	PostgresDSN string
-	// KeepTables keeps the run's PostgreSQL tables for inspection.
+	// RedisAddr (host:port), if set, adds a write through the Redis guard
+	// (fenceredis) after each store write: an item appended to a list per
+	// key, under keys that start with KeyPrefix. Default "": no Redis.
+	RedisAddr string
+	// KeepTables keeps the run's PostgreSQL tables and Redis keys for
+	// inspection.
 	KeepTables bool
 
 	// OutputDir receives histories, logs, summary.json and, when the

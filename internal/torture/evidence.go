@@ -23,7 +23,7 @@ import (
 )
 
 // collect reads what the resources hold: the store's audit log and final
-// objects, and the PostgreSQL writes table.
+// objects, the PostgreSQL writes table and the Redis audit lists.
 func (e *engine) collect(ctx context.Context, h *history.History, delayed []history.DelayedWrite) (*check.Evidence, error) {
 	ev := &check.Evidence{Delayed: delayed, Objects: map[string]check.FinalObject{}}
 	hc := &http.Client{Timeout: 10 * time.Second}
@@ -91,6 +91,12 @@ func (e *engine) collect(ctx context.Context, h *history.History, delayed []hist
 		}
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("torture: postgres: %w", err)
+		}
+	}
+	if e.rdb != nil {
+		ev.HasRedis = true
+		if ev.Redis, err = e.readRedis(ctx); err != nil {
+			return nil, err
 		}
 	}
 	return ev, nil

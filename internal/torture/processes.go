@@ -170,6 +170,7 @@ func (e *engine) workerSpec(id int, history string) worker.Spec {
 	s := worker.Spec{
 		ID: id, Endpoint: e.nodes[0].Endpoint(), Keys: e.keys, StoreURL: e.storeURL,
 		PostgresDSN: cfg.PostgresDSN, ScopeTable: e.scopeTable, WriteTable: e.writeTable, NoFencing: cfg.NoFencing,
+		RedisAddr: cfg.RedisAddr, RedisPrefix: e.redisPrefix(),
 		TTL: cfg.TTL, Wait: cfg.Wait, WritesMin: cfg.WritesMin, WritesMax: cfg.WritesMax, ThinkMax: cfg.ThinkMax,
 		GetProbability: enabled(cfg.GetProbability), TryProbability: enabled(cfg.TryProbability),
 		FollowerReadShare:   enabled(cfg.FollowerReadShare),
@@ -364,6 +365,7 @@ func (e *engine) cleanup() {
 	if e.acks != nil {
 		e.acks.close()
 	}
+	e.dropRedis()
 	if e.db != nil {
 		if !e.cfg.KeepTables {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

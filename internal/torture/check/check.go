@@ -17,6 +17,7 @@ import (
 const (
 	NameStoreOrder      = "store-no-stale-overwrite"
 	NameSQLOrder        = "postgres-no-stale-overwrite"
+	NameRedisOrder      = "redis-no-stale-overwrite"
 	NameProvenance      = "token-provenance"
 	NameTokens          = "tokens-unique-and-ordered"
 	NameAckedPresent    = "acked-writes-present"
@@ -83,6 +84,18 @@ type SQLRow struct {
 	Sequence uint64 `json:"sequence,omitempty"`
 }
 
+// RedisRecord is an item of a scope's Redis audit list: a write the
+// Redis guard applied, Index-th in the order Redis applied the scope's
+// writes.
+type RedisRecord struct {
+	Index    int    `json:"index"`
+	Scope    string `json:"scope"`
+	Token    uint64 `json:"token"`
+	Sequence uint64 `json:"sequence,omitempty"`
+	Worker   int    `json:"worker"`
+	Object   string `json:"object"`
+}
+
 // FinalObject is an object read back from the store at the end of a run.
 type FinalObject struct {
 	Present bool
@@ -100,6 +113,10 @@ type Evidence struct {
 	// SQLRows is the PostgreSQL writes table (nil with HasSQL false).
 	SQLRows []SQLRow
 	HasSQL  bool
+	// Redis holds the Redis audit lists, scope by scope in applied order
+	// (nil with HasRedis false).
+	Redis    []RedisRecord
+	HasRedis bool
 	// Delayed lists the writes the delaying proxy delivered.
 	Delayed []history.DelayedWrite
 }
@@ -148,7 +165,8 @@ func StoreOrder(audit []store.AuditRecord) Result {
 
 // Sequences checks that a write that carried a sequence was applied at
 // most once per (scope, token, sequence): in the store's audit log and,
-// with PostgreSQL, in the writes table. Workers resend a sequenced write
+// when they are driven, in the PostgreSQL writes table and the Redis audit
+// lists. Workers resend a sequenced write
 // whose outcome they do not know (history.Op.ResendOf) with the same
 // token, sequence and object; a copy of one applied must have been refused
 // as a duplicate. The note counts the resends and how they were answered,
@@ -162,7 +180,7 @@ func Sequences(h *history.History, ev *Evidence) Result {
 	}
 	resent := map[string]int64{} // kind and object -> call of the first resend
 	type tally struct{ resends, duplicate, applied, stale, unknown int }
-	var counts = map[history.Kind]*tally{history.KindPut: {}, history.KindSQL: {}}
+	var counts = map[history.Kind]*tally{history.KindPut: {}, history.KindSQL: {}, history.KindRedis: {}}
 	for _, op := range h.Ops {
 		c := counts[op.Kind]
 		if c == nil || op.ResendOf == 0 {
@@ -212,9 +230,43 @@ func Sequences(h *history.History, ev *Evidence) Result {
 		}
 		rows[k] = row.ID
 	}
-	p, q := counts[history.KindPut], counts[history.KindSQL]
-	r.Note = fmt.Sprintf("resends: store %d (%d refused as duplicates, %d applied, %d stale, %d unknown), postgres %d (%d, %d, %d, %d)",
-		p.resends, p.duplicate, p.applied, p.stale, p.unknown, q.resends, q.duplicate, q.applied, q.stale, q.unknown)
+	items := map[key]int{}
+	for _, rec := range ev.Redis {
+		if rec.Sequence == 0 {
+			continue
+		}
+		r.Checked++
+		k := key{rec.Scope, rec.Token, rec.Sequence}
+		if i, dup := items[k]; dup {
+			r.AddViolationAt(resent[string(history.KindRedis)+"\x00"+rec.Object], "redis: scope %q token %d sequence %d applied twice: items %d and %d (object %q)",
+				rec.Scope, rec.Token, rec.Sequence, i, rec.Index, rec.Object)
+			continue
+		}
+		items[k] = rec.Index
+	}
+	p, q, x := counts[history.KindPut], counts[history.KindSQL], counts[history.KindRedis]
+	r.Note = fmt.Sprintf("resends: store %d (%d refused as duplicates, %d applied, %d stale, %d unknown), postgres %d (%d, %d, %d, %d), redis %d (%d, %d, %d, %d)",
+		p.resends, p.duplicate, p.applied, p.stale, p.unknown, q.resends, q.duplicate, q.applied, q.stale, q.unknown,
+		x.resends, x.duplicate, x.applied, x.stale, x.unknown)
+	return r
+}
+
+// RedisOrder is StoreOrder for the Redis audit lists: per scope, in the
+// order Redis applied them, no write has a token below one applied before
+// it.
+func RedisOrder(recs []RedisRecord) Result {
+	r := Result{Name: NameRedisOrder, Checked: len(recs)}
+	highest := map[string]RedisRecord{}
+	for _, rec := range recs {
+		h, seen := highest[rec.Scope]
+		if seen && rec.Token < h.Token {
+			r.AddViolation("stale overwrite: redis item %d of scope %q, object %q: token %d applied after token %d (item %d)",
+				rec.Index, rec.Scope, rec.Object, rec.Token, h.Token, h.Index)
+		}
+		if !seen || rec.Token > h.Token {
+			highest[rec.Scope] = rec
+		}
+	}
 	return r
 }
 
@@ -248,7 +300,7 @@ func Provenance(h *history.History, ev *Evidence) Result {
 	}
 	writes := map[string]*history.Op{}
 	for _, op := range h.Ops {
-		if op.Kind == history.KindPut || op.Kind == history.KindSQL {
+		if op.Kind == history.KindPut || op.Kind == history.KindSQL || op.Kind == history.KindRedis {
 			writes[string(op.Kind)+"\x00"+op.Object] = op
 		}
 	}
@@ -270,6 +322,9 @@ func Provenance(h *history.History, ev *Evidence) Result {
 	}
 	for _, row := range ev.SQLRows {
 		check(history.KindSQL, fmt.Sprintf("postgres row %d", row.ID), row.Object, row.Scope, row.Token, row.Worker)
+	}
+	for _, rec := range ev.Redis {
+		check(history.KindRedis, fmt.Sprintf("redis item %d of %q", rec.Index, rec.Scope), rec.Object, rec.Scope, rec.Token, rec.Worker)
 	}
 	return r
 }
@@ -364,6 +419,20 @@ func AckedPresent(h *history.History, ev *Evidence) Result {
 				r.Checked++
 				if !rows[op.Object] {
 					r.AddViolation("w%d: committed SQL write %q (token %d) is missing at the end", op.Worker, op.Object, op.Token)
+				}
+			}
+		}
+	}
+	if ev.HasRedis {
+		items := map[string]bool{}
+		for _, rec := range ev.Redis {
+			items[rec.Object] = true
+		}
+		for _, op := range h.Ops {
+			if op.Kind == history.KindRedis && op.Outcome == history.OK {
+				r.Checked++
+				if !items[op.Object] {
+					r.AddViolation("w%d: acknowledged Redis write %q (token %d) is missing at the end", op.Worker, op.Object, op.Token)
 				}
 			}
 		}

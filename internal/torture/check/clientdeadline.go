@@ -46,7 +46,7 @@ func ClientDeadline(h *history.History) Result {
 	// 1ms covers turning a monotonic deadline into wall-clock time.
 	const tolerance = int64(time.Millisecond)
 	for _, op := range h.Ops {
-		if op.Deadline == 0 || (op.Kind != history.KindPut && op.Kind != history.KindSQL) {
+		if op.Deadline == 0 || (op.Kind != history.KindPut && op.Kind != history.KindSQL && op.Kind != history.KindRedis) {
 			continue
 		}
 		id, ok := ids[leaseOf{op.Worker, op.Key, op.Token}]

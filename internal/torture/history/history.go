@@ -21,8 +21,9 @@ const (
 	KindRenew   Kind = "renew"
 	KindRelease Kind = "release"
 	KindGet     Kind = "get"
-	KindPut     Kind = "put" // a PUT to the reference store (or the user's resource)
-	KindSQL     Kind = "sql" // a fenced transaction in PostgreSQL
+	KindPut     Kind = "put"   // a PUT to the reference store (or the user's resource)
+	KindSQL     Kind = "sql"   // a fenced transaction in PostgreSQL
+	KindRedis   Kind = "redis" // a fenceredis-guarded script in Redis
 )
 
 // Outcome is what the caller knows about an operation's effect.

@@ -18,10 +18,12 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver "pgx"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/fence/fenceredis"
 	"github.com/fencedio/fenced/fence/fencesql"
 	"github.com/fencedio/fenced/internal/torture/history"
 )
@@ -42,7 +44,12 @@ type Spec struct {
 	PostgresDSN string `json:"postgresDsn,omitempty"`
 	ScopeTable  string `json:"scopeTable,omitempty"`
 	WriteTable  string `json:"writeTable,omitempty"`
-	// NoFencing writes to PostgreSQL without the guard (negative control).
+	// Redis: the address and the prefix of the run's keys ("" disables
+	// Redis writes).
+	RedisAddr   string `json:"redisAddr,omitempty"`
+	RedisPrefix string `json:"redisPrefix,omitempty"`
+	// NoFencing writes to PostgreSQL and Redis without the guard (negative
+	// control).
 	NoFencing bool `json:"noFencing,omitempty"`
 
 	TTL            time.Duration `json:"ttl"`
@@ -177,6 +184,13 @@ func Run(ctx context.Context, spec Spec, events io.Writer) error {
 			return fmt.Errorf("worker %d: %w", spec.ID, err)
 		}
 	}
+	if spec.RedisAddr != "" {
+		closeRedis, err := w.openRedis()
+		if err != nil {
+			return fmt.Errorf("worker %d: %w", spec.ID, err)
+		}
+		defer closeRedis()
+	}
 	w.run(ctx)
 	return w.rec.Err()
 }
@@ -193,6 +207,8 @@ type worker struct {
 	store  *http.Transport
 	db     *sql.DB
 	guard  *fencesql.Guard
+	rdb    redis.UniversalClient
+	rguard *fenceredis.Guard
 
 	evMu   sync.Mutex
 	events *json.Encoder
@@ -277,6 +293,9 @@ func (w *worker) hold(l *client.Lease) {
 			return
 		}
 		if w.guard != nil && w.sql(l) == writeStale {
+			return
+		}
+		if w.rdb != nil && w.redis(l) == writeStale {
 			return
 		}
 	}
