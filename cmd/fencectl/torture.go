@@ -88,7 +88,7 @@ func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *stri
 	f.DurationVar(&cfg.TTL, "ttl", time.Second, "lease TTL")
 	f.Float64Var(&cfg.PauseProbability, "pause-probability", 0.3, "chance that a lease holder is frozen (SIGSTOP) for 1.5-3 TTL; negative disables")
 	f.Float64Var(&cfg.DelayShare, "delay-share", 0.1, "share of store writes held by the proxy for 1.5-3 TTL; negative disables")
-	f.Float64Var(&cfg.SequenceShare, "sequence-share", 0.3, "share of direct store and SQL writes sent with the lease's next sequence (resent while their outcome is unknown); negative disables")
+	f.Float64Var(&cfg.SequenceShare, "sequence-share", 0.3, "share of direct store, SQL and Redis writes sent with the lease's next sequence (resent while their outcome is unknown); negative disables")
 	f.Float64Var(&cfg.LostAnswerShare, "lost-answer-share", 0.1, "share of the answers to sequenced writes that workers throw away unread, then resend the write; negative disables")
 	f.DurationVar(&cfg.CrashInterval, "crash-interval", 8*time.Second, "mean time between kill -9 of the node")
 	f.IntVar(&cfg.Nodes, "nodes", 1, "local nodes: 1, or a cluster of 3 or 5 on 127.0.0.11... with fault-injecting proxies on the raft links (kills, SIGSTOP of the leader, partitions, slow links, rolling restarts, member remove and re-add)")

@@ -63,8 +63,8 @@ type Config struct {
 	// DelayShare is the share of store writes sent through the delaying
 	// proxy. Default 0.1; negative disables the proxy.
 	DelayShare float64
-	// SequenceShare is the share of direct store writes and SQL writes that
-	// carry the lease's next sequence (fence.WithSequence), so that a copy
+	// SequenceShare is the share of direct store writes, SQL writes and
+	// Redis writes that carry the lease's next sequence (fence.WithSequence), so that a copy
 	// of one is refused as a duplicate; the checker
 	// "sequenced-writes-at-most-once" audits them. Default 0.3; negative
 	// disables.

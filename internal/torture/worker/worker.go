@@ -66,8 +66,8 @@ type Spec struct {
 	LongHoldShare  float64 `json:"longHoldShare,omitempty"`
 	TryProbability float64 `json:"tryProbability"`
 	DelayShare     float64 `json:"delayShare"`
-	// SequenceShare is the share of direct store writes and SQL writes
-	// sent with the lease's next sequence. Such a write whose outcome is
+	// SequenceShare is the share of direct store writes, SQL writes and
+	// Redis writes sent with the lease's next sequence. Such a write whose outcome is
 	// unknown is resent, with the same token and sequence, up to
 	// maxResends times.
 	SequenceShare float64 `json:"sequenceShare,omitempty"`
