@@ -64,10 +64,10 @@ type Config struct {
 	// proxy. Default 0.1; negative disables the proxy.
 	DelayShare float64
 	// SequenceShare is the share of direct store writes, SQL writes and
-	// Redis writes that carry the lease's next sequence (fence.WithSequence), so that a copy
-	// of one is refused as a duplicate; the checker
-	// "sequenced-writes-at-most-once" audits them. Default 0.3; negative
-	// disables.
+	// Redis writes that carry the lease's next sequence
+	// (fence.WithSequence), so that a copy of one is refused as a
+	// duplicate; the checker "sequenced-writes-at-most-once" audits them.
+	// Default 0.3; negative disables.
 	SequenceShare float64
 	// LostAnswerShare is the share of answers to sequenced writes that
 	// the workers throw away unread, as if the connection had broken after
