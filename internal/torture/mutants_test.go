@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/testenv"
+	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/proc"
 )
 
@@ -57,6 +58,9 @@ func TestMutants(t *testing.T) {
 			for _, c := range rep.Checks {
 				if c.Violations > 0 {
 					by = append(by, fmt.Sprintf("%s=%d", c.Name, c.Violations))
+				}
+				if c.Violations > 0 && c.Name == check.NameSequences {
+					by = append(by, "("+c.Note+")") // which guards applied a copy
 				}
 			}
 			if rep.Violations == 0 {

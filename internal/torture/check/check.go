@@ -202,6 +202,7 @@ func Sequences(h *history.History, ev *Evidence) Result {
 			resent[k] = op.Call
 		}
 	}
+	twice := map[string]int{} // per resource
 	first := map[key]uint64{}
 	for _, rec := range ev.Audit {
 		if rec.Sequence == 0 {
@@ -210,6 +211,7 @@ func Sequences(h *history.History, ev *Evidence) Result {
 		r.Checked++
 		k := key{rec.Scope, rec.Token, rec.Sequence}
 		if seq, dup := first[k]; dup {
+			twice["store"]++
 			r.AddViolationAt(resent[string(history.KindPut)+"\x00"+rec.Object], "store: scope %q token %d sequence %d applied twice: audit seq %d (object %q) and %d",
 				rec.Scope, rec.Token, rec.Sequence, rec.Seq, rec.Object, seq)
 			continue
@@ -224,6 +226,7 @@ func Sequences(h *history.History, ev *Evidence) Result {
 		r.Checked++
 		k := key{row.Scope, row.Token, row.Sequence}
 		if id, dup := rows[k]; dup {
+			twice["postgres"]++
 			r.AddViolationAt(resent[string(history.KindSQL)+"\x00"+row.Object], "postgres: scope %q token %d sequence %d applied twice: rows %d and %d (object %q)",
 				row.Scope, row.Token, row.Sequence, id, row.ID, row.Object)
 			continue
@@ -238,6 +241,7 @@ func Sequences(h *history.History, ev *Evidence) Result {
 		r.Checked++
 		k := key{rec.Scope, rec.Token, rec.Sequence}
 		if i, dup := items[k]; dup {
+			twice["redis"]++
 			r.AddViolationAt(resent[string(history.KindRedis)+"\x00"+rec.Object], "redis: scope %q token %d sequence %d applied twice: items %d and %d (object %q)",
 				rec.Scope, rec.Token, rec.Sequence, i, rec.Index, rec.Object)
 			continue
@@ -248,6 +252,9 @@ func Sequences(h *history.History, ev *Evidence) Result {
 	r.Note = fmt.Sprintf("resends: store %d (%d refused as duplicates, %d applied, %d stale, %d unknown), postgres %d (%d, %d, %d, %d), redis %d (%d, %d, %d, %d)",
 		p.resends, p.duplicate, p.applied, p.stale, p.unknown, q.resends, q.duplicate, q.applied, q.stale, q.unknown,
 		x.resends, x.duplicate, x.applied, x.stale, x.unknown)
+	if r.Violations > 0 {
+		r.Note += fmt.Sprintf("; applied twice: store %d, postgres %d, redis %d", twice["store"], twice["postgres"], twice["redis"])
+	}
 	return r
 }
 
