@@ -230,3 +230,21 @@ func TestCheckSequencesCountsResends(t *testing.T) {
 		t.Errorf("note %q, want it to start with %q", r.Note, want)
 	}
 }
+
+func TestCheckRedisOrder(t *testing.T) {
+	rec := func(i int, scope string, token uint64) RedisRecord {
+		return RedisRecord{Index: i, Scope: scope, Token: token, Object: fmt.Sprintf("o%d", i)}
+	}
+	for _, tc := range []struct {
+		name string
+		recs []RedisRecord
+		want int
+	}{
+		{"rising and equal tokens", []RedisRecord{rec(0, "a", 3), rec(1, "a", 3), rec(2, "a", 5), rec(0, "b", 1)}, 0},
+		{"a stale token after a higher one", []RedisRecord{rec(0, "a", 3), rec(1, "a", 5), rec(2, "a", 4), rec(0, "b", 4)}, 1},
+	} {
+		if got := RedisOrder(tc.recs); got.Violations != tc.want {
+			t.Errorf("%s: %d violations, want %d: %v", tc.name, got.Violations, tc.want, got.Examples)
+		}
+	}
+}
