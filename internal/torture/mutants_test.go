@@ -189,7 +189,7 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.ClusterFaults = []string{"leader-reelect"}
 		cfg.ClusterFaultInterval = time.Second
 		cfg.Workers, cfg.LongHoldShare, cfg.PauseProbability = 6, 1, -1
-		cfg.Duration = 15 * time.Second // first violation after 2.1 s (median of 4 runs, at most 2.1 s)
+		cfg.Duration = 15 * time.Second // first violation after 2.1 s (median of 7 runs, at most 2.6 s)
 	}
 	if name == failpoint.GuardReappliesEqualSequence {
 		// Most writes sequenced, and half of their answers thrown away:
@@ -198,7 +198,7 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		// that resends also follow unknown outcomes that are not injected.
 		cfg.SequenceShare, cfg.LostAnswerShare = 0.8, 0.5
 		cfg.StoreCrashInterval = 5 * time.Second
-		cfg.Duration = 10 * time.Second // first violation after 0.1 s (median of 4 runs, at most 0.2 s)
+		cfg.Duration = 10 * time.Second // first violation after 0.1 s (median of 7 runs, at most 0.2 s)
 	}
 	if name == failpoint.FollowerLocalRead {
 		// A cut-off follower answers reads from its stale state.
