@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 // MaxSequence is the largest sequence a write may carry: sequences are kept
@@ -81,7 +83,7 @@ func CheckSequence(scope string, token, seq, highest, last uint64, strict bool) 
 	if seq == 0 || token > highest {
 		return nil
 	}
-	if seq <= last {
+	if seq < last || (seq == last && !failpoint.Enabled(failpoint.GuardReappliesEqualSequence)) {
 		return &DuplicateError{Scope: scope, Token: token, Sequence: seq, Last: last}
 	}
 	if strict && seq != last+1 {

@@ -171,7 +171,11 @@ func (s *State) Apply(index, term uint64, c Command) Result {
 	switch c.Op {
 	case OpAcquire:
 		if l := s.lookup(c.Key); l != nil {
-			return Result{Err: &HeldError{Key: l.Key, Owner: l.Owner, Token: l.Token}}
+			if !failpoint.Enabled(failpoint.GrantHeld) || index%16 != 0 {
+				return Result{Err: &HeldError{Key: l.Key, Owner: l.Owner, Token: l.Token}}
+			}
+			s.drop(l) // the mutant: the holder is evicted, the key granted
+			s.remember(l.Key, l.Token)
 		}
 		l := &Lease{Key: c.Key, ID: c.ID, Owner: c.Owner, Token: index, TTL: c.TTL}
 		s.put(l)

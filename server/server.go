@@ -80,7 +80,7 @@ type Server struct {
 	// while it does not serve. A confirmation of leadership counts only
 	// while this very term is current.
 	readyTerm atomic.Uint64
-	everLed   atomic.Bool // has served as leader; only the DeposedLeaderRenews mutant reads it
+	everLed   atomic.Bool // has served as leader; only the DeposedLeaderRenews and ReelectedLeaderOldDeadlines mutants read it
 	leaderMu  sync.Mutex  // orders changes of readyTerm with leadership changes
 	// leading ends when this node stops leading (nil while it does not
 	// lead); see whileLeading. Guarded by leaderMu.
@@ -433,7 +433,9 @@ func (s *Server) serveTerm(ctx context.Context, term uint64) bool {
 		return false
 	}
 	n := 0
-	if !failpoint.Enabled(failpoint.NewLeaderNoFreshTTL) {
+	keepOld := failpoint.Enabled(failpoint.NewLeaderNoFreshTTL) ||
+		(failpoint.Enabled(failpoint.ReelectedLeaderOldDeadlines) && s.everLed.Load())
+	if !keepOld {
 		s.fsm.Read(func(st *lease.State) { n = s.resetDeadlines(st) })
 	}
 	s.expirer.Activate(term)

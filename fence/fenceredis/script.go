@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 // Script is a Lua body that Guard.Eval runs after the token check, inside the
@@ -48,7 +50,7 @@ type Script struct {
 // NewScript wraps body in the guard's check-and-record script. See Script
 // for what body can use.
 func NewScript(body string) *Script {
-	return &Script{body: body, rs: redis.NewScript(wrapBody(body, bodyTail)), seqRS: redis.NewScript(wrapBody(body, seqTail))}
+	return &Script{body: body, rs: redis.NewScript(wrapBody(body, bodyTail)), seqRS: redis.NewScript(wrapBody(body, seqTailFor()))}
 }
 
 // Body returns the Lua body given to NewScript.
@@ -230,6 +232,15 @@ local reply = {1, highest or '0', result}
 redis.call('SET', KEYS[2], cmsgpack.pack(reply), 'PX', ARGV[3])
 return reply
 `
+
+// seqTailFor is seqTail, or, with the GuardReappliesEqualSequence mutant
+// switched on, a tail that applies a write whose sequence equals the last.
+func seqTailFor() string {
+	if failpoint.Enabled(failpoint.GuardReappliesEqualSequence) {
+		return strings.Replace(seqTail, "if not __fence_less(last, seq) then", "if __fence_less(seq, last) then", 1)
+	}
+	return seqTail
+}
 
 // wrapBody puts body first, so that it cannot refer to the wrapper's locals.
 func wrapBody(body, tail string) string {

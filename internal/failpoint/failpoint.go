@@ -1,7 +1,8 @@
 // Package failpoint holds deliberate bugs (mutants) that the torture
 // harness must catch. Each is a named check placed in the server, the lease
-// state machine or the raft log store; a torture run with one switched on
-// must report violations, which measures what the checkers can see.
+// state machine, the raft log store or the guards; a torture run with one
+// switched on must report violations, which measures what the checkers can
+// see.
 //
 // The checks are compiled in only under the build tag fenced_failpoints
 // (in the spirit of etcd's gofail). Without the tag Enabled is a constant
@@ -10,7 +11,8 @@
 // binary carries none of it.
 //
 // This package depends on the standard library only, so that the lease
-// state machine, which asks Enabled, stays light for every importer.
+// state machine and package fence, which ask Enabled, stay light for every
+// importer.
 //
 // With the tag, the mutants of a process are named, comma-separated, in
 // the environment variable FENCED_FAILPOINTS, read once at start:
@@ -45,8 +47,12 @@ const (
 	// holder's token instead of a new one (lease state machine).
 	HandoverOldToken Name = "handover-old-token"
 	// GrantHeld grants about one acquisition in sixteen of a held key,
-	// evicting its holder (lease state machine; chosen by log index, so
-	// replay stays deterministic).
+	// evicting its holder: in the server, which expires the holder and
+	// grants (chosen at random, before anything is written: the torture
+	// meets it), and in the lease state machine, which grants an
+	// acquisition of a held key whose log index is a multiple of 16
+	// (deterministic on replay; the server writes such an acquisition
+	// only when two race, so lease's property test is what meets it).
 	GrantHeld Name = "grant-held"
 	// ReleaseAnyID lets a release with any lease ID end the current lease
 	// of its key (lease state machine and server).
@@ -95,6 +101,21 @@ const (
 	// that is deposed and does not know it yet, a paused one waking up
 	// say, renews from its own deadlines.
 	RenewWithoutQuorumContact Name = "renew-without-quorum-contact"
+	// ReelectedLeaderOldDeadlines makes a node that leads again, in the
+	// same process, keep the deadlines it held when it last led (its old
+	// term's renewals; grants and ends applied since) instead of giving
+	// every lease a fresh full TTL (server). A lease renewed at the leader
+	// in between is expired early. Only a re-election of the same node
+	// while its holders renew elsewhere (the leader-reelect fault) shows
+	// it.
+	ReelectedLeaderOldDeadlines Name = "reelected-leader-old-deadlines"
+	// GuardReappliesEqualSequence makes the guards apply a write whose
+	// (token, sequence) equals the last one applied, instead of refusing
+	// it as a duplicate: those built on fence.CheckSequence (the reference
+	// store's fencebolt, fencesql, the in-memory guard) and the Redis
+	// guard's Lua script. A resent write is applied twice. Only a worker
+	// that resends a write whose outcome it does not know can catch it.
+	GuardReappliesEqualSequence Name = "guard-reapplies-equal-sequence"
 	// FollowerLocalRead makes a follower answer a linearizable Get from its
 	// own applied state instead of forwarding it to the leader (server).
 	FollowerLocalRead Name = "follower-local-read"
@@ -102,7 +123,8 @@ const (
 
 // All lists every mutant, in the order the mutant test runs them.
 var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap,
-	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead}
+	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead, ReelectedLeaderOldDeadlines,
+	GuardReappliesEqualSequence}
 
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote

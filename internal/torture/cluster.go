@@ -47,6 +47,10 @@ type ClusterFaultStats struct {
 	LeaderPauses     int `json:"leaderPauses"`
 	HoldersFrozen    int `json:"holdersFrozen"`
 	RenewalsOnWaking int `json:"renewalsOnWaking"`
+	// LeaderReelections hand the leadership to a follower, which leads
+	// for 2/3 to 1 TTL, and back to the same node (process), which so
+	// leads again within about a TTL of losing it (leader-reelect).
+	LeaderReelections int `json:"leaderReelections"`
 	// AimedLeaderKills counts leader kills sent within a millisecond
 	// after a node reported an acknowledgement (nodes with the failpoints
 	// build only).
@@ -97,13 +101,14 @@ type ClusterFaultStats struct {
 // Config.ClusterFaults.
 var ClusterFaultKinds = clusterFaultKinds
 
-var clusterFaultKinds = []string{"leader-kill", "follower-kill", "leader-pause", "leader-isolation",
+var clusterFaultKinds = []string{"leader-kill", "follower-kill", "leader-pause", "leader-reelect", "leader-isolation",
 	"follower-isolation", "moving-split", "slow-links", "rolling-restart", "member-re-add", "disk-loss", "leader-disk-stall"}
 
 // defaultClusterFaultKinds are the kinds a run injects unless told
 // otherwise: all but disk-loss, which leaves the cluster unavailable for
-// seconds each time, and leader-disk-stall, which needs nodes built with
-// the failpoints; both are asked for by name.
+// seconds each time and is asked for by name, and leader-disk-stall, which
+// needs nodes built with the failpoints and joins the default kinds of a
+// run whose nodes carry them (clusterFaultDeck).
 var defaultClusterFaultKinds = slices.DeleteFunc(slices.Clone(clusterFaultKinds), func(k string) bool {
 	return k == "disk-loss" || k == "leader-disk-stall"
 })
@@ -112,6 +117,7 @@ var defaultClusterFaultKinds = slices.DeleteFunc(slices.Clone(clusterFaultKinds)
 func (s ClusterFaultStats) Kinds() map[string]int {
 	return map[string]int{
 		"leader-kill": s.LeaderKills, "follower-kill": s.FollowerKills, "leader-pause": s.LeaderPauses,
+		"leader-reelect":   s.LeaderReelections,
 		"leader-isolation": s.LeaderIsolations, "follower-isolation": s.FollowerIsolations,
 		"moving-split": s.MovingSplits, "slow-links": s.SlowLinks, "rolling-restart": s.RollingRestarts,
 		"member-re-add": s.MemberReAdds, "disk-loss": s.DiskLosses, "leader-disk-stall": s.LeaderDiskStalls,

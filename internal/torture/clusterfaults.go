@@ -20,18 +20,43 @@ import (
 	"github.com/fencedio/fenced/internal/torture/worker"
 )
 
-// clusterFaults injects one cluster fault after another until ctx ends.
-// The kinds come in shuffled rounds, so that a short run has each of them
-// once the first round is through. After each fault has healed, the
-// cluster must be whole again within recoveryTimeout (else a violation).
-func (e *engine) clusterFaults(ctx context.Context) {
-	iv := e.cfg.ClusterFaultInterval
-	kinds := defaultClusterFaultKinds
+// clusterFaultWeight is how many times a kind comes in each round; the
+// others come once. These two open windows that no other fault opens and
+// that a bug needs to be in at the right moment: a leader whose main loop
+// hangs while its API serves, and the same node leading again within
+// about a TTL. Twice a round, a 20-40 s mutant run meets each several
+// times.
+var clusterFaultWeight = map[string]int{"leader-disk-stall": 2, "leader-reelect": 2}
+
+// clusterFaultDeck is one round of kinds, each as often as its weight.
+// Without Config.ClusterFaults it is the default kinds, plus
+// leader-disk-stall when the nodes carry the failpoints (a run with
+// mutants or power losses), since only such nodes can stall.
+func (e *engine) clusterFaultDeck() []string {
+	kinds := slices.Clone(defaultClusterFaultKinds)
 	if len(e.cfg.ClusterFaults) > 0 {
 		kinds = e.cfg.ClusterFaults
+	} else if e.cfg.nodeSideAcks() {
+		kinds = append(kinds, "leader-disk-stall")
 	}
+	var deck []string
+	for _, k := range kinds {
+		for range max(clusterFaultWeight[k], 1) {
+			deck = append(deck, k)
+		}
+	}
+	return deck
+}
+
+// clusterFaults injects one cluster fault after another until ctx ends.
+// The kinds come in shuffled rounds (clusterFaultDeck), so that a short
+// run has each of them once the first round is through. After each fault
+// has healed, the cluster must be whole again within recoveryTimeout (else
+// a violation).
+func (e *engine) clusterFaults(ctx context.Context) {
+	iv := e.cfg.ClusterFaultInterval
 	for {
-		deck := slices.Clone(kinds)
+		deck := e.clusterFaultDeck()
 		e.rngMu.Lock()
 		e.rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
 		e.rngMu.Unlock()
@@ -71,6 +96,8 @@ func (e *engine) clusterFault(ctx context.Context, kind string) string {
 		return e.killFault(ctx, kind, e.follower(leader))
 	case "leader-pause":
 		return e.pauseLeader(ctx, leader)
+	case "leader-reelect":
+		return e.reelectLeader(ctx, leader)
 	case "leader-isolation":
 		return e.isolate(ctx, kind, leader)
 	case "follower-isolation":

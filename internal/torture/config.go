@@ -63,12 +63,20 @@ type Config struct {
 	// DelayShare is the share of store writes sent through the delaying
 	// proxy. Default 0.1; negative disables the proxy.
 	DelayShare float64
-	// SequenceShare is the share of direct store writes and SQL writes that
-	// carry the lease's next sequence (fence.WithSequence), so that a copy
-	// of one is refused as a duplicate; the checker
-	// "sequenced-writes-at-most-once" audits them. Default 0.3; negative
-	// disables.
+	// SequenceShare is the share of direct store writes, SQL writes and
+	// Redis writes that carry the lease's next sequence
+	// (fence.WithSequence), so that a copy of one is refused as a
+	// duplicate; the checker "sequenced-writes-at-most-once" audits them.
+	// Default 0.3; negative disables.
 	SequenceShare float64
+	// LostAnswerShare is the share of answers to sequenced writes that
+	// the workers throw away unread, as if the connection had broken after
+	// the resource acted: the outcome is unknown, and the worker resends
+	// the write with the same token and sequence (as it does after a
+	// timeout or a store crash), which the guard must refuse as a
+	// duplicate if the first copy was applied. Default 0.1; negative
+	// disables.
+	LostAnswerShare float64
 	// DelayMin and DelayMax bound how long the proxy holds a request; both
 	// must exceed TTL. Defaults 1.5×TTL and 3×TTL.
 	DelayMin, DelayMax time.Duration
@@ -134,7 +142,8 @@ type Config struct {
 	// NodeMinTTL is the local node's --min-ttl. Default min(TTL, 1s).
 	NodeMinTTL time.Duration
 	// Failpoints names the mutants (internal/failpoint) switched on in the
-	// local node, through FENCED_FAILPOINTS. Command must then be built
+	// local node, the harness's store and the Go workers (whose SQL guard
+	// is the PostgreSQL side), through FENCED_FAILPOINTS. Command must then be built
 	// with the fenced_failpoints tag; the node refuses to start otherwise.
 	// A run with a mutant must report violations. Default: none.
 	Failpoints []string
@@ -163,7 +172,12 @@ type Config struct {
 	// PostgresDSN, if set, adds a fenced SQL write (fencesql) after each
 	// store write, in tables created for the run. Default "": no SQL.
 	PostgresDSN string
-	// KeepTables keeps the run's PostgreSQL tables for inspection.
+	// RedisAddr (host:port), if set, adds a write through the Redis guard
+	// (fenceredis) after each store write: an item appended to a list per
+	// key, under keys that start with KeyPrefix. Default "": no Redis.
+	RedisAddr string
+	// KeepTables keeps the run's PostgreSQL tables and Redis keys for
+	// inspection.
 	KeepTables bool
 
 	// OutputDir receives histories, logs, summary.json and, when the
@@ -223,6 +237,7 @@ func (c *Config) setDefaults() error {
 	setDefault(&c.PauseMax, 3*c.TTL)
 	setDefault(&c.DelayShare, 0.1)
 	setDefault(&c.SequenceShare, 0.3)
+	setDefault(&c.LostAnswerShare, 0.1)
 	setDefault(&c.DelayMin, c.TTL*3/2)
 	setDefault(&c.DelayMax, 3*c.TTL)
 	setDefault(&c.CrashInterval, 8*time.Second)
@@ -280,7 +295,7 @@ func (c *Config) check() error {
 		bad("WritesMin %d and WritesMax %d must satisfy 1 <= WritesMin <= WritesMax", c.WritesMin, c.WritesMax)
 	}
 	for name, p := range map[string]float64{"GetProbability": c.GetProbability, "TryProbability": c.TryProbability, "AbandonProbability": c.AbandonProbability,
-		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare, "SequenceShare": c.SequenceShare, "LongHoldShare": c.LongHoldShare, "AfterAckShare": c.AfterAckShare, "SnapshotBeforeCrash": c.SnapshotBeforeCrash, "FollowerReadShare": c.FollowerReadShare} {
+		"PauseProbability": c.PauseProbability, "DelayShare": c.DelayShare, "SequenceShare": c.SequenceShare, "LostAnswerShare": c.LostAnswerShare, "LongHoldShare": c.LongHoldShare, "AfterAckShare": c.AfterAckShare, "SnapshotBeforeCrash": c.SnapshotBeforeCrash, "FollowerReadShare": c.FollowerReadShare} {
 		if p > 1 {
 			bad("%s %v is above 1", name, p)
 		}

@@ -8,9 +8,14 @@
 //   - Workers are separate OS processes (`fencectl torture worker`), so
 //     that they can be frozen for real. Each loops: acquire a random key
 //     (usually waiting in line), make a few writes with its token, each a
-//     PUT to the reference store and (with PostgreSQL) a fencesql-guarded
-//     transaction, with random think time, then release the lease or
-//     abandon it to expire. A stale rejection ends the lease (Lost, I7).
+//     PUT to the reference store, (with PostgreSQL) a fencesql-guarded
+//     transaction and (with Redis) a fenceredis-guarded script, with random
+//     think time, then release the lease or abandon it to expire. A stale
+//     rejection ends the lease (Lost, I7). A share of the writes carry the
+//     lease's next sequence; such a write whose outcome the worker does
+//     not know (a timeout, a crash of the store, an answer it threw away
+//     on purpose) is resent with the same token and sequence, and the
+//     guard must apply it at most once.
 //     Workers do not check their lease's local deadline before writing, so
 //     every pause turns into a write that reaches the resource.
 //   - The harness freezes (SIGSTOP) a worker that holds a lease for 1.5-3
@@ -45,7 +50,8 @@
 //     and heal: kills of the leader or a follower (half the leader kills
 //     right after an acknowledgement), SIGSTOP of the leader past an
 //     election but short of the TTL (half the time followed by freezing
-//     every lease holder), isolation of the leader or a follower short of
+//     every lease holder), the leadership handed to a follower and back
+//     to the same node within about a TTL, isolation of the leader or a follower short of
 //     the TTL, moving minority/majority splits, slow links, rolling
 //     restarts, a member removed and added back empty, and (asked for by
 //     name) disk loss: a member's data directory deleted while it is down,

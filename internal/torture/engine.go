@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/history"
 	"github.com/fencedio/fenced/internal/torture/netfault"
@@ -78,6 +80,7 @@ type engine struct {
 	db            *sql.DB
 	scopeTable    string
 	writeTable    string
+	rdb           *redis.Client
 	keys          []string
 
 	mu      sync.Mutex
@@ -235,6 +238,11 @@ func (e *engine) startServices(ctx context.Context) error {
 	}
 	if err := e.startStore(ctx); err != nil {
 		return err
+	}
+	if cfg.RedisAddr != "" {
+		if err := e.openRedis(ctx); err != nil {
+			return err
+		}
 	}
 	if cfg.PostgresDSN != "" {
 		if err := e.createTables(ctx); err != nil {

@@ -23,7 +23,7 @@ import (
 )
 
 // collect reads what the resources hold: the store's audit log and final
-// objects, and the PostgreSQL writes table.
+// objects, the PostgreSQL writes table and the Redis audit lists.
 func (e *engine) collect(ctx context.Context, h *history.History, delayed []history.DelayedWrite) (*check.Evidence, error) {
 	ev := &check.Evidence{Delayed: delayed, Objects: map[string]check.FinalObject{}}
 	hc := &http.Client{Timeout: 10 * time.Second}
@@ -75,22 +75,28 @@ func (e *engine) collect(ctx context.Context, h *history.History, delayed []hist
 	}
 	if e.db != nil {
 		ev.HasSQL = true
-		rows, err := e.db.QueryContext(ctx, `SELECT id, scope, token, worker, object FROM `+worker.QuoteIdent(e.writeTable)+` ORDER BY id`)
+		rows, err := e.db.QueryContext(ctx, `SELECT id, scope, token, worker, object, seq FROM `+worker.QuoteIdent(e.writeTable)+` ORDER BY id`)
 		if err != nil {
 			return nil, fmt.Errorf("torture: postgres: %w", err)
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var r check.SQLRow
-			var tok int64
-			if err := rows.Scan(&r.ID, &r.Scope, &tok, &r.Worker, &r.Object); err != nil {
+			var tok, seq int64
+			if err := rows.Scan(&r.ID, &r.Scope, &tok, &r.Worker, &r.Object, &seq); err != nil {
 				return nil, fmt.Errorf("torture: postgres: %w", err)
 			}
-			r.Token = uint64(tok)
+			r.Token, r.Sequence = uint64(tok), uint64(seq)
 			ev.SQLRows = append(ev.SQLRows, r)
 		}
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("torture: postgres: %w", err)
+		}
+	}
+	if e.rdb != nil {
+		ev.HasRedis = true
+		if ev.Redis, err = e.readRedis(ctx); err != nil {
+			return nil, err
 		}
 	}
 	return ev, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/testenv"
+	"github.com/fencedio/fenced/internal/torture/check"
 	"github.com/fencedio/fenced/internal/torture/proc"
 )
 
@@ -57,6 +58,9 @@ func TestMutants(t *testing.T) {
 			for _, c := range rep.Checks {
 				if c.Violations > 0 {
 					by = append(by, fmt.Sprintf("%s=%d", c.Name, c.Violations))
+				}
+				if c.Violations > 0 && c.Name == check.NameSequences {
+					by = append(by, "("+c.Note+")") // which guards applied a copy
 				}
 			}
 			if rep.Violations == 0 {
@@ -174,6 +178,27 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.ClusterFaultInterval = time.Second
 		cfg.Workers, cfg.LongHoldShare, cfg.PauseProbability = 6, 1, -1
 		cfg.Duration = 25 * time.Second // first violation after 7.3 s (median of 20 runs, at most 14.2 s)
+	}
+	if name == failpoint.ReelectedLeaderOldDeadlines {
+		// The leadership handed to a follower for 2/3 to 1 TTL and back:
+		// every held lease is renewed at the follower meanwhile, and the
+		// node that leads again holds its old term's deadlines for it.
+		// Every lease is held for several renewals, and no holder is
+		// frozen, so that each is renewed through the fault.
+		cfg.Nodes = 3
+		cfg.ClusterFaults = []string{"leader-reelect"}
+		cfg.ClusterFaultInterval = time.Second
+		cfg.Workers, cfg.LongHoldShare, cfg.PauseProbability = 6, 1, -1
+		cfg.Duration = 15 * time.Second // first violation after 2.1 s (median of 7 runs, at most 2.6 s)
+	}
+	if name == failpoint.GuardReappliesEqualSequence {
+		// Most writes sequenced, and half of their answers thrown away:
+		// each such write is resent, and a copy of one applied is applied
+		// again, in the store and in PostgreSQL. The store crashes too, so
+		// that resends also follow unknown outcomes that are not injected.
+		cfg.SequenceShare, cfg.LostAnswerShare = 0.8, 0.5
+		cfg.StoreCrashInterval = 5 * time.Second
+		cfg.Duration = 10 * time.Second // first violation after 0.1 s (median of 7 runs, at most 0.2 s)
 	}
 	if name == failpoint.FollowerLocalRead {
 		// A cut-off follower answers reads from its stale state.

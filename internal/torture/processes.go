@@ -70,6 +70,15 @@ func (e *engine) failpointEnv() []string {
 	return env
 }
 
+// workerEnv is the environment of a Go worker: the run's mutants, which
+// its SQL guard may hold.
+func (e *engine) workerEnv() []string {
+	if len(e.cfg.Failpoints) == 0 {
+		return nil
+	}
+	return []string{failpoint.EnvVar + "=" + strings.Join(e.cfg.Failpoints, ",")}
+}
+
 // addLocalNode starts a node process of the run.
 func (e *engine) addLocalNode(ctx context.Context, spec proc.NodeSpec) error {
 	n, err := proc.NewLocalNode(e.cfg.Command, spec, filepath.Join(e.cfg.OutputDir, spec.NodeID+".log"))
@@ -111,9 +120,9 @@ func (e *engine) startStore(ctx context.Context) error {
 		Argv:    append(append([]string{}, cfg.Command...), proc.RoleStore, "--spec", string(b)),
 		LogPath: filepath.Join(cfg.OutputDir, "store.log"),
 	}
-	if cfg.LoseUnsynced {
-		e.storeProc.Env = []string{failpoint.LoseUnsyncedEnvVar + "=1"}
-	}
+	// The store's guard holds mutants too (a guard that re-applies a
+	// copy, say); so do the Go workers' SQL guards (workerEnv).
+	e.storeProc.Env = e.failpointEnv()
 	e.storeProc.OnExit = func(err error) { e.serviceCrashed(e.storeProc, err) }
 	if err := e.storeProc.Start(); err != nil {
 		return err
@@ -147,7 +156,8 @@ func (e *engine) createTables(ctx context.Context) error {
 		scope  text NOT NULL,
 		token  bigint NOT NULL,
 		worker integer NOT NULL,
-		object text NOT NULL UNIQUE
+		object text NOT NULL,
+		seq    bigint NOT NULL DEFAULT 0
 	)`)
 	if err != nil {
 		return fmt.Errorf("torture: postgres: create %s: %w", e.writeTable, err)
@@ -160,12 +170,14 @@ func (e *engine) workerSpec(id int, history string) worker.Spec {
 	s := worker.Spec{
 		ID: id, Endpoint: e.nodes[0].Endpoint(), Keys: e.keys, StoreURL: e.storeURL,
 		PostgresDSN: cfg.PostgresDSN, ScopeTable: e.scopeTable, WriteTable: e.writeTable, NoFencing: cfg.NoFencing,
+		RedisAddr: cfg.RedisAddr, RedisPrefix: e.redisPrefix(),
 		TTL: cfg.TTL, Wait: cfg.Wait, WritesMin: cfg.WritesMin, WritesMax: cfg.WritesMax, ThinkMax: cfg.ThinkMax,
 		GetProbability: enabled(cfg.GetProbability), TryProbability: enabled(cfg.TryProbability),
 		FollowerReadShare:   enabled(cfg.FollowerReadShare),
 		LongHoldShare:       enabled(cfg.LongHoldShare),
 		DelayShare:          enabled(cfg.DelayShare),
 		SequenceShare:       enabled(cfg.SequenceShare),
+		LostAnswerShare:     enabled(cfg.LostAnswerShare),
 		AbandonProbability:  enabled(cfg.AbandonProbability),
 		WriteTimeout:        max(2*time.Second, 2*cfg.TTL),
 		DelayedWriteTimeout: cfg.TTL / 2,
@@ -210,6 +222,9 @@ func (e *engine) startWorkers() error {
 			LogPath:  filepath.Join(e.cfg.OutputDir, fmt.Sprintf("worker%d.log", i)),
 			OnStdout: func(line []byte) { e.onEvent(ws, line) },
 			OnExit:   func(err error) { e.workerCrashed(ws, err) },
+		}
+		if !e.foreignWorker(i) {
+			ws.proc.Env = e.workerEnv()
 		}
 		e.mu.Lock()
 		e.workers[i] = ws
@@ -350,6 +365,7 @@ func (e *engine) cleanup() {
 	if e.acks != nil {
 		e.acks.close()
 	}
+	e.dropRedis()
 	if e.db != nil {
 		if !e.cfg.KeepTables {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

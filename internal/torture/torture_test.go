@@ -62,6 +62,7 @@ func tortureConfig(t *testing.T, d time.Duration) Config {
 		t.Skip(proc.ErrUnsupported)
 	}
 	dsn := testenv.PostgresURL(t)
+	redisAddr := testenv.RedisAddr(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +90,7 @@ func tortureConfig(t *testing.T, d time.Duration) Config {
 		CrashInterval:      6 * time.Second,
 		StoreCrashInterval: 15 * time.Second,
 		PostgresDSN:        dsn,
+		RedisAddr:          redisAddr,
 		OutputDir:          dir,
 		Command:            []string{self},
 		CheckTimeout:       30 * time.Second,
@@ -115,7 +117,7 @@ func requireFaults(t *testing.T, rep *Report) {
 	t.Helper()
 	for what, n := range map[string]int{
 		"grants": rep.Acquisitions.OK, "renewals": rep.Renewals.OK, "reads": rep.Gets.OK,
-		"acknowledged store writes": rep.StoreWrites.OK, "committed SQL writes": rep.SQLWrites.OK,
+		"acknowledged store writes": rep.StoreWrites.OK, "committed SQL writes": rep.SQLWrites.OK, "acknowledged Redis writes": rep.RedisWrites.OK,
 		"node crashes": rep.Crashes, "pauses": rep.Pauses, "delayed writes": rep.DelayedWrites.Delivered,
 		"snapshots": rep.SnapshotsTaken, "snapshot restores": rep.SnapshotRestores,
 	} {
@@ -123,7 +125,7 @@ func requireFaults(t *testing.T, rep *Report) {
 			t.Errorf("the run had no %s", what)
 		}
 	}
-	for _, name := range []string{check.NameStoreOrder, check.NameSQLOrder, check.NameProvenance, check.NameTokens, check.NameAckedPresent,
+	for _, name := range []string{check.NameStoreOrder, check.NameSQLOrder, check.NameRedisOrder, check.NameSequences, check.NameProvenance, check.NameTokens, check.NameAckedPresent,
 		check.NameExclusion, check.NameRenewals, check.NameLinearizability, check.NameProcesses} {
 		if c := rep.Check(name); c.Name == "" || c.Skipped != "" || c.Checked == 0 {
 			t.Errorf("checker %s did not run: %+v", name, c)

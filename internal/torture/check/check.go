@@ -17,6 +17,7 @@ import (
 const (
 	NameStoreOrder      = "store-no-stale-overwrite"
 	NameSQLOrder        = "postgres-no-stale-overwrite"
+	NameRedisOrder      = "redis-no-stale-overwrite"
 	NameProvenance      = "token-provenance"
 	NameTokens          = "tokens-unique-and-ordered"
 	NameAckedPresent    = "acked-writes-present"
@@ -79,6 +80,20 @@ type SQLRow struct {
 	Token  uint64 `json:"token"`
 	Worker int    `json:"worker"`
 	Object string `json:"object"`
+	// Sequence is the write's sequence under Token (0: none).
+	Sequence uint64 `json:"sequence,omitempty"`
+}
+
+// RedisRecord is an item of a scope's Redis audit list: a write the
+// Redis guard applied, Index-th in the order Redis applied the scope's
+// writes.
+type RedisRecord struct {
+	Index    int    `json:"index"`
+	Scope    string `json:"scope"`
+	Token    uint64 `json:"token"`
+	Sequence uint64 `json:"sequence,omitempty"`
+	Worker   int    `json:"worker"`
+	Object   string `json:"object"`
 }
 
 // FinalObject is an object read back from the store at the end of a run.
@@ -98,6 +113,10 @@ type Evidence struct {
 	// SQLRows is the PostgreSQL writes table (nil with HasSQL false).
 	SQLRows []SQLRow
 	HasSQL  bool
+	// Redis holds the Redis audit lists, scope by scope in applied order
+	// (nil with HasRedis false).
+	Redis    []RedisRecord
+	HasRedis bool
 	// Delayed lists the writes the delaying proxy delivered.
 	Delayed []history.DelayedWrite
 }
@@ -144,28 +163,116 @@ func StoreOrder(audit []store.AuditRecord) Result {
 	return r
 }
 
-// Sequences checks the store's audit log: a write that carried a
-// sequence is applied at most once per (scope, token, sequence); a copy of
-// it must have been refused as a duplicate.
-func Sequences(audit []store.AuditRecord) Result {
+// Sequences checks that a write that carried a sequence was applied at
+// most once per (scope, token, sequence): in the store's audit log and,
+// when they are driven, in the PostgreSQL writes table and the Redis audit
+// lists. Workers resend a sequenced write
+// whose outcome they do not know (history.Op.ResendOf) with the same
+// token, sequence and object; a copy of one applied must have been refused
+// as a duplicate. The note counts the resends and how they were answered,
+// so that a run in which none was sent shows it. A violation is timed at
+// the first resend of that write.
+func Sequences(h *history.History, ev *Evidence) Result {
 	r := Result{Name: NameSequences}
 	type key struct {
 		scope      string
 		token, seq uint64
 	}
+	resent := map[string]int64{} // kind and object -> call of the first resend
+	type tally struct{ resends, duplicate, applied, stale, unknown int }
+	var counts = map[history.Kind]*tally{history.KindPut: {}, history.KindSQL: {}, history.KindRedis: {}}
+	for _, op := range h.Ops {
+		c := counts[op.Kind]
+		if c == nil || op.ResendOf == 0 {
+			continue
+		}
+		c.resends++
+		switch {
+		case op.Outcome == history.OK && op.Code == history.CodeDuplicate:
+			c.duplicate++
+		case op.Outcome == history.OK:
+			c.applied++
+		case op.Code == history.CodeStale:
+			c.stale++
+		case op.Outcome != history.Fail:
+			c.unknown++
+		}
+		k := string(op.Kind) + "\x00" + op.Object
+		if at, ok := resent[k]; !ok || op.Call < at {
+			resent[k] = op.Call
+		}
+	}
+	twice := map[string]int{} // per resource
 	first := map[key]uint64{}
-	for _, rec := range audit {
+	for _, rec := range ev.Audit {
 		if rec.Sequence == 0 {
 			continue
 		}
 		r.Checked++
 		k := key{rec.Scope, rec.Token, rec.Sequence}
 		if seq, dup := first[k]; dup {
-			r.AddViolation("scope %q token %d sequence %d applied twice: audit seq %d (object %q) and %d",
+			twice["store"]++
+			r.AddViolationAt(resent[string(history.KindPut)+"\x00"+rec.Object], "store: scope %q token %d sequence %d applied twice: audit seq %d (object %q) and %d",
 				rec.Scope, rec.Token, rec.Sequence, rec.Seq, rec.Object, seq)
 			continue
 		}
 		first[k] = rec.Seq
+	}
+	rows := map[key]int64{}
+	for _, row := range ev.SQLRows {
+		if row.Sequence == 0 {
+			continue
+		}
+		r.Checked++
+		k := key{row.Scope, row.Token, row.Sequence}
+		if id, dup := rows[k]; dup {
+			twice["postgres"]++
+			r.AddViolationAt(resent[string(history.KindSQL)+"\x00"+row.Object], "postgres: scope %q token %d sequence %d applied twice: rows %d and %d (object %q)",
+				row.Scope, row.Token, row.Sequence, id, row.ID, row.Object)
+			continue
+		}
+		rows[k] = row.ID
+	}
+	items := map[key]int{}
+	for _, rec := range ev.Redis {
+		if rec.Sequence == 0 {
+			continue
+		}
+		r.Checked++
+		k := key{rec.Scope, rec.Token, rec.Sequence}
+		if i, dup := items[k]; dup {
+			twice["redis"]++
+			r.AddViolationAt(resent[string(history.KindRedis)+"\x00"+rec.Object], "redis: scope %q token %d sequence %d applied twice: items %d and %d (object %q)",
+				rec.Scope, rec.Token, rec.Sequence, i, rec.Index, rec.Object)
+			continue
+		}
+		items[k] = rec.Index
+	}
+	p, q, x := counts[history.KindPut], counts[history.KindSQL], counts[history.KindRedis]
+	r.Note = fmt.Sprintf("resends: store %d (%d refused as duplicates, %d applied, %d stale, %d unknown), postgres %d (%d, %d, %d, %d), redis %d (%d, %d, %d, %d)",
+		p.resends, p.duplicate, p.applied, p.stale, p.unknown, q.resends, q.duplicate, q.applied, q.stale, q.unknown,
+		x.resends, x.duplicate, x.applied, x.stale, x.unknown)
+	if r.Violations > 0 {
+		r.Note += fmt.Sprintf("; applied twice: store %d, postgres %d, redis %d", twice["store"], twice["postgres"], twice["redis"])
+	}
+	return r
+}
+
+// RedisOrder is StoreOrder for the Redis audit lists: per scope, in the
+// order Redis applied them, no write has a token below one applied before
+// it.
+func RedisOrder(recs []RedisRecord) Result {
+	r := Result{Name: NameRedisOrder, Checked: len(recs)}
+	highest := map[string]RedisRecord{}
+	for _, rec := range recs {
+		h, seen := highest[rec.Scope]
+		if seen && rec.Token < h.Token {
+			r.AddViolation("stale overwrite: redis item %d of scope %q, object %q: token %d applied after token %d (item %d)",
+				rec.Index, rec.Scope, rec.Object, rec.Token, h.Token, h.Index)
+		}
+		if !seen || rec.Token > h.Token {
+			highest[rec.Scope] = rec
+		}
 	}
 	return r
 }
@@ -200,7 +307,7 @@ func Provenance(h *history.History, ev *Evidence) Result {
 	}
 	writes := map[string]*history.Op{}
 	for _, op := range h.Ops {
-		if op.Kind == history.KindPut || op.Kind == history.KindSQL {
+		if op.Kind == history.KindPut || op.Kind == history.KindSQL || op.Kind == history.KindRedis {
 			writes[string(op.Kind)+"\x00"+op.Object] = op
 		}
 	}
@@ -222,6 +329,9 @@ func Provenance(h *history.History, ev *Evidence) Result {
 	}
 	for _, row := range ev.SQLRows {
 		check(history.KindSQL, fmt.Sprintf("postgres row %d", row.ID), row.Object, row.Scope, row.Token, row.Worker)
+	}
+	for _, rec := range ev.Redis {
+		check(history.KindRedis, fmt.Sprintf("redis item %d of %q", rec.Index, rec.Scope), rec.Object, rec.Scope, rec.Token, rec.Worker)
 	}
 	return r
 }
@@ -316,6 +426,20 @@ func AckedPresent(h *history.History, ev *Evidence) Result {
 				r.Checked++
 				if !rows[op.Object] {
 					r.AddViolation("w%d: committed SQL write %q (token %d) is missing at the end", op.Worker, op.Object, op.Token)
+				}
+			}
+		}
+	}
+	if ev.HasRedis {
+		items := map[string]bool{}
+		for _, rec := range ev.Redis {
+			items[rec.Object] = true
+		}
+		for _, op := range h.Ops {
+			if op.Kind == history.KindRedis && op.Outcome == history.OK {
+				r.Checked++
+				if !items[op.Object] {
+					r.AddViolation("w%d: acknowledged Redis write %q (token %d) is missing at the end", op.Worker, op.Object, op.Token)
 				}
 			}
 		}

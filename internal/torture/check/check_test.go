@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencedio/fenced/internal/torture/history"
 	"github.com/fencedio/fenced/store"
@@ -181,16 +182,68 @@ func TestCheckSequences(t *testing.T) {
 	rec := func(seq uint64, scope string, token, sequence uint64) store.AuditRecord {
 		return store.AuditRecord{Seq: seq, Scope: scope, Token: token, Sequence: sequence, Object: fmt.Sprintf("o%d", seq)}
 	}
+	row := func(id int64, scope string, token, sequence uint64) SQLRow {
+		return SQLRow{ID: id, Scope: scope, Token: token, Sequence: sequence, Object: "s"}
+	}
 	for _, tc := range []struct {
 		name  string
 		audit []store.AuditRecord
+		rows  []SQLRow
 		want  int
 	}{
-		{"distinct", []store.AuditRecord{rec(1, "a", 3, 1), rec(2, "a", 3, 2), rec(3, "a", 4, 1), rec(4, "b", 3, 1)}, 0},
-		{"unsequenced repeats are not checked", []store.AuditRecord{rec(1, "a", 3, 0), rec(2, "a", 3, 0)}, 0},
-		{"applied twice", []store.AuditRecord{rec(1, "a", 3, 1), rec(2, "a", 3, 2), rec(3, "a", 3, 2), rec(4, "a", 3, 1)}, 2},
+		{"distinct", []store.AuditRecord{rec(1, "a", 3, 1), rec(2, "a", 3, 2), rec(3, "a", 4, 1), rec(4, "b", 3, 1)},
+			[]SQLRow{row(1, "a", 3, 1), row(2, "a", 3, 2), row(3, "b", 3, 1)}, 0},
+		{"unsequenced repeats are not checked", []store.AuditRecord{rec(1, "a", 3, 0), rec(2, "a", 3, 0)},
+			[]SQLRow{row(1, "a", 3, 0), row(2, "a", 3, 0)}, 0},
+		{"applied twice", []store.AuditRecord{rec(1, "a", 3, 1), rec(2, "a", 3, 2), rec(3, "a", 3, 2), rec(4, "a", 3, 1)}, nil, 2},
+		{"committed twice", nil, []SQLRow{row(1, "a", 3, 1), row(2, "a", 3, 2), row(3, "a", 3, 1)}, 1},
 	} {
-		if got := Sequences(tc.audit); got.Violations != tc.want {
+		h := history.NewHistory(nil)
+		if got := Sequences(h, &Evidence{Audit: tc.audit, SQLRows: tc.rows, HasSQL: true}); got.Violations != tc.want {
+			t.Errorf("%s: %d violations, want %d: %v", tc.name, got.Violations, tc.want, got.Examples)
+		}
+	}
+}
+
+// TestCheckSequencesCountsResends: the note counts resends by answer, and
+// a copy applied twice is timed at its first resend.
+func TestCheckSequencesCountsResends(t *testing.T) {
+	ms := int64(time.Millisecond)
+	put := func(seq, resendOf, call int64, outcome history.Outcome, code string) *history.Op {
+		return &history.Op{Worker: 1, Seq: seq, Kind: history.KindPut, Key: "a", Token: 3, Sequence: 1, Object: "o1",
+			ResendOf: resendOf, Call: call * ms, Return: call*ms + ms, Outcome: outcome, Code: code}
+	}
+	h := history.NewHistory([]*history.Op{
+		put(1, 0, 10, history.Unknown, history.CodeAnswerLost),
+		put(2, 1, 20, history.Unknown, history.CodeTimeout),
+		put(3, 1, 30, history.OK, history.CodeDuplicate),
+	})
+	audit := []store.AuditRecord{
+		{Seq: 1, Scope: "a", Token: 3, Sequence: 1, Object: "o1"},
+		{Seq: 2, Scope: "a", Token: 3, Sequence: 1, Object: "o1"},
+	}
+	r := Sequences(h, &Evidence{Audit: audit})
+	if r.Violations != 1 || r.First != 20*ms {
+		t.Errorf("violations %d first %d, want 1 at the first resend (%d): %v", r.Violations, r.First, 20*ms, r.Examples)
+	}
+	if want := "resends: store 2 (1 refused as duplicates, 0 applied, 0 stale, 1 unknown)"; !strings.HasPrefix(r.Note, want) {
+		t.Errorf("note %q, want it to start with %q", r.Note, want)
+	}
+}
+
+func TestCheckRedisOrder(t *testing.T) {
+	rec := func(i int, scope string, token uint64) RedisRecord {
+		return RedisRecord{Index: i, Scope: scope, Token: token, Object: fmt.Sprintf("o%d", i)}
+	}
+	for _, tc := range []struct {
+		name string
+		recs []RedisRecord
+		want int
+	}{
+		{"rising and equal tokens", []RedisRecord{rec(0, "a", 3), rec(1, "a", 3), rec(2, "a", 5), rec(0, "b", 1)}, 0},
+		{"a stale token after a higher one", []RedisRecord{rec(0, "a", 3), rec(1, "a", 5), rec(2, "a", 4), rec(0, "b", 4)}, 1},
+	} {
+		if got := RedisOrder(tc.recs); got.Violations != tc.want {
 			t.Errorf("%s: %d violations, want %d: %v", tc.name, got.Violations, tc.want, got.Examples)
 		}
 	}

@@ -16,7 +16,8 @@ const NameClientDeadline = "client-deadline-conservative"
 // the write began. A client that counts its deadline from the answer
 // instead of the send (the Python worker's mutant) believes itself the
 // holder after the server may have handed the key to someone else.
-// Writes without a recorded deadline are not checked.
+// Writes without a recorded deadline are not checked. A violation is
+// timed at the write's call: the moment the writer acted on the deadline.
 func ClientDeadline(h *history.History) Result {
 	r := Result{Name: NameClientDeadline}
 	type leaseOf struct {
@@ -45,7 +46,7 @@ func ClientDeadline(h *history.History) Result {
 	// 1ms covers turning a monotonic deadline into wall-clock time.
 	const tolerance = int64(time.Millisecond)
 	for _, op := range h.Ops {
-		if op.Deadline == 0 || (op.Kind != history.KindPut && op.Kind != history.KindSQL) {
+		if op.Deadline == 0 || (op.Kind != history.KindPut && op.Kind != history.KindSQL && op.Kind != history.KindRedis) {
 			continue
 		}
 		id, ok := ids[leaseOf{op.Worker, op.Key, op.Token}]
@@ -64,7 +65,7 @@ func ClientDeadline(h *history.History) Result {
 		}
 		bound := latest + ttl[id]*int64(time.Millisecond)
 		if op.Deadline > bound+tolerance {
-			r.AddViolation("%v: the writer's local deadline was %v after the send of the lease's last acknowledged grant or renewal, beyond the TTL of %v",
+			r.AddViolationAt(op.Call, "%v: the writer's local deadline was %v after the send of the lease's last acknowledged grant or renewal, beyond the TTL of %v",
 				op, time.Duration(op.Deadline-latest), time.Duration(ttl[id])*time.Millisecond)
 		}
 	}

@@ -34,6 +34,13 @@ func TestCheckClientDeadline(t *testing.T) {
 			if r.Violations != tc.violations {
 				t.Errorf("violations = %d, want %d: %v", r.Violations, tc.violations, r.Examples)
 			}
+			var first int64 // a violation is timed at the write's call
+			if tc.violations > 0 {
+				first = tc.write.Call
+			}
+			if r.First != first {
+				t.Errorf("first violation at %d, want %d", r.First, first)
+			}
 		})
 	}
 }

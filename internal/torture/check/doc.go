@@ -8,11 +8,14 @@
 //
 // # Checkers
 //
-//   - store-no-stale-overwrite, postgres-no-stale-overwrite (StoreOrder,
-//     SQLOrder): per scope, in commit order, no accepted write carries a
-//     token below one accepted before it.
-//   - sequenced-writes-at-most-once (Sequences): a store write that carried
-//     a sequence is in the audit at most once per (scope, token, sequence).
+//   - store-no-stale-overwrite, postgres-no-stale-overwrite,
+//     redis-no-stale-overwrite (StoreOrder, SQLOrder, RedisOrder): per
+//     scope, in commit order, no accepted write carries a token below one
+//     accepted before it.
+//   - sequenced-writes-at-most-once (Sequences): a write that carried a
+//     sequence is in the store's audit, the PostgreSQL table and the Redis
+//     lists at most once per (scope, token, sequence), however often the
+//     worker resent it (Op.ResendOf); the note counts the resends.
 //   - token-provenance (Provenance): every accepted write carries a token
 //     that the lease service granted, for that key, to the worker that
 //     sent it.

@@ -21,8 +21,9 @@ const (
 	KindRenew   Kind = "renew"
 	KindRelease Kind = "release"
 	KindGet     Kind = "get"
-	KindPut     Kind = "put" // a PUT to the reference store (or the user's resource)
-	KindSQL     Kind = "sql" // a fenced transaction in PostgreSQL
+	KindPut     Kind = "put"   // a PUT to the reference store (or the user's resource)
+	KindSQL     Kind = "sql"   // a fenced transaction in PostgreSQL
+	KindRedis   Kind = "redis" // a fenceredis-guarded script in Redis
 )
 
 // Outcome is what the caller knows about an operation's effect.
@@ -48,6 +49,13 @@ const (
 	CodeUnavailable = "unavailable" // node not ready: nothing was applied
 	CodeTimeout     = "timeout"
 	CodeTransport   = "transport"
+	// CodeAnswerLost: the worker threw the answer away unread, as if the
+	// connection had broken after the resource acted (a fault the worker
+	// injects, so that writes are resent): the outcome is unknown.
+	CodeAnswerLost = "answer_lost"
+	// CodeDuplicate, with outcome OK: the resource refused the write as a
+	// copy of one already applied under its (token, sequence).
+	CodeDuplicate = "duplicate"
 )
 
 // Op is one operation in a worker's history. Workers write each operation
@@ -80,6 +88,12 @@ type Op struct {
 	// when the write began, as wall-clock Unix nanoseconds (0: not
 	// recorded). check.ClientDeadline holds it against the history.
 	Deadline int64 `json:"deadline,omitempty"`
+	// Sequence, for writes, is the sequence sent with the token (0: none).
+	Sequence uint64 `json:"sequence,omitempty"`
+	// ResendOf, for a write resent because the outcome of the earlier
+	// attempt was unknown, is that first attempt's Seq; a resend carries
+	// its token, sequence, object and value.
+	ResendOf int64 `json:"resendOf,omitempty"`
 
 	Call    int64   `json:"call"`
 	Return  int64   `json:"ret,omitempty"`

@@ -16,6 +16,11 @@
 //     holding the key) is recorded as unknown, never as failed.
 //   - A stale rejection ends the lease; a write is never retried under
 //     another token.
+//   - A write that carried a sequence and whose outcome is unknown (a
+//     timeout, a broken connection, a 5xx, or an answer the worker threw
+//     away on purpose, Spec.LostAnswerShare) is resent with the same token,
+//     sequence, object and value, each copy recorded as an operation of its
+//     own (history.Op.ResendOf). One without a sequence is not resent.
 //
 // # Non-guarantees
 //

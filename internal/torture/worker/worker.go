@@ -18,10 +18,12 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver "pgx"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencedio/fenced/client"
 	"github.com/fencedio/fenced/fence"
 	"github.com/fencedio/fenced/fence/fencehttp"
+	"github.com/fencedio/fenced/fence/fenceredis"
 	"github.com/fencedio/fenced/fence/fencesql"
 	"github.com/fencedio/fenced/internal/torture/history"
 )
@@ -42,7 +44,12 @@ type Spec struct {
 	PostgresDSN string `json:"postgresDsn,omitempty"`
 	ScopeTable  string `json:"scopeTable,omitempty"`
 	WriteTable  string `json:"writeTable,omitempty"`
-	// NoFencing writes to PostgreSQL without the guard (negative control).
+	// Redis: the address and the prefix of the run's keys ("" disables
+	// Redis writes).
+	RedisAddr   string `json:"redisAddr,omitempty"`
+	RedisPrefix string `json:"redisPrefix,omitempty"`
+	// NoFencing writes to PostgreSQL and Redis without the guard (negative
+	// control).
 	NoFencing bool `json:"noFencing,omitempty"`
 
 	TTL            time.Duration `json:"ttl"`
@@ -59,9 +66,16 @@ type Spec struct {
 	LongHoldShare  float64 `json:"longHoldShare,omitempty"`
 	TryProbability float64 `json:"tryProbability"`
 	DelayShare     float64 `json:"delayShare"`
-	// SequenceShare is the share of direct store writes and SQL writes
-	// sent with the lease's next sequence.
+	// SequenceShare is the share of direct store writes, SQL writes and
+	// Redis writes sent with the lease's next sequence. Such a write whose outcome is
+	// unknown is resent, with the same token and sequence, up to
+	// maxResends times.
 	SequenceShare float64 `json:"sequenceShare,omitempty"`
+	// LostAnswerShare is the share of the answers to sequenced writes
+	// that the worker throws away unread, as if the connection had broken
+	// after the resource acted: their outcome is unknown, and the write is
+	// resent.
+	LostAnswerShare float64 `json:"lostAnswerShare,omitempty"`
 	// AbandonProbability is the chance that a worker drops a lease without
 	// releasing it, so that it expires on the server.
 	AbandonProbability float64       `json:"abandonProbability"`
@@ -116,7 +130,10 @@ const (
 // writing: every write behaves like one from a process paused between its
 // last check and its write, so the resources' fencing is what is tested. A
 // stale rejection ends the lease (client.Lease.Lost, invariant I7) and the
-// worker goes back to acquiring; it never retries a write.
+// worker goes back to acquiring; it never retries a write under another
+// token. A write that carried a sequence and whose outcome is unknown is
+// resent with the same token and sequence, which the guard must apply at
+// most once.
 func Run(ctx context.Context, spec Spec, events io.Writer) error {
 	f, err := os.OpenFile(spec.History, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -167,6 +184,13 @@ func Run(ctx context.Context, spec Spec, events io.Writer) error {
 			return fmt.Errorf("worker %d: %w", spec.ID, err)
 		}
 	}
+	if spec.RedisAddr != "" {
+		closeRedis, err := w.openRedis()
+		if err != nil {
+			return fmt.Errorf("worker %d: %w", spec.ID, err)
+		}
+		defer closeRedis()
+	}
 	w.run(ctx)
 	return w.rec.Err()
 }
@@ -183,6 +207,8 @@ type worker struct {
 	store  *http.Transport
 	db     *sql.DB
 	guard  *fencesql.Guard
+	rdb    redis.UniversalClient
+	rguard *fenceredis.Guard
 
 	evMu   sync.Mutex
 	events *json.Encoder
@@ -269,6 +295,9 @@ func (w *worker) hold(l *client.Lease) {
 		if w.guard != nil && w.sql(l) == writeStale {
 			return
 		}
+		if w.rdb != nil && w.redis(l) == writeStale {
+			return
+		}
 	}
 	if w.rng.Float64() < w.spec.AbandonProbability {
 		l.Orphan() // abandoned: no renewal, no release, so the server expires it
@@ -299,6 +328,8 @@ const (
 	writeStale
 	writeAbandon
 	writeFailed
+	// writeUnknown: the write may or may not have been applied.
+	writeUnknown
 )
 
 // objectName names the write uniquely, so that the checkers can tie every
@@ -307,18 +338,71 @@ func objectName(key, worker string, seq int64) string {
 	return fmt.Sprintf("%s/%s/%d", key, worker, seq)
 }
 
+// maxResends bounds the resends of one sequenced write whose outcome
+// stays unknown.
+const maxResends = 3
+
+// put makes a store write: through the delaying proxy, or direct, then
+// with the lease's next sequence for a share of them, and resent while its
+// outcome is unknown.
 func (w *worker) put(l *client.Lease, delayed bool) writeResult {
 	w.writes++
-	base, via, timeout := w.spec.StoreURL, "direct", w.spec.WriteTimeout
+	op := &history.Op{Kind: history.KindPut, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes), Via: "direct"}
 	if delayed {
-		base, via, timeout = w.spec.ProxyURL, "proxy", w.spec.DelayedWriteTimeout
+		op.Via = "proxy"
+		switch res, code := w.putOnce(l, op, w.spec.ProxyURL, w.spec.DelayedWriteTimeout); {
+		case res == writeUnknown && (code == history.CodeTimeout || code == history.CodeTransport):
+			// A write that timed out may still land: give the lease up so
+			// that another holder's writes can overtake it.
+			return writeAbandon
+		case res == writeUnknown:
+			return writeFailed
+		default:
+			return res
+		}
 	}
-	op := &history.Op{Kind: history.KindPut, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes), Via: via,
-		Deadline: l.Deadline().UnixNano()}
+	op.Sequence = w.nextSequence(l)
+	return w.resend(op, func(op *history.Op) writeResult {
+		res, _ := w.putOnce(l, op, w.spec.StoreURL, w.spec.WriteTimeout)
+		return res
+	})
+}
+
+// resend makes the write op with once, then, if it carries a sequence,
+// sends copies of it (same token, sequence, object and value; each its own
+// operation, marked ResendOf) while its outcome is unknown, up to
+// maxResends times. The guard must apply the write at most once: a copy
+// of one applied is refused as a duplicate.
+func (w *worker) resend(op *history.Op, once func(*history.Op) writeResult) writeResult {
+	res := once(op)
+	first := op.Seq
+	for n := 0; res == writeUnknown && op.Sequence != 0 && n < maxResends; n++ {
+		time.Sleep(time.Duration(10+w.rng.IntN(40)) * time.Millisecond)
+		op = &history.Op{Kind: op.Kind, Key: op.Key, Token: op.Token, Object: op.Object, Via: op.Via, Sequence: op.Sequence, ResendOf: first}
+		res = once(op)
+	}
+	if res == writeUnknown {
+		return writeFailed
+	}
+	return res
+}
+
+// loseAnswer reports whether the answer to a sequenced write is to be
+// thrown away unread (Spec.LostAnswerShare).
+func (w *worker) loseAnswer(op *history.Op) bool {
+	return op.Sequence != 0 && w.spec.LostAnswerShare > 0 && w.rng.Float64() < w.spec.LostAnswerShare
+}
+
+var errAnswerLost = errors.New("answer thrown away unread by the worker (injected fault)")
+
+// putOnce sends op to the store at base and records it; for an unknown
+// outcome it also returns the code.
+func (w *worker) putOnce(l *client.Lease, op *history.Op, base string, timeout time.Duration) (writeResult, string) {
+	op.Deadline = l.Deadline().UnixNano()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if !delayed {
-		ctx = w.sequenced(ctx, l)
+	if op.Sequence != 0 {
+		ctx = fence.WithSequence(ctx, op.Sequence)
 	}
 	hc := &http.Client{Transport: fencehttp.NewTransport(l, w.store)}
 	w.rec.Begin(op)
@@ -326,46 +410,63 @@ func (w *worker) put(l *client.Lease, delayed bool) writeResult {
 		strings.TrimRight(base, "/")+"/v1/objects/"+url.PathEscape(op.Object), bytes.NewReader(history.ObjectValue(op)))
 	if err != nil {
 		w.rec.End(op, history.Fail, "request", err)
-		return writeFailed
+		return writeFailed, ""
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		outcome, code := transportOutcome(err)
 		w.rec.End(op, outcome, code, err)
-		if delayed && outcome == history.Unknown {
-			return writeAbandon
+		if outcome == history.Unknown {
+			return writeUnknown, code
 		}
-		return writeFailed
+		return writeFailed, ""
 	}
 	fenced := fencehttp.ErrorFromResponse(resp)
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
+	if w.loseAnswer(op) {
+		w.rec.End(op, history.Unknown, history.CodeAnswerLost, errAnswerLost)
+		return writeUnknown, history.CodeAnswerLost
+	}
 	switch {
-	case resp.StatusCode/100 == 2, errors.Is(fenced, fence.ErrDuplicate):
-		// A duplicate: a copy of this very write (same object, token and
-		// sequence) was applied, and this one was not.
+	case errors.Is(fenced, fence.ErrDuplicate):
+		// A copy of this very write (same object, token and sequence)
+		// was applied, and this one was not.
+		w.rec.End(op, history.OK, history.CodeDuplicate, nil)
+		return writeOK, ""
+	case resp.StatusCode/100 == 2:
 		w.rec.End(op, history.OK, "", nil)
-		return writeOK
+		return writeOK, ""
 	case resp.StatusCode == http.StatusConflict:
 		w.rec.End(op, history.Fail, history.CodeStale, fmt.Errorf("HTTP 409: %s", bytes.TrimSpace(body)))
-		return writeStale
+		return writeStale, ""
 	case resp.StatusCode >= 500:
-		w.rec.End(op, history.Unknown, fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("%s", bytes.TrimSpace(body)))
-		return writeFailed
+		code := fmt.Sprintf("http_%d", resp.StatusCode)
+		w.rec.End(op, history.Unknown, code, fmt.Errorf("%s", bytes.TrimSpace(body)))
+		return writeUnknown, code
 	}
 	w.rec.End(op, history.Fail, fmt.Sprintf("http_%d", resp.StatusCode), fmt.Errorf("%s", bytes.TrimSpace(body)))
-	return writeFailed
+	return writeFailed, ""
 }
 
+// sql makes a fenced SQL write, with the lease's next sequence for a share
+// of them, resent while its outcome is unknown.
 func (w *worker) sql(l *client.Lease) writeResult {
 	w.writes++
-	op := &history.Op{Kind: history.KindSQL, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes),
-		Deadline: l.Deadline().UnixNano()}
+	op := &history.Op{Kind: history.KindSQL, Key: l.Key(), Token: l.Token(), Object: objectName(l.Key(), w.spec.name(), w.writes)}
+	if !w.spec.NoFencing {
+		op.Sequence = w.nextSequence(l)
+	}
+	return w.resend(op, func(op *history.Op) writeResult { return w.sqlOnce(l, op) })
+}
+
+func (w *worker) sqlOnce(l *client.Lease, op *history.Op) writeResult {
+	op.Deadline = l.Deadline().UnixNano()
 	ctx, cancel := context.WithTimeout(context.Background(), w.spec.WriteTimeout)
 	defer cancel()
 	insert := func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO `+QuoteIdent(w.spec.WriteTable)+` (scope, token, worker, object) VALUES ($1, $2, $3, $4)`,
-			op.Key, int64(op.Token), w.spec.ID, op.Object)
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+QuoteIdent(w.spec.WriteTable)+` (scope, token, worker, object, seq) VALUES ($1, $2, $3, $4, $5)`,
+			op.Key, int64(op.Token), w.spec.ID, op.Object, int64(op.Sequence))
 		return err
 	}
 	w.rec.Begin(op)
@@ -373,10 +474,20 @@ func (w *worker) sql(l *client.Lease) writeResult {
 	if w.spec.NoFencing {
 		err = unfencedTx(ctx, w.db, insert)
 	} else {
-		err = w.guard.Do(w.sequenced(ctx, l), op.Key, op.Token, insert)
+		if op.Sequence != 0 {
+			ctx = fence.WithSequence(ctx, op.Sequence)
+		}
+		err = w.guard.Do(ctx, op.Key, op.Token, insert)
+	}
+	if w.loseAnswer(op) {
+		w.rec.End(op, history.Unknown, history.CodeAnswerLost, errAnswerLost)
+		return writeUnknown
 	}
 	switch {
-	case err == nil, errors.Is(err, fence.ErrDuplicate):
+	case errors.Is(err, fence.ErrDuplicate):
+		w.rec.End(op, history.OK, history.CodeDuplicate, nil)
+		return writeOK
+	case err == nil:
 		w.rec.End(op, history.OK, "", nil)
 		return writeOK
 	case errors.Is(err, fence.ErrStaleToken):
@@ -386,16 +497,16 @@ func (w *worker) sql(l *client.Lease) writeResult {
 	}
 	// The commit may have happened before the connection broke.
 	w.rec.End(op, history.Unknown, history.CodeTransport, err)
-	return writeFailed
+	return writeUnknown
 }
 
-// sequenced returns ctx with the lease's next sequence for a share of the
-// writes (Spec.SequenceShare).
-func (w *worker) sequenced(ctx context.Context, l *client.Lease) context.Context {
+// nextSequence returns the lease's next sequence for a share of the writes
+// (Spec.SequenceShare), 0 for the others.
+func (w *worker) nextSequence(l *client.Lease) uint64 {
 	if w.spec.SequenceShare > 0 && w.rng.Float64() < w.spec.SequenceShare {
-		return fence.WithSequence(ctx, l.NextSequence())
+		return l.NextSequence()
 	}
-	return ctx
+	return 0
 }
 
 func unfencedTx(ctx context.Context, db *sql.DB, fn func(context.Context, *sql.Tx) error) error {
