@@ -30,6 +30,10 @@ func (e *engine) clusterFaults(ctx context.Context) {
 	if len(e.cfg.ClusterFaults) > 0 {
 		kinds = e.cfg.ClusterFaults
 	}
+	if kinds = runKinds(kinds); len(kinds) == 0 {
+		<-ctx.Done() // only end-of-run kinds (operatorfaults.go)
+		return
+	}
 	for {
 		deck := slices.Clone(kinds)
 		e.rngMu.Lock()
@@ -87,6 +91,9 @@ func (e *engine) clusterFault(ctx context.Context, kind string) string {
 		return e.diskLoss(ctx, leader)
 	case "leader-disk-stall":
 		return e.stallLeader(ctx, leader)
+	}
+	if what, ok := e.operatorFault(ctx, kind, leader); ok {
+		return what
 	}
 	return "unknown fault " + kind
 }
