@@ -692,7 +692,11 @@ func addOutcome(err error) string {
 	if err == nil {
 		return "ADDED"
 	}
-	return "refused: " + firstSentence(err.Error())
+	if strings.Contains(err.Error(), "peer belongs to another cluster") {
+		return "refused (another cluster)"
+	}
+	msg := err.Error()
+	return "failed: " + msg[:min(len(msg), 200)]
 }
 
 // freeAddr is a free loopback address for a node that is not a member.

@@ -102,6 +102,7 @@ func (e *engine) restorePhase(r *check.Result) {
 	for _, t := range last {
 		maxOld = max(maxOld, t)
 	}
+	oldLast := maxOld
 	e.logf("cluster-restore: backups at index %d and later; the old cluster's last token is %d", at1, maxOld)
 
 	n := len(e.localNodes)
@@ -204,7 +205,7 @@ func (e *engine) restorePhase(r *check.Result) {
 	if r.Violations == 0 {
 		round("other-backup", e.intN(n), backup1, backup2)
 	}
-	r.Note = fmt.Sprintf("whole cluster restored twice: from a backup with a member of the old cluster brought back, then from two backups; the old cluster's last token %d", maxOld)
+	r.Note = fmt.Sprintf("whole cluster restored twice: from a backup with a member of the old cluster brought back, then from two backups; the old cluster's last token %d, the last restored one's %d", oldLast, maxOld)
 }
 
 // grant acquires key through url and releases it: the token granted.
