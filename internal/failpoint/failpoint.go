@@ -111,11 +111,17 @@ const (
 	// as if it had only lagged. Only a run that rolls a member back (the
 	// torture's rollback fault) can catch it.
 	AcksIgnored Name = "acks-ignored"
+	// LostLogVotes lets a member whose identity names a raft log it no
+	// longer holds (wal/ deleted, member.json kept) start on a new, empty
+	// log under its old identity, and vote (peers.OpenIdentity). Only a
+	// run that deletes a member's log and keeps its identity (the
+	// torture's wal-loss fault) can catch it.
+	LostLogVotes Name = "lost-log-votes"
 )
 
 // All lists every mutant, in the order the mutant test runs them.
 var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap,
-	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead, HelloAcceptsAnyCluster, AcksIgnored}
+	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead, HelloAcceptsAnyCluster, AcksIgnored, LostLogVotes}
 
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote

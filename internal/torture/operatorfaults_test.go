@@ -45,6 +45,12 @@ func operatorMutantConfig(cfg *Config, name failpoint.Name) {
 		cfg.ClusterFaults = []string{"foreign-cluster"}
 		cfg.ClusterFaultInterval = time.Second
 		cfg.Duration = 15 * time.Second
+	case failpoint.LostLogVotes:
+		// A member whose wal/ was deleted, started when its vote decides.
+		cfg.Nodes = 3
+		cfg.ClusterFaults = []string{"wal-loss"}
+		cfg.ClusterFaultInterval = time.Second
+		cfg.Duration = 15 * time.Second
 	case failpoint.AcksIgnored:
 		// A member started on an older copy of its own directory.
 		cfg.Nodes = 3
