@@ -91,7 +91,7 @@ func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *stri
 	f.Float64Var(&cfg.SequenceShare, "sequence-share", 0.3, "share of direct store and SQL writes sent with the lease's next sequence; negative disables")
 	f.DurationVar(&cfg.CrashInterval, "crash-interval", 8*time.Second, "mean time between kill -9 of the node")
 	f.IntVar(&cfg.Nodes, "nodes", 1, "local nodes: 1, or a cluster of 3 or 5 on 127.0.0.11... with fault-injecting proxies on the raft links (kills, SIGSTOP of the leader, partitions, slow links, rolling restarts, member remove and re-add)")
-	f.StringSliceVar(&cfg.ClusterFaults, "cluster-faults", nil, "only these cluster fault kinds: "+strings.Join(torture.ClusterFaultKinds, ", ")+" (default: all but disk-loss, leader-disk-stall and the operator faults wal-loss, rollback, foreign-cluster and cluster-restore, which are asked for by name)")
+	f.StringSliceVar(&cfg.ClusterFaults, "cluster-faults", nil, "only these cluster fault kinds: "+strings.Join(torture.ClusterFaultKinds, ", ")+" (default: all but disk-loss, leader-disk-stall, wal-loss, rollback and cluster-restore, which are asked for by name)")
 	f.DurationVar(&cfg.ClusterFaultInterval, "cluster-fault-interval", 3*time.Second, "mean gap between two cluster faults (--nodes 3|5)")
 	f.DurationVar(&cfg.NodeHeartbeatTimeout, "node-heartbeat-timeout", 0, "the local nodes' raft heartbeat and election timeout (0: TTL/4 in a cluster, where it may be at most that; the server's default for one node)")
 	f.Float64Var(&cfg.FollowerReadShare, "follower-read-share", 0.5, "share of a cluster's reads sent to a node picked at random instead of the client's choice; negative disables")

@@ -107,10 +107,10 @@ var clusterFaultKinds = []string{"leader-kill", "follower-kill", "leader-pause",
 // defaultClusterFaultKinds are the kinds a run injects unless told
 // otherwise: all but disk-loss, which leaves the cluster unavailable for
 // seconds each time, leader-disk-stall, which needs nodes built with
-// the failpoints, and the operator faults (operatorFaultKinds); all are
-// asked for by name.
+// the failpoints, and the operator faults but foreign-cluster
+// (operatorByNameOnly); all are asked for by name.
 var defaultClusterFaultKinds = slices.DeleteFunc(slices.Clone(clusterFaultKinds), func(k string) bool {
-	return k == "disk-loss" || k == "leader-disk-stall" || slices.Contains(operatorFaultKinds, k)
+	return k == "disk-loss" || k == "leader-disk-stall" || slices.Contains(operatorByNameOnly, k)
 })
 
 // Kinds returns the count of each fault kind, by name.

@@ -67,6 +67,12 @@ const (
 // cluster-restore runs once, at the end of the run (restorePhase).
 var operatorFaultKinds = []string{"wal-loss", "rollback", "foreign-cluster", "cluster-restore"}
 
+// operatorByNameOnly are the operator kinds left out of the default mix:
+// wal-loss and rollback take a member out for seconds each time and end in
+// a member remove and add, and cluster-restore replaces the cluster at the
+// end of the run. foreign-cluster heals within a second and is in it.
+var operatorByNameOnly = []string{"wal-loss", "rollback", "cluster-restore"}
+
 // endPhaseKinds run after the workers stopped, not during the run.
 var endPhaseKinds = []string{"cluster-restore"}
 
@@ -745,6 +751,9 @@ func runChild(argv, env []string) (string, error) {
 // returns the operator checkers' results.
 func (e *engine) operatorChecks() []check.Result {
 	kinds := e.cfg.ClusterFaults
+	if len(kinds) == 0 {
+		kinds = defaultClusterFaultKinds
+	}
 	asked := slices.ContainsFunc(kinds, func(k string) bool { return slices.Contains(operatorFaultKinds, k) })
 	if !asked {
 		return nil
