@@ -124,6 +124,17 @@ type operatorState struct {
 	foreignTurn int
 }
 
+// expectSeen is expect for a note that says what should have been seen:
+// when it was not, the violation says so.
+func (o *operatorState) expectSeen(seen bool, note string, args ...any) {
+	if !seen {
+		note = "expected and not seen: " + note
+	}
+	o.expect(seen, note, args...)
+}
+
+// expect records a refusal looked for: seen (note says what was seen), or
+// not (note says what went wrong).
 func (o *operatorState) expect(refused bool, note string, args ...any) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -554,7 +565,6 @@ func (e *engine) foreignCluster(ctx context.Context, leader int) string {
 	turn := e.op.foreignTurn
 	e.op.foreignTurn++
 	e.op.mu.Unlock()
-	e.countOperator(func(s *OperatorFaultStats) { s.ForeignClusters++ })
 	if turn%2 == 1 {
 		return e.foreignNode(ctx, leader)
 	}
@@ -604,6 +614,7 @@ func (e *engine) foreignCluster(ctx context.Context, leader int) string {
 	missing := e.awaitRefusals(ctx, others, offs, foreign, 4*e.electionTimeout()+5*time.Second)
 	selfRefused := len(e.awaitRefusals(ctx, []int{x}, offs, "", time.Second)) == 0
 	e.countOperator(func(s *OperatorFaultStats) {
+		s.ForeignClusters++
 		s.ForeignRestored++
 		s.ForeignRefusals += len(others) - len(missing)
 	})
@@ -679,9 +690,13 @@ func (e *engine) foreignNode(ctx context.Context, leader int) string {
 		"foreign-cluster: this cluster was asked to add the foreign node: %s", addOutcome(err))
 	missing := e.awaitRefusals(ctx, all, offs, r.ClusterID, 5*time.Second)
 	for _, j := range all {
-		e.op.expect(!slices.Contains(missing, j), "foreign-cluster: %s refused the foreign node (another cluster) in its log", e.localNodes[j].Name())
+		e.op.expectSeen(!slices.Contains(missing, j), "foreign-cluster: %s refused the foreign node (another cluster) in its log", e.localNodes[j].Name())
 	}
-	e.countOperator(func(s *OperatorFaultStats) { s.ForeignNodes++; s.ForeignRefusals += len(all) - len(missing) })
+	e.countOperator(func(s *OperatorFaultStats) {
+		s.ForeignClusters++
+		s.ForeignNodes++
+		s.ForeignRefusals += len(all) - len(missing)
+	})
 	what := fmt.Sprintf("foreign-cluster: a foreign cluster of one (%.8s…) pointed at this cluster: %s", r.ClusterID, strings.Join(adds, "; "))
 	if len(missing) > 0 {
 		what += "; NOT refused in the logs of " + e.names(missing)
