@@ -109,11 +109,6 @@ func (l *Lease) MarkLost(err error) {
 	l.lose(err)
 }
 
-// Lost is the old name of MarkLost.
-//
-// Deprecated: use MarkLost; Lost read like a query.
-func (l *Lease) Lost(err error) { l.MarkLost(err) }
-
 // Orphan stops renewing the lease and cancels its context (the cause
 // matches ErrLost) without releasing it: the server keeps the lease until
 // its TTL runs out. It is for handing the lease ID to another process, and

@@ -73,7 +73,7 @@ the negative control found none), 1 for any other error.`,
 		},
 	}
 	tortureFlags(cmd, &cfg, &out, &postgresDB)
-	for _, role := range []string{proc.RoleNode, proc.RoleWorker, proc.RoleStore} {
+	for _, role := range []string{proc.RoleNode, proc.RoleWorker, proc.RoleStore, proc.RoleRestore} {
 		cmd.AddCommand(tortureChildCmd(role))
 	}
 	return cmd
@@ -92,7 +92,7 @@ func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *stri
 	f.Float64Var(&cfg.LostAnswerShare, "lost-answer-share", 0.1, "share of the answers to sequenced writes that workers throw away unread, then resend the write; negative disables")
 	f.DurationVar(&cfg.CrashInterval, "crash-interval", 8*time.Second, "mean time between kill -9 of the node")
 	f.IntVar(&cfg.Nodes, "nodes", 1, "local nodes: 1, or a cluster of 3 or 5 on 127.0.0.11... with fault-injecting proxies on the raft links (kills, SIGSTOP of the leader, partitions, slow links, rolling restarts, member remove and re-add)")
-	f.StringSliceVar(&cfg.ClusterFaults, "cluster-faults", nil, "only these cluster fault kinds: "+strings.Join(torture.ClusterFaultKinds, ", ")+" (default: all but disk-loss, asked for by name, and leader-disk-stall, which needs nodes with the failpoints and is in the default of runs with --failpoints or --lose-unsynced)")
+	f.StringSliceVar(&cfg.ClusterFaults, "cluster-faults", nil, "only these cluster fault kinds: "+strings.Join(torture.ClusterFaultKinds, ", ")+" (default: all but disk-loss, wal-loss, rollback and cluster-restore, asked for by name, and leader-disk-stall, which needs nodes with the failpoints and is in the default of runs with --failpoints or --lose-unsynced)")
 	f.DurationVar(&cfg.ClusterFaultInterval, "cluster-fault-interval", 3*time.Second, "mean gap between two cluster faults (--nodes 3|5)")
 	f.DurationVar(&cfg.NodeHeartbeatTimeout, "node-heartbeat-timeout", 0, "the local nodes' raft heartbeat and election timeout (0: TTL/4 in a cluster, where it may be at most that; the server's default for one node)")
 	f.Float64Var(&cfg.FollowerReadShare, "follower-read-share", 0.5, "share of a cluster's reads sent to a node picked at random instead of the client's choice; negative disables")

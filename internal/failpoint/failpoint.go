@@ -119,12 +119,31 @@ const (
 	// FollowerLocalRead makes a follower answer a linearizable Get from its
 	// own applied state instead of forwarding it to the leader (server).
 	FollowerLocalRead Name = "follower-local-read"
+	// HelloAcceptsAnyCluster makes the peer port accept a peer of another
+	// cluster: the hello's cluster IDs are no longer compared (peers). A
+	// member started on another cluster's data directory, or restored from
+	// another backup, then talks to raft as if it belonged. Only a run
+	// that shows a node another cluster's peers (the torture's
+	// foreign-cluster and cluster-restore faults) can catch it.
+	HelloAcceptsAnyCluster Name = "hello-accepts-any-cluster"
+	// AcksIgnored makes a member accept a peer whose log ends before what
+	// that peer acknowledged to it (peers.Acks.Check refuses nobody): a
+	// member started on an older copy of its data directory is taken back
+	// as if it had only lagged. Only a run that rolls a member back (the
+	// torture's rollback fault) can catch it.
+	AcksIgnored Name = "acks-ignored"
+	// LostLogVotes lets a member whose identity names a raft log it no
+	// longer holds (wal/ deleted, member.json kept) start on a new, empty
+	// log under its old identity, and vote (peers.OpenIdentity). Only a
+	// run that deletes a member's log and keeps its identity (the
+	// torture's wal-loss fault) can catch it.
+	LostLogVotes Name = "lost-log-votes"
 )
 
 // All lists every mutant, in the order the mutant test runs them.
 var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap,
 	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead, ReelectedLeaderOldDeadlines,
-	GuardReappliesEqualSequence}
+	GuardReappliesEqualSequence, HelloAcceptsAnyCluster, AcksIgnored, LostLogVotes}
 
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote

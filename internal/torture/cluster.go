@@ -90,6 +90,9 @@ type ClusterFaultStats struct {
 	LeaderDiskStalls int `json:"leaderDiskStalls"`
 	WipedRefused     int `json:"wipedRefused"`
 	WipedRecovered   int `json:"wipedRecovered"`
+	// Operator counts the faults aimed at what operators do
+	// (operatorfaults.go).
+	Operator OperatorFaultStats `json:"operator"`
 	// Recoveries counts the times the cluster was seen whole and serving
 	// after a fault; NoLeader counts faults skipped because no leader was
 	// found to aim them at.
@@ -102,15 +105,17 @@ type ClusterFaultStats struct {
 var ClusterFaultKinds = clusterFaultKinds
 
 var clusterFaultKinds = []string{"leader-kill", "follower-kill", "leader-pause", "leader-reelect", "leader-isolation",
-	"follower-isolation", "moving-split", "slow-links", "rolling-restart", "member-re-add", "disk-loss", "leader-disk-stall"}
+	"follower-isolation", "moving-split", "slow-links", "rolling-restart", "member-re-add", "disk-loss", "leader-disk-stall",
+	"wal-loss", "rollback", "foreign-cluster", "cluster-restore"}
 
 // defaultClusterFaultKinds are the kinds a run injects unless told
 // otherwise: all but disk-loss, which leaves the cluster unavailable for
-// seconds each time and is asked for by name, and leader-disk-stall, which
+// seconds each time, the operator faults but foreign-cluster
+// (operatorByNameOnly), all asked for by name, and leader-disk-stall, which
 // needs nodes built with the failpoints and joins the default kinds of a
 // run whose nodes carry them (clusterFaultDeck).
 var defaultClusterFaultKinds = slices.DeleteFunc(slices.Clone(clusterFaultKinds), func(k string) bool {
-	return k == "disk-loss" || k == "leader-disk-stall"
+	return k == "disk-loss" || k == "leader-disk-stall" || slices.Contains(operatorByNameOnly, k)
 })
 
 // Kinds returns the count of each fault kind, by name.
@@ -121,6 +126,8 @@ func (s ClusterFaultStats) Kinds() map[string]int {
 		"leader-isolation": s.LeaderIsolations, "follower-isolation": s.FollowerIsolations,
 		"moving-split": s.MovingSplits, "slow-links": s.SlowLinks, "rolling-restart": s.RollingRestarts,
 		"member-re-add": s.MemberReAdds, "disk-loss": s.DiskLosses, "leader-disk-stall": s.LeaderDiskStalls,
+		"wal-loss": s.Operator.WalLosses, "rollback": s.Operator.Rollbacks, "foreign-cluster": s.Operator.ForeignClusters,
+		"cluster-restore": s.Operator.ClusterRestores,
 	}
 }
 

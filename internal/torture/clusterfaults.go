@@ -39,6 +39,7 @@ func (e *engine) clusterFaultDeck() []string {
 	} else if e.cfg.nodeSideAcks() {
 		kinds = append(kinds, "leader-disk-stall")
 	}
+	kinds = runKinds(kinds) // end-of-run kinds are not dealt (operatorfaults.go)
 	var deck []string
 	for _, k := range kinds {
 		for range max(clusterFaultWeight[k], 1) {
@@ -55,6 +56,10 @@ func (e *engine) clusterFaultDeck() []string {
 // a violation).
 func (e *engine) clusterFaults(ctx context.Context) {
 	iv := e.cfg.ClusterFaultInterval
+	if len(e.clusterFaultDeck()) == 0 {
+		<-ctx.Done() // only end-of-run kinds (operatorfaults.go)
+		return
+	}
 	for {
 		deck := e.clusterFaultDeck()
 		e.rngMu.Lock()
@@ -114,6 +119,9 @@ func (e *engine) clusterFault(ctx context.Context, kind string) string {
 		return e.diskLoss(ctx, leader)
 	case "leader-disk-stall":
 		return e.stallLeader(ctx, leader)
+	}
+	if what, ok := e.operatorFault(ctx, kind, leader); ok {
+		return what
 	}
 	return "unknown fault " + kind
 }

@@ -137,7 +137,9 @@ type Config struct {
 	ClusterFaultInterval time.Duration
 	// ClusterFaults restricts a cluster run to these kinds of faults
 	// (ClusterFaultKinds). Default: all of them but disk-loss, which
-	// leaves the cluster unavailable for seconds each time.
+	// leaves the cluster unavailable for seconds each time,
+	// leader-disk-stall, and the operator faults but foreign-cluster
+	// (operatorByNameOnly).
 	ClusterFaults []string
 	// NodeMinTTL is the local node's --min-ttl. Default min(TTL, 1s).
 	NodeMinTTL time.Duration

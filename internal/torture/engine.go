@@ -69,6 +69,8 @@ type engine struct {
 	// rejoinedWiped describes wiped members that became voters again on
 	// their own (disk-loss); guarded by mu.
 	rejoinedWiped []timedNote
+	// op is what the operator faults found (operatorfaults.go).
+	op operatorState
 	// acks reports acknowledgements from the nodes' side (nil: only the
 	// workers' records of them are known).
 	acks *ackListener
@@ -289,6 +291,7 @@ func (e *engine) readBack() (*history.History, *check.Evidence, error) {
 	}
 	if e.netem != nil {
 		e.clusterChecks = e.checkCluster()
+		e.clusterChecks = append(e.clusterChecks, e.operatorChecks()...)
 	} else if len(e.localNodes) > 0 {
 		e.clusterChecks = []check.Result{e.checkNodeBack()}
 	}

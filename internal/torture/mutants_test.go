@@ -225,5 +225,6 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.SnapshotBeforeCrash = -1
 		cfg.NodeSnapshotThreshold = 1 << 20
 	}
+	operatorMutantConfig(&cfg, name)
 	return cfg
 }

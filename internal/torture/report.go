@@ -272,6 +272,7 @@ func (r *Report) WriteText(w io.Writer) {
 			c.RollingRestarts, c.NodeRestarts, c.MemberReAdds, c.NoLeader)
 		fmt.Fprintf(w, "    disk losses %d (the wiped member refused %d times, recovered as documented %d); leader kills aimed at an acknowledgement %d; holders frozen as a paused leader woke %d (after it renewed %d); leader log writes stalled while it was cut off %d\n",
 			c.DiskLosses, c.WipedRefused, c.WipedRecovered, c.AimedLeaderKills, c.HoldersFrozen, c.RenewalsOnWaking, c.LeaderDiskStalls)
+		writeOperatorStats(w, c.Operator)
 	}
 	if s.CrashesAfterNodeAck > 0 {
 		fmt.Fprintf(w, "    %d kills timed from a node's acknowledgement (median %vµs after it)\n", s.CrashesAfterNodeAck, s.AckToKillMicros)

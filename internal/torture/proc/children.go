@@ -179,12 +179,48 @@ func RunStore(ctx context.Context, spec StoreSpec, logs io.Writer) error {
 	return nil
 }
 
+// RestoreSpec is what a restore process is told: fenced restore of one
+// member's data directory from a backup file.
+type RestoreSpec struct {
+	Backup         string `json:"backup"`
+	DataDir        string `json:"dataDir"`
+	NodeID         string `json:"nodeId"`
+	InitialCluster string `json:"initialCluster"`
+	StartFloor     uint64 `json:"startFloor"`
+}
+
+// RunRestore writes spec.DataDir from the backup, as fenced restore does
+// (with its default bump), in a process of its own, so that the nodes'
+// failpoints apply to it too.
+func RunRestore(spec RestoreSpec, stdout io.Writer) error {
+	if err := failpoint.Check(); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	peers, err := server.ParseInitialCluster(spec.InitialCluster)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	f, err := os.Open(spec.Backup)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	defer f.Close()
+	start, err := server.RestoreBackup(server.RestoreConfig{DataDir: spec.DataDir, NodeID: spec.NodeID,
+		InitialCluster: peers, StartFloor: spec.StartFloor}, f)
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	fmt.Fprintf(stdout, "restored %s into %s: tokens start above %d\n", spec.Backup, spec.DataDir, start)
+	return nil
+}
+
 // Child roles: the harness starts Config.Command followed by a role and
 // "--spec" and the role's JSON specification.
 const (
-	RoleNode   = "node"
-	RoleWorker = "worker"
-	RoleStore  = "store"
+	RoleNode    = "node"
+	RoleWorker  = "worker"
+	RoleStore   = "store"
+	RoleRestore = "restore"
 )
 
 // RunChild runs one child process role with its JSON specification:
@@ -204,6 +240,12 @@ func RunChild(ctx context.Context, role string, spec []byte, stdout, stderr io.W
 			return fmt.Errorf("store spec: %w", err)
 		}
 		return RunStore(ctx, s, stderr)
+	case RoleRestore:
+		var s RestoreSpec
+		if err := json.Unmarshal(spec, &s); err != nil {
+			return fmt.Errorf("restore spec: %w", err)
+		}
+		return RunRestore(s, stdout)
 	case RoleWorker:
 		var s worker.Spec
 		if err := json.Unmarshal(spec, &s); err != nil {

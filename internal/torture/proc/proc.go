@@ -35,7 +35,14 @@ type Child struct {
 }
 
 // Start starts the process; it fails if the process is running.
-func (c *Child) Start() error {
+func (c *Child) Start() error { return c.start(false) }
+
+// StartExpectingExit starts the process with its exit on its own expected
+// from the first moment (ExpectExit(true)): a node that must refuse to
+// start.
+func (c *Child) StartExpectingExit() error { return c.start(true) }
+
+func (c *Child) start(expectExit bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done != nil {
@@ -70,7 +77,7 @@ func (c *Child) Start() error {
 		return fmt.Errorf("start %s: %w", c.Name, err)
 	}
 	done := make(chan struct{})
-	c.cmd, c.done, c.exitErr, c.intended = cmd, done, nil, false
+	c.cmd, c.done, c.exitErr, c.intended = cmd, done, nil, expectExit
 	go func() {
 		if stdout != nil {
 			sc := bufio.NewScanner(stdout)

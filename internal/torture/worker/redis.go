@@ -103,7 +103,7 @@ func (w *worker) redisOnce(l *client.Lease, op *history.Op) writeResult {
 		return writeOK
 	case errors.Is(err, fence.ErrStaleToken):
 		w.rec.End(op, history.Fail, history.CodeStale, err)
-		l.Lost(err)
+		l.MarkLost(err)
 		return writeStale
 	}
 	// The script may have run before the connection broke.

@@ -129,7 +129,7 @@ const (
 // Workers deliberately do not consult their lease's local deadline before
 // writing: every write behaves like one from a process paused between its
 // last check and its write, so the resources' fencing is what is tested. A
-// stale rejection ends the lease (client.Lease.Lost, invariant I7) and the
+// stale rejection ends the lease (client.Lease.MarkLost, invariant I7) and the
 // worker goes back to acquiring; it never retries a write under another
 // token. A write that carried a sequence and whose outcome is unknown is
 // resent with the same token and sequence, which the guard must apply at
@@ -492,7 +492,7 @@ func (w *worker) sqlOnce(l *client.Lease, op *history.Op) writeResult {
 		return writeOK
 	case errors.Is(err, fence.ErrStaleToken):
 		w.rec.End(op, history.Fail, history.CodeStale, err)
-		l.Lost(err)
+		l.MarkLost(err)
 		return writeStale
 	}
 	// The commit may have happened before the connection broke.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/fencedio/fenced/internal/failpoint"
 )
 
 // Rollback detection
@@ -126,7 +128,7 @@ func (a *Acks) Check(h Hello, addr string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p, ok := a.peers[h.Node]
-	if ok && p.Instance == h.Instance && has != (Position{}) && has.Before(p.Acked) {
+	if ok && p.Instance == h.Instance && has != (Position{}) && has.Before(p.Acked) && !failpoint.Enabled(failpoint.AcksIgnored) {
 		err := &RolledBackError{Peer: h.Node + " (" + addr + ")", Instance: h.Instance, Acknowledged: p.Acked, Has: has}
 		a.refused[h.Node] = err.Error()
 		return err

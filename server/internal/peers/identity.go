@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/server/internal/raftlog"
 )
 
@@ -236,6 +237,8 @@ func OpenIdentity(dir string, log LogBinding, hasState bool) (*IdentityStore, er
 	case s.id.LogID == "":
 		// Written before log IDs: bind the log it has now.
 		return s, s.bind(log, s.id)
+	case len(logID) == 0 && failpoint.Enabled(failpoint.LostLogVotes):
+		return s, s.bind(log, s.id) // the mutant: a new log under the old identity
 	case len(logID) == 0:
 		return nil, &LostLogError{Dir: dir, Reason: fmt.Sprintf(
 			"%s names raft log %s, but the data directory holds no raft log with an ID: the log was deleted or replaced", IdentityFileName, s.id.LogID)}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/server/internal/security"
 	"github.com/hashicorp/raft"
 )
@@ -75,6 +76,9 @@ const maxHello = 1<<16 - 1
 
 // checkPeer refuses a peer of another cluster: both IDs known and unequal.
 func checkPeer(local, remote Hello, addr string) error {
+	if failpoint.Enabled(failpoint.HelloAcceptsAnyCluster) {
+		return nil
+	}
 	if local.Cluster != "" && remote.Cluster != "" && local.Cluster != remote.Cluster {
 		return &ClusterMismatchError{Peer: remote.Node + " (" + addr + ")", Cluster: local.Cluster, PeerCluster: remote.Cluster}
 	}

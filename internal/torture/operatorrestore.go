@@ -1,0 +1,248 @@
+package torture
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
+	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
+	"github.com/fencedio/fenced/internal/torture/check"
+)
+
+// restorePhase is the cluster-restore fault kind. A restore ends every
+// lease and starts a new cluster whose tokens jump past the old ones: in
+// the middle of a run the history checkers would see every held lease end
+// without an expiry they can account for. So it runs once, at the end,
+// after the workers stopped and the run's history was read back and the
+// cluster checked (nodes-converge), and is checked on its own
+// (NameRestoreTokens, and its refusals in NameOperatorRefused):
+//
+//  1. Two backups of the cluster are taken (GET /v1/backup), with grants
+//     before, between and after them: the old cluster goes on past both.
+//  2. The whole cluster is stopped and restored from the first backup
+//     (fenced restore, the same membership and start floor for each),
+//     except one member, brought back on its old data directory, with a
+//     term and a log far ahead of the backup's. The restored members must
+//     refuse it (another cluster), and it them; one of them leads; every
+//     key remembers at least the last token the backup held; and a new
+//     grant of every key has a token above every token the old cluster
+//     issued, after the backup too. The old member is recovered as
+//     documented (member remove, empty directory, --join, member add).
+//  3. Again, now with members restored from different backups: all but
+//     one from the first, one from the second. The majority must refuse
+//     the odd one, and it them, and the same token checks hold, above
+//     every token of step 2's cluster as well. The odd member is
+//     recovered as documented.
+//
+// A restore that ignores its bump and floor issues tokens at or below the
+// old cluster's; a hello that accepts any cluster ID lets the old member,
+// at its higher term, depose the restored leader and replace the restored
+// state with its own.
+func (e *engine) restorePhase(r *check.Result) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e.countOperator(func(s *OperatorFaultStats) { s.ClusterRestores++ })
+	fail := func(format string, args ...any) {
+		r.AddViolationAt(time.Now().UnixNano(), format, args...)
+		e.logf("cluster-restore: "+format, args...)
+	}
+	leader := e.waitLeader(ctx, 10*time.Second)
+	if leader < 0 {
+		r.Skipped = "no leader at the end of the run"
+		return
+	}
+	keys := append(slices.Clone(e.keys), e.cfg.KeyPrefix+"restore")
+	churnKey := keys[len(keys)-1]
+	url := e.localNodes[leader].Endpoint()
+	if _, err := e.grant(ctx, url, churnKey); err != nil {
+		r.Skipped = "no grant before the backup: " + err.Error()
+		return
+	}
+	backup1, at1, err := e.backup(ctx, leader, "restore-1.backup")
+	if err != nil {
+		r.Skipped = "backup: " + err.Error()
+		return
+	}
+	atBackup, err := e.lastTokens(ctx, url, keys)
+	if err != nil {
+		r.Skipped = "read the last tokens: " + err.Error()
+		return
+	}
+	for range 3 {
+		if _, err := e.grant(ctx, url, churnKey); err != nil {
+			r.Skipped = "grant after the first backup: " + err.Error()
+			return
+		}
+	}
+	backup2, _, err := e.backup(ctx, leader, "restore-2.backup")
+	if err != nil {
+		r.Skipped = "backup: " + err.Error()
+		return
+	}
+	defer os.Remove(backup1)
+	defer os.Remove(backup2)
+	for range 3 {
+		if _, err := e.grant(ctx, url, churnKey); err != nil {
+			r.Skipped = "grant after the second backup: " + err.Error()
+			return
+		}
+	}
+	last, err := e.lastTokens(ctx, url, keys)
+	if err != nil {
+		r.Skipped = "read the last tokens: " + err.Error()
+		return
+	}
+	var maxOld uint64
+	for _, t := range last {
+		maxOld = max(maxOld, t)
+	}
+	oldLast := maxOld
+	e.logf("cluster-restore: backups at index %d and later; the old cluster's last token is %d", at1, maxOld)
+
+	n := len(e.localNodes)
+	// round restores every member but odd from first, odd from second (""
+	// : brought back on its old directory), starts them all, and checks.
+	round := func(name string, odd int, first, second string) {
+		for _, nd := range e.localNodes {
+			if err := nd.Kill(context.Background()); err != nil {
+				e.logf("cluster-restore: kill %s: %v", nd.Name(), err)
+			}
+		}
+		floor := uint64(time.Now().UnixMicro())
+		for i, nd := range e.localNodes {
+			from := first
+			if i == odd {
+				if from = second; from == "" {
+					continue // the old member keeps its directory
+				}
+			}
+			aside := nd.Spec.DataDir + "." + name
+			_ = os.RemoveAll(aside)
+			if err := os.Rename(nd.Spec.DataDir, aside); err != nil && !os.IsNotExist(err) {
+				fail("%s: set %s's directory aside: %v", name, nd.Name(), err)
+			}
+			if err := e.restoreMember(i, from, floor); err != nil {
+				fail("%s: %v", name, err)
+			}
+		}
+		oddCluster := clusterIDOf(e.localNodes[odd].Spec.DataDir)
+		var majority []int
+		for i := range n {
+			if i != odd {
+				majority = append(majority, i)
+			}
+		}
+		majorityCluster := clusterIDOf(e.localNodes[majority[0]].Spec.DataDir)
+		offs := e.logOffsets()
+		for _, nd := range e.localNodes {
+			if err := nd.Start(context.Background()); err != nil {
+				fail("%s: start %s: %v", name, nd.Name(), err)
+			}
+		}
+		missing := e.awaitRefusals(ctx, majority, offs, oddCluster, 4*e.electionTimeout()+10*time.Second)
+		oddMissing := e.awaitRefusals(ctx, []int{odd}, offs, majorityCluster, 5*time.Second)
+		what := map[string]string{"old-member": "a member of the old cluster brought back on its old directory",
+			"other-backup": "a member restored from another backup"}[name]
+		for _, j := range majority {
+			e.op.expectSeen(!slices.Contains(missing, j), "cluster-restore: restored %s refused %s (%s)", e.localNodes[j].Name(), e.localNodes[odd].Name(), what)
+		}
+		e.op.expectSeen(len(oddMissing) == 0, "cluster-restore: %s (%s) refused the restored members", e.localNodes[odd].Name(), what)
+		e.countOperator(func(s *OperatorFaultStats) {
+			s.RestoreRefusals += len(majority) - len(missing) + 1 - len(oddMissing)
+		})
+		// One of the restored majority leads, and the state is the backup's.
+		var l int
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			l = e.leader(ctx)
+			if l >= 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		switch {
+		case l < 0:
+			fail("%s: no member led within 30s of the restore", name)
+			return
+		case l == odd:
+			fail("%s: %s (%s) leads the restored cluster", name, e.localNodes[odd].Name(), what)
+		}
+		lurl := e.localNodes[l].Endpoint()
+		got, err := e.lastTokens(ctx, lurl, keys)
+		if err != nil {
+			fail("%s: read the last tokens at %s: %v", name, e.localNodes[l].Name(), err)
+			return
+		}
+		for _, k := range keys {
+			r.Checked++
+			if got[k] < atBackup[k] {
+				fail("%s: after the restore %s's last token is %d, below the %d the backup holds: a grant was forgotten", name, k, got[k], atBackup[k])
+			}
+			tok, err := e.grant(ctx, lurl, k)
+			if err != nil {
+				fail("%s: acquire %s after the restore: %v", name, k, err)
+				continue
+			}
+			if tok <= maxOld {
+				fail("%s: %s granted with token %d after the restore, not above %d that the old cluster issued", name, k, tok, maxOld)
+			}
+			maxOld = max(maxOld, tok)
+		}
+		res := e.memberReAdd(ctx, odd)
+		rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
+		err = e.awaitCluster(rctx)
+		cancel()
+		if err != nil {
+			fail("%s: the restored cluster was not whole after the recovery of %s (%s): %v", name, e.localNodes[odd].Name(), res, err)
+		}
+		e.logf("cluster-restore (%s): %s refused by %d of %d restored members; %s", name, e.localNodes[odd].Name(), len(majority)-len(missing), len(majority), res)
+	}
+	round("old-member", e.intN(n), backup1, "")
+	if r.Violations == 0 {
+		round("other-backup", e.intN(n), backup1, backup2)
+	}
+	r.Note = fmt.Sprintf("whole cluster restored twice: from a backup with a member of the old cluster brought back, then from two backups; the old cluster's last token %d, the last restored one's %d", oldLast, maxOld)
+}
+
+// grant acquires key through url and releases it: the token granted.
+func (e *engine) grant(ctx context.Context, url, key string) (uint64, error) {
+	c := fencedv1connect.NewLeaseServiceClient(http.DefaultClient, url)
+	ttl := max(e.cfg.TTL, e.cfg.NodeMinTTL).Milliseconds()
+	var a *connect.Response[fencedv1.AcquireResponse]
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second+2*e.cfg.TTL)
+		a, err = c.Acquire(cctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: key, Owner: "restore-check", TtlMs: ttl, WaitMs: 2 * ttl}))
+		cancel()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, _ = c.Release(cctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: a.Msg.GetLease().GetLeaseId()}))
+	return a.Msg.GetLease().GetToken(), nil
+}
+
+// lastTokens reads the last token of each key through url.
+func (e *engine) lastTokens(ctx context.Context, url string, keys []string) (map[string]uint64, error) {
+	c := fencedv1connect.NewLeaseServiceClient(http.DefaultClient, url)
+	out := map[string]uint64{}
+	for _, k := range keys {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		g, err := c.Get(cctx, connect.NewRequest(&fencedv1.GetRequest{Key: k}))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("get %s: %w", k, err)
+		}
+		out[k] = max(g.Msg.GetLastToken(), g.Msg.GetLease().GetToken())
+	}
+	return out, nil
+}
