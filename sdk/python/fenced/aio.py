@@ -22,12 +22,12 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Dict, Generator, Lis
 
 from . import errors as E
 from ._core import Config, Event, LeaseCore, LeaseInfo, Session, info_from
-from .client import Callback, GetResult, ListResult, _config, _lost
+from .client import Callback, GetResult, ListResult, _config, _LeaseView, _lost
 
 __all__ = ["Client", "Lease", "Config", "Event", "LeaseInfo"]
 
 
-class Lease:
+class Lease(_LeaseView):
     """A held lease on the client's loop."""
 
     def __init__(self, core: LeaseCore) -> None:
@@ -37,34 +37,6 @@ class Lease:
         core.on_end.append(self._ended)
         if core.state == "lost" and core.cause is not None:
             self._ended(core.cause)
-
-    @property
-    def key(self) -> str:
-        """The leased key, which is also the fencing scope."""
-        return self._core.info.key
-
-    @property
-    def token(self) -> int:
-        """The fencing token to present with every write."""
-        return self._core.info.token
-
-    @property
-    def lease_id(self) -> str:
-        return self._core.info.lease_id
-
-    @property
-    def owner(self) -> str:
-        return self._core.info.owner
-
-    @property
-    def ttl(self) -> float:
-        """The granted TTL in seconds."""
-        return self._core.info.ttl
-
-    @property
-    def signature(self) -> str:
-        """The server's signature of the token ('' unless the server signs); the newest renewal's."""
-        return self._core.signature
 
     @property
     def deadline(self) -> float:

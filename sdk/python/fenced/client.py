@@ -83,17 +83,10 @@ def _config(endpoints: Union[str, Sequence[str], None], config: Optional[Config]
     return config
 
 
-class Lease:
-    """A held lease, renewed in the background until released or lost. Thread-safe."""
+class _LeaseView:
+    """What a lease of either client tells of its grant (the sync Lease and aio.Lease)."""
 
-    def __init__(self, client: "Client", core: LeaseCore) -> None:
-        self._client, self._core = client, core
-        self.lost = threading.Event()
-        self._mu = threading.Lock()
-        self._callbacks: Optional[List[Callback]] = []
-        core.on_end.append(self._ended)
-        if core.state == "lost" and core.cause is not None:  # lost before this wrapper existed
-            self._ended(core.cause)
+    _core: LeaseCore
 
     @property
     def key(self) -> str:
@@ -122,6 +115,19 @@ class Lease:
     def signature(self) -> str:
         """The server's signature of the token ('' unless the server signs); the newest renewal's."""
         return self._core.signature
+
+
+class Lease(_LeaseView):
+    """A held lease, renewed in the background until released or lost. Thread-safe."""
+
+    def __init__(self, client: "Client", core: LeaseCore) -> None:
+        self._client, self._core = client, core
+        self.lost = threading.Event()
+        self._mu = threading.Lock()
+        self._callbacks: Optional[List[Callback]] = []
+        core.on_end.append(self._ended)
+        if core.state == "lost" and core.cause is not None:  # lost before this wrapper existed
+            self._ended(core.cause)
 
     @property
     def deadline(self) -> float:
