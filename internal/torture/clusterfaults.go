@@ -259,6 +259,32 @@ func (e *engine) freezeHolders() int {
 	return n
 }
 
+// lossScene sets the stage for a member to lose its disk when its vote
+// decides: it picks that member (a follower), a lagging minority and the
+// leader's side, which will go down, then cuts the lagging nodes off while
+// the leader and the member commit for 0.5-1 TTL.
+func (e *engine) lossScene(ctx context.Context, leader int) (member int, lagging, downSide []int) {
+	n := len(e.localNodes)
+	var followers []int
+	for _, j := range e.perm(n) {
+		if j != leader {
+			followers = append(followers, j)
+		}
+	}
+	member = followers[0]
+	lagging = followers[1 : 1+(n-1)/2]
+	downSide = append([]int{leader}, followers[1+(n-1)/2:]...)
+	var rest []int
+	for j := range n {
+		if !slices.Contains(lagging, j) {
+			rest = append(rest, j)
+		}
+	}
+	e.netem.Partition(netfault.LinkDrop, lagging, rest)
+	sleepCtx(ctx, e.uniform(e.cfg.TTL/2, e.cfg.TTL))
+	return member, lagging, downSide
+}
+
 // diskLoss deletes the data directory of a member while it is down and
 // starts it again with its usual command line, when its vote decides: a
 // minority lags, cut off while the leader and the member commit; the
@@ -270,24 +296,7 @@ func (e *engine) freezeHolders() int {
 // wipe, start with --join, member add. One that rejoined on its own is a
 // violation (NameWipedRefuses).
 func (e *engine) diskLoss(ctx context.Context, leader int) string {
-	n := len(e.localNodes)
-	var followers []int
-	for _, j := range e.perm(n) {
-		if j != leader {
-			followers = append(followers, j)
-		}
-	}
-	wiped := followers[0]
-	lagging := followers[1 : 1+(n-1)/2]
-	downSide := append([]int{leader}, followers[1+(n-1)/2:]...)
-	var rest []int
-	for j := range n {
-		if !slices.Contains(lagging, j) {
-			rest = append(rest, j)
-		}
-	}
-	e.netem.Partition(netfault.LinkDrop, lagging, rest)
-	sleepCtx(ctx, e.uniform(e.cfg.TTL/2, e.cfg.TTL))
+	wiped, lagging, downSide := e.lossScene(ctx, leader)
 	w := e.localNodes[wiped]
 	if err := w.Kill(context.Background()); err != nil {
 		e.logf("disk-loss: kill %s: %v", w.Name(), err)

@@ -20,7 +20,6 @@ import (
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/testutil"
 	"github.com/fencedio/fenced/internal/torture/check"
-	"github.com/fencedio/fenced/internal/torture/netfault"
 	"github.com/fencedio/fenced/internal/torture/proc"
 )
 
@@ -223,24 +222,7 @@ func (e *engine) startExpectingExit(i int) {
 // (or after 4 election timeouts plus up to a TTL, when it has not) the
 // leader's side starts again, and the member is recovered as documented.
 func (e *engine) walLoss(ctx context.Context, leader int) string {
-	n := len(e.localNodes)
-	var followers []int
-	for _, j := range e.perm(n) {
-		if j != leader {
-			followers = append(followers, j)
-		}
-	}
-	lost := followers[0]
-	lagging := followers[1 : 1+(n-1)/2]
-	downSide := append([]int{leader}, followers[1+(n-1)/2:]...)
-	var rest []int
-	for j := range n {
-		if !slices.Contains(lagging, j) {
-			rest = append(rest, j)
-		}
-	}
-	e.netem.Partition(netfault.LinkDrop, lagging, rest)
-	sleepCtx(ctx, e.uniform(e.cfg.TTL/2, e.cfg.TTL))
+	lost, lagging, downSide := e.lossScene(ctx, leader)
 	w := e.localNodes[lost]
 	if err := w.Kill(context.Background()); err != nil {
 		e.logf("wal-loss: kill %s: %v", w.Name(), err)

@@ -90,23 +90,5 @@ func (w *worker) redisOnce(l *client.Lease, op *history.Op) writeResult {
 		}
 		_, err = w.rguard.Eval(ctx, op.Key, op.Token, auditScript, []string{key}, item)
 	}
-	if w.loseAnswer(op) {
-		w.rec.End(op, history.Unknown, history.CodeAnswerLost, errAnswerLost)
-		return writeUnknown
-	}
-	switch {
-	case errors.Is(err, fence.ErrDuplicate):
-		w.rec.End(op, history.OK, history.CodeDuplicate, nil)
-		return writeOK
-	case err == nil:
-		w.rec.End(op, history.OK, "", nil)
-		return writeOK
-	case errors.Is(err, fence.ErrStaleToken):
-		w.rec.End(op, history.Fail, history.CodeStale, err)
-		l.MarkLost(err)
-		return writeStale
-	}
-	// The script may have run before the connection broke.
-	w.rec.End(op, history.Unknown, history.CodeTransport, err)
-	return writeUnknown
+	return w.endGuardedWrite(op, l, err)
 }

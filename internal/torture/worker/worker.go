@@ -479,6 +479,14 @@ func (w *worker) sqlOnce(l *client.Lease, op *history.Op) writeResult {
 		}
 		err = w.guard.Do(ctx, op.Key, op.Token, insert)
 	}
+	return w.endGuardedWrite(op, l, err)
+}
+
+// endGuardedWrite records the outcome of a write through a guard (err is
+// the guard's answer) and returns it; an error that is neither stale nor
+// a duplicate leaves it unknown, as the write may have been applied before
+// the connection broke.
+func (w *worker) endGuardedWrite(op *history.Op, l *client.Lease, err error) writeResult {
 	if w.loseAnswer(op) {
 		w.rec.End(op, history.Unknown, history.CodeAnswerLost, errAnswerLost)
 		return writeUnknown
@@ -495,7 +503,6 @@ func (w *worker) sqlOnce(l *client.Lease, op *history.Op) writeResult {
 		l.MarkLost(err)
 		return writeStale
 	}
-	// The commit may have happened before the connection broke.
 	w.rec.End(op, history.Unknown, history.CodeTransport, err)
 	return writeUnknown
 }

@@ -95,7 +95,7 @@ type Acks struct {
 func OpenAcks(store LogBinding) (*Acks, error) {
 	a := &Acks{store: store, peers: map[string]ack{}, refused: map[string]string{}}
 	b, err := store.Get(acksKey)
-	if err != nil && err.Error() != "not found" {
+	if err != nil && !absent(err) {
 		return nil, fmt.Errorf("read peers' acknowledgements: %w", err)
 	}
 	if len(b) > 0 {

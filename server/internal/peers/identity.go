@@ -208,7 +208,7 @@ type LogBinding interface {
 func OpenIdentity(dir string, log LogBinding, hasState bool) (*IdentityStore, error) {
 	s := &IdentityStore{path: filepath.Join(dir, IdentityFileName)}
 	logID, err := log.Get(LogIDKey)
-	if err != nil && err.Error() != "not found" { // raft's stable stores say a key is absent either way
+	if err != nil && !absent(err) {
 		return nil, fmt.Errorf("read the raft log's ID: %w", err)
 	}
 	b, err := os.ReadFile(s.path)
@@ -248,6 +248,11 @@ func OpenIdentity(dir string, log LogBinding, hasState bool) (*IdentityStore, er
 	}
 	return s, nil
 }
+
+// absent reports whether err only says that a stable-store key is not
+// there: raft's in-memory store says so with an error "not found", the
+// WAL with no value and no error.
+func absent(err error) bool { return err.Error() == "not found" }
 
 // bind gives id a new log ID, writes it to the log first and then to the
 // identity file: a crash between the two leaves a log ID that no identity
