@@ -43,7 +43,7 @@ func (s *Server) httpErrorLog() *log.Logger {
 
 // limitListener caps the API's open connections (Config.MaxConns and
 // MaxConnsPerClient).
-func (s *Server) limitListener(ln net.Listener) net.Listener {
+func (s *Server) limitListener(ln net.Listener) *httplimit.Listener {
 	return s.cfg.httpLimits().Listener(admission.BufferedListener{Listener: ln}, func(c net.Conn) {
 		s.metrics.Refused("max-conns-per-client")
 		s.refusedConns.Log(s.log, admission.ClientIP(c.RemoteAddr().String()), s.cfg.MaxConnsPerClient)
@@ -163,7 +163,8 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // ServeListener is Serve on an existing listener.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	var served net.Listener = s.limitListener(ln)
+	limited := s.limitListener(ln)
+	var served net.Listener = limited
 	var protocols *http.Protocols
 	if s.sec.TLS != nil {
 		// Only TLS: the buffer sits under it, so that net/http sees the
@@ -183,6 +184,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	}
 	s.listener = ln
 	s.http = s.newHTTPServer()
+	s.http.RegisterOnShutdown(limited.CloseSilent)
 	if protocols != nil {
 		s.http.Protocols = protocols
 	}

@@ -383,8 +383,10 @@ func (s *Store) Serve(ctx context.Context, ln net.Listener) error {
 	srv := limits.Server(httplimit.BodyDeadline(s.Handler(), limits.BodyTimeout, nil))
 	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
+	limited := limits.Listener(ln, nil)
+	srv.RegisterOnShutdown(limited.CloseSilent)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(limits.Listener(ln, nil)) }()
+	go func() { errc <- srv.Serve(limited) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("store: serve: %w", err)

@@ -23,11 +23,18 @@
 //     (a deadline, an oversized message, a broken chunk) closes the
 //     connection (Connection: close): whatever the client sends next cannot
 //     be told apart from the rest of that body.
+//   - Shutdown of a Server that registered its Listener's CloseSilent
+//     (RegisterOnShutdown) closes at once every connection on which the
+//     client has sent nothing yet: net/http alone counts such a connection
+//     (a client's spare, never used) as a request about to start and waits
+//     up to 5 seconds for it. Requests already sent get their answers.
 //
 // Non-guarantees: clients are told apart by the connection's remote IP
 // address only, never by a forwarded header; every client behind one NAT
 // or proxy shares one MaxConnsPerClient. A refused connection gets no
-// answer, only its close: no HTTP has been spoken on it yet.
+// answer, only its close: no HTTP has been spoken on it yet. A request a
+// client sends on a fresh connection at the very moment Shutdown closes it
+// gets no answer, as with any server that goes away.
 package httplimit
 
 import (
@@ -120,7 +127,8 @@ func DefaultMaxConns() int {
 }
 
 // Server returns an http.Server for h with the limits applied (call
-// WithDefaults first). Serve it on l.Listener.
+// WithDefaults first). Serve it on l.Listener, with that listener's
+// CloseSilent registered by RegisterOnShutdown.
 func (l Limits) Server(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           CloseOnBodyError(h),
@@ -135,12 +143,13 @@ func (l Limits) Server(h http.Handler) *http.Server {
 // Accept waits while MaxConns accepted connections are still open; a
 // connection from an address that already has MaxConnsPerClient open is
 // closed at once and handed to refused (which may be nil), not returned.
-func (l Limits) Listener(ln net.Listener, refused func(net.Conn)) net.Listener {
-	return &limitListener{Listener: ln, sem: make(chan struct{}, max(1, l.MaxConns)), perClient: l.MaxConnsPerClient,
-		byIP: make(map[string]int), refused: refused, done: make(chan struct{})}
+func (l Limits) Listener(ln net.Listener, refused func(net.Conn)) *Listener {
+	return &Listener{Listener: ln, sem: make(chan struct{}, max(1, l.MaxConns)), perClient: l.MaxConnsPerClient,
+		byIP: make(map[string]int), open: make(map[*limitConn]struct{}), refused: refused, done: make(chan struct{})}
 }
 
-type limitListener struct {
+// Listener is a net.Listener with the connection limits of Limits.
+type Listener struct {
 	net.Listener
 	sem       chan struct{}
 	perClient int
@@ -150,9 +159,10 @@ type limitListener struct {
 
 	mu   sync.Mutex
 	byIP map[string]int
+	open map[*limitConn]struct{}
 }
 
-func (l *limitListener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		select {
 		case l.sem <- struct{}{}:
@@ -164,8 +174,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			<-l.sem
 			return nil, err
 		}
-		ip := remoteIP(c)
-		if !l.take(ip) {
+		lc := &limitConn{Conn: c, ip: remoteIP(c), l: l}
+		if !l.take(lc) {
 			c.Close()
 			<-l.sem
 			if l.refused != nil {
@@ -173,26 +183,41 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			}
 			continue
 		}
-		return &limitConn{Conn: c, release: func() { l.give(ip); <-l.sem }}, nil
+		return lc, nil
 	}
 }
 
-// take counts a connection from ip, unless ip has perClient open.
-func (l *limitListener) take(ip string) bool {
+// take counts c, unless its IP address has perClient open.
+func (l *Listener) take(c *limitConn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.perClient > 0 && l.byIP[ip] >= l.perClient {
+	if l.perClient > 0 && l.byIP[c.ip] >= l.perClient {
 		return false
 	}
-	l.byIP[ip]++
+	l.byIP[c.ip]++
+	l.open[c] = struct{}{}
 	return true
 }
 
-func (l *limitListener) give(ip string) {
+func (l *Listener) give(c *limitConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.byIP[ip]--; l.byIP[ip] <= 0 {
-		delete(l.byIP, ip)
+	delete(l.open, c)
+	if l.byIP[c.ip]--; l.byIP[c.ip] <= 0 {
+		delete(l.byIP, c.ip)
+	}
+	<-l.sem
+}
+
+// CloseSilent closes every open connection on which no byte has been
+// received. A request sent at that very moment gets no answer.
+func (l *Listener) CloseSilent() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.open {
+		if !c.heard.Load() {
+			c.Conn.Close() // the server's Read fails, and it closes c
+		}
 	}
 }
 
@@ -206,20 +231,30 @@ func remoteIP(c net.Conn) string {
 	return addr
 }
 
-func (l *limitListener) Close() error {
+func (l *Listener) Close() error {
 	l.closeOnce.Do(func() { close(l.done) })
 	return l.Listener.Close()
 }
 
 type limitConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	ip    string
+	l     *Listener
+	heard atomic.Bool // a byte has been received
+	once  sync.Once
+}
+
+func (c *limitConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.heard.Load() {
+		c.heard.Store(true)
+	}
+	return n, err
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() { c.l.give(c) })
 	return err
 }
 

@@ -2,13 +2,16 @@ package httplimit
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -140,3 +143,93 @@ func TestBodyErrorClosesConnection(t *testing.T) {
 		}
 	}
 }
+
+// Shutdown closes at once a connection its client opened and never used,
+// while a request in flight on another connection still gets its answer:
+// net/http alone would hold the silent one for 5 seconds.
+func TestShutdownClosesSilentConnections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := Limits{}.WithDefaults()
+		started, release := make(chan struct{}), make(chan struct{})
+		srv := l.Server(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			close(started)
+			<-release
+			io.WriteString(w, "answered")
+		}))
+		pipes := &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+		ln := l.Listener(pipes, nil)
+		srv.RegisterOnShutdown(ln.CloseSilent)
+		go srv.Serve(ln)
+		busy, silent := pipes.dial(), pipes.dial()
+		answer := make(chan string, 1)
+		go func() {
+			fmt.Fprint(busy, "GET / HTTP/1.1\r\nHost: fenced\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(busy), nil)
+			if err != nil {
+				answer <- err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			answer <- string(b)
+		}()
+		<-started
+
+		start := time.Now()
+		shutdown := make(chan error, 1)
+		go func() { shutdown <- srv.Shutdown(context.Background()) }()
+		if n, err := silent.Read(make([]byte, 1)); err == nil {
+			t.Fatalf("the silent connection received %d bytes, want its close", n)
+		}
+		if waited := time.Since(start); waited >= time.Second {
+			t.Errorf("the silent connection was closed %v after Shutdown began, want at once", waited)
+		}
+		synctest.Wait()
+		select {
+		case err := <-shutdown:
+			t.Fatalf("Shutdown returned (%v) while a request was in flight", err)
+		default:
+		}
+		close(release)
+		if got := <-answer; got != "answered" {
+			t.Errorf("request in flight: got %q, want its answer", got)
+		}
+		if err := <-shutdown; err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+}
+
+// pipeListener accepts the server ends of net.Pipe connections.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+// dial returns the client end of a new connection to l.
+func (l *pipeListener) dial() net.Conn {
+	client, server := net.Pipe()
+	l.conns <- server
+	return client
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }
