@@ -321,38 +321,15 @@ func (e *engine) rollback(ctx context.Context, leader int) string {
 	if err != nil {
 		return "rollback skipped: " + err.Error()
 	}
-	if err := nd.Kill(context.Background()); err != nil {
-		e.logf("rollback: kill %s: %v", nd.Name(), err)
-	}
-	// Entries the member held when it went down were sent by the leader,
-	// which commits them with the other followers within milliseconds: its
-	// commit index a little later bounds the copy's log.
-	sleepCtx(ctx, 4*acksFlushGrace)
-	stCopy, err := e.nodeStats(ctx, leader)
-	copyDir := nd.Spec.DataDir + ".rollback-copy"
-	_ = os.RemoveAll(copyDir)
-	if err == nil {
-		err = os.CopyFS(copyDir, os.DirFS(nd.Spec.DataDir))
-	}
-	if serr := nd.Start(context.Background()); serr != nil {
-		e.logf("rollback: restart %s: %v", nd.Name(), serr)
-	}
+	copyDir, copied, err := e.coldCopy(ctx, leader, nd)
 	if err != nil {
-		_ = os.RemoveAll(copyDir)
 		return "rollback skipped: copy: " + err.Error()
 	}
 	defer os.RemoveAll(copyDir)
 	// The member acknowledges entries past the copy to the leader.
-	past := stCopy.CommitIndex + 8
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if st, err := e.nodeStats(ctx, b); err == nil && st.AppliedIndex >= past {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Sprintf("rollback skipped: %s did not apply index %d within 10s", nd.Name(), past)
-		}
-		time.Sleep(20 * time.Millisecond)
+	past := copied + 8
+	if err := e.awaitApplied(ctx, b, past); err != nil {
+		return "rollback skipped: " + err.Error()
 	}
 	sleepCtx(ctx, 3*acksFlushGrace)
 	stNow, err := e.nodeStats(ctx, leader)
@@ -360,40 +337,11 @@ func (e *engine) rollback(ctx context.Context, leader int) string {
 		e.countOperator(func(s *OperatorFaultStats) { s.RollbackLeaderMoved++ })
 		return fmt.Sprintf("rollback skipped: the leader changed while %s acknowledged entries past its copy (the copy would not be detectable)", nd.Name())
 	}
-	if err := nd.Kill(context.Background()); err != nil {
-		e.logf("rollback: kill %s: %v", nd.Name(), err)
-	}
-	if err := os.RemoveAll(nd.Spec.DataDir); err != nil {
-		e.logf("rollback: remove %s: %v", nd.Spec.DataDir, err)
-	}
-	if err := os.Rename(copyDir, nd.Spec.DataDir); err != nil {
-		e.logf("rollback: put the copy back: %v", err)
-	}
-	if err := nd.Start(context.Background()); err != nil {
-		e.logf("rollback: start %s on its copy: %v", nd.Name(), err)
-	}
+	e.restartOn(nd, copyDir)
 	e.countOperator(func(s *OperatorFaultStats) { s.Rollbacks++ })
 	what := fmt.Sprintf("rollback: %s started on a copy of its directory taken at about index %d, after it acknowledged index %d to leader %s",
-		nd.Name(), stCopy.CommitIndex, past, e.localNodes[leader].Name())
-	why, moved := "", false
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
-		var r struct {
-			RolledBack map[string]string `json:"rolledBack"`
-			Term       uint64            `json:"term"`
-			Role       string            `json:"role"`
-		}
-		if err := getJSON(ctx, e.localNodes[leader].Endpoint()+"/v1/role", &r); err != nil {
-			continue
-		}
-		if why = r.RolledBack[nd.Name()]; strings.Contains(why, "rolled-back data directory") {
-			break
-		}
-		why = ""
-		if r.Term != st0.Term || r.Role != "leader" {
-			moved = true
-			break
-		}
-	}
+		nd.Name(), copied, past, e.localNodes[leader].Name())
+	why, moved := e.awaitRolledBack(ctx, leader, nd.Name(), st0.Term)
 	switch {
 	case why != "":
 		e.op.expect(true, "rollback: leader %s refused %s: %s", e.localNodes[leader].Name(), nd.Name(), firstSentence(why))
@@ -404,7 +352,7 @@ func (e *engine) rollback(ctx context.Context, leader int) string {
 		what += "; the leader changed before it refused it (not checked)"
 	default:
 		e.op.expect(false, "rollback: %s runs on an older copy of its data directory (it acknowledged index %d, the copy ends near %d) and leader %s did not refuse it within 10s",
-			nd.Name(), past, stCopy.CommitIndex, e.localNodes[leader].Name())
+			nd.Name(), past, copied, e.localNodes[leader].Name())
 		what += "; the leader did NOT refuse it"
 	}
 	res := e.memberReAdd(ctx, b)
@@ -412,6 +360,85 @@ func (e *engine) rollback(ctx context.Context, leader int) string {
 		e.countOperator(func(s *OperatorFaultStats) { s.RollbackRecovered++ })
 	}
 	return what + "; recovery: " + res
+}
+
+// coldCopy copies nd's data directory while nd is down and starts it
+// again. It returns the copy and the leader's commit index just after the
+// copy, which bounds the copy's log: entries the member held when it went
+// down were sent by the leader, which commits them with the other
+// followers within milliseconds.
+func (e *engine) coldCopy(ctx context.Context, leader int, nd *proc.LocalNode) (dir string, commit uint64, err error) {
+	if err := nd.Kill(context.Background()); err != nil {
+		e.logf("rollback: kill %s: %v", nd.Name(), err)
+	}
+	sleepCtx(ctx, 4*acksFlushGrace)
+	st, err := e.nodeStats(ctx, leader)
+	dir = nd.Spec.DataDir + ".rollback-copy"
+	_ = os.RemoveAll(dir)
+	if err == nil {
+		err = os.CopyFS(dir, os.DirFS(nd.Spec.DataDir))
+	}
+	if serr := nd.Start(context.Background()); serr != nil {
+		e.logf("rollback: restart %s: %v", nd.Name(), serr)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", 0, err
+	}
+	return dir, st.CommitIndex, nil
+}
+
+// awaitApplied waits up to 10 s for local node i to apply index.
+func (e *engine) awaitApplied(ctx context.Context, i int, index uint64) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if st, err := e.nodeStats(ctx, i); err == nil && st.AppliedIndex >= index {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s did not apply index %d within 10s", e.localNodes[i].Name(), index)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// restartOn starts nd on dir in place of its data directory.
+func (e *engine) restartOn(nd *proc.LocalNode, dir string) {
+	if err := nd.Kill(context.Background()); err != nil {
+		e.logf("rollback: kill %s: %v", nd.Name(), err)
+	}
+	if err := os.RemoveAll(nd.Spec.DataDir); err != nil {
+		e.logf("rollback: remove %s: %v", nd.Spec.DataDir, err)
+	}
+	if err := os.Rename(dir, nd.Spec.DataDir); err != nil {
+		e.logf("rollback: put the copy back: %v", err)
+	}
+	if err := nd.Start(context.Background()); err != nil {
+		e.logf("rollback: start %s on its copy: %v", nd.Name(), err)
+	}
+}
+
+// awaitRolledBack waits up to 10 s for the leader to name member as
+// rolled back in GET /v1/role, and returns its reason; or moved, if the
+// leader left term first.
+func (e *engine) awaitRolledBack(ctx context.Context, leader int, member string, term uint64) (why string, moved bool) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
+		var r struct {
+			RolledBack map[string]string `json:"rolledBack"`
+			Term       uint64            `json:"term"`
+			Role       string            `json:"role"`
+		}
+		if err := getJSON(ctx, e.localNodes[leader].Endpoint()+"/v1/role", &r); err != nil {
+			continue
+		}
+		if why = r.RolledBack[member]; strings.Contains(why, "rolled-back data directory") {
+			return why, false
+		}
+		if r.Term != term || r.Role != "leader" {
+			return "", true
+		}
+	}
+	return "", false
 }
 
 // acksFlushGrace is a margin past the interval at which members write what
