@@ -121,7 +121,12 @@ func TestClusterWipedMemberDoesNotForget(t *testing.T) {
 			t.Fatalf("member add %s while it is in the configuration on a new data directory: %v, want failed_precondition", id, err)
 		}
 	}
-	if r, err := c.role(wiped); err != nil || r.Votes || r.ClusterID != "" {
+	// Its peer port answered; its API may open a moment later.
+	r, err := c.role(wiped)
+	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		r, err = c.role(wiped)
+	}
+	if err != nil || r.Votes || r.ClusterID != "" {
 		t.Errorf("the wiped member waiting to be added: role %+v %v, want no vote and no cluster ID", r, err)
 	}
 

@@ -341,7 +341,9 @@ func (e *engine) rollback(ctx context.Context, leader int) string {
 	e.countOperator(func(s *OperatorFaultStats) { s.Rollbacks++ })
 	what := fmt.Sprintf("rollback: %s started on a copy of its directory taken at about index %d, after it acknowledged index %d to leader %s",
 		nd.Name(), copied, past, e.localNodes[leader].Name())
-	why, moved := e.awaitRolledBack(ctx, leader, nd.Name(), st0.Term)
+	// Once the member runs on its copy, the check is made even if the run
+	// ends meanwhile: a run's end is no refusal.
+	why, moved := e.awaitRolledBack(context.WithoutCancel(ctx), leader, nd.Name(), st0.Term)
 	switch {
 	case why != "":
 		e.op.expect(true, "rollback: leader %s refused %s: %s", e.localNodes[leader].Name(), nd.Name(), firstSentence(why))

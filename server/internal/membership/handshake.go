@@ -48,13 +48,13 @@ func (h *Handshake) lastPosition() peers.Position {
 	return peers.Position{Term: e.Term, Index: e.Index}
 }
 
-// Check refuses a peer that runs on a rolled-back data directory
+// Checker refuses a peer that runs on a rolled-back data directory
 // (peers.Acks).
-func (h *Handshake) Check(peer peers.Hello, addr string) error {
+func (h *Handshake) Checker() func(peers.Hello, string) error {
 	if h.Acks == nil {
-		return nil
+		return func(peers.Hello, string) error { return nil }
 	}
-	return h.Acks.Check(peer, addr) // the peer port logs the refusal
+	return h.Acks.Checker() // the peer port logs the refusal
 }
 
 // hasRaftState reports whether raft has written anything: a term or a log.

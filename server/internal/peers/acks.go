@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -19,10 +20,18 @@ import (
 // quorum. So every member records, per peer and per peer directory
 // (instance), the last log position the peer acknowledged to it (Acks,
 // noted by the leader's transport on every successful append), keeps it in
-// its raft log's stable store, and checks every peer's hello against it: a
-// peer whose log ends before what it acknowledged is refused as rolled back
-// (ErrRolledBack), on raft's connections and forwarded calls alike, and
-// named in the log and in /v1/role.
+// its raft log's stable store, and checks the answer of every peer it
+// dials against it: a peer whose log ends before what it acknowledged is
+// refused as rolled back (ErrRolledBack), on raft's connections and
+// forwarded calls alike, and named in the log and in /v1/role.
+//
+// Only what the peer acknowledged before this member's hello went out
+// counts (Checker): the peer says where its log ends once it has read that
+// hello, after every such acknowledgement, whereas an entry it
+// acknowledges on another connection meanwhile may come after it looked.
+// The member that accepts a connection cannot order the dialer's hello
+// against its own acknowledgements, so it does not check it; the leader
+// dials its followers, and refuses a rolled-back one when it does.
 //
 // Not guaranteed: a member knows only what was acknowledged to it, so a
 // rolled-back member is caught by the members it acknowledged entries to
@@ -117,24 +126,32 @@ func (a *Acks) Note(node string, at Position) {
 	}
 }
 
-// Check refuses a peer whose log ends before what it acknowledged, and
-// otherwise notes its instance: acknowledgements count for that data
-// directory from now on (a peer on a new directory starts afresh).
-func (a *Acks) Check(h Hello, addr string) error {
+// Checker returns the check of the answer to a hello sent after this call.
+// The check refuses a peer whose log ends before what it acknowledged
+// until then, and otherwise notes its instance: acknowledgements count for
+// that data directory from now on (a peer on a new directory starts
+// afresh).
+func (a *Acks) Checker() func(h Hello, addr string) error {
+	a.mu.Lock()
+	before := maps.Clone(a.peers)
+	a.mu.Unlock()
+	return func(h Hello, addr string) error { return a.check(h, addr, before[h.Node]) }
+}
+
+func (a *Acks) check(h Hello, addr string, before ack) error {
 	if h.Node == "" || h.Instance == "" {
 		return nil
 	}
 	has := Position{h.LastTerm, h.LastIndex}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	p, ok := a.peers[h.Node]
-	if ok && p.Instance == h.Instance && has != (Position{}) && has.Before(p.Acked) && !failpoint.Enabled(failpoint.AcksIgnored) {
-		err := &RolledBackError{Peer: h.Node + " (" + addr + ")", Instance: h.Instance, Acknowledged: p.Acked, Has: has}
+	if before.Instance == h.Instance && has != (Position{}) && has.Before(before.Acked) && !failpoint.Enabled(failpoint.AcksIgnored) {
+		err := &RolledBackError{Peer: h.Node + " (" + addr + ")", Instance: h.Instance, Acknowledged: before.Acked, Has: has}
 		a.refused[h.Node] = err.Error()
 		return err
 	}
 	delete(a.refused, h.Node)
-	if !ok || p.Instance != h.Instance {
+	if p, ok := a.peers[h.Node]; !ok || p.Instance != h.Instance {
 		a.peers[h.Node] = ack{Instance: h.Instance}
 		a.dirty = true
 	}

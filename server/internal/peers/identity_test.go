@@ -20,8 +20,10 @@ import (
 // fakeSelf is a peer port's node with a fixed hello.
 type fakeSelf struct{ h Hello }
 
-func (f *fakeSelf) Hello() Hello                     { return f.h }
-func (f *fakeSelf) Check(peer Hello, _ string) error { return nil }
+func (f *fakeSelf) Hello() Hello { return f.h }
+func (f *fakeSelf) Checker() func(Hello, string) error {
+	return func(Hello, string) error { return nil }
+}
 func (f *fakeSelf) Admit(from Hello) error {
 	f.h.Cluster, f.h.Votes = from.Cluster, true
 	return nil

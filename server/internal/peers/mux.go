@@ -52,8 +52,10 @@ type Hello struct {
 	HasState bool              `json:"hasState,omitempty"`
 	Joining  bool              `json:"joining,omitempty"`
 	Initial  map[string]string `json:"initialMembers,omitempty"`
-	// LastTerm and LastIndex are where the member's log ends: a peer that
-	// saw it acknowledge more refuses it as rolled back (acks.go).
+	// LastTerm and LastIndex are where the member's log ends (the
+	// listener's: once it has read the dialer's hello): a dialer that saw
+	// it acknowledge more before it sent its hello refuses it as rolled
+	// back (acks.go).
 	LastTerm  uint64 `json:"lastTerm,omitempty"`
 	LastIndex uint64 `json:"lastIndex,omitempty"`
 	// Admit, from the dialer of an admission, names the member admitted.
@@ -63,11 +65,12 @@ type Hello struct {
 }
 
 // Self is the node behind a peer port: what it says of itself, how it
-// checks a peer of its own cluster (Check: a rolled-back peer is refused),
-// and how it takes an admission.
+// checks the answer of a peer of its own cluster it dials (Checker, called
+// before the hello goes out: a rolled-back peer is refused), and how it
+// takes an admission.
 type Self interface {
 	Hello() Hello
-	Check(peer Hello, addr string) error
+	Checker() func(answer Hello, addr string) error
 	Admit(from Hello) error
 }
 
@@ -250,9 +253,6 @@ func (m *Mux) sort(c net.Conn) {
 	}
 	local := m.hello()
 	err = checkPeer(local, remote, c.RemoteAddr().String())
-	if err == nil && m.self != nil {
-		err = m.self.Check(remote, c.RemoteAddr().String())
-	}
 	if err == nil && b[0] == KindAdmit {
 		if m.self == nil {
 			err = errors.New("this peer port takes no admission")
@@ -337,9 +337,13 @@ func (m *Mux) dialHello(ctx context.Context, address string, kind byte, h Hello)
 	if m.tls != nil {
 		conf = m.tls.PeerClientConfig(address)
 	}
+	var check func(Hello, string) error
+	if m.self != nil {
+		check = m.self.Checker()
+	}
 	c, answer, err := dialPeer(ctx, net.Dialer{LocalAddr: m.local}, address, kind, conf, h)
-	if err == nil && m.self != nil {
-		if err = m.self.Check(answer, address); err != nil {
+	if err == nil && check != nil {
+		if err = check(answer, address); err != nil {
 			c.Close()
 		}
 	}
