@@ -38,12 +38,17 @@ import (
 //     one from the first, one from the second. The majority must refuse
 //     the odd one, and it them, and the same token checks hold, above
 //     every token of step 2's cluster as well. The odd member is
-//     recovered as documented.
+//     recovered as documented. A step 2 that failed (a violation, or a
+//     refusal not seen) ends the phase: the bug is shown, and its cluster
+//     is in no known state to restore again from.
 //
-// A restore that ignores its bump and floor issues tokens at or below the
-// old cluster's; a hello that accepts any cluster ID lets the old member,
-// at its higher term, depose the restored leader and replace the restored
-// state with its own.
+// A restore that starts at or below the old cluster's last index issues
+// tokens at or below the old cluster's. A restore that gives its members
+// no cluster ID of their own and a low first term (the mutant
+// restore-ignores-bump-and-floor), like a hello that accepts any cluster
+// ID, lets the old member in: nobody refuses it, and at its higher term it
+// can depose the restored leader and replace the restored state with its
+// own.
 func (e *engine) restorePhase(r *check.Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -201,10 +206,13 @@ func (e *engine) restorePhase(r *check.Result) {
 		}
 		e.logf("cluster-restore (%s): %s refused by %d of %d restored members; %s", name, e.localNodes[odd].Name(), len(majority)-len(missing), len(majority), res)
 	}
+	missed := e.op.missedCount()
 	round("old-member", e.intN(n), backup1, "")
-	if r.Violations == 0 {
-		round("other-backup", e.intN(n), backup1, backup2)
+	if r.Violations > 0 || e.op.missedCount() > missed {
+		r.Note = fmt.Sprintf("whole cluster restored once, from a backup with a member of the old cluster brought back; not again from two backups, since that restore failed; the old cluster's last token %d, the restored one's %d", oldLast, maxOld)
+		return
 	}
+	round("other-backup", e.intN(n), backup1, backup2)
 	r.Note = fmt.Sprintf("whole cluster restored twice: from a backup with a member of the old cluster brought back, then from two backups; the old cluster's last token %d, the last restored one's %d", oldLast, maxOld)
 }
 
