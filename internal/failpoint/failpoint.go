@@ -138,12 +138,22 @@ const (
 	// run that deletes a member's log and keeps its identity (the
 	// torture's wal-loss fault) can catch it.
 	LostLogVotes Name = "lost-log-votes"
+	// RestoreIgnoresBumpAndFloor makes fenced restore write members that
+	// pass for members of the backed-up cluster (restore.Write): no cluster
+	// ID of their own (the backup carries none, and a hello without one
+	// is refused by nobody) and first term 1 instead of their first index.
+	// A member of the old cluster brought back beside them is taken in,
+	// and at its higher term it can lead them. The start index, and so
+	// the tokens, still jump. Only a run that restores a cluster and shows
+	// it a member of the old one (the torture's cluster-restore and
+	// foreign-cluster faults) can catch it.
+	RestoreIgnoresBumpAndFloor Name = "restore-ignores-bump-and-floor"
 )
 
 // All lists every mutant, in the order the mutant test runs them.
 var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap,
 	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead, ReelectedLeaderOldDeadlines,
-	GuardReappliesEqualSequence, HelloAcceptsAnyCluster, AcksIgnored, LostLogVotes}
+	GuardReappliesEqualSequence, HelloAcceptsAnyCluster, AcksIgnored, LostLogVotes, RestoreIgnoresBumpAndFloor}
 
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote

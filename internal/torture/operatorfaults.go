@@ -146,6 +146,13 @@ func (o *operatorState) expect(refused bool, note string, args ...any) {
 	}
 }
 
+// missedCount is how many refusals looked for have not come so far.
+func (o *operatorState) missedCount() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.missed)
+}
+
 // operatorFault injects the operator fault kind; ok is false for another
 // kind.
 func (e *engine) operatorFault(ctx context.Context, kind string, leader int) (what string, ok bool) {

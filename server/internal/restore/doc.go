@@ -1,7 +1,7 @@
 // Package restore makes the data directory of one member of a new cluster
 // from a backup (the lease package's, as GET /v1/backup answers it): a raft
 // snapshot at index max(A+Bump, StartFloor), A the backup's index, holding
-// the backed-up keys and the new membership, in term 1.
+// the backed-up keys and the new membership, in a term equal to that index.
 //
 // Guarantees: the new cluster starts at max(A+Bump, StartFloor), and
 // every token it issues is above that index; every key of the backup

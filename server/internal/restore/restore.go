@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/peers"
 	"github.com/fencedio/fenced/server/internal/raftlog"
@@ -122,6 +123,10 @@ func Write(p Plan, backup io.Reader) (uint64, error) {
 	// own, earlier, floor), so that none of its members, at its highest
 	// term, can outvote the restored members.
 	term := at
+	mutant := failpoint.Enabled(failpoint.RestoreIgnoresBumpAndFloor)
+	if mutant {
+		term = 1 // the mutant: the old cluster's terms outvote this one's
+	}
 	// The snapshot's legacy peer list is encoded by a transport; raft's
 	// network transport and this one encode an address as its bytes.
 	_, enc := raft.NewInmemTransport(raft.ServerAddress(p.RaftAddress))
@@ -147,6 +152,9 @@ func Write(p Plan, backup io.Reader) (uint64, error) {
 	id := ident.Get()
 	id.Backup = hex.EncodeToString(digest.Sum(nil))
 	id.Cluster, id.Votes, id.Initial = ClusterID(id.Backup, at, conf), true, nil
+	if mutant {
+		id.Cluster = "" // the mutant: no hello refuses a member without one
+	}
 	if err := ident.Save(id); err != nil {
 		return 0, err
 	}
