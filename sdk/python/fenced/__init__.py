@@ -10,13 +10,13 @@ from ._core import Config, Event, LeaseInfo
 from ._scope import valid_owner, validate_scope
 from .client import Client, GetResult, Lease, ListResult, Watch
 from .errors import (AcquireUncertain, BadSignature, ClusterMismatch, CommitUnknown, CorruptToken, Duplicate, FencedError, Held, InvalidArgument,
-                     InvalidScope, InvalidSequence, SequenceGap,
+                     InvalidScope, InvalidSequence, InvalidToken, SequenceGap,
                      KeyOutsideScope, LeaseLost, LeaseReleased, NoToken, NotHeld, PermissionDenied,
                      RowNotFound, StaleToken, Timeout, TokenOutOfRange, Unauthenticated, Unavailable)
 
 __all__ = [
     "AcquireUncertain", "BadSignature", "Client", "ClusterMismatch", "CommitUnknown", "Config", "CorruptToken", "Duplicate", "Event", "FencedError", "GetResult", "Held",
-    "InvalidArgument", "InvalidScope", "InvalidSequence", "KeyOutsideScope", "Lease", "LeaseInfo", "LeaseLost", "LeaseReleased",
+    "InvalidArgument", "InvalidScope", "InvalidSequence", "InvalidToken", "KeyOutsideScope", "Lease", "LeaseInfo", "LeaseLost", "LeaseReleased",
     "ListResult", "NoToken", "NotHeld", "PermissionDenied", "RowNotFound", "SequenceGap", "StaleToken", "Timeout",
     "TokenOutOfRange", "Unauthenticated", "Unavailable", "Watch", "valid_owner", "validate_scope",
 ]

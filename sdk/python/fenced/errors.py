@@ -181,6 +181,14 @@ class NoToken(FencedError):
     code = "missing_token"
 
 
+class InvalidToken(InvalidArgument):
+    """A Fencing-Token header that is present but not a token: not decimal digits,
+    0, or above 2**64-1 (Go: fencemsg.ErrInvalidToken). An absent or empty one is
+    NoToken. Also an InvalidArgument, as the HTTP middleware's refusals are."""
+
+    code = "invalid_token"
+
+
 class InvalidScope(FencedError):
     """A scope that is not a valid lease key (Go: fence.ErrInvalidScope)."""
 

@@ -1,8 +1,9 @@
-"""Fixtures: a real fenced built from this repository, the machine's PostgreSQL and Redis.
+"""Fixtures: a real fenced built from this repository, the machine's PostgreSQL, Redis and RabbitMQ.
 
-PostgreSQL and Redis come from FENCED_TEST_POSTGRES (a libpq URL) and
-FENCED_TEST_REDIS (host:port), defaulting to the local services. A missing
-service skips its tests, and fails them under FENCED_REQUIRE_SERVICES=1.
+PostgreSQL, Redis and RabbitMQ come from FENCED_TEST_POSTGRES (a libpq URL),
+FENCED_TEST_REDIS (host:port) and FENCED_TEST_AMQP (an amqp:// URL),
+defaulting to the local services. A missing service skips its tests, and
+fails them under FENCED_REQUIRE_SERVICES=1.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ sys.path.insert(0, SDK)
 
 POSTGRES = os.environ.get("FENCED_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 REDIS = os.environ.get("FENCED_TEST_REDIS", "127.0.0.1:6379")
+AMQP = os.environ.get("FENCED_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672/")
 REQUIRED = os.environ.get("FENCED_REQUIRE_SERVICES") == "1"
 
 
 def unavailable(what: str, err: BaseException):
-    msg = f"{what} is not available ({err}); set FENCED_TEST_POSTGRES / FENCED_TEST_REDIS"
+    msg = f"{what} is not available ({err}); set FENCED_TEST_POSTGRES / FENCED_TEST_REDIS / FENCED_TEST_AMQP"
     if REQUIRED:
         pytest.fail(msg + " (FENCED_REQUIRE_SERVICES=1)")
     pytest.skip(msg)
@@ -178,3 +180,29 @@ def redis_client():
         unavailable("Redis", e)
     yield r
     r.close()
+
+
+@pytest.fixture
+def amqp_connect():
+    """connect() opens a pika BlockingConnection to the test RabbitMQ (each one a process
+    of its own to the broker); those still open are closed after the test."""
+    conns = []
+
+    def connect():
+        import pika
+
+        params = pika.URLParameters(AMQP)
+        # No heartbeats: a connection the test leaves idle (a stalled consumer) must stay up.
+        params.heartbeat, params.socket_timeout, params.connection_attempts = 0, 5, 1
+        c = pika.BlockingConnection(params)
+        conns.append(c)
+        return c
+
+    try:
+        connect()
+    except Exception as e:  # ImportError or a connection failure
+        unavailable("RabbitMQ via pika", e)
+    yield connect
+    for c in conns:
+        if c.is_open:
+            c.close()

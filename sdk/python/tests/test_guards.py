@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+import conftest
 import fenced
 from fenced.guards import Decision
 from fenced.guards.http import ASGIMiddleware, WSGIMiddleware, fencing_headers, send, stale_from
@@ -429,6 +430,33 @@ def test_postgres_sequences(pg, pg_table):
     with pytest.raises(fenced.Duplicate):
         g.do_lease(pg, lease, lambda cur: None, sequence=1)
     assert not lease.lost  # a duplicate does not lose the lease
+
+
+def test_tx_guard_passes_the_sequence(pg, pg_table):
+    """The WSGI middleware gives a guard's do() the request's sequence: TxGuard takes it
+    (as MemoryGuard does), so a repeated write is a 409 duplicate, not a 503."""
+    import importlib
+
+    g = PostgresGuard(table=pg_table)
+    g.migrate(pg)
+    driver = importlib.import_module(type(pg).__module__.split(".")[0])  # psycopg or psycopg2
+    writes = []
+
+    def app(environ, start_response):
+        from fenced.guards.postgres import current_cursor
+
+        current_cursor().execute("SELECT 1")
+        writes.append(environ["fenced.token"])
+        start_response("204 No Content", [])
+        return []
+
+    mw = WSGIMiddleware(app, g.tx_guard(lambda: driver.connect(conftest.POSTGRES, connect_timeout=3)))
+    s = scope()
+    assert _wsgi(mw, FENCING_SCOPE=s, FENCING_TOKEN="5", FENCING_SEQUENCE="1")[0] == 204
+    status, _, body = _wsgi(mw, FENCING_SCOPE=s, FENCING_TOKEN="5", FENCING_SEQUENCE="1")
+    assert (status, json.loads(body)["type"]) == (409, "urn:fenced:problem:duplicate-write")
+    assert _wsgi(mw, FENCING_SCOPE=s, FENCING_TOKEN="5", FENCING_SEQUENCE="2")[0] == 204
+    assert writes == [5, 5] and g.highest(pg, s) == 5
 
 
 def test_redis_sequences(redis_client):

@@ -22,7 +22,8 @@ def test_builds_offline(tmp_path):
     sdist = next(w for w in out.stdout.split() if w.endswith(".tar.gz"))
     names = zipfile.ZipFile(dist / wheel).namelist()
     for module in ("fenced/client.py", "fenced/aio.py", "fenced/guards/postgres.py", "fenced/guards/postgres_async.py",
-                   "fenced/guards/redis.py", "fenced/_wire.py", "fenced/py.typed"):
+                   "fenced/guards/redis.py", "fenced/guards/messages.py", "fenced/guards/amqp.py", "fenced/_wire.py",
+                   "fenced/py.typed"):
         assert module in names
     # Test harness stays in the repository: no torture worker, no mutant switch.
     assert not [n for n in names if "torture" in n], names

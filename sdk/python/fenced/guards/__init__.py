@@ -7,7 +7,10 @@
 - fenced.guards.redis: RedisGuard (the Lua script and keys of fenceredis);
 - fenced.guards.http: headers for requests/httpx/urllib, the 409
   problem+json to StaleToken mapping, WSGI and ASGI middleware;
-- fenced.guards.memory: MemoryGuard, in-process.
+- fenced.guards.memory: MemoryGuard, in-process;
+- fenced.guards.messages: the consumer-side fence for queued messages
+  (stamps, Consumer, outcomes), through one of the guards above;
+- fenced.guards.amqp: its RabbitMQ adapter for pika.
 
 Every guard makes the one decision of docs/guard-spec.md: a token is
 accepted iff it is at least the highest accepted for its scope, and then

@@ -353,12 +353,14 @@ def _tx_status(conn: Any) -> int:
 
 
 class TxGuard:
-    """do(scope, token, apply, owner) runs apply() inside a checked transaction (Go: TxGuard)."""
+    """do(scope, token, apply, owner, signature, sequence) runs apply() inside a checked
+    transaction (Go: TxGuard), with the arguments of MemoryGuard.do."""
 
     def __init__(self, guard: PostgresGuard, connect: Callable[[], Any]):
         self.guard, self.connect = guard, connect
 
-    def do(self, scope: str, token: int, apply: Callable[[], Any], owner: str = "", signature: str = "") -> Any:
+    def do(self, scope: str, token: int, apply: Callable[[], Any], owner: str = "", signature: str = "",
+           sequence: int = 0) -> Any:
         conn = self.connect()
         try:
             def fn(cur: Any) -> Any:
@@ -368,7 +370,7 @@ class TxGuard:
                 finally:
                     _current.reset(reset)
 
-            return self.guard.do(conn, scope, token, fn, owner, signature)
+            return self.guard.do(conn, scope, token, fn, owner, signature, sequence)
         finally:
             close = getattr(conn, "close", None)
             if close:
