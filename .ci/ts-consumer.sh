@@ -3,8 +3,10 @@
 # empty directory, as a new user would: its shell commands (with the clone's
 # path and a temporary project directory put in for /path/to/...), its
 # tsconfig.json and its main.ts, against a fenced built from this clone.
-# Then compiles the same program with the oldest TypeScript the README
-# states (5.2). Any failure, or output other than the program's, fails.
+# The example of its section "Queued messages" is type-checked there too,
+# with the optional peers it imports. Then compiles both with the oldest
+# TypeScript the README states (5.2). Any failure, or output other than the
+# program's, fails.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 readme=$repo/sdk/typescript/README.md
@@ -16,20 +18,26 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The section's code blocks, counted from 0: the commands, tsconfig.json, main.ts.
-block() {
-  awk -v want="$1" '
-    /^## Use it from a clone/ { sec = 1; next }
+# Code block $2 (counted from 0) of the README's section "## $1".
+section_block() {
+  awk -v head="## $1" -v want="$2" '
+    $0 == head { sec = 1; next }
     sec && /^## / { exit }
     sec && /^```/ { if (inb) { inb = 0; n++ } else { inb = 1 }; next }
     sec && inb && n == want' "$readme"
 }
+# The section's code blocks, counted from 0: the commands, tsconfig.json, main.ts.
+block() { section_block "Use it from a clone" "$1"; }
 app=$work/app
 mkdir -p "$app"
 block 1 >"$app/tsconfig.json"
 block 2 >"$app/main.ts"
+# The section "Queued messages": its example, type-checked with the same
+# tsconfig.json (it talks to brokers, so it is not run).
+section_block "Queued messages" 0 >"$app/messages.ts"
+printf '{"extends": "./tsconfig.json", "compilerOptions": {"noEmit": true}, "files": ["messages.ts"]}\n' >"$app/tsconfig.messages.json"
 cmds=$(block 0 | sed "s|/path/to/fenced|$repo|g; s|/path/to/your-project|$app|g")
-for f in tsconfig.json main.ts; do
+for f in tsconfig.json main.ts messages.ts; do
   [ -s "$app/$f" ] || { echo "ts-consumer: no $f in $readme" >&2; exit 1; }
 done
 [ -n "$cmds" ] || { echo "ts-consumer: no commands in $readme" >&2; exit 1; }
@@ -60,6 +68,14 @@ echo "$out"
 grep -q '^acquired readme/job-1 with token [1-9][0-9]*$' <<<"$out" || { echo "ts-consumer: main.js did not acquire" >&2; exit 1; }
 grep -q '^held by ' <<<"$out" || { echo "ts-consumer: main.js did not see HeldError" >&2; exit 1; }
 
+# The message example imports the optional peers (and the NATS transport):
+# the versions the SDK is tested with.
+peers=$(cd "$repo/sdk/typescript" && node -p '
+  const d = require("./package.json").devDependencies;
+  ["pg", "@types/pg", "amqplib", "@nats-io/jetstream", "@nats-io/transport-node"].map((p) => `${p}@${d[p]}`).join(" ")')
+echo "--- the README's message example, with $peers"
+(cd "$app" && npm install --no-audit --no-fund $peers >/dev/null && npx tsc -p tsconfig.messages.json)
+
 echo "--- tsc $(cd "$app" && npx tsc --version), then TypeScript 5.2.2"
-(cd "$app" && npm install --no-save --no-audit --no-fund typescript@5.2.2 >/dev/null && npx tsc --version && npx tsc && node main.js)
+(cd "$app" && npm install --no-save --no-audit --no-fund typescript@5.2.2 >/dev/null && npx tsc --version && npx tsc && node main.js && npx tsc -p tsconfig.messages.json)
 echo "ts-consumer: ok"

@@ -1,5 +1,5 @@
 // Test helpers: a real fenced on a free loopback port, and the machine's
-// PostgreSQL and Redis (skipped when absent, failed when
+// PostgreSQL, Redis, RabbitMQ and NATS (skipped when absent, failed when
 // FENCED_REQUIRE_SERVICES=1).
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
@@ -197,6 +197,8 @@ export async function requireService(t: TestContext, name: string, port: number)
 
 export const pgConfig = { host: "127.0.0.1", port: 5432, user: "postgres", database: "test" };
 export const redisConfig = { host: "127.0.0.1", port: 6379 };
+export const amqpURL = "amqp://guest:guest@127.0.0.1:5672/";
+export const natsServers = "nats://127.0.0.1:4222";
 
 /** A name unique to this run, for keys, scopes and tables. */
 export function unique(prefix: string): string {
