@@ -6,6 +6,8 @@ import asyncio
 import io
 import json
 import threading
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
@@ -508,9 +510,15 @@ def test_sequences_over_http_through_the_wsgi_middleware(key):
         with pytest.raises(fenced.SequenceGap):
             send(lease, "PUT", url, b"3", sequence=3)
         assert send(lease, "PUT", url, b"2", sequence=2)[0] == 204
-        for bad in ("01", "0", str(2**63), "1,2"):
+        for bad in ("0", "00", str(2**63), "9" * 5000, "1,2", "+3"):
             status, _, body = send(lease, "PUT", url, b"x", headers={"Fencing-Sequence": bad})
             assert status == 400 and json.loads(body)["type"] == "urn:fenced:problem:invalid-sequence", bad
-        assert not lease.lost and writes == [5, 5]
+        # Leading zeros are allowed, as in Fencing-Token (guard spec section 7).
+        assert send(lease, "PUT", url, b"3", headers={"Fencing-Sequence": "003"})[0] == 204
+        req = urllib.request.Request(url, data=b"x", method="PUT", headers={"Fencing-Scope": key, "Fencing-Token": "9" * 5000})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=5)
+        assert refused.value.code == 400 and json.loads(refused.value.read())["type"] == "urn:fenced:problem:invalid-token"
+        assert not lease.lost and writes == [5, 5, 5]
     finally:
         srv.shutdown()

@@ -177,12 +177,22 @@ def send(lease: Any, method: str, url: str, body: Optional[bytes] = None, header
 # ---------------------------------------------------------------- server side
 
 
+def _decimal(s: str) -> Optional[int]:
+    """The value of 1*DIGIT (leading zeros allowed), None if s is not one; a
+    value of over 20 digits is returned as MAX_TOKEN + 1 (int() refuses
+    very long strings)."""
+    if not s.isascii() or not s.isdigit():
+        return None
+    digits = s.lstrip("0")
+    return _scope.MAX_TOKEN + 1 if len(digits) > 20 else int(digits or "0")
+
+
 def parse_token(s: Optional[str]) -> int:
     if not s:
         raise NoToken("mutating requests need the Fencing-Scope and Fencing-Token headers")
-    if not s.isascii() or not s.isdigit():
+    t = _decimal(s)
+    if t is None:
         raise InvalidArgument(f"invalid fencing token: {s[:40]!r} is not a decimal number")
-    t = int(s)
     if t > _scope.MAX_TOKEN:
         raise InvalidArgument(f"invalid fencing token: {s[:40]!r} exceeds the uint64 range")
     if t == 0:
@@ -237,10 +247,10 @@ def _credentials(get: Callable[[str], List[str]]) -> Tuple[str, int, str, Dict[s
     extra: Dict[str, Any] = {"signature": sigs[0]} if len(sigs) == 1 and sigs[0] else {}
     seqs = get(HEADER_SEQUENCE)
     if seqs:
-        s = seqs[0]
-        if len(seqs) > 1 or not s.isascii() or not s.isdigit() or s.startswith("0") or int(s) > MAX_SEQUENCE:
+        seq = _decimal(seqs[0]) if len(seqs) == 1 else None
+        if seq is None or seq == 0 or seq > MAX_SEQUENCE:
             raise InvalidSequence(f"invalid fencing sequence: {HEADER_SEQUENCE} {','.join(seqs)[:40]!r}")
-        extra["sequence"] = int(s)
+        extra["sequence"] = seq
     return scopes[0], token, owner, extra
 
 
