@@ -16,7 +16,8 @@ import (
 // fence/fenceprom (Prometheus) and fence/fencebolt (bbolt). The broker
 // clients are linked only by the packages made for them: nats.go by
 // fence/fencenats and fence/fencemsg/fencejetstream, amqp091-go by
-// fence/fencemsg/fenceamqp; fence/fencemsg itself links neither.
+// fence/fencemsg/fenceamqp; fence/fencemsg itself links neither. The AWS SDK
+// (and its smithy-go) is linked by fence/fences3 alone.
 func TestLightDependencies(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -35,6 +36,7 @@ func TestLightDependencies(t *testing.T) {
 		"github.com/fencedio/fenced/server": "",
 		"github.com/nats-io/":               "github.com/fencedio/fenced/fence/fencenats github.com/fencedio/fenced/fence/fencemsg/fencejetstream",
 		"github.com/rabbitmq/":              "github.com/fencedio/fenced/fence/fencemsg/fenceamqp",
+		"github.com/aws/":                   "github.com/fencedio/fenced/fence/fences3",
 	}
 	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
 	cmd := exec.Command(goCmd, "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./client", "./client/election", "./client/testdata/hello", "./fence/...")
@@ -58,7 +60,7 @@ func TestLightDependencies(t *testing.T) {
 	}
 	for _, want := range []string{"github.com/fencedio/fenced/client", "github.com/fencedio/fenced/client/election", "github.com/fencedio/fenced/client/testdata/hello",
 		"github.com/fencedio/fenced/fence", "github.com/fencedio/fenced/fence/fencesql", "github.com/fencedio/fenced/fence/fencereport",
-		"github.com/fencedio/fenced/fence/fencemsg"} {
+		"github.com/fencedio/fenced/fence/fencemsg", "github.com/fencedio/fenced/fence/fences3"} {
 		if !seen[want] {
 			t.Errorf("go list did not list %s; the test is not looking at what it should:\n%s", want, out)
 		}

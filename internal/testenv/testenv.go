@@ -17,6 +17,7 @@ package testenv
 import (
 	"net"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -67,6 +68,30 @@ func NATSURL(t testing.TB) string {
 	url := env("FENCED_TEST_NATS", defaultNATS)
 	require(t, "NATS", "127.0.0.1:4222", "FENCED_TEST_NATS")
 	return url
+}
+
+// VersityGW returns the path of a versitygw binary (an S3 server with a
+// POSIX backend) for the tests to start: FENCED_TEST_VERSITYGW, or
+// versitygw on PATH. Install it with
+//
+//	go install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+func VersityGW(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("FENCED_TEST_VERSITYGW"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("FENCED_TEST_VERSITYGW: %v", err)
+		}
+		return p
+	}
+	p, err := exec.LookPath("versitygw")
+	if err == nil {
+		return p
+	}
+	if Required() {
+		t.Fatalf("versitygw is required (FENCED_REQUIRE_SERVICES=1) but neither FENCED_TEST_VERSITYGW nor PATH has it: %v", err)
+	}
+	t.Skipf("versitygw not found (set FENCED_TEST_VERSITYGW or put it on PATH: go install github.com/versity/versitygw/cmd/versitygw@v1.8.0); set FENCED_REQUIRE_SERVICES=1 to fail instead")
+	return ""
 }
 
 // Required reports whether missing services fail tests instead of skipping.
