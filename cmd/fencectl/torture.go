@@ -26,8 +26,9 @@ func tortureCmd(g *globals) *cobra.Command {
 		Use:   "torture",
 		Short: "Run the fault-injection harness and check the history",
 		Long: `Run workers as separate processes that acquire leases, write with their
-tokens to the reference store (and to PostgreSQL with --postgres), while the
-harness kills the fenced node with SIGKILL, freezes lease holders with
+tokens to the reference store (and to PostgreSQL with --postgres, Redis with
+--redis, and stamped messages through RabbitMQ to a fenced consumer with
+--queue), while the harness kills the fenced node with SIGKILL, freezes lease holders with
 SIGSTOP for longer than the TTL and delays writes past the lease's expiry.
 At the end it checks the history: no stale overwrite at any resource, every
 accepted token granted to its writer, tokens unique and increasing, every
@@ -73,7 +74,7 @@ the negative control found none), 1 for any other error.`,
 		},
 	}
 	tortureFlags(cmd, &cfg, &out, &postgresDB)
-	for _, role := range []string{proc.RoleNode, proc.RoleWorker, proc.RoleStore, proc.RoleRestore} {
+	for _, role := range []string{proc.RoleNode, proc.RoleWorker, proc.RoleStore, proc.RoleRestore, proc.RoleConsumer} {
 		cmd.AddCommand(tortureChildCmd(role))
 	}
 	return cmd
@@ -112,7 +113,10 @@ func tortureFlags(cmd *cobra.Command, cfg *torture.Config, out, postgresDB *stri
 	f.StringVar(&cfg.StoreURL, "store", "", "base URL of your reference store (fenced store) instead of one started here")
 	f.StringVar(postgresDB, "postgres", os.Getenv("FENCED_TORTURE_POSTGRES"), "PostgreSQL connection string for fenced SQL writes (env FENCED_TORTURE_POSTGRES); empty: none")
 	f.StringVar(&cfg.RedisAddr, "redis", os.Getenv("FENCED_TORTURE_REDIS"), "Redis host:port for writes through the Redis guard (env FENCED_TORTURE_REDIS); empty: none")
-	f.BoolVar(&cfg.KeepTables, "keep-tables", false, "keep the run's PostgreSQL tables")
+	f.StringVar(&cfg.QueueURL, "queue", os.Getenv("FENCED_TORTURE_QUEUE"), "RabbitMQ URL (amqp://...; 'amqp' alone: "+torture.DefaultQueueURL+") for the queue path: workers publish messages stamped with their lease, a consumer process applies them through fencemsg into PostgreSQL (needs --postgres) and is killed now and then (env FENCED_TORTURE_QUEUE); empty: none")
+	f.Float64Var(&cfg.QueueDelayShare, "queue-delay-share", 0.2, "share of leases whose messages go through the run's delay queue, which holds them for 3 TTL; negative disables")
+	f.DurationVar(&cfg.ConsumerKillInterval, "consumer-kill-interval", 4*time.Second, "mean time between kill -9 of the queue consumer (half of them between a commit and its ack); negative: none")
+	f.BoolVar(&cfg.KeepTables, "keep-tables", false, "keep the run's PostgreSQL tables, Redis keys and queues")
 	f.StringVar(out, "out", "", "directory for histories, logs and summary.json (default: a new temporary directory)")
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed of the random choices (default: from the clock)")
 	f.DurationVar(&cfg.CheckTimeout, "check-timeout", time.Minute, "time limit of the linearizability check")

@@ -148,12 +148,18 @@ const (
 	// it a member of the old one (the torture's cluster-restore and
 	// foreign-cluster faults) can catch it.
 	RestoreIgnoresBumpAndFloor Name = "restore-ignores-bump-and-floor"
+	// ConsumerAppliesStale makes the torture's queue consumer (package
+	// internal/torture/queue) make the effect of a message that fencemsg
+	// decided stale anyway, in a transaction of its own, and ack it as
+	// applied: a consumer that takes the guard's verdict for advice. Only
+	// a run with the queue path (Config.QueueURL) can catch it.
+	ConsumerAppliesStale Name = "consumer-applies-stale"
 )
 
 // All lists every mutant, in the order the mutant test runs them.
 var All = []Name{ExpireHalfTTL, RenewNoExtend, HandoverOldToken, GrantHeld, ReleaseAnyID, LogAckBeforeWrite, RestoreDropsLeases, DeposedLeaderRenews, LogSkipFsync, SilentRebootstrap,
 	LogAckEarly, NewLeaderNoFreshTTL, RenewWithoutQuorumContact, FollowerLocalRead, ReelectedLeaderOldDeadlines,
-	GuardReappliesEqualSequence, HelloAcceptsAnyCluster, AcksIgnored, LostLogVotes, RestoreIgnoresBumpAndFloor}
+	GuardReappliesEqualSequence, HelloAcceptsAnyCluster, AcksIgnored, LostLogVotes, RestoreIgnoresBumpAndFloor, ConsumerAppliesStale}
 
 // LoseUnsyncedEnvVar, set to 1 in a tagged build, makes every crash of the
 // process a simulated power loss for its durable files: what it wrote

@@ -178,8 +178,29 @@ type Config struct {
 	// (fenceredis) after each store write: an item appended to a list per
 	// key, under keys that start with KeyPrefix. Default "": no Redis.
 	RedisAddr string
-	// KeepTables keeps the run's PostgreSQL tables and Redis keys for
-	// inspection.
+	// QueueURL, if set, adds the queue path: the URL of a RabbitMQ broker
+	// (amqp:// or amqps://; "amqp" alone is DefaultQueueURL). Workers
+	// publish a message stamped with their lease (fencemsg) before each
+	// round of writes, to a queue of the run, and resend it with the same
+	// stamp after an unknown outcome; a consumer process applies each
+	// delivery through fencemsg with a fencesql guard, its effect a row
+	// of a table of the run. PostgresDSN is required. The checker
+	// "queue-messages-fenced" holds the table and the consumer's
+	// decisions against the publishes. Default "": no queue.
+	QueueURL string
+	// QueueDelayShare is the share of leases whose messages all go
+	// through the run's delay queue, which holds each for DelayMax before
+	// it moves to the main queue, behind later holders' messages.
+	// Default 0.2; negative disables.
+	QueueDelayShare float64
+	// ConsumerKillInterval is the mean time between kills (SIGKILL) of
+	// the queue consumer (uniform in [½, 1½]×); half of them land right
+	// after it decided a message applied, before its ack. It stays down
+	// for DelayMin..DelayMax while messages pile up. Default 4s;
+	// negative: no kills.
+	ConsumerKillInterval time.Duration
+	// KeepTables keeps the run's PostgreSQL tables, Redis keys and queues
+	// for inspection.
 	KeepTables bool
 
 	// OutputDir receives histories, logs, summary.json and, when the
@@ -271,6 +292,11 @@ func (c *Config) setDefaults() error {
 	}
 	setDefault(&c.ClusterFaultInterval, 3*time.Second)
 	c.AfterAckShare = enabled(c.AfterAckShare)
+	if c.QueueURL == "amqp" {
+		c.QueueURL = DefaultQueueURL
+	}
+	setDefault(&c.QueueDelayShare, 0.2)
+	setDefault(&c.ConsumerKillInterval, 4*time.Second)
 	return nil
 }
 
@@ -357,8 +383,21 @@ func (c *Config) check() error {
 	if c.OutputDir == "" {
 		bad("OutputDir is required")
 	}
+	if c.QueueURL != "" && !strings.HasPrefix(c.QueueURL, "amqp://") && !strings.HasPrefix(c.QueueURL, "amqps://") {
+		bad("QueueURL %q is not an amqp(s) URL", c.QueueURL)
+	}
+	if c.QueueURL != "" && c.PostgresDSN == "" {
+		bad("QueueURL needs PostgresDSN: the consumer's guard keeps its tokens in PostgreSQL")
+	}
+	if c.QueueDelayShare > 1 {
+		bad("QueueDelayShare %v is above 1", c.QueueDelayShare)
+	}
 	return errors.Join(errs...)
 }
+
+// DefaultQueueURL is the broker of Config.QueueURL "amqp": a local
+// RabbitMQ with its default user.
+const DefaultQueueURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 func setDefault[T comparable](p *T, def T) {
 	var zero T

@@ -67,3 +67,25 @@ func TestClusterTimingFromTTL(t *testing.T) {
 		t.Errorf("a single node may keep a longer heartbeat: %v", err)
 	}
 }
+
+// TestQueueConfig: "amqp" names the local broker, the queue path is off
+// by default, and it needs PostgreSQL, whose guard the consumer uses.
+func TestQueueConfig(t *testing.T) {
+	if !proc.SignalsSupported {
+		t.Skip(proc.ErrUnsupported)
+	}
+	cfg := Config{OutputDir: t.TempDir()}
+	if err := cfg.Validate(); err != nil || cfg.QueueURL != "" {
+		t.Fatalf("default: QueueURL %q, %v; want none", cfg.QueueURL, err)
+	}
+	cfg = Config{QueueURL: "amqp", PostgresDSN: "postgres://x", OutputDir: t.TempDir()}
+	if err := cfg.Validate(); err != nil || cfg.QueueURL != DefaultQueueURL || cfg.QueueDelayShare != 0.2 {
+		t.Errorf(`"amqp": QueueURL %q, delay share %v, %v`, cfg.QueueURL, cfg.QueueDelayShare, err)
+	}
+	for _, bad := range []Config{{QueueURL: "amqp"}, {QueueURL: "http://x", PostgresDSN: "postgres://x"}} {
+		bad.OutputDir = t.TempDir()
+		if err := bad.Validate(); err == nil {
+			t.Errorf("QueueURL %q with PostgresDSN %q: accepted", bad.QueueURL, bad.PostgresDSN)
+		}
+	}
+}

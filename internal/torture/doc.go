@@ -59,8 +59,20 @@
 //     and recovered as documented if it refuses. The election timeout is
 //     TTL/4. Workers fail over between all nodes, and send half their
 //     reads to a node picked at random.
+//   - Config.QueueURL adds the queue path (queue.go, package queue):
+//     before each round of writes a worker publishes to RabbitMQ a
+//     message stamped with its lease (fencemsg: key, token, next
+//     sequence), so that a holder woken from a pause publishes before a
+//     stale rejection ends its lease; a share of leases publish through a
+//     delay queue, whose messages arrive behind later holders'; an
+//     unconfirmed publish is resent with the same stamp. A consumer
+//     process applies each delivery through fencemsg and a fencesql guard
+//     (its effect a row, in the guard's transaction) and settles it; the
+//     harness kills it (SIGKILL), half the time between a decision to
+//     apply and its ack, keeps it down 1.5-3 TTL and starts it again. The
+//     queues are drained at the end, bounded in time.
 //   - Every process that exits on its own (a panic in the client, the
-//     server or the store) is a violation, and is restarted.
+//     server, the store or the consumer) is a violation, and is restarted.
 //
 // The harness is laid out by concern, its imports running one way
 // (imports_test.go):
@@ -68,6 +80,8 @@
 //   - history: the workers' records, merged into one history;
 //   - check: the checkers, which judge a history and start nothing;
 //   - worker: the Go worker process;
+//   - queue: the queue path's broker clients: the workers' publisher, the
+//     consumer process, and the harness's declaring and draining;
 //   - netfault: the delaying store proxy and the cluster's link proxies;
 //   - proc: the child processes (node, store, worker) and their control;
 //   - this package, the engine, on top: engine.go runs the phases of a
@@ -83,8 +97,8 @@
 // lease-linearizable, lease-exclusion, ...). The engine adds four that
 // watch the run itself rather than its history:
 //
-//   - processes-healthy: no worker, node or store process crashed on its
-//     own.
+//   - processes-healthy: no worker, node, store or consumer process
+//     crashed on its own.
 //   - nodes-come-back: after every fault and at the end, every node runs,
 //     is healthy and (clusters) names the same ready leader, whose
 //     configuration has every node as a voter, within 30s.
@@ -95,7 +109,8 @@
 //     directory became a voter again without being removed and added back.
 //
 // A negative control (Config.NoFencing) runs the same workload with the
-// store's fencing off (store.Config.NoFencing) and SQL writes unguarded; the
+// store's fencing off (store.Config.NoFencing) and SQL writes and queued
+// messages unguarded; the
 // stale-overwrite checkers must then fail, and the others must not.
 //
 // # Guarantees
@@ -114,7 +129,9 @@
 //   - A passing run proves nothing beyond the interleavings it produced;
 //     the seed fixes the harness's random choices, not the scheduling.
 //   - Acknowledged-write durability is only meaningful for the store when
-//     it is crashed (Config.StoreCrashInterval); PostgreSQL is not crashed.
+//     it is crashed (Config.StoreCrashInterval); PostgreSQL is not crashed,
+//     nor is the message broker: the queue path kills the broker's
+//     clients, the consumer.
 //   - Cluster faults need local nodes and loopback addresses other than
 //     127.0.0.1 (Linux has them all); an external Endpoint is one node.
 //   - A fault whose recovery takes longer than 30s is reported by

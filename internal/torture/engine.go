@@ -83,7 +83,9 @@ type engine struct {
 	scopeTable    string
 	writeTable    string
 	rdb           *redis.Client
-	keys          []string
+	// q is the queue path (nil without Config.QueueURL).
+	q    *queueState
+	keys []string
 
 	mu      sync.Mutex
 	workers map[int]*workerState
@@ -150,6 +152,11 @@ type FaultStats struct {
 	// WorkersKilled counts workers that did not stop within the grace
 	// period at the end and were killed.
 	WorkersKilled int `json:"workersKilled"`
+	// ConsumerKills counts the kills of the queue consumer;
+	// ConsumerKillsAfterCommit those aimed right after it decided a
+	// message applied, before the ack.
+	ConsumerKills            int `json:"consumerKills,omitempty"`
+	ConsumerKillsAfterCommit int `json:"consumerKillsAfterCommit,omitempty"`
 	// Cluster counts the faults of a cluster run; its kills are also
 	// counted in Crashes.
 	Cluster ClusterFaultStats `json:"cluster"`
@@ -224,8 +231,8 @@ func (e *engine) run(ctx context.Context) (*Report, error) {
 	return rep, nil
 }
 
-// startServices starts the node(s), the store, the PostgreSQL tables and
-// the delaying proxy.
+// startServices starts the node(s), the store, the PostgreSQL tables, the
+// queue path and the delaying proxy.
 func (e *engine) startServices(ctx context.Context) error {
 	cfg := &e.cfg
 	if cfg.nodeSideAcks() {
@@ -251,6 +258,11 @@ func (e *engine) startServices(ctx context.Context) error {
 			return err
 		}
 	}
+	if cfg.QueueURL != "" {
+		if err := e.startQueue(ctx); err != nil {
+			return err
+		}
+	}
 	if enabled(cfg.DelayShare) > 0 {
 		p, err := netfault.NewDelayProxy(e.storeURL, cfg.DelayMin, cfg.DelayMax, cfg.Seed)
 		if err != nil {
@@ -262,7 +274,7 @@ func (e *engine) startServices(ctx context.Context) error {
 }
 
 // readBack runs once the workers have stopped: it delivers the delayed
-// writes, reads the histories and what the resources hold, checks a
+// writes, drains the queues, reads the histories and what the resources hold, checks a
 // cluster, stops the services and adds up their snapshot counts. It does
 // not depend on the caller's context any more: a Ctrl-C still gets a
 // checked, if shorter, run.
@@ -274,6 +286,9 @@ func (e *engine) readBack() (*history.History, *check.Evidence, error) {
 		dctx, dcancel := context.WithTimeout(rctx, e.cfg.DelayMax+5*time.Second)
 		delayed = e.proxy.Drain(dctx)
 		dcancel()
+	}
+	if e.q != nil {
+		e.drainQueue()
 	}
 	hist, err := history.ReadHistory(e.historyPaths()...)
 	if err != nil {

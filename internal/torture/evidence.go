@@ -23,7 +23,8 @@ import (
 )
 
 // collect reads what the resources hold: the store's audit log and final
-// objects, the PostgreSQL writes table and the Redis audit lists.
+// objects, the PostgreSQL writes table, the Redis audit lists and the
+// queue path's table and decisions.
 func (e *engine) collect(ctx context.Context, h *history.History, delayed []history.DelayedWrite) (*check.Evidence, error) {
 	ev := &check.Evidence{Delayed: delayed, Objects: map[string]check.FinalObject{}}
 	hc := &http.Client{Timeout: 10 * time.Second}
@@ -91,6 +92,11 @@ func (e *engine) collect(ctx context.Context, h *history.History, delayed []hist
 		}
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("torture: postgres: %w", err)
+		}
+	}
+	if e.q != nil {
+		if ev.Queue, err = e.readQueue(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if e.rdb != nil {

@@ -113,6 +113,10 @@ func (e *engine) startFaults(ctx context.Context) {
 		e.faults.Add(1)
 		go func() { defer e.faults.Done(); e.crashStore(ctx) }()
 	}
+	if e.q != nil && e.cfg.ConsumerKillInterval > 0 {
+		e.faults.Add(1)
+		go func() { defer e.faults.Done(); e.killConsumer(ctx) }()
+	}
 }
 
 func (e *engine) acquiring() int {

@@ -18,10 +18,11 @@ const tortureRoot = "github.com/fencedio/fenced/internal/torture"
 var layers = map[string][]string{
 	"history":  {},
 	"check":    {"history"},
-	"worker":   {"history"},
+	"queue":    {"history"},
+	"worker":   {"history", "queue"},
 	"netfault": {"history"},
-	"proc":     {"history", "worker"},
-	"":         {"history", "check", "worker", "netfault", "proc"},
+	"proc":     {"history", "worker", "queue"},
+	"":         {"history", "check", "worker", "queue", "netfault", "proc"},
 }
 
 // TestImportsRunOneWay pins the harness's import graph with `go list

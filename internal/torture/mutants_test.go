@@ -225,6 +225,12 @@ func mutantConfig(t *testing.T, name failpoint.Name) Config {
 		cfg.SnapshotBeforeCrash = -1
 		cfg.NodeSnapshotThreshold = 1 << 20
 	}
+	if name == failpoint.ConsumerAppliesStale {
+		// The queue path, with most leases' messages delayed behind later
+		// holders' and many holders frozen past their TTL.
+		cfg.QueueURL = testenv.AMQPURL(t)
+		cfg.QueueDelayShare, cfg.PauseProbability = 0.5, 0.5
+	}
 	operatorMutantConfig(&cfg, name)
 	return cfg
 }

@@ -187,6 +187,10 @@ func (e *engine) workerSpec(id int, history string) worker.Spec {
 	if e.proxy != nil {
 		s.ProxyURL = e.proxy.URL()
 	}
+	if e.q != nil {
+		s.QueueURL, s.Queue, s.DelayQueue = cfg.QueueURL, e.q.admin.Main, e.q.admin.Delay
+		s.QueueDelayShare = enabled(cfg.QueueDelayShare)
+	}
 	if len(e.nodes) > 1 {
 		// Each worker starts at a different node and fails over.
 		s.Endpoints = e.endpoints(id)
@@ -366,6 +370,9 @@ func (e *engine) cleanup() {
 		e.acks.close()
 	}
 	e.dropRedis()
+	if e.q != nil {
+		e.closeQueue()
+	}
 	if e.db != nil {
 		if !e.cfg.KeepTables {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

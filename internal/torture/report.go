@@ -74,12 +74,17 @@ type Summary struct {
 	StoreWrites  Counts `json:"storeWrites"` // Refused = stale rejections seen by workers
 	SQLWrites    Counts `json:"sqlWrites"`
 	RedisWrites  Counts `json:"redisWrites"`
+	// Publishes are the workers' publishes to the queue (Refused: nacked
+	// by the broker); Queue tallies the queue path (nil: no queue).
+	Publishes Counts             `json:"publishes"`
+	Queue     *check.QueueCounts `json:"queue,omitempty"`
 	// DelayedWrites are store writes that went through the proxy (also
 	// counted in StoreWrites, where most are unknown: the worker gave up).
 	DelayedWrites DelayedCounts `json:"delayedWrites"`
 	FaultStats
 	// StaleRejections counts every write refused as stale: by the store
-	// (to workers and to the proxy) and by PostgreSQL.
+	// (to workers and to the proxy), by PostgreSQL and Redis, and the
+	// messages the queue consumer decided stale.
 	StaleRejections int `json:"staleRejections"`
 
 	Checks []check.Result `json:"checks"`
@@ -117,7 +122,8 @@ func (r *Report) Check(name string) check.Result {
 func expectedToFail(name string) bool {
 	// Without fencing no guard refuses a resent copy as a duplicate
 	// either.
-	return name == check.NameStoreOrder || name == check.NameSQLOrder || name == check.NameRedisOrder || name == check.NameSequences
+	return name == check.NameStoreOrder || name == check.NameSQLOrder || name == check.NameRedisOrder || name == check.NameSequences ||
+		name == check.NameQueue
 }
 
 // Passed reports the verdict. A run in which no lease was granted tested
@@ -151,38 +157,7 @@ func (e *engine) check(h *history.History, ev *check.Evidence, elapsed time.Dura
 	e.mu.Lock()
 	s.FaultStats = e.stats
 	e.mu.Unlock()
-	s.Operations = len(h.Ops)
-	for _, op := range h.Ops {
-		switch op.Kind {
-		case history.KindAcquire:
-			s.Acquisitions.add(op, history.CodeHeld)
-		case history.KindRenew:
-			s.Renewals.add(op, history.CodeNotFound)
-		case history.KindRelease:
-			s.Releases.add(op, history.CodeNotFound)
-		case history.KindGet:
-			s.Gets.add(op, "")
-		case history.KindPut:
-			s.StoreWrites.add(op, history.CodeStale)
-		case history.KindSQL:
-			s.SQLWrites.add(op, history.CodeStale)
-		case history.KindRedis:
-			s.RedisWrites.add(op, history.CodeStale)
-		}
-	}
-	for _, d := range ev.Delayed {
-		s.DelayedWrites.Delivered++
-		switch {
-		case d.Status/100 == 2:
-			s.DelayedWrites.Accepted++
-		case d.Status == 409:
-			s.DelayedWrites.Stale++
-		default:
-			s.DelayedWrites.Other++
-		}
-	}
-	s.StaleRejections = s.StoreWrites.Refused + s.SQLWrites.Refused + s.RedisWrites.Refused + s.DelayedWrites.Stale
-
+	s.count(h, ev)
 	s.Checks = append(s.Checks, check.StoreOrder(ev.Audit), check.Sequences(h, ev))
 	if ev.HasSQL {
 		s.Checks = append(s.Checks, check.SQLOrder(ev.SQLRows))
@@ -194,11 +169,21 @@ func (e *engine) check(h *history.History, ev *check.Evidence, elapsed time.Dura
 	} else {
 		s.Checks = append(s.Checks, check.Result{Name: check.NameRedisOrder, Skipped: "no Redis configured"})
 	}
+	if ev.Queue != nil {
+		res, counts := check.QueueMessages(h, ev.Queue)
+		s.Checks, s.Queue = append(s.Checks, res), &counts
+		s.StaleRejections += counts.Stale
+	} else {
+		s.Checks = append(s.Checks, check.Result{Name: check.NameQueue, Skipped: "no queue configured"})
+	}
 	s.Checks = append(s.Checks, check.Provenance(h, ev), check.Tokens(h), check.AckedPresent(h, ev), check.Exclusion(h), check.Renewals(h), check.ClientDeadline(h))
 	lin, res := check.Linearizability(h, cfg.CheckTimeout, cfg.OutputDir)
 	s.Checks = append(s.Checks, lin)
 	procs := check.Result{Name: check.NameProcesses, Checked: cfg.Workers + len(e.localNodes)}
 	if e.storeProc != nil {
+		procs.Checked++
+	}
+	if e.q != nil {
 		procs.Checked++
 	}
 	e.mu.Lock()
@@ -228,6 +213,43 @@ func (e *engine) check(h *history.History, ev *check.Evidence, elapsed time.Dura
 		s.AckToKillMicros = float64(d[len(d)/2].Microseconds())
 	}
 	return &Report{Summary: s}
+}
+
+// count counts the operations by kind and outcome, and the delayed writes.
+func (s *Summary) count(h *history.History, ev *check.Evidence) {
+	s.Operations = len(h.Ops)
+	for _, op := range h.Ops {
+		switch op.Kind {
+		case history.KindAcquire:
+			s.Acquisitions.add(op, history.CodeHeld)
+		case history.KindRenew:
+			s.Renewals.add(op, history.CodeNotFound)
+		case history.KindRelease:
+			s.Releases.add(op, history.CodeNotFound)
+		case history.KindGet:
+			s.Gets.add(op, "")
+		case history.KindPut:
+			s.StoreWrites.add(op, history.CodeStale)
+		case history.KindSQL:
+			s.SQLWrites.add(op, history.CodeStale)
+		case history.KindRedis:
+			s.RedisWrites.add(op, history.CodeStale)
+		case history.KindPublish:
+			s.Publishes.add(op, history.CodeNacked)
+		}
+	}
+	for _, d := range ev.Delayed {
+		s.DelayedWrites.Delivered++
+		switch {
+		case d.Status/100 == 2:
+			s.DelayedWrites.Accepted++
+		case d.Status == 409:
+			s.DelayedWrites.Stale++
+		default:
+			s.DelayedWrites.Other++
+		}
+	}
+	s.StaleRejections = s.StoreWrites.Refused + s.SQLWrites.Refused + s.RedisWrites.Refused + s.DelayedWrites.Stale
 }
 
 func (r *Report) writeJSON(path string) error {
@@ -292,6 +314,10 @@ func (r *Report) WriteText(w io.Writer) {
 			s.RedisWrites.OK, s.RedisWrites.Refused, s.RedisWrites.Failed+s.RedisWrites.Unknown)
 	}
 	fmt.Fprintf(w, "\n  stale rejections: %d\n", s.StaleRejections)
+	if q := s.Queue; q != nil {
+		fmt.Fprintf(w, "  queue: %d messages published (%d confirmed, %d resends, %d through the delay queue); consumer: %d applied, %d stale, %d duplicate, %d refused, %d requeued, %d redelivered after a kill; %d left at the end; %d consumer kills (%d between commit and ack)\n",
+			q.Published, q.Confirmed, q.Resent, q.Delayed, q.Applied, q.Stale, q.Duplicate, q.Refused, q.Requeued, q.RedeliveredAfterKill, q.Left, q.ConsumerKills, q.KillsAfterCommit)
+	}
 	fmt.Fprintln(w, "  checks:")
 	for _, c := range s.Checks {
 		writeCheck(w, c, s.NoFencing)

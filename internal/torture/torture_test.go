@@ -178,3 +178,34 @@ func TestTortureNoFencing(t *testing.T) {
 		t.Error("report says the negative control failed")
 	}
 }
+
+// TestQueueTorture runs the queue path through RabbitMQ: workers publish
+// messages stamped with their lease, paused holders' messages and those
+// of the delay queue arrive behind newer ones, the consumer is killed,
+// half the time between a commit and its ack. The run must pass, and
+// every kind of outcome must have happened, so that the checker had
+// something to judge.
+func TestQueueTorture(t *testing.T) {
+	cfg := tortureConfig(t, 60*time.Second)
+	cfg.QueueURL = testenv.AMQPURL(t)
+	cfg.StoreCrashInterval = 0
+	rep := runTorture(t, cfg)
+	c := rep.Check(check.NameQueue)
+	if c.Skipped != "" || c.Checked == 0 {
+		t.Fatalf("checker %s did not run: %+v", check.NameQueue, c)
+	}
+	if c.Violations > 0 || !rep.Passed() {
+		t.Errorf("%d violations in all; %s: %d: %q", rep.Violations, c.Name, c.Violations, c.Examples)
+	}
+	q := rep.Queue
+	for what, n := range map[string]int{
+		"confirmed publishes": q.Confirmed, "resends": q.Resent, "messages through the delay queue": q.Delayed,
+		"applied messages": q.Applied, "stale messages": q.Stale, "duplicates": q.Duplicate,
+		"consumer kills": q.ConsumerKills, "kills between a commit and its ack": q.KillsAfterCommit,
+		"redeliveries after a kill": q.RedeliveredAfterKill, "pauses": rep.Pauses,
+	} {
+		if n == 0 {
+			t.Errorf("the run had no %s", what)
+		}
+	}
+}

@@ -119,6 +119,8 @@ type Evidence struct {
 	HasRedis bool
 	// Delayed lists the writes the delaying proxy delivered.
 	Delayed []history.DelayedWrite
+	// Queue is what the queue path left (nil: no queue).
+	Queue *QueueEvidence
 }
 
 // grantKey identifies a token granted to a worker for a key.

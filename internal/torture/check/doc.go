@@ -35,6 +35,12 @@
 //   - renewals-honoured (Renewals): no renewal or release of a lease was
 //     answered "not found" before TTL after the send time of its last
 //     acknowledged grant or renewal, unless a release of it was sent.
+//   - queue-messages-fenced (QueueMessages): the queue path's messages,
+//     against the consumer's table and recorded decisions and what was
+//     left in the queues: per scope, applied tokens never decrease in
+//     commit order; no (scope, token, sequence) is applied twice; a stale
+//     decision names a higher token that was applied, a duplicate one a
+//     copy that was; no message the broker confirmed is lost.
 //   - client-deadline-conservative (ClientDeadline): at every write, the
 //     writer's local deadline is at most TTL after the send time of the
 //     lease's last acknowledged grant or renewal answered before the write.
@@ -48,7 +54,8 @@
 //     from one machine's clock; lease-exclusion allows 2ms plus 1000 ppm
 //     of the TTL between that clock and the clock the server expires by.
 //   - Each checker has tests that feed it a violating history and a
-//     correct one (check_test.go, model_test.go, clientdeadline_test.go).
+//     correct one (check_test.go, model_test.go, clientdeadline_test.go,
+//     queue_test.go).
 //
 // # Non-guarantees
 //

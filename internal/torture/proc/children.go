@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencedio/fenced/internal/failpoint"
 	"github.com/fencedio/fenced/internal/failpoint/failstore"
+	"github.com/fencedio/fenced/internal/torture/queue"
 	"github.com/fencedio/fenced/internal/torture/worker"
 	"github.com/fencedio/fenced/server"
 	"github.com/fencedio/fenced/store"
@@ -221,10 +222,12 @@ const (
 	RoleWorker  = "worker"
 	RoleStore   = "store"
 	RoleRestore = "restore"
+	// RoleConsumer is the queue consumer (queue.RunConsumer).
+	RoleConsumer = "consumer"
 )
 
 // RunChild runs one child process role with its JSON specification:
-// events (workers) go to stdout, logs to stderr. `fencectl torture node|
+// events (workers, the consumer) go to stdout, logs to stderr. `fencectl torture node|
 // worker|store` and the package's tests call it.
 func RunChild(ctx context.Context, role string, spec []byte, stdout, stderr io.Writer) error {
 	switch role {
@@ -246,6 +249,12 @@ func RunChild(ctx context.Context, role string, spec []byte, stdout, stderr io.W
 			return fmt.Errorf("restore spec: %w", err)
 		}
 		return RunRestore(s, stdout)
+	case RoleConsumer:
+		var s queue.ConsumerSpec
+		if err := json.Unmarshal(spec, &s); err != nil {
+			return fmt.Errorf("consumer spec: %w", err)
+		}
+		return queue.RunConsumer(ctx, s, stdout)
 	case RoleWorker:
 		var s worker.Spec
 		if err := json.Unmarshal(spec, &s); err != nil {

@@ -21,6 +21,11 @@
 //     away on purpose, Spec.LostAnswerShare) is resent with the same token,
 //     sequence, object and value, each copy recorded as an operation of its
 //     own (history.Op.ResendOf). One without a sequence is not resent.
+//   - With a queue (Spec.QueueURL), each round of writes starts with a
+//     message published with the lease's stamp (fencemsg: key, token,
+//     next sequence) and recorded as a KindPublish operation; one whose
+//     confirmation was not read is resent with the same stamp and ID. All
+//     of a lease's messages go to one queue (main or delay), in order.
 //
 // # Non-guarantees
 //

@@ -26,6 +26,7 @@ import (
 	"github.com/fencedio/fenced/fence/fenceredis"
 	"github.com/fencedio/fenced/fence/fencesql"
 	"github.com/fencedio/fenced/internal/torture/history"
+	"github.com/fencedio/fenced/internal/torture/queue"
 )
 
 // Spec is what a worker process is told by the harness.
@@ -48,6 +49,14 @@ type Spec struct {
 	// Redis writes).
 	RedisAddr   string `json:"redisAddr,omitempty"`
 	RedisPrefix string `json:"redisPrefix,omitempty"`
+	// Queue: the broker's URL and the run's queues ("" disables
+	// publishing). A worker publishes a message stamped with its lease
+	// before each round of writes; QueueDelayShare is the share of leases
+	// whose messages all go through DelayQueue.
+	QueueURL        string  `json:"queueUrl,omitempty"`
+	Queue           string  `json:"queue,omitempty"`
+	DelayQueue      string  `json:"delayQueue,omitempty"`
+	QueueDelayShare float64 `json:"queueDelayShare,omitempty"`
 	// NoFencing writes to PostgreSQL and Redis without the guard (negative
 	// control).
 	NoFencing bool `json:"noFencing,omitempty"`
@@ -184,6 +193,12 @@ func Run(ctx context.Context, spec Spec, events io.Writer) error {
 			return fmt.Errorf("worker %d: %w", spec.ID, err)
 		}
 	}
+	if spec.QueueURL != "" {
+		if w.pub, err = queue.NewPublisher(spec.QueueURL); err != nil {
+			return fmt.Errorf("worker %d: %w", spec.ID, err)
+		}
+		defer w.pub.Close()
+	}
 	if spec.RedisAddr != "" {
 		closeRedis, err := w.openRedis()
 		if err != nil {
@@ -209,6 +224,7 @@ type worker struct {
 	guard  *fencesql.Guard
 	rdb    redis.UniversalClient
 	rguard *fenceredis.Guard
+	pub    *queue.Publisher
 
 	evMu   sync.Mutex
 	events *json.Encoder
@@ -280,8 +296,16 @@ func (w *worker) hold(l *client.Lease) {
 	if w.rng.Float64() < w.spec.LongHoldShare {
 		think = max(think, 4*w.spec.TTL/time.Duration(n))
 	}
+	// A lease's messages all take one way, so that they reach the
+	// consumer in the order of their sequences.
+	viaDelay := w.pub != nil && w.rng.Float64() < w.spec.QueueDelayShare
 	for range n {
 		time.Sleep(time.Duration(w.rng.Int64N(int64(think) + 1)))
+		if w.pub != nil {
+			// First, so that a holder woken from a pause past its TTL
+			// publishes before a stale rejection ends its lease.
+			w.publish(l, viaDelay)
+		}
 		delayed := w.spec.ProxyURL != "" && w.rng.Float64() < w.spec.DelayShare
 		switch w.put(l, delayed) {
 		case writeStale:
