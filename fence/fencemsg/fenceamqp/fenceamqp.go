@@ -110,23 +110,32 @@ func Stamp(ctx context.Context, p *amqp.Publishing, l fence.Lease) fencemsg.Stam
 // d must come from a channel without auto-ack.
 func Handle(ctx context.Context, c *fencemsg.Consumer, d amqp.Delivery, apply func(ctx context.Context) error) (fencemsg.Outcome, error) {
 	o, err := Decide(ctx, c, d.Headers, apply)
-	var serr error
-	switch o {
-	case fencemsg.Applied, fencemsg.Stale, fencemsg.Duplicate:
-		serr = d.Ack(false)
-	case fencemsg.Refused:
-		serr = d.Reject(false)
-	default:
-		serr = d.Nack(false, true)
-	}
-	if serr != nil {
-		serr = fmt.Errorf("fenceamqp: settle delivery %d (%s): %w", d.DeliveryTag, o, serr)
+	if serr := Settle(d, o); serr != nil {
 		if err == nil {
 			return o, serr
 		}
 		return o, fmt.Errorf("%w; %w", err, serr)
 	}
 	return o, err
+}
+
+// Settle settles d by the outcome of its decision (guard spec section 8):
+// Applied, Stale and Duplicate are acked, Refused is rejected without
+// requeue, Redeliver is nacked with requeue.
+func Settle(d amqp.Delivery, o fencemsg.Outcome) error {
+	var err error
+	switch o {
+	case fencemsg.Applied, fencemsg.Stale, fencemsg.Duplicate:
+		err = d.Ack(false)
+	case fencemsg.Refused:
+		err = d.Reject(false)
+	default:
+		err = d.Nack(false, true)
+	}
+	if err != nil {
+		return fmt.Errorf("fenceamqp: settle delivery %d (%s): %w", d.DeliveryTag, o, err)
+	}
+	return nil
 }
 
 // Decide is Handle without settling: the outcome of a message with headers

@@ -169,17 +169,8 @@ func (k *consumer) handle(d amqp.Delivery) error {
 	if k.spec.AckDelayMax > 0 {
 		time.Sleep(time.Duration(k.rng.Int64N(int64(k.spec.AckDelayMax) + 1)))
 	}
-	var serr error
-	switch o {
-	case fencemsg.Applied, fencemsg.Stale, fencemsg.Duplicate:
-		serr = d.Ack(false)
-	case fencemsg.Refused:
-		serr = d.Reject(false)
-	default:
-		serr = d.Nack(false, true)
-	}
-	if serr != nil {
-		return fmt.Errorf("consumer: settle %s (%s): %w", d.MessageId, o, serr)
+	if err := fenceamqp.Settle(d, o); err != nil {
+		return fmt.Errorf("consumer: message %s: %w", d.MessageId, err)
 	}
 	return nil
 }
