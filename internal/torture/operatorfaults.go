@@ -154,8 +154,11 @@ func (o *operatorState) missedCount() int {
 }
 
 // operatorFault injects the operator fault kind; ok is false for another
-// kind.
+// kind. A fault once begun runs to its end, and its checks are made, even
+// if the run ends meanwhile: a run's end is no refusal, and every step
+// has its own bound.
 func (e *engine) operatorFault(ctx context.Context, kind string, leader int) (what string, ok bool) {
+	ctx = context.WithoutCancel(ctx)
 	switch kind {
 	case "wal-loss":
 		return e.walLoss(ctx, leader), true
@@ -348,9 +351,7 @@ func (e *engine) rollback(ctx context.Context, leader int) string {
 	e.countOperator(func(s *OperatorFaultStats) { s.Rollbacks++ })
 	what := fmt.Sprintf("rollback: %s started on a copy of its directory taken at about index %d, after it acknowledged index %d to leader %s",
 		nd.Name(), copied, past, e.localNodes[leader].Name())
-	// Once the member runs on its copy, the check is made even if the run
-	// ends meanwhile: a run's end is no refusal.
-	why, moved := e.awaitRolledBack(context.WithoutCancel(ctx), leader, nd.Name(), st0.Term)
+	why, moved := e.awaitRolledBack(ctx, leader, nd.Name(), st0.Term)
 	switch {
 	case why != "":
 		e.op.expect(true, "rollback: leader %s refused %s: %s", e.localNodes[leader].Name(), nd.Name(), firstSentence(why))
