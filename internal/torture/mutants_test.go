@@ -22,9 +22,9 @@ import (
 // with the fenced_failpoints tag, then runs a short torture with each
 // mutant of internal/failpoint switched on in the node, and requires every
 // run to report violations, two runs at a time (mutantsAtOnce). The
-// untagged control is TestTorture, which
-// must report none. The tagged binary is built without -race: the runs
-// look for lease bugs, and the race detector would triple their CPU.
+// untagged control is TestTorture, which must report none. The tagged
+// binary is built without -race: the runs look for lease bugs, and the
+// race detector would triple their CPU.
 //
 // CI runs it with the rest of the package:
 //
