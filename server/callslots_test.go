@@ -32,7 +32,7 @@ func stallCall(t *testing.T, base, ip string) (net.Conn, *bufio.Reader) {
 func waitCalls(t *testing.T, s *Server, addr string, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // no signal to wait on
-		got := s.calls.InUse(addr)
+		got := s.calls.PerClient.InUse(addr)
 		if got == n {
 			return
 		}

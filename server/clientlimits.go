@@ -26,18 +26,25 @@ import (
 // to say.
 
 // checkClientLeases refuses an acquisition by a caller from addr once addr
-// holds MaxLeasesPerClient leases.
+// holds MaxLeasesPerClient leases, or its network NetworkShare times as
+// many.
 func (s *Server) checkClientLeases(addr string) error {
 	if addr == "" {
 		return nil
 	}
-	if n := s.clientLeases.Count(addr); n >= s.cfg.MaxLeasesPerClient {
+	n, inNetwork := s.clientLeases.Count(addr)
+	if n >= s.cfg.MaxLeasesPerClient {
 		return &apierr.QuotaError{Quota: "max-leases-per-client", Of: "client address", Owner: addr, Used: n, Limit: s.cfg.MaxLeasesPerClient}
+	}
+	if limit := s.cfg.networkShare(s.cfg.MaxLeasesPerClient, s.cfg.MaxLeases); inNetwork >= limit {
+		return &apierr.QuotaError{Quota: "max-leases-per-network", Of: "client network", Owner: s.calls.Networks.Of(addr), Used: inNetwork, Limit: limit}
 	}
 	return nil
 }
 
-// Calls in progress per client address (Config.MaxCallsPerClient). The
+// Calls in progress per client address (Config.MaxCallsPerClient) and
+// per client network (NetworkShare times that), then in turns by network
+// (Config.MaxCallsInProgress, admission.FairGate). The
 // other limits bound what a client holds (leases, waiters, connections);
 // this one bounds the work it makes the server do at once. Every call
 // the server works on takes a turn on its cores: a client that sends
@@ -59,9 +66,19 @@ func (s *Server) checkClientLeases(addr string) error {
 // protocol (Connect, gRPC or gRPC-Web) by connect's ErrorWriter.
 func (s *Server) limitCalls(h http.Handler) http.Handler {
 	refuse := connect.NewErrorWriter(s.handlerOptions()...)
-	return admission.LimitCalls(h, s.calls, isStreamProcedure, func(w http.ResponseWriter, r *http.Request, addr string, used int) {
-		s.metrics.Refused("max-calls-per-client")
-		_ = refuse.Write(w, r, apierr.Connect(&apierr.QuotaError{Quota: "max-calls-per-client", Of: "client address",
-			Owner: addr, Used: used, Limit: s.cfg.MaxCallsPerClient}))
+	return admission.LimitCalls(h, s.calls, isStreamProcedure, func(w http.ResponseWriter, r *http.Request, why admission.CallRefusal) {
+		quota, of, limit := "max-calls-per-client", "client address", s.cfg.MaxCallsPerClient
+		if why.Network {
+			quota, of, limit = "max-calls-per-network", "client network", s.cfg.MaxCallsPerClient*s.cfg.NetworkShare
+		}
+		s.metrics.Refused(quota)
+		_ = refuse.Write(w, r, apierr.Connect(&apierr.QuotaError{Quota: quota, Of: of, Owner: why.Client, Used: why.Used, Limit: limit}))
 	})
+}
+
+// takeTurns lets a unary call be worked on once its body has arrived and
+// it has a place among Config.MaxCallsInProgress, given in turns by client
+// network (admission.TakeTurns).
+func (s *Server) takeTurns(h http.Handler) http.Handler {
+	return admission.TakeTurns(h, s.calls, isStreamProcedure)
 }

@@ -108,6 +108,31 @@ type Config struct {
 	// key and streams do not count. Default 256: a worker host running
 	// 256 clients, each waiting for its answer, is not refused.
 	MaxCallsPerClient int
+	// ClientNetworkV4 and ClientNetworkV6 are the prefix lengths that
+	// group client addresses into networks: a client that sends from many
+	// addresses of its network (a /24, an IPv6 /64) shares its network's
+	// calls and turns. Defaults 24 and 64; 32 and 128 make each address
+	// a network of its own.
+	ClientNetworkV4, ClientNetworkV6 int
+	// NetworkShare sizes the shares of a client network: on top of each
+	// share of one client address (MaxCallsPerClient, MaxWaitersPerClient,
+	// MaxLeasesPerClient, MaxWatchersPerClient,
+	// MaxEventSubscribersPerClient), a network may take NetworkShare
+	// times as much (no more than the whole); beyond it calls are refused
+	// with resource_exhausted naming the share's flag with -per-network
+	// (max-calls-per-network...). Default 4: a network of many addresses
+	// gets four addresses' worth, however many it sends from.
+	NetworkShare int
+	// MaxCallsInProgress is how many unary API calls the server works on
+	// at once, from all clients. Calls beyond it wait in one line per
+	// client network, and each call that ends lets in the head of the line
+	// whose network has held the server's calls for the least time
+	// (weighted-fair admission, internal/admission's FairGate): a network
+	// that floods the server gets its turn as often as one that sends one
+	// call at a time, not as often as it sends. A call takes its place
+	// once its body has arrived; waiting in line for a key does not hold
+	// one. Default 64.
+	MaxCallsInProgress int
 	// MaxIdleKeys bounds how many freed keys remember their last token
 	// (lease.New). Every node must use the same value. Default 100,000.
 	MaxIdleKeys int
@@ -264,6 +289,10 @@ const (
 	DefaultMaxLeasesPerOwner            = 100_000
 	DefaultMaxWaitersPerOwner           = 10_000
 	DefaultMaxCallsPerClient            = 256
+	DefaultNetworkShare                 = 4
+	DefaultMaxCallsInProgress           = 64
+	DefaultClientNetworkV4              = 24
+	DefaultClientNetworkV6              = 64
 	DefaultMaxIdleKeys                  = lease.DefaultMaxIdleKeys
 	DefaultListLimit                    = 10_000
 	DefaultWatchBuffer                  = 1024
@@ -316,6 +345,10 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxWaitersPerClient, clientShare(c.MaxWaiters))
 	setDefault(&c.MaxLeasesPerClient, clientShare(c.MaxLeases))
 	setDefault(&c.MaxCallsPerClient, DefaultMaxCallsPerClient)
+	setDefault(&c.NetworkShare, DefaultNetworkShare)
+	setDefault(&c.MaxCallsInProgress, DefaultMaxCallsInProgress)
+	setDefault(&c.ClientNetworkV4, DefaultClientNetworkV4)
+	setDefault(&c.ClientNetworkV6, DefaultClientNetworkV6)
 	setDefault(&c.MaxIdleKeys, DefaultMaxIdleKeys)
 	setDefault(&c.ListLimit, DefaultListLimit)
 	setDefault(&c.WatchBuffer, DefaultWatchBuffer)
@@ -390,10 +423,17 @@ func (c Config) Validate() error {
 		"MaxLeasesPerOwner":  int64(c.MaxLeasesPerOwner), "MaxWaitersPerOwner": int64(c.MaxWaitersPerOwner),
 		"MaxWaiters": int64(c.MaxWaiters), "MaxWaitersPerClient": int64(c.MaxWaitersPerClient),
 		"MaxLeasesPerClient": int64(c.MaxLeasesPerClient), "MaxCallsPerClient": int64(c.MaxCallsPerClient),
+		"NetworkShare": int64(c.NetworkShare), "MaxCallsInProgress": int64(c.MaxCallsInProgress),
 	} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("config: %s is negative", name))
 		}
+	}
+	if c.ClientNetworkV4 < 0 || c.ClientNetworkV4 > 32 {
+		errs = append(errs, fmt.Errorf("config: ClientNetworkV4 %d is not a prefix length of 1 to 32", c.ClientNetworkV4))
+	}
+	if c.ClientNetworkV6 < 0 || c.ClientNetworkV6 > 128 {
+		errs = append(errs, fmt.Errorf("config: ClientNetworkV6 %d is not a prefix length of 1 to 128", c.ClientNetworkV6))
 	}
 	for name, v := range map[string]float64{"ReadShare": c.ReadShare, "FanoutShare": c.FanoutShare} {
 		if v <= 0 || v > 1 {
@@ -421,6 +461,12 @@ func (c Config) Validate() error {
 // clientShare is the default share of total one client address may take:
 // a tenth, at least 1,000 (total when that is less).
 func clientShare(total int) int { return max(total/10, min(total, 1000)) }
+
+// networkShare is the share of a client network, given that of one of its
+// addresses and the whole.
+func (c Config) networkShare(perClient, total int) int {
+	return min(perClient*c.NetworkShare, total)
+}
 
 // httpLimits are the limits of the API's HTTP server.
 func (c Config) httpLimits() httplimit.Limits {

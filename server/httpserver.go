@@ -76,9 +76,9 @@ func (s *Server) Handler() http.Handler { return s.handler(false) }
 func (s *Server) handler(peer bool) http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
-	mux.Handle(path, s.limitCalls(admission.ExplainRefusals(streamwrite.Wrap(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer)), isStreamProcedure))))
+	mux.Handle(path, s.limitCalls(admission.ExplainRefusals(streamwrite.Wrap(s.limitRPC(s.authenticate(limitBody(s.takeTurns(h), s.cfg.MaxBodyBytes), peer)), isStreamProcedure))))
 	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
-	mux.Handle(path, s.limitCalls(s.limitRPC(s.authenticate(limitBody(h, s.cfg.MaxBodyBytes), peer))))
+	mux.Handle(path, s.limitCalls(s.limitRPC(s.authenticate(limitBody(s.takeTurns(h), s.cfg.MaxBodyBytes), peer))))
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /v1/keys", s.serveKeys)
 	mux.HandleFunc("GET /v1/role", s.serveRole)

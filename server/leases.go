@@ -59,8 +59,9 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w, err := s.waiters.Enqueue(key, &c, waiters.Limits{Holder: holder, Of: s.holderKind(), Addr: addr,
-		PerHolder: s.cfg.MaxWaitersPerOwner, PerAddr: s.cfg.MaxWaitersPerClient, Total: s.cfg.MaxWaiters})
+	w, err := s.waiters.Enqueue(key, &c, waiters.Limits{Holder: holder, Of: s.holderKind(), Addr: addr, Network: s.calls.Networks.Of(addr),
+		PerHolder: s.cfg.MaxWaitersPerOwner, PerAddr: s.cfg.MaxWaitersPerClient,
+		PerNetwork: s.cfg.networkShare(s.cfg.MaxWaitersPerClient, s.cfg.MaxWaiters), Total: s.cfg.MaxWaiters})
 	if err != nil {
 		return lease.Lease{}, waitRefused(err)
 	}

@@ -145,8 +145,9 @@ type Server struct {
 	overrides admission.OwnerOverrides
 	// clientLeases counts the leases granted per client address.
 	clientLeases *admission.Leases
-	// calls counts the calls in progress per client address (limitCalls).
-	calls *admission.CallSlots
+	// calls admits the unary calls: per client address and network, and
+	// in turns by network (limitCalls).
+	calls admission.CallLimits
 	// refusedConns logs the connections closed by MaxConnsPerClient.
 	refusedConns admission.RefusalLog
 }
@@ -163,9 +164,14 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		waiters: waiters.New(newLeaseID),
 
-		clientLeases: admission.NewLeases(),
-		calls:        admission.NewCallSlots(cfg.MaxCallsPerClient),
-		hub:          fanout.NewHub(cfg.WatchHistory, cfg.WatchBuffer, api.EventToProto),
+		clientLeases: admission.NewLeases(admission.Networks{V4: cfg.ClientNetworkV4, V6: cfg.ClientNetworkV6}),
+		calls: admission.CallLimits{
+			PerClient:  admission.NewCallSlots(cfg.MaxCallsPerClient),
+			PerNetwork: admission.NewCallSlots(cfg.MaxCallsPerClient * cfg.NetworkShare),
+			Networks:   admission.Networks{V4: cfg.ClientNetworkV4, V6: cfg.ClientNetworkV6},
+			Gate:       admission.NewFairGate(cfg.MaxCallsInProgress, nil),
+		},
+		hub: fanout.NewHub(cfg.WatchHistory, cfg.WatchBuffer, api.EventToProto),
 
 		raftDown: make(chan struct{}),
 		caughtUp: make(chan struct{}),
@@ -200,9 +206,10 @@ func New(cfg Config) (*Server, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	s.watchers = admission.NewStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient, s.metrics.Refused)
-	s.subscribers = admission.NewStreamLimiter("event subscribers", "max-event-subscribers",
-		cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient, s.metrics.Refused)
+	s.watchers = admission.NewStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient,
+		cfg.networkShare(cfg.MaxWatchersPerClient, cfg.MaxWatchers), s.calls.Networks, s.metrics.Refused)
+	s.subscribers = admission.NewStreamLimiter("event subscribers", "max-event-subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient,
+		cfg.networkShare(cfg.MaxEventSubscribersPerClient, cfg.MaxEventSubscribers), s.calls.Networks, s.metrics.Refused)
 	s.dashboard = s.newDashboard()
 	if err := s.initRejections(); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)

@@ -474,14 +474,25 @@ func (r wellBehavedResult) check(t *testing.T) {
 // print its wellBehavedResult as JSON.
 const wellBehavedEnv = "FENCED_TEST_WELL_BEHAVED_CLIENT"
 
+// wellBehavedFromEnv names the loopback address the well-behaved client
+// sends from; default the system's choice (127.0.0.1).
+const wellBehavedFromEnv = "FENCED_TEST_WELL_BEHAVED_FROM"
+
 func runWellBehaved(t *testing.T, url string) *wellBehaved {
+	t.Helper()
+	return runWellBehavedFrom(t, url, "")
+}
+
+// runWellBehavedFrom runs the well-behaved client from the address ip
+// ("" for the system's choice).
+func runWellBehavedFrom(t *testing.T, url, ip string) *wellBehaved {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &wellBehaved{cmd: exec.Command(exe)}
-	g.cmd.Env = append(os.Environ(), wellBehavedEnv+"="+url)
+	g.cmd.Env = append(os.Environ(), wellBehavedEnv+"="+url, wellBehavedFromEnv+"="+ip)
 	g.cmd.Stdout, g.cmd.Stderr = &g.out, os.Stderr
 	if g.stdin, err = g.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -508,7 +519,11 @@ func (g *wellBehaved) stop(t *testing.T) wellBehavedResult {
 
 // wellBehavedMain is the well-behaved client's process.
 func wellBehavedMain(url string) {
-	c := fencedv1connect.NewLeaseServiceClient(&http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}, url)
+	tr := &http.Transport{}
+	if ip := os.Getenv(wellBehavedFromEnv); ip != "" {
+		tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).DialContext
+	}
+	c := fencedv1connect.NewLeaseServiceClient(&http.Client{Transport: tr, Timeout: 5 * time.Second}, url)
 	var stopped atomic.Bool
 	go func() {
 		io.Copy(io.Discard, os.Stdin)

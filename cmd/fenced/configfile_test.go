@@ -101,7 +101,7 @@ func TestConfigurationGuideListsEveryFlag(t *testing.T) {
 	section = section[start : start+1+end]
 	listed := map[string]int{}
 	for _, m := range regexp.MustCompile("(?m)^\\| (.*?) \\|").FindAllStringSubmatch(section, -1) {
-		for _, f := range regexp.MustCompile("`--([a-z-]+)`").FindAllStringSubmatch(m[1], -1) {
+		for _, f := range regexp.MustCompile("`--([a-z0-9-]+)`").FindAllStringSubmatch(m[1], -1) {
 			listed[f[1]]++
 		}
 	}

@@ -256,6 +256,10 @@ func TestMain(m *testing.M) {
 		wellBehavedMain(url)
 		os.Exit(0)
 	}
+	if spec := os.Getenv(floodEnv); spec != "" {
+		floodMain(spec)
+		os.Exit(0)
+	}
 	if os.Getenv(asFencedEnv) == "1" {
 		main()
 		os.Exit(0)

@@ -33,6 +33,14 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 		"refuse new leases for a client IP holding this many (resource_exhausted; 0: a tenth of --max-leases, at least 1000)")
 	f.IntVar(&cfg.MaxCallsPerClient, "max-calls-per-client", server.DefaultMaxCallsPerClient,
 		"unary API calls from one client IP worked on at once; more are refused (resource_exhausted; waiting in line for a key does not count)")
+	f.IntVar(&cfg.NetworkShare, "network-share", server.DefaultNetworkShare,
+		"a client network (see --client-network-v4, -v6) may take this many times each per-client share (calls, waiters, leases, streams)")
+	f.IntVar(&cfg.MaxCallsInProgress, "max-calls-in-progress", server.DefaultMaxCallsInProgress,
+		"unary API calls worked on at once from all clients; more wait, in turns by client network (weighted-fair: the network that used the server least goes first)")
+	f.IntVar(&cfg.ClientNetworkV4, "client-network-v4", server.DefaultClientNetworkV4,
+		"prefix length grouping IPv4 client addresses into one network for shares and turns (32: each address its own)")
+	f.IntVar(&cfg.ClientNetworkV6, "client-network-v6", server.DefaultClientNetworkV6,
+		"prefix length grouping IPv6 client addresses into one network for shares and turns (128: each address its own)")
 	registerHTTPFlags(f, &cfg.MaxHeaderBytes, &cfg.IdleTimeout, &cfg.BodyReadTimeout, &cfg.MaxConns, &cfg.MaxConnsPerClient)
 }
 

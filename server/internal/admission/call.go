@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/fencedio/fenced/server/internal/security"
 )
@@ -11,10 +12,14 @@ import (
 // its context as one value that each layer fills in: one allocation and
 // one copy of the request for all of them, not one per layer.
 type call struct {
-	addr   string              // WithCallerAddr
-	slot   Slot                // LimitCalls
-	auth   security.AuthResult // WithAuth, when authed is set
-	authed bool
+	addr string // WithCallerAddr
+	slot Slot   // LimitCalls
+	// networkSlot and place are LimitCalls' too: the network's slot and
+	// the gate's place (atomic: ReleaseSlot may run on another goroutine).
+	networkSlot Slot
+	place       atomic.Pointer[Place]
+	auth        security.AuthResult // WithAuth, when authed is set
+	authed      bool
 }
 
 type callKey struct{}

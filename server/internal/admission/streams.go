@@ -9,25 +9,28 @@ import (
 // ErrTooManyStreams refuses a stream beyond a StreamLimiter's limits.
 var ErrTooManyStreams = errors.New("too many streams")
 
-// StreamLimiter caps open streams of one kind, in total and per client
-// address.
+// StreamLimiter caps open streams of one kind, in total, per client
+// address and per client network.
 type StreamLimiter struct {
-	kind           string // "watchers", "event subscribers": named in errors
-	flag           string // "max-watchers", "max-event-subscribers": the flag setting max
-	max, perClient int
-	refused        func(limit string)
+	kind                       string // "watchers", "event subscribers": named in errors
+	flag                       string // "max-watchers", "max-event-subscribers": the flag setting max
+	max, perClient, perNetwork int
+	networks                   Networks
+	refused                    func(limit string)
 
 	mu    sync.Mutex
 	total int
-	byIP  map[string]int
+	byIP  map[string]int // by address and by network: a network's name has a '/', an address none
 }
 
-// NewStreamLimiter caps streams of kind at max in total and perClient per
-// address. flag names the setting of max, and flag+"-per-client" that of
-// perClient: refused, if not nil, is told the one that refuses each
-// stream.
-func NewStreamLimiter(kind, flag string, max, perClient int, refused func(limit string)) *StreamLimiter {
-	return &StreamLimiter{kind: kind, flag: flag, max: max, perClient: perClient, refused: refused, byIP: make(map[string]int)}
+// NewStreamLimiter caps streams of kind at max in total, perClient per
+// address and perNetwork per network of networks. flag names the setting
+// of max, flag+"-per-client" that of perClient and flag+"-per-network"
+// the share of networks: refused, if not nil, is told the one that
+// refuses each stream.
+func NewStreamLimiter(kind, flag string, max, perClient, perNetwork int, networks Networks, refused func(limit string)) *StreamLimiter {
+	return &StreamLimiter{kind: kind, flag: flag, max: max, perClient: perClient, perNetwork: perNetwork, networks: networks,
+		refused: refused, byIP: make(map[string]int)}
 }
 
 func (l *StreamLimiter) refuse(limit string) {
@@ -56,16 +59,29 @@ func (l *StreamLimiter) Acquire(ip string) (func(), error) {
 		l.refuse(l.flag + "-per-client")
 		return nil, fmt.Errorf("%w: %d %s open from %s (limit %d per client)", ErrTooManyStreams, l.byIP[ip], l.kind, ip, l.perClient)
 	}
+	network := l.networks.Of(ip)
+	if network != ip && l.byIP[network] >= l.perNetwork {
+		l.refuse(l.flag + "-per-network")
+		return nil, fmt.Errorf("%w: %d %s open from the network %s (limit %d per network)", ErrTooManyStreams, l.byIP[network], l.kind, network, l.perNetwork)
+	}
+	counted := []string{ip}
+	if network != ip {
+		counted = append(counted, network)
+	}
 	l.total++
-	l.byIP[ip]++
+	for _, k := range counted {
+		l.byIP[k]++
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			l.total--
-			if l.byIP[ip]--; l.byIP[ip] <= 0 {
-				delete(l.byIP, ip)
+			for _, k := range counted {
+				if l.byIP[k]--; l.byIP[k] <= 0 {
+					delete(l.byIP, k)
+				}
 			}
 		})
 	}, nil

@@ -26,7 +26,8 @@ type Queues struct {
 	queues map[string][]*Waiter
 	count  int
 	// byHolder counts the waiters of each quota holder (the node's
-	// quota.go), and byAddr those of each client address.
+	// quota.go), and byAddr those of each client address and network
+	// (a network's name has a '/', an address none).
 	byHolder, byAddr map[string]int
 	// newID returns a fresh lease ID, for the lease a handover grants.
 	newID func() string
@@ -38,8 +39,9 @@ type Waiter struct {
 	// want is what the waiter asks for, and what a handover grants it.
 	want *lease.Command
 	// holder is whose waiter quota it counts against, if it has a want,
-	// and addr the client address it counts against ("" for none).
-	holder, addr string
+	// and addr and network the client address and network it counts
+	// against ("" for none).
+	holder, addr, network string
 
 	// Guarded by Queues.mu.
 	claimed bool         // a handover to this waiter is being applied
@@ -80,19 +82,23 @@ func (w *Waiter) signal() {
 type Limits struct {
 	Holder, Of string // the quota holder: the owner or the principal (Of)
 	Addr       string // the client's address; "" is not counted
+	Network    string // the client's network; "" or Addr is not counted
 	PerHolder  int    // Config.MaxWaitersPerOwner
 	PerAddr    int    // Config.MaxWaitersPerClient
+	PerNetwork int    // Config.MaxWaitersPerClient times Config.NetworkShare
 	Total      int    // Config.MaxWaiters
 }
 
 // LimitError refuses a waiter beyond one of its Limits, and names it.
 type LimitError struct {
 	// Limit is the flag that sets the limit reached: max-waiters-per-owner
-	// (Limits.PerHolder), max-waiters-per-client (Limits.PerAddr) or
-	// max-waiters (Limits.Total).
+	// (Limits.PerHolder), max-waiters-per-client (Limits.PerAddr),
+	// max-waiters-per-network (Limits.PerNetwork) or max-waiters
+	// (Limits.Total).
 	Limit string
 	// Of and Holder are whose limit it is: Limits.Of and Limits.Holder,
-	// "client address" and Limits.Addr, or empty for max-waiters.
+	// "client address" and Limits.Addr, "client network" and
+	// Limits.Network, or empty for max-waiters.
 	Of, Holder string
 	Used, Max  int // the waiters counted against it, and its value
 }
@@ -119,15 +125,23 @@ func (q *Queues) Enqueue(key string, want *lease.Command, lim Limits) (*Waiter, 
 		if n := q.byAddr[lim.Addr]; lim.Addr != "" && lim.PerAddr > 0 && n >= lim.PerAddr {
 			return nil, &LimitError{Limit: "max-waiters-per-client", Of: "client address", Holder: lim.Addr, Used: n, Max: lim.PerAddr}
 		}
+		if lim.Network == lim.Addr {
+			lim.Network = "" // not an IP address: the address is all there is
+		}
 		if lim.Total > 0 && q.count >= lim.Total {
 			return nil, &LimitError{Limit: "max-waiters", Used: q.count, Max: lim.Total}
 		}
+		if n := q.byAddr[lim.Network]; lim.Network != "" && lim.PerNetwork > 0 && n >= lim.PerNetwork {
+			return nil, &LimitError{Limit: "max-waiters-per-network", Of: "client network", Holder: lim.Network, Used: n, Max: lim.PerNetwork}
+		}
 		q.byHolder[lim.Holder]++
-		if lim.Addr != "" {
-			q.byAddr[lim.Addr]++
+		for _, k := range [...]string{lim.Addr, lim.Network} {
+			if k != "" {
+				q.byAddr[k]++
+			}
 		}
 	}
-	wt := &Waiter{ready: make(chan struct{}, 1), want: want, holder: lim.Holder, addr: lim.Addr}
+	wt := &Waiter{ready: make(chan struct{}, 1), want: want, holder: lim.Holder, addr: lim.Addr, network: lim.Network}
 	q.queues[key] = append(q.queues[key], wt)
 	q.count++
 	return wt, nil
@@ -244,9 +258,11 @@ func (q *Queues) remove(key string, wt *Waiter) {
 			if q.byHolder[wt.holder]--; q.byHolder[wt.holder] <= 0 {
 				delete(q.byHolder, wt.holder)
 			}
-			if wt.addr != "" {
-				if q.byAddr[wt.addr]--; q.byAddr[wt.addr] <= 0 {
-					delete(q.byAddr, wt.addr)
+			for _, k := range [...]string{wt.addr, wt.network} {
+				if k != "" {
+					if q.byAddr[k]--; q.byAddr[k] <= 0 {
+						delete(q.byAddr, k)
+					}
 				}
 			}
 		}

@@ -263,6 +263,40 @@ func TestWaitLimits(t *testing.T) {
 	}
 }
 
+// A network's waiters are capped on top of its addresses': an address
+// with room is refused once its network is full, and a waiter that leaves
+// gives its network's place back.
+func TestWaitLimitsPerNetwork(t *testing.T) {
+	want := &lease.Command{Op: lease.OpAcquire, Key: "k", Owner: "B"}
+	lim := func(addr string) Limits {
+		return Limits{Holder: addr, Of: "owner", Addr: addr, Network: "10.0.0.0/24", PerAddr: 2, PerNetwork: 3}
+	}
+	q := newTestQueues()
+	var first *Waiter
+	for i, addr := range []string{"10.0.0.1", "10.0.0.1", "10.0.0.2"} {
+		w, err := q.Enqueue("k", want, lim(addr))
+		if err != nil {
+			t.Fatalf("waiter %d: %v", i, err)
+		}
+		if first == nil {
+			first = w
+		}
+	}
+	_, err := q.Enqueue("k", want, lim("10.0.0.3"))
+	var le *LimitError
+	wantErr := LimitError{Limit: "max-waiters-per-network", Of: "client network", Holder: "10.0.0.0/24", Used: 3, Max: 3}
+	if !errors.As(err, &le) || *le != wantErr {
+		t.Fatalf("a fourth waiter from the network: %v, want %+v", err, wantErr)
+	}
+	if _, err := q.Enqueue("k", want, Limits{Holder: "x", Addr: "10.0.1.1", Network: "10.0.1.0/24", PerAddr: 2, PerNetwork: 3}); err != nil {
+		t.Fatalf("a waiter of another network: %v", err)
+	}
+	q.Leave("k", first)
+	if _, err := q.Enqueue("k", want, lim("10.0.0.3")); err != nil {
+		t.Fatalf("a waiter once its network has room: %v", err)
+	}
+}
+
 // Every handover that claimed a waiter may have granted it the key, also
 // one settled as failed: Offered names them all.
 func TestOfferedNamesEveryClaim(t *testing.T) {
