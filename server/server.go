@@ -202,6 +202,7 @@ func New(cfg Config) (*Server, error) {
 			return n
 		},
 		Waiters: func() int { return s.waiters.Len() },
+		Calls:   s.calls.Gate.Running,
 		Raft:    func() *raft.Raft { return s.raft },
 	}); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)

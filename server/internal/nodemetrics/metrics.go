@@ -32,6 +32,9 @@ type Node struct {
 	// Waiters is the number of acquisitions waiting for a held key
 	// (fenced_waiters).
 	Waiters func() int
+	// Calls is the number of unary calls worked on (fenced_calls_in_progress)
+	// and of those waiting for their turn (fenced_calls_waiting).
+	Calls func() (inProgress, waiting int)
 	// Raft is the node's raft, nil while it has none (the fenced_raft_*
 	// gauges read 0 then).
 	Raft func() *raft.Raft
@@ -137,8 +140,14 @@ func New(reg prometheus.Registerer, n Node) (*Metrics, error) {
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_waiters", Help: "Acquisitions waiting for a held key.",
 	}, func() float64 { return float64(n.Waiters()) })
+	callsInProgress := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenced_calls_in_progress", Help: "Unary API calls being worked on (at most --max-calls-in-progress).",
+	}, func() float64 { n, _ := n.Calls(); return float64(n) })
+	callsWaiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenced_calls_waiting", Help: "Unary API calls waiting for their turn to be worked on.",
+	}, func() float64 { _, n := n.Calls(); return float64(n) })
 	collectors := []prometheus.Collector{m.refusals, m.acquisitions, m.renewals, m.releases, expirations, takeovers,
-		tokens, m.requests, m.apply, m.fsync, leaderGauge, active, waiters}
+		tokens, m.requests, m.apply, m.fsync, leaderGauge, active, waiters, callsInProgress, callsWaiting}
 	for _, c := range append(collectors, raftCollectors(n.Raft)...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err

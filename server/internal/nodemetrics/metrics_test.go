@@ -23,6 +23,7 @@ type fakeNode struct {
 	counts          Transitions
 	ready           bool
 	leases, waiters int
+	calls, waiting  int
 }
 
 func (f *fakeNode) node() Node {
@@ -31,6 +32,7 @@ func (f *fakeNode) node() Node {
 		Ready:   func() bool { return f.ready },
 		Leases:  func() int { return f.leases },
 		Waiters: func() int { return f.waiters },
+		Calls:   func() (int, int) { return f.calls, f.waiting },
 		Raft:    func() *raft.Raft { return nil },
 	}
 }
@@ -102,6 +104,8 @@ func diff(want, got map[string]float64) []string {
 // and docs/observability.md name them; none may change.
 var served = []string{
 	`fenced_acquisitions_total COUNTER "Acquire requests by result." [result]`,
+	`fenced_calls_in_progress GAUGE "Unary API calls being worked on (at most --max-calls-in-progress)." []`,
+	`fenced_calls_waiting GAUGE "Unary API calls waiting for their turn to be worked on." []`,
 	`fenced_expirations_total COUNTER "Leases expired by the leader." []`,
 	`fenced_is_leader GAUGE "1 while this node is the leader and serving acquisitions." []`,
 	`fenced_leases_active GAUGE "Current leases." []`,
@@ -272,14 +276,14 @@ func TestObservesLatencies(t *testing.T) {
 func TestReadsTheNodeAtScrape(t *testing.T) {
 	_, f, reg := newTestMetrics(t)
 	want := scrape(t, reg)
-	for _, name := range []string{"fenced_is_leader", "fenced_leases_active", "fenced_waiters", "fenced_raft_term",
+	for _, name := range []string{"fenced_is_leader", "fenced_leases_active", "fenced_waiters", "fenced_calls_in_progress", "fenced_calls_waiting", "fenced_raft_term",
 		"fenced_raft_commit_index", "fenced_raft_applied_index", "fenced_expirations_total", "fenced_takeovers_total",
 		"fenced_tokens_issued_total"} {
 		if v, ok := want[name+"{}"]; !ok || v != 0 {
 			t.Errorf("%s = %v (served: %v), want 0 at first", name, v, ok)
 		}
 	}
-	f.ready, f.leases, f.waiters = true, 7, 3
+	f.ready, f.leases, f.waiters, f.calls, f.waiting = true, 7, 3, 64, 9
 	f.counts.Acquired.Add(5)
 	f.counts.Released.Add(1) // /v1/stats's only: no counter of releases applied
 	f.counts.Expired.Add(2)
@@ -287,6 +291,8 @@ func TestReadsTheNodeAtScrape(t *testing.T) {
 	want["fenced_is_leader{}"] = 1
 	want["fenced_leases_active{}"] = 7
 	want["fenced_waiters{}"] = 3
+	want["fenced_calls_in_progress{}"] = 64
+	want["fenced_calls_waiting{}"] = 9
 	want["fenced_tokens_issued_total{}"] = 5
 	want["fenced_expirations_total{}"] = 2
 	want["fenced_takeovers_total{}"] = 1
