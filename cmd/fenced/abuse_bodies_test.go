@@ -9,15 +9,19 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/httplimit"
 	"github.com/fencedio/fenced/internal/testenv"
+	"github.com/fencedio/fenced/lease"
 )
 
 // TestAbuseSlowBodies has one address (127.0.0.2) open 500 unary calls
@@ -246,4 +250,117 @@ func (c *countedConn) Read(p []byte) (int, error) {
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.open.Add(-1) })
 	return c.Conn.Close()
+}
+
+// TestAbuseLeaseBytes measures what a lease of the largest key (512 bytes)
+// and owner (256 bytes) costs a fenced process: its live heap (after a
+// collection) and resident memory, before and after 100,000 of them,
+// each under an owner of its own. It fails when lease.Cost, what
+// --max-lease-bytes counts, is below the live heap a lease takes. Then,
+// with --max-lease-bytes 64MiB, one address acquires such leases until
+// refused: it fails unless the refusal is resource_exhausted naming
+// max-lease-bytes and comes before the leases' live heap exceeds the
+// budget.
+func TestAbuseLeaseBytes(t *testing.T) {
+	testenv.SkipUnlessLong(t)
+	bin := buildFenced(t)
+	start := func(t *testing.T, args ...string) *fencedProcess {
+		dir := t.TempDir()
+		return startFenced(t, bin, filepath.Join(dir, "data"), filepath.Join(dir, "fenced.log"), append([]string{"--log-level", "error", "--pprof"}, args...)...)
+	}
+	cost := lease.Cost(maxKey(0), maxOwner(0))
+	t.Run("bytes per lease", func(t *testing.T) {
+		p := start(t)
+		heap0, rss0 := liveHeapOf(t, p), residentMiB(p)
+		const n = 100_000
+		granted, err := acquireMaxLeases(p.url, n)
+		if granted != n {
+			t.Fatalf("%d of %d leases granted: %v", granted, n, err)
+		}
+		heap1, rss1 := liveHeapOf(t, p), residentMiB(p)
+		perHeap := float64(heap1-heap0) / n
+		t.Logf("%d leases, 512-byte keys, 256-byte owners: live heap %d -> %d MiB (%.0f B a lease), RSS %d -> %d MiB (%.0f B a lease); counted %d B a lease",
+			n, heap0>>20, heap1>>20, perHeap, rss0, rss1, float64((rss1-rss0)<<20)/n, cost)
+		if perHeap > float64(cost) {
+			t.Errorf("a lease takes %.0f B of live heap, more than the %d B --max-lease-bytes counts", perHeap, cost)
+		}
+	})
+	t.Run("budget", func(t *testing.T) {
+		const budget = 64 << 20
+		p := start(t, "--max-lease-bytes", "64MiB")
+		heap0, rss0 := liveHeapOf(t, p), residentMiB(p)
+		granted, err := acquireMaxLeases(p.url, budget/int(cost)*2)
+		heap1, rss1 := liveHeapOf(t, p), residentMiB(p)
+		t.Logf("budget 64 MiB: %d leases granted (%d B counted), then %v; live heap %d -> %d MiB, RSS %d -> %d MiB; refusals by limit: %v",
+			granted, int64(granted)*cost, err, heap0>>20, heap1>>20, rss0, rss1, limitRefusals(p.url))
+		if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "max-lease-bytes") {
+			t.Errorf("the refusal: %v, want resource_exhausted naming max-lease-bytes", err)
+		}
+		if heap1-heap0 > budget {
+			t.Errorf("the leases took %d MiB of live heap, over the budget of 64 MiB", (heap1-heap0)>>20)
+		}
+		if int64(granted)*cost > budget+leaseWorkers*cost {
+			t.Errorf("%d leases of %d B granted: over the budget by more than the %d acquisitions in flight", granted, cost, leaseWorkers)
+		}
+	})
+}
+
+// maxKey and maxOwner are the i-th key and owner of the largest sizes
+// accepted.
+func maxKey(i int) string   { return fmt.Sprintf("bytes/%08d/", i) + strings.Repeat("k", 512-15) }
+func maxOwner(i int) string { return fmt.Sprintf("o/%08d/", i) + strings.Repeat("o", 256-11) }
+
+const leaseWorkers = 32
+
+// acquireMaxLeases acquires up to n leases of maxKey and maxOwner from
+// 127.0.0.2, leaseWorkers at a time, until one is refused, and returns how
+// many were granted and the first error.
+func acquireMaxLeases(url string, n int) (int, error) {
+	c := clientFrom("127.0.0.2", url, true)
+	var next, granted atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	for range leaseWorkers {
+		wg.Go(func() {
+			for first.Load() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				_, err := c.Acquire(context.Background(), connect.NewRequest(&fencedv1.AcquireRequest{Key: maxKey(i), Owner: maxOwner(i), TtlMs: 3_600_000}))
+				if err != nil {
+					first.CompareAndSwap(nil, err)
+					return
+				}
+				granted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	err, _ := first.Load().(error)
+	return int(granted.Load()), err
+}
+
+// liveHeapOf is p's live heap in bytes after a collection, from its heap
+// profile (--pprof).
+func liveHeapOf(t *testing.T, p *fencedProcess) int64 {
+	t.Helper()
+	resp, err := http.Get(p.url + "/debug/pprof/heap?debug=1&gc=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no HeapAlloc in the heap profile: %v", sc.Err())
+	return 0
 }
