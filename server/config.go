@@ -100,8 +100,9 @@ type Config struct {
 	// all; more are refused with resource_exhausted naming max-waiters.
 	// A waiting acquisition costs about 40 KiB of memory (waiterCost: its
 	// handler goroutine, its HTTP/2 stream and its timer). Default: enough for an
-	// eighth of the machine's memory (GOMEMLIMIT's, when set lower), at
-	// least 1,000 (defaultMaxWaiters).
+	// eighth of the memory available (availableMemory: the machine's, its
+	// cgroup's limit or GOMEMLIMIT, the lowest), at least 1,000
+	// (defaultMaxWaiters).
 	MaxWaiters int
 	// MaxWaitersPerClient and MaxLeasesPerClient are the share of
 	// waiting acquisitions and of current leases one client IP address may
