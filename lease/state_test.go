@@ -189,6 +189,15 @@ func TestStateProperties(t *testing.T) {
 			if s.Len() != len(holder) {
 				t.Fatalf("state has %d leases, model %d", s.Len(), len(holder))
 			}
+			// Bytes is the model's leases' costs, through grants,
+			// handovers, releases, expiries and restores.
+			var bytes int64
+			for k, l := range holder {
+				bytes += lease.Cost(k, l.Owner)
+			}
+			if s.Bytes() != bytes {
+				t.Fatalf("Bytes() = %d, the model's leases cost %d", s.Bytes(), bytes)
+			}
 			for k, want := range holder {
 				if got, ok := s.Get(k); !ok || got != want {
 					t.Fatalf("Get(%q) = %+v, %v; want %+v", k, got, ok, want)

@@ -25,6 +25,7 @@ import (
 	"github.com/fencedio/fenced/api/fenced/v1/fencedv1connect"
 	"github.com/fencedio/fenced/internal/fencedtest"
 	"github.com/fencedio/fenced/internal/testutil"
+	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -1228,6 +1229,7 @@ func TestHealthAndMetrics(t *testing.T) {
 		`fenced_acquisitions_total{result="held"}`:    1,
 		`fenced_renewals_total{result="renewed"}`:     1,
 		`fenced_leases_active`:                        1,
+		`fenced_lease_bytes`:                          float64(lease.Cost("metrics/k", "o")),
 		`fenced_tokens_issued_total`:                  1,
 		`fenced_is_leader`:                            1,
 		`fenced_waiters`:                              0,

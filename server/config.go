@@ -77,6 +77,16 @@ type Config struct {
 	// MaxLeases refuses new acquisitions while this many leases are current.
 	// Default 2,000,000.
 	MaxLeases int
+	// MaxLeaseBytes refuses a new acquisition whose lease would bring the
+	// current leases' cost past it: each lease costs its key's and its
+	// owner's lengths plus lease.LeaseOverhead (lease.Cost), what a node
+	// was measured to hold for it. MaxLeases bounds the count; this bounds
+	// the memory, whatever the keys' and owners' sizes. Default: a quarter
+	// of the memory available to the process (defaultMaxLeaseBytes): the
+	// Go heap grows to about twice its live bytes between collections.
+	// Like MaxLeases it is checked by the leader, on the state it has
+	// applied: give every member the same.
+	MaxLeaseBytes int64
 	// MaxLeasesPerOwner refuses new acquisitions by an owner that holds
 	// this many leases, and MaxWaitersPerOwner acquisitions that would make
 	// an owner wait in more than this many lines at once; both answer
@@ -90,8 +100,9 @@ type Config struct {
 	// all; more are refused with resource_exhausted naming max-waiters.
 	// A waiting acquisition costs about 40 KiB of memory (waiterCost: its
 	// handler goroutine, its HTTP/2 stream and its timer). Default: enough for an
-	// eighth of the machine's memory (GOMEMLIMIT's, when set lower), at
-	// least 1,000 (defaultMaxWaiters).
+	// eighth of the memory available (availableMemory: the machine's, its
+	// cgroup's limit or GOMEMLIMIT, the lowest), at least 1,000
+	// (defaultMaxWaiters).
 	MaxWaiters int
 	// MaxWaitersPerClient and MaxLeasesPerClient are the share of
 	// waiting acquisitions and of current leases one client IP address may
@@ -339,6 +350,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxWait, DefaultMaxWait)
 	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	setDefault(&c.MaxLeases, DefaultMaxLeases)
+	setDefault(&c.MaxLeaseBytes, defaultMaxLeaseBytes())
 	setDefault(&c.MaxLeasesPerOwner, DefaultMaxLeasesPerOwner)
 	setDefault(&c.MaxWaitersPerOwner, DefaultMaxWaitersPerOwner)
 	setDefault(&c.MaxWaiters, defaultMaxWaiters())
@@ -415,7 +427,7 @@ func (c Config) Validate() error {
 	}
 	for name, v := range map[string]int64{
 		"MaxWait": int64(c.MaxWait), "MaxBodyBytes": c.MaxBodyBytes, "MaxLeases": int64(c.MaxLeases),
-		"MaxIdleKeys": int64(c.MaxIdleKeys), "ListLimit": int64(c.ListLimit), "WatchBuffer": int64(c.WatchBuffer),
+		"MaxLeaseBytes": c.MaxLeaseBytes, "MaxIdleKeys": int64(c.MaxIdleKeys), "ListLimit": int64(c.ListLimit), "WatchBuffer": int64(c.WatchBuffer),
 		"WatchHistory": int64(c.WatchHistory), "ApplyStallTimeout": int64(c.ApplyStallTimeout),
 		"MaxWatchers": int64(c.MaxWatchers), "MaxWatchersPerClient": int64(c.MaxWatchersPerClient),
 		"MaxEventSubscribers": int64(c.MaxEventSubscribers), "MaxEventSubscribersPerClient": int64(c.MaxEventSubscribersPerClient),
@@ -481,17 +493,36 @@ func (c Config) httpLimits() httplimit.Limits {
 const waiterCost = 40 << 10
 
 // defaultMaxWaiters is Config.MaxWaiters' default: as many waiters as fit
-// in an eighth of the memory (GOMEMLIMIT, or the machine's when lower or
-// unset), at least 1,000.
+// in an eighth of availableMemory, at least 1,000.
 func defaultMaxWaiters() int {
-	mem := physicalMemory()
-	if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 && (mem == 0 || uint64(lim) < mem) {
-		mem = uint64(lim)
-	}
+	mem := availableMemory()
 	if mem == 0 {
 		return 10_000
 	}
 	return int(max(1_000, min(mem/8/waiterCost, 1<<30)))
+}
+
+// defaultMaxLeaseBytes is Config.MaxLeaseBytes' default: a quarter of
+// availableMemory, 1 GiB when that is unknown.
+func defaultMaxLeaseBytes() int64 {
+	mem := availableMemory()
+	if mem == 0 {
+		return 1 << 30
+	}
+	return int64(min(mem/4, math.MaxInt64))
+}
+
+// availableMemory is the memory this process may use: the lowest of the
+// machine's, its control group's limit (cgroupMemoryLimit) and
+// GOMEMLIMIT, 0 when none is known.
+func availableMemory() uint64 {
+	mem := physicalMemory()
+	for _, lim := range []uint64{cgroupMemoryLimit(), uint64(max(0, debug.SetMemoryLimit(-1)))} {
+		if lim > 0 && lim < math.MaxInt64 && (mem == 0 || lim < mem) {
+			mem = lim
+		}
+	}
+	return mem
 }
 
 func setDefault[T comparable](p *T, def T) {

@@ -78,6 +78,14 @@
 //     transitions (/v1/stats, /metrics) start at zero with each process.
 //   - Per-owner quotas count what owners say they are unless auth is on,
 //     and grants in flight are not counted.
+//   - MaxLeases and MaxLeaseBytes are checked by the leader on the state
+//     it has applied: grants in flight are not counted, and a key handed
+//     to a waiter is not refused (MaxLeaseBytes may be passed by the
+//     difference of the owners' lengths). MaxLeaseBytes counts
+//     lease.Cost, the live heap a lease was measured to take; resident
+//     memory runs up to about twice the live heap (the Go collector's
+//     headroom), and the node's bounded structures (the raft log cache,
+//     the watch history) come on top.
 //   - A node started without an initial cluster has no peers to ask: on an
 //     empty data directory it forms a new cluster of one even if members
 //     were added to it; data directories from fenced restore or earlier

@@ -50,12 +50,11 @@ func (s *Server) limitListener(ln net.Listener) *httplimit.Listener {
 	})
 }
 
-// limitRPC applies the per-request limits to the lease API: a read deadline
-// on unary bodies, and streamed messages whose length prefix exceeds
-// MaxBodyBytes refused before their payload is read.
+// limitRPC refuses streamed messages whose length prefix exceeds
+// MaxBodyBytes before their payload is read. (The body deadline is
+// handler's, for every route.)
 func (s *Server) limitRPC(h http.Handler) http.Handler {
-	h = httplimit.EnvelopeLimit(h, s.cfg.MaxBodyBytes)
-	return httplimit.BodyDeadline(h, s.cfg.BodyReadTimeout, isStreamProcedure)
+	return httplimit.EnvelopeLimit(h, s.cfg.MaxBodyBytes)
 }
 
 // isStreamProcedure reports whether r calls a streaming procedure, whose
@@ -95,7 +94,10 @@ func (s *Server) handler(peer bool) http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	served := admission.WithCallerAddr(s.httpAuth().ProtectDashboard(mux, peer), peer)
+	// The body deadline comes first, so that every body is bounded, those
+	// of calls refused before they are read included.
+	served := httplimit.BodyDeadline(admission.WithCallerAddr(s.httpAuth().ProtectDashboard(mux, peer), peer),
+		s.cfg.BodyReadTimeout, isStreamProcedure)
 	if peer {
 		// A forwarded call's answer goes back through the forwarding
 		// node, whose own handler names the cluster: the leader's would

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencedio/fenced/internal/testutil"
 )
 
 // rawConn dials the server at base (http://host:port).
@@ -175,6 +177,63 @@ func TestSlowHeadersCut(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := bufio.NewReader(c).ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("headers never finished: %v, want the connection closed", err)
+	}
+}
+
+// Every route's body is bounded by BodyReadTimeout, counted from the
+// request's start, those answered before their body is read included: a
+// call refused by MaxCallsPerClient and a path that does not exist, whose
+// clients trickle their bodies one byte at a time, are closed at the
+// deadline (net/http reads on after the answer), long before
+// ReadHeaderTimeout (10s) or the client's patience.
+func TestBodyDeadlineCoversEveryRoute(t *testing.T) {
+	s := newTestServer(t, Config{BodyReadTimeout: 2 * time.Second, MaxCallsPerClient: 1})
+	base := serveTest(t, s)
+	trickle := func(path string) (net.Conn, chan struct{}) {
+		c := rawConn(t, base)
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", path)
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				if _, err := c.Write([]byte{' '}); err != nil {
+					return
+				}
+			}
+		}()
+		t.Cleanup(func() { close(stop) })
+		return c, stop
+	}
+	trickle("/fenced.v1.LeaseService/Get") // holds the address's one call slot
+	testutil.Eventually(t, 5*time.Second, func() error {
+		if n := s.calls.PerClient.InUse("127.0.0.1"); n != 1 {
+			return fmt.Errorf("%d call slots in use, want the trickled call's", n)
+		}
+		return nil
+	})
+	for _, tc := range []struct{ path, status string }{
+		{"/fenced.v1.LeaseService/Get", "429"}, // refused: no slot left
+		{"/nowhere", "404"},
+	} {
+		c, _ := trickle(tc.path)
+		start := time.Now()
+		c.SetReadDeadline(start.Add(8 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v, want an answer", tc.path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if !strings.HasPrefix(resp.Status, tc.status) {
+			t.Errorf("%s: answered %s, want %s", tc.path, resp.Status, tc.status)
+		}
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("%s: %v after %v, want the connection closed at the body deadline", tc.path, err, time.Since(start).Round(time.Millisecond))
+		}
 	}
 }
 

@@ -174,11 +174,12 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 		cur   lease.Lease
 		held  bool
 		count int
+		bytes int64
 	)
 	term := s.readyTerm.Load()
 	s.fsm.Read(func(st *lease.State) {
 		cur, held = st.Get(c.Key)
-		count = st.Len()
+		count, bytes = st.Len(), st.Bytes()
 	})
 	if held && failpoint.Enabled(failpoint.GrantHeld) && failpoint.OneIn(16) {
 		_, _ = s.apply(ctx, lease.Command{Op: lease.OpExpire, Key: cur.Key, ID: cur.ID})
@@ -200,6 +201,10 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 	}
 	if count >= s.cfg.MaxLeases {
 		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", apierr.ErrTooManyLeases, count, s.cfg.MaxLeases)
+	}
+	if cost := lease.Cost(c.Key, c.Owner); bytes+cost > s.cfg.MaxLeaseBytes {
+		return lease.Lease{}, fmt.Errorf("%w: the server's leases count %d bytes, this one %d more (limit max-lease-bytes %d)",
+			apierr.ErrTooManyLeaseBytes, bytes, cost, s.cfg.MaxLeaseBytes)
 	}
 	if err := s.checkLeaseQuota(c.Owner, holder); err != nil {
 		return lease.Lease{}, err

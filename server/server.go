@@ -201,6 +201,11 @@ func New(cfg Config) (*Server, error) {
 			s.fsm.Read(func(st *lease.State) { n = st.Len() })
 			return n
 		},
+		LeaseBytes: func() int64 {
+			var n int64
+			s.fsm.Read(func(st *lease.State) { n = st.Bytes() })
+			return n
+		},
 		Waiters: func() int { return s.waiters.Len() },
 		Calls:   s.calls.Gate.Running,
 		Raft:    func() *raft.Raft { return s.raft },

@@ -28,6 +28,7 @@ func TestConfigFile(t *testing.T) {
 		"heartbeat-timeout": "300ms",
 		"max-body-bytes": 1024,
 		"max-leases": "77",
+		"max-lease-bytes": "64MiB",
 		"join": true,
 		"log-level": "warn",
 		"auth-file": "/etc/fenced/auth.json",
@@ -49,7 +50,7 @@ func TestConfigFile(t *testing.T) {
 	}
 	want := map[string]string{
 		"node-id": "n2", "heartbeat-timeout": "300ms", "max-body-bytes": "1024", "join": "true", "log-level": "warn",
-		"listen": "127.0.0.1:9420", "max-leases": "5", // from the command line
+		"max-lease-bytes": "64MiB", "listen": "127.0.0.1:9420", "max-leases": "5", // the last two from the command line
 		"data-dir":  "fenced-data", // in neither: the default
 		"auth-file": "/etc/fenced/auth.json", "cert-file": "/etc/fenced/tls.crt", "key-file": "/etc/fenced/tls.key",
 		"trusted-ca-file": "/etc/fenced/ca.crt", "client-cert-auth": "true", "signing-key-file": "/etc/fenced/signing.json",
@@ -114,4 +115,26 @@ func TestConfigurationGuideListsEveryFlag(t *testing.T) {
 			t.Errorf("--%s has %d rows in the configuration table of docs/configuration.md", f.Name, listed[f.Name])
 		}
 	})
+}
+
+// A byte size is a count or one with a binary suffix; anything else, a
+// negative size or one past int64 is refused and changes nothing.
+func TestByteSizeFlag(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "1000": 1000, "64MiB": 64 << 20, "1 KiB": 1 << 10, "3GiB": 3 << 30, "1536KiB": 1536 << 10} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
+		}
+	}
+	for in, want := range map[int64]string{0: "0", 1000: "1000", 64 << 20: "64MiB", 1536 << 10: "1536KiB", 1<<30 + 1: "1073741825"} {
+		if b := byteSize(in); b.String() != want {
+			t.Errorf("%d: %q, want %q", in, b.String(), want)
+		}
+	}
+	for _, in := range []string{"", "-1", "64MB", "1.5GiB", "MiB", "9999999999GiB"} {
+		b := byteSize(7)
+		if err := b.Set(in); err == nil || b != 7 {
+			t.Errorf("Set(%q): %v, value %d; want refused, 7 kept", in, err, b)
+		}
+	}
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencedio/fenced/internal/httplimit"
@@ -54,3 +57,39 @@ func registerHTTPFlags(f *pflag.FlagSet, maxHeaderBytes *int, idle, body *time.D
 	f.IntVar(maxConnsPerClient, "max-conns-per-client", 0,
 		"open connections allowed from one client IP; more are closed unanswered (0: a tenth of --max-conns, at least 64)")
 }
+
+// byteSize is a flag of bytes: a count, or one with a binary suffix (KiB,
+// MiB, GiB), as in 64MiB.
+type byteSize int64
+
+var sizeSuffixes = []struct {
+	suffix string
+	shift  uint
+}{{"KiB", 10}, {"MiB", 20}, {"GiB", 30}}
+
+func (b *byteSize) Set(s string) error {
+	num, shift := strings.TrimSpace(s), uint(0)
+	for _, u := range sizeSuffixes {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, shift = strings.TrimSpace(n), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > (1<<63-1)>>shift {
+		return fmt.Errorf("%q is not a size in bytes: a count, or one with KiB, MiB or GiB", s)
+	}
+	*b = byteSize(n << shift)
+	return nil
+}
+
+func (b *byteSize) String() string {
+	for i := len(sizeSuffixes) - 1; i >= 0; i-- {
+		if u := sizeSuffixes[i]; *b != 0 && int64(*b)%(1<<u.shift) == 0 {
+			return strconv.FormatInt(int64(*b)>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (*byteSize) Type() string { return "bytes" }

@@ -11,9 +11,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
+	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -227,6 +229,9 @@ func registerNodeFlags(f *pflag.FlagSet, cfg *server.Config, initialCluster *str
 	f.DurationVar(&cfg.MaxWait, "max-wait", server.DefaultMaxWait, "longest waitMs accepted")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted")
 	f.IntVar(&cfg.MaxLeases, "max-leases", server.DefaultMaxLeases, "refuse new leases while this many are current")
+	f.Var((*byteSize)(&cfg.MaxLeaseBytes), "max-lease-bytes",
+		"refuse new leases once the current ones would count more bytes: key + owner + "+strconv.Itoa(lease.LeaseOverhead)+
+			" each; suffixes KiB, MiB, GiB (0: a quarter of the memory, the lowest of the machine's, the cgroup's limit and GOMEMLIMIT)")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", server.DefaultSnapshotThreshold, "log entries between snapshots (also kept after one for lagging peers)")
 	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", server.DefaultSnapshotInterval, "how often the log is compared with --snapshot-threshold")
 	registerLimitFlags(f, cfg)

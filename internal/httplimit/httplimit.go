@@ -9,8 +9,11 @@
 //     and larger header lists are refused.
 //   - A keep-alive connection with no request for IdleTimeout is closed.
 //   - A request body that is not fully received within BodyTimeout of the
-//     request's start fails the read; streaming calls are exempt (their
-//     sends are bounded by the server's per-send write deadline instead).
+//     request's start fails the read, however steadily its bytes trickle
+//     in (the deadline is the body's, not each read's), and so does the
+//     read of the rest of a body that net/http makes after an answer given
+//     before the body was read; streaming calls are exempt (their sends
+//     are bounded by the server's per-send write deadline instead).
 //   - At most MaxConns connections are open at once; further connections
 //     wait in the kernel's accept queue until one closes. At most
 //     MaxConnsPerClient of them come from one IP address: a connection
@@ -374,6 +377,12 @@ func (w *closingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // for which stream returns false, and clears it once the body has been read
 // to its end, so that a handler that then waits (an acquisition waiting in
 // line) is not cut. stream may be nil: no request is a stream.
+//
+// The deadline also bounds what net/http reads of a body after the
+// handler (up to 256 KiB, to reuse the connection) when the handler
+// answered without reading it all: a refusal, a 404. Without it a client
+// trickling its body would hold the connection for as long as it cares
+// to. Wrap everything the server serves, so that no route escapes it.
 func BodyDeadline(next http.Handler, timeout time.Duration, stream func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if timeout <= 0 || r.Body == nil || r.Body == http.NoBody || (stream != nil && stream(r)) {

@@ -144,6 +144,88 @@ func TestBodyErrorClosesConnection(t *testing.T) {
 	}
 }
 
+// An HTTP/1.1 answer given before the body was read: a client that
+// trickles the rest of its body, each read making progress, is cut at the
+// body deadline, counted from the request's start, though net/http reads
+// on after the answer; a client that sends its whole body gets the answer
+// with no error while it writes. An answer after the whole body keeps the
+// connection.
+func TestEarlyAnswerBoundedByBodyDeadline(t *testing.T) {
+	l := Limits{BodyTimeout: 300 * time.Millisecond}.WithDefaults()
+	addr := serve(t, l, BodyDeadline(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/refuse":
+			http.Error(w, "refused", http.StatusTooManyRequests)
+		case "/silent": // answers nothing: net/http's 200
+		default:
+			io.Copy(io.Discard, r.Body)
+		}
+	}), l.BodyTimeout, nil))
+	// answer reads the answer on c, then, if closed, the connection's
+	// close, within 5 s: long before ReadHeaderTimeout would end a
+	// connection that took the trickle for its next request.
+	answer := func(name string, c net.Conn, closed bool) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v, want an answer", name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if !closed {
+			return
+		}
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("%s: after the answer %v, want the connection closed (EOF)", name, err)
+		}
+	}
+	for _, path := range []string{"/refuse", "/silent"} {
+		c := dialFrom(t, "127.0.0.1", addr)
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0", path)
+		stop := make(chan struct{})
+		go func() { // one byte every 50 ms: every read makes progress
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				if _, err := c.Write([]byte{'x'}); err != nil {
+					return
+				}
+			}
+		}()
+		answer("trickled "+path, c, true)
+		close(stop)
+	}
+	c := dialFrom(t, "127.0.0.1", addr)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := fmt.Fprintf(c, "POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", 200<<10, make([]byte, 200<<10))
+		wrote <- err
+	}()
+	answer("whole body refused", c, false)
+	if err := <-wrote; err != nil {
+		t.Errorf("sending a whole body the server refused early: %v", err)
+	}
+
+	c = dialFrom(t, "127.0.0.1", addr)
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		fmt.Fprint(c, "POST /read HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d after whole bodies on one connection: %v", i+1, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.Close {
+			t.Errorf("request %d: an answer after the whole body closed the connection", i+1)
+		}
+	}
+}
+
 // Shutdown closes at once a connection its client opened and never used,
 // while a request in flight on another connection still gets its answer:
 // net/http alone would hold the silent one for 5 seconds.

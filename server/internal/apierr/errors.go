@@ -21,6 +21,8 @@ var (
 	ErrInvalid = errors.New("invalid argument")
 	// ErrTooManyLeases refuses grants beyond Config.MaxLeases.
 	ErrTooManyLeases = errors.New("too many leases")
+	// ErrTooManyLeaseBytes refuses grants beyond Config.MaxLeaseBytes.
+	ErrTooManyLeaseBytes = errors.New("lease memory budget exhausted")
 	// ErrTooManyWaiters refuses waits beyond Config.MaxWaiters.
 	ErrTooManyWaiters = errors.New("too many waiting acquisitions")
 	// ErrNotReady is returned while this node cannot serve: no leader yet,
@@ -114,7 +116,7 @@ func Connect(err error) error {
 		return connect.NewError(connect.CodeUnauthenticated, err)
 	case errors.Is(err, security.ErrPermissionDenied):
 		return connect.NewError(connect.CodePermissionDenied, err)
-	case errors.Is(err, ErrTooManyLeases), errors.Is(err, ErrTooManyWaiters), errors.Is(err, admission.ErrTooManyStreams), errors.Is(err, ErrQuotaExceeded):
+	case errors.Is(err, ErrTooManyLeases), errors.Is(err, ErrTooManyLeaseBytes), errors.Is(err, ErrTooManyWaiters), errors.Is(err, admission.ErrTooManyStreams), errors.Is(err, ErrQuotaExceeded):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, ErrNotReady), errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout),

@@ -14,7 +14,7 @@
 // outcome is counted by what its error is: nil is the success label, a
 // lease.HeldError held, lease.ErrNotHeld not_found, apierr.ErrInvalid
 // invalid, anything else error; an acquisition a limit refused
-// (apierr.QuotaError, ErrTooManyLeases, ErrTooManyWaiters) counts also as
+// (apierr.QuotaError, ErrTooManyLeases, ErrTooManyLeaseBytes, ErrTooManyWaiters) counts also as
 // a refusal by that limit's flag. No label carries a key. The gauges and
 // the transition counters read the Node's functions and Transitions at
 // each scrape, and the raft gauges read 0 while the node has no raft.

@@ -29,6 +29,9 @@ type Node struct {
 	Ready func() bool
 	// Leases is the number of current leases (fenced_leases_active).
 	Leases func() int
+	// LeaseBytes is what the current leases count against
+	// --max-lease-bytes (fenced_lease_bytes).
+	LeaseBytes func() int64
 	// Waiters is the number of acquisitions waiting for a held key
 	// (fenced_waiters).
 	Waiters func() int
@@ -54,7 +57,7 @@ type Metrics struct {
 
 // limitNames are the limits fenced_limit_refusals_total counts, by the
 // flag that sets each.
-var limitNames = []string{"max-leases", "max-leases-per-owner", "max-leases-per-client", "max-waiters",
+var limitNames = []string{"max-leases", "max-lease-bytes", "max-leases-per-owner", "max-leases-per-client", "max-waiters",
 	"max-waiters-per-owner", "max-waiters-per-client", "max-calls-per-client", "max-conns-per-client", "max-watchers",
 	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client",
 	"max-leases-per-network", "max-waiters-per-network", "max-calls-per-network", "max-watchers-per-network",
@@ -72,6 +75,8 @@ func (m *Metrics) countRefusal(err error) {
 		m.Refused(q.Quota)
 	case errors.Is(err, apierr.ErrTooManyLeases):
 		m.Refused("max-leases")
+	case errors.Is(err, apierr.ErrTooManyLeaseBytes):
+		m.Refused("max-lease-bytes")
 	case errors.Is(err, apierr.ErrTooManyWaiters):
 		m.Refused("max-waiters")
 	}
@@ -137,6 +142,9 @@ func New(reg prometheus.Registerer, n Node) (*Metrics, error) {
 	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_leases_active", Help: "Current leases.",
 	}, func() float64 { return float64(n.Leases()) })
+	leaseBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fenced_lease_bytes", Help: "What the current leases count against --max-lease-bytes: key, owner and a fixed overhead each.",
+	}, func() float64 { return float64(n.LeaseBytes()) })
 	waiters := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fenced_waiters", Help: "Acquisitions waiting for a held key.",
 	}, func() float64 { return float64(n.Waiters()) })
@@ -147,7 +155,7 @@ func New(reg prometheus.Registerer, n Node) (*Metrics, error) {
 		Name: "fenced_calls_waiting", Help: "Unary API calls waiting for their turn to be worked on.",
 	}, func() float64 { _, n := n.Calls(); return float64(n) })
 	collectors := []prometheus.Collector{m.refusals, m.acquisitions, m.renewals, m.releases, expirations, takeovers,
-		tokens, m.requests, m.apply, m.fsync, leaderGauge, active, waiters, callsInProgress, callsWaiting}
+		tokens, m.requests, m.apply, m.fsync, leaderGauge, active, leaseBytes, waiters, callsInProgress, callsWaiting}
 	for _, c := range append(collectors, raftCollectors(n.Raft)...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err

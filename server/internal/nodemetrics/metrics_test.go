@@ -24,16 +24,18 @@ type fakeNode struct {
 	ready           bool
 	leases, waiters int
 	calls, waiting  int
+	leaseBytes      int64
 }
 
 func (f *fakeNode) node() Node {
 	return Node{
-		Counts:  &f.counts,
-		Ready:   func() bool { return f.ready },
-		Leases:  func() int { return f.leases },
-		Waiters: func() int { return f.waiters },
-		Calls:   func() (int, int) { return f.calls, f.waiting },
-		Raft:    func() *raft.Raft { return nil },
+		Counts:     &f.counts,
+		Ready:      func() bool { return f.ready },
+		Leases:     func() int { return f.leases },
+		LeaseBytes: func() int64 { return f.leaseBytes },
+		Waiters:    func() int { return f.waiters },
+		Calls:      func() (int, int) { return f.calls, f.waiting },
+		Raft:       func() *raft.Raft { return nil },
 	}
 }
 
@@ -108,6 +110,7 @@ var served = []string{
 	`fenced_calls_waiting GAUGE "Unary API calls waiting for their turn to be worked on." []`,
 	`fenced_expirations_total COUNTER "Leases expired by the leader." []`,
 	`fenced_is_leader GAUGE "1 while this node is the leader and serving acquisitions." []`,
+	`fenced_lease_bytes GAUGE "What the current leases count against --max-lease-bytes: key, owner and a fixed overhead each." []`,
 	`fenced_leases_active GAUGE "Current leases." []`,
 	`fenced_limit_refusals_total COUNTER "Requests and connections refused by a limit, by the flag that sets it." [limit]`,
 	`fenced_raft_applied_index GAUGE "Index of the last log entry applied to the lease state machine." []`,
