@@ -59,7 +59,7 @@ func LimitCalls(h http.Handler, limits CallLimits, stream func(*http.Request) bo
 		}
 		if !ok {
 			if r.ProtoMajor == 1 {
-				// Else net/http reads the unread body before answering.
+				// Else net/http reads the unread body after the answer, to reuse the connection.
 				w.Header().Set("Connection", "close")
 			}
 			why.Used = n
