@@ -126,7 +126,7 @@ type Config struct {
 	// a network of its own.
 	ClientNetworkV4, ClientNetworkV6 int
 	// NetworkShare sizes the shares of a client network: on top of each
-	// share of one client address (MaxCallsPerClient, MaxWaitersPerClient,
+	// share of one client address (MaxConnsPerClient, MaxCallsPerClient, MaxWaitersPerClient,
 	// MaxLeasesPerClient, MaxWatchersPerClient,
 	// MaxEventSubscribersPerClient), a network may take NetworkShare
 	// times as much (no more than the whole); beyond it calls are refused

@@ -44,9 +44,15 @@ func (s *Server) httpErrorLog() *log.Logger {
 // limitListener caps the API's open connections (Config.MaxConns and
 // MaxConnsPerClient).
 func (s *Server) limitListener(ln net.Listener) *httplimit.Listener {
-	return s.cfg.httpLimits().Listener(admission.BufferedListener{Listener: ln}, func(c net.Conn) {
+	perNetwork := s.cfg.networkShare(s.cfg.MaxConnsPerClient, s.cfg.MaxConns)
+	return s.cfg.httpLimits().Listener(admission.BufferedListener{Listener: ln}, s.calls.Networks.Of, perNetwork, func(c net.Conn, network string) {
+		if network != "" {
+			s.metrics.Refused("max-conns-per-network")
+			s.refusedConns.Log(s.log, network, true, perNetwork)
+			return
+		}
 		s.metrics.Refused("max-conns-per-client")
-		s.refusedConns.Log(s.log, admission.ClientIP(c.RemoteAddr().String()), s.cfg.MaxConnsPerClient)
+		s.refusedConns.Log(s.log, admission.ClientIP(c.RemoteAddr().String()), false, s.cfg.MaxConnsPerClient)
 	})
 }
 

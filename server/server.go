@@ -148,7 +148,8 @@ type Server struct {
 	// calls admits the unary calls: per client address and network, and
 	// in turns by network (limitCalls).
 	calls admission.CallLimits
-	// refusedConns logs the connections closed by MaxConnsPerClient.
+	// refusedConns logs the connections closed by MaxConnsPerClient and
+	// its network's share.
 	refusedConns admission.RefusalLog
 }
 

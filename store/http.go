@@ -383,7 +383,7 @@ func (s *Store) Serve(ctx context.Context, ln net.Listener) error {
 	srv := limits.Server(httplimit.BodyDeadline(s.Handler(), limits.BodyTimeout, nil))
 	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)
 	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
-	limited := limits.Listener(ln, nil)
+	limited := limits.Listener(ln, nil, 0, nil)
 	srv.RegisterOnShutdown(limited.CloseSilent)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(limited) }()

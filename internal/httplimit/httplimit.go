@@ -16,8 +16,9 @@
 //     are bounded by the server's per-send write deadline instead).
 //   - At most MaxConns connections are open at once; further connections
 //     wait in the kernel's accept queue until one closes. At most
-//     MaxConnsPerClient of them come from one IP address: a connection
-//     beyond that is closed as soon as it is accepted, so that one client
+//     MaxConnsPerClient of them come from one IP address, and at most
+//     so many from one network when networks are counted: a connection beyond
+//     either is closed as soon as it is accepted, so that one client
 //     cannot keep the others waiting.
 //   - A gRPC or Connect-streaming message whose length prefix exceeds
 //     MaxMessageBytes fails the read right after its 5-byte prefix, before
@@ -142,26 +143,32 @@ func (l Limits) Server(h http.Handler) *http.Server {
 }
 
 // Listener returns ln limited to MaxConns open connections, at most
-// MaxConnsPerClient of them from one IP address (call WithDefaults first).
-// Accept waits while MaxConns accepted connections are still open; a
-// connection from an address that already has MaxConnsPerClient open is
-// closed at once and handed to refused (which may be nil), not returned.
-func (l Limits) Listener(ln net.Listener, refused func(net.Conn)) *Listener {
+// MaxConnsPerClient of them from one IP address (call WithDefaults first),
+// and at most perNetwork from one network when network, which names an
+// address's network, is set. Accept waits while MaxConns accepted
+// connections are still open; a connection from an address or a network
+// that already has its limit open is closed at once and handed to refused
+// (which may be nil) with the network's name when the network's limit
+// refused it ("" for the address's), not returned.
+func (l Limits) Listener(ln net.Listener, network func(ip string) string, perNetwork int, refused func(c net.Conn, network string)) *Listener {
 	return &Listener{Listener: ln, sem: make(chan struct{}, max(1, l.MaxConns)), perClient: l.MaxConnsPerClient,
+		network: network, perNetwork: perNetwork,
 		byIP: make(map[string]int), open: make(map[*limitConn]struct{}), refused: refused, done: make(chan struct{})}
 }
 
 // Listener is a net.Listener with the connection limits of Limits.
 type Listener struct {
 	net.Listener
-	sem       chan struct{}
-	perClient int
-	refused   func(net.Conn)
-	closeOnce sync.Once
-	done      chan struct{}
+	sem        chan struct{}
+	perClient  int
+	network    func(ip string) string
+	perNetwork int
+	refused    func(net.Conn, string)
+	closeOnce  sync.Once
+	done       chan struct{}
 
 	mu   sync.Mutex
-	byIP map[string]int
+	byIP map[string]int // by address and by network: a network's name has a '/', an address none
 	open map[*limitConn]struct{}
 }
 
@@ -178,11 +185,16 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		lc := &limitConn{Conn: c, ip: remoteIP(c), l: l}
-		if !l.take(lc) {
+		if l.network != nil {
+			if lc.network = l.network(lc.ip); lc.network == lc.ip {
+				lc.network = "" // not an IP address: the address is all there is
+			}
+		}
+		if ok, network := l.take(lc); !ok {
 			c.Close()
 			<-l.sem
 			if l.refused != nil {
-				l.refused(c)
+				l.refused(c, network)
 			}
 			continue
 		}
@@ -190,24 +202,35 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// take counts c, unless its IP address has perClient open.
-func (l *Listener) take(c *limitConn) bool {
+// take counts c, unless its IP address has perClient open or its network
+// perNetwork (then named).
+func (l *Listener) take(c *limitConn) (bool, string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.perClient > 0 && l.byIP[c.ip] >= l.perClient {
-		return false
+		return false, ""
+	}
+	if c.network != "" && l.perNetwork > 0 && l.byIP[c.network] >= l.perNetwork {
+		return false, c.network
 	}
 	l.byIP[c.ip]++
+	if c.network != "" {
+		l.byIP[c.network]++
+	}
 	l.open[c] = struct{}{}
-	return true
+	return true, ""
 }
 
 func (l *Listener) give(c *limitConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.open, c)
-	if l.byIP[c.ip]--; l.byIP[c.ip] <= 0 {
-		delete(l.byIP, c.ip)
+	for _, k := range [...]string{c.ip, c.network} {
+		if k != "" {
+			if l.byIP[k]--; l.byIP[k] <= 0 {
+				delete(l.byIP, k)
+			}
+		}
 	}
 	<-l.sem
 }
@@ -241,10 +264,11 @@ func (l *Listener) Close() error {
 
 type limitConn struct {
 	net.Conn
-	ip    string
-	l     *Listener
-	heard atomic.Bool // a byte has been received
-	once  sync.Once
+	ip      string
+	network string // "" when not counted by network
+	l       *Listener
+	heard   atomic.Bool // a byte has been received
+	once    sync.Once
 }
 
 func (c *limitConn) Read(p []byte) (int, error) {

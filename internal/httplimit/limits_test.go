@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -51,7 +52,7 @@ func serve(t *testing.T, l Limits, h http.Handler) string {
 		t.Fatal(err)
 	}
 	srv := l.Server(h)
-	go srv.Serve(l.Listener(ln, nil))
+	go srv.Serve(l.Listener(ln, nil, 0, nil))
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
 }
@@ -107,6 +108,37 @@ func TestConnsPerClient(t *testing.T) {
 			t.Fatalf("a connection once one of the address's closed: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond) // the server sees the close when it reads
+	}
+}
+
+// A network holding its share of connections gets no more, from any of
+// its addresses, and refused is told the network; another network is
+// still served.
+func TestConnsPerNetwork(t *testing.T) {
+	l := Limits{MaxConns: 10, MaxConnsPerClient: 2}.WithDefaults()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan string, 1)
+	srv := l.Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	network := func(ip string) string { return ip[:strings.LastIndexByte(ip, '.')] + ".0/24" }
+	go srv.Serve(l.Listener(ln, network, 3, func(_ net.Conn, network string) { refused <- network }))
+	t.Cleanup(func() { srv.Close() })
+	addr := ln.Addr().String()
+	for _, ip := range []string{"127.0.0.2", "127.0.0.2", "127.0.0.3"} {
+		if _, err := get(dialFrom(t, ip, addr), 5*time.Second); err != nil {
+			t.Fatalf("connection from %s within the limits: %v", ip, err)
+		}
+	}
+	if _, err := get(dialFrom(t, "127.0.0.4", addr), 5*time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a fourth connection from the network: %v, want it closed unanswered", err)
+	}
+	if got := <-refused; got != "127.0.0.0/24" {
+		t.Errorf("refused told %q, want the network 127.0.0.0/24", got)
+	}
+	if _, err := get(dialFrom(t, "127.0.1.2", addr), 5*time.Second); err != nil {
+		t.Fatalf("a connection from another network: %v", err)
 	}
 }
 
@@ -239,7 +271,7 @@ func TestShutdownClosesSilentConnections(t *testing.T) {
 			io.WriteString(w, "answered")
 		}))
 		pipes := &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-		ln := l.Listener(pipes, nil)
+		ln := l.Listener(pipes, nil, 0, nil)
 		srv.RegisterOnShutdown(ln.CloseSilent)
 		go srv.Serve(ln)
 		busy, silent := pipes.dial(), pipes.dial()

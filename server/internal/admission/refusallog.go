@@ -19,10 +19,10 @@ type RefusalLog struct {
 // RefusalLogEvery is the least time between two records of a RefusalLog.
 const RefusalLogEvery = 10 * time.Second
 
-// Log records that a connection from addr was refused under the
-// per-client limit of limit connections, unless a record was written less
-// than RefusalLogEvery ago.
-func (r *RefusalLog) Log(log *slog.Logger, addr string, limit int) {
+// Log records that a connection from addr (an address, or a network
+// when network is set) was refused under its limit of connections, unless
+// a record was written less than RefusalLogEvery ago.
+func (r *RefusalLog) Log(log *slog.Logger, addr string, network bool, limit int) {
 	r.mu.Lock()
 	now := time.Now()
 	if now.Sub(r.last) < RefusalLogEvery {
@@ -33,6 +33,10 @@ func (r *RefusalLog) Log(log *slog.Logger, addr string, limit int) {
 	skipped := r.skipped
 	r.last, r.skipped = now, 0
 	r.mu.Unlock()
-	log.Warn("connection refused: too many open from its address", "limit", "max-conns-per-client",
+	msg, flag := "connection refused: too many open from its address", "max-conns-per-client"
+	if network {
+		msg, flag = "connection refused: too many open from its network", "max-conns-per-network"
+	}
+	log.Warn(msg, "limit", flag,
 		"client", addr, "max", limit, "refused_since_last_record", skipped)
 }

@@ -22,12 +22,12 @@ func TestRefusalLogThrottles(t *testing.T) {
 		}}))
 		var r RefusalLog
 		for range 3 {
-			r.Log(log, "192.0.2.9", 4)
+			r.Log(log, "192.0.2.9", false, 4)
 		}
 		time.Sleep(RefusalLogEvery - time.Nanosecond)
-		r.Log(log, "192.0.2.9", 4)
+		r.Log(log, "192.0.2.9", false, 4)
 		time.Sleep(time.Nanosecond)
-		r.Log(log, "192.0.2.10", 4)
+		r.Log(log, "192.0.2.10", false, 4)
 		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 		if len(lines) != 2 {
 			t.Fatalf("%d records, want 2:\n%s", len(lines), buf.String())

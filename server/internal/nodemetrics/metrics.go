@@ -61,7 +61,7 @@ var limitNames = []string{"max-leases", "max-lease-bytes", "max-leases-per-owner
 	"max-waiters-per-owner", "max-waiters-per-client", "max-calls-per-client", "max-conns-per-client", "max-watchers",
 	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client",
 	"max-leases-per-network", "max-waiters-per-network", "max-calls-per-network", "max-watchers-per-network",
-	"max-event-subscribers-per-network"}
+	"max-event-subscribers-per-network", "max-conns-per-network"}
 
 // Refused counts a refusal by the limit named (one of limitNames).
 func (m *Metrics) Refused(limit string) { m.refusals.WithLabelValues(limit).Inc() }
