@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencedio/fenced/internal/testenv"
+	"github.com/fencedio/fenced/server"
+)
+
+// TestAbuseSlowStreams opens, beside a well-behaved client that acquires
+// and releases in a loop, 200 Watch streams (half over HTTP/1.1, half over
+// HTTP/2 without TLS) from 127.0.0.2 and 100 dashboard event streams
+// (/v1/events, the same mix) from 127.0.0.3 whose clients never read a
+// byte of their connections, against a fenced with its default limits. The
+// HTTP/2 clients grant the server the largest flow-control windows there
+// are, so that only the server's own bounds hold it back. After
+// slowStreamsFor it reads each stream to its end, within 3 s: a stream the
+// server cut ends (or its connection closes) with RESYNC (Watch) or
+// "resync" (dashboard) as its last message. It logs how many the server
+// cut, its resident memory, and the well-behaved client's Acquires a second
+// quiet and beside the streams; it fails when a stream was not cut, or was
+// cut without RESYNC last, or when the well-behaved client got an error.
+// Its rate is logged, not asserted.
+func TestAbuseSlowStreams(t *testing.T) {
+	testenv.SkipUnlessLong(t)
+	bin := buildFenced(t)
+	dir := t.TempDir()
+	p := startFenced(t, bin, filepath.Join(dir, "data"), filepath.Join(dir, "fenced.log"), "--log-level", "error")
+
+	quiet, quietRate := wellBehavedFor(t, p.url, 10*time.Second)
+	base := residentMiB(p)
+
+	const h1Watchers, h2Watchers, h1Dashboards, h2Dashboards, perH2Conn = 100, 100, 50, 50, 25
+	var streams []slowStream
+	for range h1Watchers {
+		streams = append(streams, slowH1(t, "127.0.0.2", p.url, watchRequestH1()))
+	}
+	for range h1Dashboards {
+		streams = append(streams, slowH1(t, "127.0.0.3", p.url, "GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n"))
+	}
+	streams = append(streams, slowH2(t, "127.0.0.2", p.url, h2Watchers, perH2Conn, true)...)
+	streams = append(streams, slowH2(t, "127.0.0.3", p.url, h2Dashboards, perH2Conn, false)...)
+
+	abused, abusedRate := wellBehavedFor(t, p.url, slowStreamsFor)
+	rss := residentMiB(p)
+
+	var wg sync.WaitGroup
+	results := make([]slowResult, len(streams))
+	for i, s := range streams {
+		wg.Go(func() { results[i] = s.drain(3 * time.Second) })
+	}
+	wg.Wait()
+	var cut, resyncLast int
+	var notCut, noResync []string
+	for i, r := range results {
+		if r.ended {
+			cut++
+		} else {
+			notCut = append(notCut, streams[i].name())
+		}
+		if r.resyncLast {
+			resyncLast++
+		} else if r.ended {
+			noResync = append(noResync, fmt.Sprintf("%s (last message %.80q, %d bytes)", streams[i].name(), r.last, r.bytes))
+		}
+	}
+	t.Logf("%d slow streams (%d Watch over HTTP/1.1, %d over HTTP/2; %d dashboards over HTTP/1.1, %d over HTTP/2) for %v: %d cut by the server, %d of them with RESYNC last",
+		len(streams), h1Watchers, h2Watchers, h1Dashboards, h2Dashboards, slowStreamsFor, cut, resyncLast)
+	t.Logf("server RSS %d MiB before the streams, %d MiB with them (%.1f KiB a stream)", base, rss, float64((rss-base)<<10)/float64(len(streams)))
+	t.Logf("well-behaved quiet: %.0f Acquires/s, %v", quietRate, quiet)
+	t.Logf("well-behaved beside the slow streams: %.0f Acquires/s (%.0f%% of quiet), %v", abusedRate, 100*abusedRate/quietRate, abused)
+	quiet.check(t)
+	abused.check(t)
+	if len(notCut) > 0 {
+		t.Errorf("%d of %d streams that never read were not cut within %v (StreamWriteTimeout %v): %s",
+			len(notCut), len(streams), slowStreamsFor, server.DefaultStreamWriteTimeout, strings.Join(notCut[:min(5, len(notCut))], ", "))
+	}
+	if len(noResync) > 0 {
+		t.Errorf("%d streams were cut without RESYNC as their last message: %s", len(noResync), strings.Join(noResync[:min(5, len(noResync))], "; "))
+	}
+}
+
+// slowStreamsFor is how long the slow streams stay unread.
+const slowStreamsFor = 40 * time.Second
+
+// wellBehavedFor runs the well-behaved client for d and returns its result
+// and its Acquires a second.
+func wellBehavedFor(t *testing.T, url string, d time.Duration) (wellBehavedResult, float64) {
+	start := time.Now()
+	g := runWellBehaved(t, url)
+	time.Sleep(d) // the sample
+	res := g.stop(t)
+	return res, float64(res.Acquires) / time.Since(start).Seconds()
+}
+
+// slowStream is a stream whose client has not read anything yet.
+type slowStream interface {
+	name() string
+	// drain reads the stream until it ends, or for at most d.
+	drain(d time.Duration) slowResult
+}
+
+type slowResult struct {
+	ended      bool   // the server ended the stream or closed its connection
+	resyncLast bool   // its last message is RESYNC (Watch) or "resync" (dashboard)
+	last       string // its last message
+	bytes      int    // the bytes of the stream's body read
+}
+
+// watchRequestH1 is a Connect Watch call of every key over HTTP/1.1.
+func watchRequestH1() string {
+	env := watchEnvelope()
+	return fmt.Sprintf("POST /fenced.v1.LeaseService/Watch HTTP/1.1\r\nHost: x\r\nContent-Type: application/connect+json\r\nContent-Length: %d\r\n\r\n%s", len(env), env)
+}
+
+// watchEnvelope is the Connect envelope of a Watch request of every key.
+func watchEnvelope() string {
+	const msg = `{"prefix":""}`
+	return string(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))) + msg
+}
+
+// h1Stream is a stream over an HTTP/1.1 connection of its own.
+type h1Stream struct {
+	c     net.Conn
+	watch bool
+}
+
+// slowH1 opens a connection from ip to url's host and sends req on it.
+func slowH1(t *testing.T, ip, url, req string) *h1Stream {
+	c, _ := dialFrom(t, ip, url)
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	return &h1Stream{c: c, watch: strings.HasPrefix(req, "POST")}
+}
+
+func (s *h1Stream) name() string {
+	if s.watch {
+		return "Watch over HTTP/1.1 from " + s.c.LocalAddr().String()
+	}
+	return "dashboard over HTTP/1.1 from " + s.c.LocalAddr().String()
+}
+
+func (s *h1Stream) drain(d time.Duration) slowResult {
+	s.c.SetReadDeadline(time.Now().Add(d))
+	resp, err := http.ReadResponse(bufio.NewReader(s.c), nil)
+	if err != nil {
+		return slowResult{ended: !isTimeout(err), last: err.Error()}
+	}
+	body, err := io.ReadAll(resp.Body)
+	// A body cut short (unexpected EOF, reset) ended too; only the read
+	// deadline means the stream is still open.
+	r := slowResult{ended: err == nil || !isTimeout(err), bytes: len(body)}
+	r.last, r.resyncLast = lastMessage(body, s.watch)
+	return r
+}
+
+// h2Stream is one stream of an HTTP/2 connection shared with others.
+type h2Stream struct {
+	conn  *h2Conn
+	id    uint32
+	watch bool
+}
+
+// h2Conn is an HTTP/2 connection without TLS whose client grants the
+// largest windows and reads nothing until drained.
+type h2Conn struct {
+	c      net.Conn
+	once   sync.Once
+	data   map[uint32]*bytes.Buffer
+	ended  map[uint32]bool
+	closed bool // EOF, reset or GOAWAY
+}
+
+// slowH2 opens n streams from ip to url's host, perConn per connection:
+// Watch calls of every key (watch) or dashboard event streams.
+func slowH2(t *testing.T, ip, url string, n, perConn int, watch bool) []slowStream {
+	var streams []slowStream
+	for n > 0 {
+		c, _ := dialFrom(t, ip, url)
+		conn := &h2Conn{c: c, data: map[uint32]*bytes.Buffer{}, ended: map[uint32]bool{}}
+		var out bytes.Buffer
+		out.WriteString("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+		// SETTINGS: INITIAL_WINDOW_SIZE 2^31-1; then the connection's
+		// window to 2^31-1 too.
+		writeFrame(&out, 0x4, 0, 0, []byte{0, 4, 0x7f, 0xff, 0xff, 0xff})
+		writeFrame(&out, 0x8, 0, 0, binary.BigEndian.AppendUint32(nil, 1<<31-1-65535))
+		for i := range min(n, perConn) {
+			id := uint32(2*i + 1)
+			var hdr []byte
+			if watch {
+				hdr = hpackLiterals(":method", "POST", ":scheme", "http", ":authority", "x",
+					":path", "/fenced.v1.LeaseService/Watch", "content-type", "application/connect+json")
+				writeFrame(&out, 0x1, 0x4, id, hdr)                     // HEADERS, END_HEADERS
+				writeFrame(&out, 0x0, 0x1, id, []byte(watchEnvelope())) // DATA, END_STREAM
+			} else {
+				hdr = hpackLiterals(":method", "GET", ":scheme", "http", ":authority", "x", ":path", "/v1/events")
+				writeFrame(&out, 0x1, 0x5, id, hdr) // HEADERS, END_HEADERS|END_STREAM
+			}
+			conn.data[id] = new(bytes.Buffer)
+			streams = append(streams, &h2Stream{conn: conn, id: id, watch: watch})
+		}
+		if _, err := c.Write(out.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		n -= perConn
+	}
+	return streams
+}
+
+func writeFrame(w *bytes.Buffer, typ, flags byte, stream uint32, payload []byte) {
+	w.Write([]byte{byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload)), typ, flags})
+	w.Write(binary.BigEndian.AppendUint32(nil, stream))
+	w.Write(payload)
+}
+
+// hpackLiterals encodes name, value pairs as HPACK literals without
+// indexing, with new names and no Huffman coding (each under 127 bytes).
+func hpackLiterals(kv ...string) []byte {
+	var b []byte
+	for i := 0; i < len(kv); i += 2 {
+		b = append(b, 0, byte(len(kv[i])))
+		b = append(b, kv[i]...)
+		b = append(b, byte(len(kv[i+1])))
+		b = append(b, kv[i+1]...)
+	}
+	return b
+}
+
+func (s *h2Stream) name() string {
+	kind := "dashboard"
+	if s.watch {
+		kind = "Watch"
+	}
+	return fmt.Sprintf("%s over HTTP/2 from %v, stream %d", kind, s.conn.c.LocalAddr(), s.id)
+}
+
+func (s *h2Stream) drain(d time.Duration) slowResult {
+	s.conn.once.Do(func() { s.conn.read(d) })
+	body := s.conn.data[s.id].Bytes()
+	r := slowResult{ended: s.conn.ended[s.id] || s.conn.closed, bytes: len(body)}
+	r.last, r.resyncLast = lastMessage(body, s.watch)
+	return r
+}
+
+// read reads the connection's frames for d, or until it closes or every
+// stream ended, keeping each stream's DATA.
+func (c *h2Conn) read(d time.Duration) {
+	c.c.SetReadDeadline(time.Now().Add(d))
+	br := bufio.NewReader(c.c)
+	var hdr [9]byte
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			c.closed = !isTimeout(err)
+			return
+		}
+		n := int(hdr[0])<<16 | int(hdr[1])<<8 | int(hdr[2])
+		typ, flags, id := hdr[3], hdr[4], binary.BigEndian.Uint32(hdr[5:])&(1<<31-1)
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(br, payload); err != nil {
+			c.closed = !isTimeout(err)
+			return
+		}
+		switch typ {
+		case 0x0: // DATA
+			if flags&0x8 != 0 { // PADDED
+				payload = payload[1 : len(payload)-int(payload[0])]
+			}
+			if b := c.data[id]; b != nil {
+				b.Write(payload)
+			}
+			c.ended[id] = c.ended[id] || flags&0x1 != 0
+		case 0x1: // HEADERS (trailers end a stream too)
+			c.ended[id] = c.ended[id] || flags&0x1 != 0
+		case 0x3: // RST_STREAM
+			c.ended[id] = true
+		case 0x7: // GOAWAY
+			c.closed = true
+			return
+		}
+	}
+}
+
+// lastMessage returns the last message of a stream's body and whether it
+// is RESYNC: of a Watch, the last Connect envelope that is not the end of
+// the stream; of a dashboard, the last server-sent event.
+func lastMessage(body []byte, watch bool) (string, bool) {
+	if !watch {
+		var last string
+		for ev := range strings.SplitSeq(string(body), "\n\n") {
+			if strings.HasPrefix(ev, "event:") {
+				last = ev
+			}
+		}
+		return last, strings.HasPrefix(last, "event: resync\n")
+	}
+	var last string
+	for len(body) >= 5 {
+		n := int(binary.BigEndian.Uint32(body[1:5]))
+		if len(body) < 5+n {
+			break // cut in the middle of a message
+		}
+		if body[0]&0x2 == 0 {
+			last = string(body[5 : 5+n])
+		}
+		body = body[5+n:]
+	}
+	return last, strings.Contains(last, `"type":"RESYNC"`)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
