@@ -64,20 +64,35 @@ func TestAbuseSlowStreams(t *testing.T) {
 	wg.Wait()
 	var cut, resyncLast int
 	var notCut, noResync []string
+	type tally struct{ n, cut, resyncLast int }
+	var kinds []string
+	byKind := map[string]*tally{}
 	for i, r := range results {
+		kind := streams[i].kind()
+		if byKind[kind] == nil {
+			byKind[kind] = &tally{}
+			kinds = append(kinds, kind)
+		}
+		k := byKind[kind]
+		k.n++
 		if r.ended {
 			cut++
+			k.cut++
 		} else {
 			notCut = append(notCut, streams[i].name())
 		}
 		if r.resyncLast {
 			resyncLast++
+			k.resyncLast++
 		} else if r.ended {
 			noResync = append(noResync, fmt.Sprintf("%s (last message %.80q, %d bytes)", streams[i].name(), r.last, r.bytes))
 		}
 	}
-	t.Logf("%d slow streams (%d Watch over HTTP/1.1, %d over HTTP/2; %d dashboards over HTTP/1.1, %d over HTTP/2) for %v: %d cut by the server, %d of them with RESYNC last",
-		len(streams), h1Watchers, h2Watchers, h1Dashboards, h2Dashboards, slowStreamsFor, cut, resyncLast)
+	t.Logf("%d slow streams for %v: %d cut by the server, %d of them with RESYNC last", len(streams), slowStreamsFor, cut, resyncLast)
+	for _, kind := range kinds {
+		k := byKind[kind]
+		t.Logf("  %s: %d, %d cut, %d with RESYNC last", kind, k.n, k.cut, k.resyncLast)
+	}
 	t.Logf("server RSS %d MiB before the streams, %d MiB with them (%.1f KiB a stream)", base, rss, float64((rss-base)<<10)/float64(len(streams)))
 	t.Logf("well-behaved quiet: %.0f Acquires/s, %v", quietRate, quiet)
 	t.Logf("well-behaved beside the slow streams: %.0f Acquires/s (%.0f%% of quiet), %v", abusedRate, 100*abusedRate/quietRate, abused)
@@ -107,6 +122,7 @@ func wellBehavedFor(t *testing.T, url string, d time.Duration) (wellBehavedResul
 
 // slowStream is a stream whose client has not read anything yet.
 type slowStream interface {
+	kind() string // what stream, over which protocol
 	name() string
 	// drain reads the stream until it ends, or for at most d.
 	drain(d time.Duration) slowResult
@@ -146,12 +162,14 @@ func slowH1(t *testing.T, ip, url, req string) *h1Stream {
 	return &h1Stream{c: c, watch: strings.HasPrefix(req, "POST")}
 }
 
-func (s *h1Stream) name() string {
+func (s *h1Stream) kind() string {
 	if s.watch {
-		return "Watch over HTTP/1.1 from " + s.c.LocalAddr().String()
+		return "Watch over HTTP/1.1"
 	}
-	return "dashboard over HTTP/1.1 from " + s.c.LocalAddr().String()
+	return "dashboard over HTTP/1.1"
 }
+
+func (s *h1Stream) name() string { return s.kind() + " from " + s.c.LocalAddr().String() }
 
 func (s *h1Stream) drain(d time.Duration) slowResult {
 	s.c.SetReadDeadline(time.Now().Add(d))
@@ -239,12 +257,15 @@ func hpackLiterals(kv ...string) []byte {
 	return b
 }
 
-func (s *h2Stream) name() string {
-	kind := "dashboard"
+func (s *h2Stream) kind() string {
 	if s.watch {
-		kind = "Watch"
+		return "Watch over HTTP/2"
 	}
-	return fmt.Sprintf("%s over HTTP/2 from %v, stream %d", kind, s.conn.c.LocalAddr(), s.id)
+	return "dashboard over HTTP/2"
+}
+
+func (s *h2Stream) name() string {
+	return fmt.Sprintf("%s from %v, stream %d", s.kind(), s.conn.c.LocalAddr(), s.id)
 }
 
 func (s *h2Stream) drain(d time.Duration) slowResult {
