@@ -193,6 +193,16 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		after = v.State.Revision()
 	}
 	sendAll, resync := v.watchSenders(ctx, req, stream, &after)
+	// end ends the stream after err; a watcher that has left too much
+	// unacknowledged (streamwrite.ErrBehind) is sent RESYNC, last, while
+	// there is still room for it.
+	end := func(err error) error {
+		if !errors.Is(err, streamwrite.ErrBehind) {
+			return err
+		}
+		after = v.State.Revision()
+		return resync()
+	}
 	if req.Msg.GetRejections() {
 		defer v.Relay.Join()()
 	}
@@ -207,7 +217,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	}
 	if len(replay) > 0 {
 		if err := sendAll(nil, replay); err != nil {
-			return err
+			return end(err)
 		}
 	}
 	for {
@@ -216,13 +226,13 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			return nil
 		case <-sub.Ready():
 			if err := sendAll(sub, nil); err != nil {
-				return err
+				return end(err)
 			}
 		case <-sub.Lost():
 			// Fell behind: deliver what was queued, then say so and start
 			// again from now.
 			if err := sendAll(sub, nil); err != nil {
-				return err
+				return end(err)
 			}
 			// The RESYNC's revision is the new start: the transitions
 			// up to it that are still undispatched are not sent after it.
@@ -238,7 +248,8 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 
 // watchSenders returns a Watch stream's senders: sendAll sends the events
 // queued for sub (taken once a fan-out slot is free), or replay when sub
-// is nil, and resync a RESYNC event.
+// is nil, or returns streamwrite.ErrBehind once the watcher has left more
+// than its bound unacknowledged; resync sends a RESYNC event.
 func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse],
 	after *uint64,
 ) (sendAll func(sub *fanout.Subscription, replay []*fanout.Event) error, resync func() error) {
@@ -280,13 +291,18 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 			defer sub.Recycle(taken)
 		}
 		evs := slices.DeleteFunc(taken, func(ev *fanout.Event) bool { return !ev.IsRejection() && ev.Revision <= *after })
-		if !sent && len(evs) > 0 {
-			if err := send(evs[0].Message(*after), len(evs) > 1); err != nil {
-				return err
-			}
-			evs = evs[1:]
+		if len(evs) == 0 {
+			return nil
 		}
-		return batch(evs, func(ev *fanout.Event, more bool) error { return send(ev.Message(*after), more) })
+		return ctl.Send(func() error {
+			if !sent {
+				if err := send(evs[0].Message(*after), len(evs) > 1); err != nil {
+					return err
+				}
+				evs = evs[1:]
+			}
+			return batch(evs, func(ev *fanout.Event, more bool) error { return send(ev.Message(*after), more) })
+		})
 	}
 	return sendAll, resync
 }

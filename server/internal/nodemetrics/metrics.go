@@ -53,7 +53,7 @@ type Metrics struct {
 // flag that sets each.
 var limitNames = []string{"max-leases", "max-leases-per-owner", "max-leases-per-client", "max-waiters",
 	"max-waiters-per-owner", "max-waiters-per-client", "max-calls-per-client", "max-conns-per-client", "max-watchers",
-	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client"}
+	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client", "stream-unacked-bytes"}
 
 // Refused counts a refusal by the limit named (one of limitNames).
 func (m *Metrics) Refused(limit string) { m.refusals.WithLabelValues(limit).Inc() }

@@ -14,6 +14,7 @@ type Control struct {
 	w  *batchingWriter
 	// deadline is the write deadline last set; zero when none is.
 	deadline time.Time
+	unacked  *Unacked
 }
 
 // batchingWriter skips Flush while hold is set. connect flushes after every
@@ -35,15 +36,16 @@ func (b *batchingWriter) Flush() {
 func (b *batchingWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
 // Wrap gives the requests for which stream reports true a Control through
-// their context. Other requests pass through untouched.
-func Wrap(next http.Handler, stream func(*http.Request) bool) http.Handler {
+// their context, bounded to maxUnacked bytes unacknowledged (NewUnacked,
+// which calls exceeded). Other requests pass through untouched.
+func Wrap(next http.Handler, stream func(*http.Request) bool, maxUnacked int, exceeded func()) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !stream(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		bw := &batchingWriter{ResponseWriter: w}
-		ctl := &Control{rc: http.NewResponseController(w), w: bw}
+		ctl := &Control{rc: http.NewResponseController(w), w: bw, unacked: NewUnacked(r.Context(), maxUnacked, exceeded)}
 		next.ServeHTTP(bw, r.WithContext(context.WithValue(r.Context(), controlKey{}, ctl)))
 	})
 }
@@ -63,6 +65,16 @@ func (c *Control) BeforeSend(timeout time.Duration, more bool) {
 	}
 	c.armDeadline(timeout)
 	c.w.hold = more
+}
+
+// Send calls write within the stream's bound on unacknowledged bytes
+// (Unacked.Send): past it, it returns ErrBehind. On a nil Control it
+// just calls write.
+func (c *Control) Send(write func() error) error {
+	if c == nil {
+		return write()
+	}
+	return c.unacked.Send(write)
 }
 
 // armDeadline moves the write deadline to timeout from now when less than
