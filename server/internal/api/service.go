@@ -258,21 +258,29 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 	// A batch of queued events is flushed once, after its last event.
 	ctl := streamwrite.From(ctx)
 	sent := false // connect has sent the headers
-	send := func(m *fencedv1.WatchResponse, more bool) error {
+	// Events go out within the watcher's bound on unacknowledged bytes
+	// (ctl.Send); RESYNC, the last message when it is exceeded, goes
+	// out regardless.
+	sendAny := func(m *fencedv1.WatchResponse, more bool) error {
 		ctl.BeforeSend(v.StreamWriteTimeout, more)
 		sent = true
 		return stream.Send(m)
 	}
-	resync = func() error {
-		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: *after}}, false)
+	send := func(m *fencedv1.WatchResponse, more bool) error {
+		return ctl.Send(func() error { return sendAny(m, more) })
 	}
-	// Once connect has sent the headers, a batch of events goes out in one
-	// write below connect, where the stream control allows it.
+	resync = func() error {
+		return sendAny(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: *after}}, false)
+	}
+	// Once connect has sent the headers, a batch of events goes out in
+	// few writes below connect, where the stream control allows it.
 	var writeFlush func([]byte) error
 	if ctl != nil {
-		writeFlush = func(b []byte) error { return ctl.WriteFlush(v.StreamWriteTimeout, b) }
+		writeFlush = func(b []byte) error {
+			return ctl.Send(func() error { return ctl.WriteFlush(v.StreamWriteTimeout, b) })
+		}
 	}
-	batch := fanout.NewBatcher(req.Header().Get("Content-Type"), writeFlush)
+	batch := fanout.NewBatcher(req.Header().Get("Content-Type"), writeFlush, ctl.MaxWrite())
 	// The events are taken once a fan-out slot is ours (internal/sharegate): under
 	// overload this watcher falls behind, and is shed with RESYNC past
 	// WatchBuffer events, rather than the write path slowing down.
@@ -291,18 +299,13 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 			defer sub.Recycle(taken)
 		}
 		evs := slices.DeleteFunc(taken, func(ev *fanout.Event) bool { return !ev.IsRejection() && ev.Revision <= *after })
-		if len(evs) == 0 {
-			return nil
-		}
-		return ctl.Send(func() error {
-			if !sent {
-				if err := send(evs[0].Message(*after), len(evs) > 1); err != nil {
-					return err
-				}
-				evs = evs[1:]
+		if !sent && len(evs) > 0 {
+			if err := send(evs[0].Message(*after), len(evs) > 1); err != nil {
+				return err
 			}
-			return batch(evs, func(ev *fanout.Event, more bool) error { return send(ev.Message(*after), more) })
-		})
+			evs = evs[1:]
+		}
+		return batch(evs, func(ev *fanout.Event, more bool) error { return send(ev.Message(*after), more) })
 	}
 	return sendAll, resync
 }

@@ -48,20 +48,33 @@ func NewWriter(w http.ResponseWriter, timeout time.Duration, unacked *streamwrit
 	return &Writer{w: w, flusher: flusher, rc: http.NewResponseController(w), timeout: timeout, unacked: unacked}
 }
 
-// write writes and flushes frames, and reports success. A client that has
-// left more than its bound unacknowledged is sent "resync" instead, and
-// write reports failure: the stream is over.
+// write writes and flushes frames, in writes of at most the bound's
+// MaxWrite bytes (or of one frame, when larger), and reports success. A
+// client that has left more than its bound unacknowledged is sent "resync"
+// instead of the rest, and write reports failure: the stream is over.
 func (wr *Writer) write(frames ...[]byte) bool {
-	ok := false
-	if err := wr.unacked.Send(func() error {
-		if ok = wr.writeFrames(frames...); !ok {
-			return errWrite
+	maxWrite := wr.unacked.MaxWrite()
+	for len(frames) > 0 {
+		n, size := 1, len(frames[0])
+		for n < len(frames) && (maxWrite == 0 || size+len(frames[n]) <= maxWrite) {
+			size += len(frames[n])
+			n++
 		}
-		return nil
-	}); errors.Is(err, streamwrite.ErrBehind) {
-		wr.writeFrames(frame("resync", []byte("{}")))
+		err := wr.unacked.Send(func() error {
+			if !wr.writeFrames(frames[:n]...) {
+				return errWrite
+			}
+			return nil
+		})
+		if errors.Is(err, streamwrite.ErrBehind) {
+			wr.writeFrames(frame("resync", []byte("{}")))
+		}
+		if err != nil {
+			return false
+		}
+		frames = frames[n:]
 	}
-	return ok
+	return true
 }
 
 // writeFrames writes and flushes frames, and reports success.

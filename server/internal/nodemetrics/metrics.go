@@ -93,7 +93,7 @@ func New(reg prometheus.Registerer, n Node) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 		}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fenced_limit_refusals_total", Help: "Requests and connections refused by a limit, by the flag that sets it.",
+			Name: "fenced_limit_refusals_total", Help: "Requests, connections and streams refused or cut by a limit, by the flag that sets it.",
 		}, []string{"limit"}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fenced_request_duration_seconds",

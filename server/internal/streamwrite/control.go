@@ -67,6 +67,15 @@ func (c *Control) BeforeSend(timeout time.Duration, more bool) {
 	c.w.hold = more
 }
 
+// MaxWrite is the most bytes one write within Send may add
+// (Unacked.MaxWrite); 0: no limit.
+func (c *Control) MaxWrite() int {
+	if c == nil {
+		return 0
+	}
+	return c.unacked.MaxWrite()
+}
+
 // Send calls write within the stream's bound on unacknowledged bytes
 // (Unacked.Send): past it, it returns ErrBehind. On a nil Control it
 // just calls write.

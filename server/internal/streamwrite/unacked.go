@@ -45,8 +45,8 @@ type Unacked struct {
 // NewUnacked returns the bound of max bytes for the stream whose request
 // context is ctx, which calls exceeded (if not nil) the first time the
 // stream exceeds it. It sets the connection's send buffer to max (the
-// kernel doubles it), so that past the bound one more write and a last
-// message still fit. It is nil (no bound) when max <= 0, when ctx holds no
+// kernel doubles it), so that past the bound one more write of at most
+// MaxWrite bytes and a last message still fit. It is nil (no bound) when max <= 0, when ctx holds no
 // connection (ConnContext), or where the platform cannot tell the bytes
 // unacknowledged (only Linux can).
 func NewUnacked(ctx context.Context, max int, exceeded func()) *Unacked {
@@ -80,6 +80,15 @@ func rawConn(c net.Conn) syscall.RawConn {
 		}
 		c = nc.NetConn()
 	}
+}
+
+// MaxWrite is the most bytes one write within Send may add, so that a last
+// message still fits after it; 0 (no limit) on a nil Unacked.
+func (u *Unacked) MaxWrite() int {
+	if u == nil {
+		return 0
+	}
+	return max(u.max/2, 1)
 }
 
 // Send calls write, unless the connection holds more than the bound
