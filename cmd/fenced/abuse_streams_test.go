@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,14 +27,20 @@ import (
 // (/v1/events, the same mix) from 127.0.0.3 whose clients never read a
 // byte of their connections, against a fenced with its default limits. The
 // HTTP/2 clients grant the server the largest flow-control windows there
-// are, so that only the server's own bounds hold it back. After
-// slowStreamsFor it reads each stream to its end, within 3 s: a stream the
-// server cut ends (or its connection closes) with RESYNC (Watch) or
-// "resync" (dashboard) as its last message. It logs how many the server
-// cut, its resident memory, and the well-behaved client's Acquires a second
-// quiet and beside the streams; it fails when a stream was not cut, or was
-// cut without RESYNC last, or when the well-behaved client got an error.
-// Its rate is logged, not asserted.
+// are, so that only the server's own bounds hold it back. For
+// slowStreamsFor, while none reads, it follows the server's count of
+// streams cut for their unacknowledged bytes
+// (fenced_limit_refusals_total{limit="stream-unacked-bytes"}; a dashboard
+// may be cut first for falling more than WatchBuffer events behind, which
+// it does not count). Then it reads each stream for at most 3 s: a stream
+// the server cut ends, with RESYNC (Watch) or "resync" (dashboard) as its
+// last message; one it did not cut goes on. It logs the cuts, the server's
+// resident memory and its sockets' send queues to the slow clients, and
+// the well-behaved client's Acquires a second quiet and beside the
+// streams. It fails when a stream did not end with RESYNC last, when a
+// send queue held more than twice --stream-unacked-bytes (the send buffer
+// the kernel allows), or when the well-behaved client got an error. Its
+// rate is logged, not asserted.
 func TestAbuseSlowStreams(t *testing.T) {
 	testenv.SkipUnlessLong(t)
 	bin := buildFenced(t)
@@ -53,8 +61,32 @@ func TestAbuseSlowStreams(t *testing.T) {
 	streams = append(streams, slowH2(t, "127.0.0.2", p.url, h2Watchers, perH2Conn, true)...)
 	streams = append(streams, slowH2(t, "127.0.0.3", p.url, h2Dashboards, perH2Conn, false)...)
 
+	// Meanwhile, the streams the server says it cut for their unread
+	// bytes, before anyone reads: when the count reaches them all.
+	opened := time.Now()
+	var allCutAfter time.Duration
+	stop := make(chan struct{})
+	polled := make(chan int)
+	go func() {
+		n := 0
+		for tick := time.NewTicker(250 * time.Millisecond); ; {
+			select {
+			case <-stop:
+				tick.Stop()
+				polled <- n
+				return
+			case <-tick.C:
+			}
+			if n = cutCount(p.url); n >= len(streams) && allCutAfter == 0 {
+				allCutAfter = time.Since(opened)
+			}
+		}
+	}()
 	abused, abusedRate := wellBehavedFor(t, p.url, slowStreamsFor)
+	close(stop)
+	serverCut := <-polled
 	rss := residentMiB(p)
+	queued, most := sendQueues(p.url, "127.0.0.2", "127.0.0.3")
 
 	var wg sync.WaitGroup
 	results := make([]slowResult, len(streams))
@@ -88,23 +120,74 @@ func TestAbuseSlowStreams(t *testing.T) {
 			noResync = append(noResync, fmt.Sprintf("%s (last message %.80q, %d bytes)", streams[i].name(), r.last, r.bytes))
 		}
 	}
-	t.Logf("%d slow streams for %v: %d cut by the server, %d of them with RESYNC last", len(streams), slowStreamsFor, cut, resyncLast)
+	when := "not all"
+	if allCutAfter > 0 {
+		when = fmt.Sprintf("all within %v", allCutAfter.Round(250*time.Millisecond))
+	}
+	t.Logf("%d slow streams for %v: the server counted %d cut for their unacknowledged bytes before any read (%s); read then: %d ended, %d with RESYNC last",
+		len(streams), slowStreamsFor, serverCut, when, cut, resyncLast)
 	for _, kind := range kinds {
 		k := byKind[kind]
-		t.Logf("  %s: %d, %d cut, %d with RESYNC last", kind, k.n, k.cut, k.resyncLast)
+		t.Logf("  %s: %d, %d ended, %d with RESYNC last", kind, k.n, k.cut, k.resyncLast)
 	}
 	t.Logf("server RSS %d MiB before the streams, %d MiB with them (%.1f KiB a stream)", base, rss, float64((rss-base)<<10)/float64(len(streams)))
+	t.Logf("server send queues to the slow clients: %d KiB in all, at most %d KiB on one connection", queued>>10, most>>10)
 	t.Logf("well-behaved quiet: %.0f Acquires/s, %v", quietRate, quiet)
 	t.Logf("well-behaved beside the slow streams: %.0f Acquires/s (%.0f%% of quiet), %v", abusedRate, 100*abusedRate/quietRate, abused)
 	quiet.check(t)
 	abused.check(t)
+	if most > 2*server.DefaultStreamUnackedBytes {
+		t.Errorf("a connection to a slow client holds %d KiB in the server's send queue, more than twice --stream-unacked-bytes (%d KiB)", most>>10, server.DefaultStreamUnackedBytes>>10)
+	}
 	if len(notCut) > 0 {
-		t.Errorf("%d of %d streams that never read were not cut within %v (StreamWriteTimeout %v): %s",
-			len(notCut), len(streams), slowStreamsFor, server.DefaultStreamWriteTimeout, strings.Join(notCut[:min(5, len(notCut))], ", "))
+		t.Errorf("%d of %d streams that never read for %v were not cut: %s",
+			len(notCut), len(streams), slowStreamsFor, strings.Join(notCut[:min(5, len(notCut))], ", "))
 	}
 	if len(noResync) > 0 {
 		t.Errorf("%d streams were cut without RESYNC as their last message: %s", len(noResync), strings.Join(noResync[:min(5, len(noResync))], "; "))
 	}
+}
+
+// cutCount is the server's count of streams cut for their unacknowledged
+// bytes, 0 when it has none.
+func cutCount(url string) int {
+	for lim := range strings.SplitSeq(limitRefusals(url), ", ") {
+		if v, ok := strings.CutPrefix(lim, "stream-unacked-bytes "); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}
+
+// sendQueues returns the bytes in the send queues of the server at url's
+// sockets to the addresses ips (sent and not acknowledged, or not yet
+// sent: /proc/net/tcp's tx_queue), in all and on the fullest; zeros where
+// /proc does not say.
+func sendQueues(url string, ips ...string) (total, most int) {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return 0, 0
+	}
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(url, "http://"))
+	p, _ := strconv.Atoi(port)
+	local := fmt.Sprintf(":%04X", p)
+	remote := map[string]bool{}
+	for _, ip := range ips {
+		v4 := net.ParseIP(ip).To4()
+		remote[fmt.Sprintf("%02X%02X%02X%02X", v4[3], v4[2], v4[1], v4[0])] = true
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || !strings.HasSuffix(f[1], local) || !remote[strings.Split(f[2], ":")[0]] {
+			continue
+		}
+		tx, _, _ := strings.Cut(f[4], ":")
+		n, _ := strconv.ParseInt(tx, 16, 64)
+		total += int(n)
+		most = max(most, int(n))
+	}
+	return total, most
 }
 
 // slowStreamsFor is how long the slow streams stay unread.
