@@ -36,11 +36,11 @@ type Event struct {
 // after the last revision seen, so no transition is missed or repeated
 // (revisions are the same on every node); when no revision was seen yet, fn
 // gets a Resync event first. With one endpoint, Watch returns nil when the
-// server ends the stream: it does so after a Resync when fn keeps up with
-// too little (the connection holds more than the server's
-// --stream-unacked-bytes it has not read); over HTTP/2, where the client
-// reads its connection on fn's behalf, such a stream is reset instead, once
-// its flow-control window is spent, and Watch returns the error.
+// server ends the stream, as it does after a Resync when fn takes events
+// so slowly that the connection holds more than the server's
+// --stream-unacked-bytes unread; over HTTP/2, where the transport reads
+// the connection whatever fn does, such a stream is reset instead once its
+// flow-control window is spent, and Watch returns the error.
 func (c *Client) Watch(ctx context.Context, prefix string, after uint64, fn func(Event) error) error {
 	var fnErr error
 	broken := 0 // streams broken since the last event
