@@ -3,6 +3,7 @@ package streamwrite
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -14,7 +15,10 @@ type Control struct {
 	w  *batchingWriter
 	// deadline is the write deadline last set; zero when none is.
 	deadline time.Time
-	unacked  *Unacked
+	// bound makes the stream's Unacked on its first Send, so that a
+	// stream that never calls it (KeepAlive) leaves its connection's send
+	// buffer alone.
+	bound func() *Unacked
 }
 
 // batchingWriter skips Flush while hold is set. connect flushes after every
@@ -45,7 +49,8 @@ func Wrap(next http.Handler, stream func(*http.Request) bool, maxUnacked int, ex
 			return
 		}
 		bw := &batchingWriter{ResponseWriter: w}
-		ctl := &Control{rc: http.NewResponseController(w), w: bw, unacked: NewUnacked(r.Context(), maxUnacked, exceeded)}
+		ctl := &Control{rc: http.NewResponseController(w), w: bw}
+		ctl.bound = sync.OnceValue(func() *Unacked { return NewUnacked(r.Context(), maxUnacked, exceeded) })
 		next.ServeHTTP(bw, r.WithContext(context.WithValue(r.Context(), controlKey{}, ctl)))
 	})
 }
@@ -73,7 +78,7 @@ func (c *Control) MaxWrite() int {
 	if c == nil {
 		return 0
 	}
-	return c.unacked.MaxWrite()
+	return c.bound().MaxWrite()
 }
 
 // Send calls write within the stream's bound on unacknowledged bytes
@@ -83,7 +88,7 @@ func (c *Control) Send(write func() error) error {
 	if c == nil {
 		return write()
 	}
-	return c.unacked.Send(write)
+	return c.bound().Send(write)
 }
 
 // armDeadline moves the write deadline to timeout from now when less than
