@@ -35,7 +35,12 @@ type Event struct {
 // With several endpoints a broken stream is opened again on the next one,
 // after the last revision seen, so no transition is missed or repeated
 // (revisions are the same on every node); when no revision was seen yet, fn
-// gets a Resync event first.
+// gets a Resync event first. With one endpoint, Watch returns nil when the
+// server ends the stream, as it does after a Resync when fn takes events
+// so slowly that the connection holds more than the server's
+// --stream-unacked-bytes unread; over HTTP/2, where the transport reads
+// the connection whatever fn does, such a stream is reset instead once its
+// flow-control window is spent, and Watch returns the error.
 func (c *Client) Watch(ctx context.Context, prefix string, after uint64, fn func(Event) error) error {
 	var fnErr error
 	broken := 0 // streams broken since the last event

@@ -169,6 +169,19 @@ type Config struct {
 	// send may be cut after 3/4 of it already (the deadline is moved only
 	// when less than that is left). Default 10s.
 	StreamWriteTimeout time.Duration
+	// StreamUnackedBytes bounds the bytes a stream's connection may hold
+	// sent but not acknowledged by its client (Linux; elsewhere only
+	// StreamWriteTimeout holds). A client that does not read fills its
+	// receive buffer, then this server's send buffer, which the kernel
+	// would otherwise grow to megabytes per connection (net.ipv4.tcp_wmem)
+	// so that writes never block and StreamWriteTimeout never cuts it. A
+	// Watch past the bound is sent RESYNC and ended, a dashboard stream
+	// "resync"; the connection's send buffer is set to this size (the
+	// kernel doubles it), so that the last message fits. Over HTTP/2 the
+	// connection's streams share the bound, and a stream whose client
+	// reads the connection but grants no window blocks and is cut by
+	// StreamWriteTimeout. Default 256 KiB.
+	StreamUnackedBytes int
 	// ReadShare is the share of time each read slot (Gets, Lists,
 	// dashboard snapshots; GOMAXPROCS/2 slots, at least one) may spend
 	// reading while log writes are waiting: a slot whose read took d rests
@@ -313,6 +326,7 @@ const (
 	DefaultMaxEventSubscribers          = 1_000
 	DefaultMaxEventSubscribersPerClient = 100
 	DefaultStreamWriteTimeout           = 10 * time.Second
+	DefaultStreamUnackedBytes           = 256 << 10
 	DefaultReadShare                    = 0.1
 	DefaultFanoutShare                  = 0.1
 	DefaultApplyStallTimeout            = 10 * time.Second
@@ -370,6 +384,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxEventSubscribers, DefaultMaxEventSubscribers)
 	setDefault(&c.MaxEventSubscribersPerClient, DefaultMaxEventSubscribersPerClient)
 	setDefault(&c.StreamWriteTimeout, DefaultStreamWriteTimeout)
+	setDefault(&c.StreamUnackedBytes, DefaultStreamUnackedBytes)
 	setDefault(&c.ReadShare, DefaultReadShare)
 	setDefault(&c.FanoutShare, DefaultFanoutShare)
 	setDefault(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
@@ -431,8 +446,8 @@ func (c Config) Validate() error {
 		"WatchHistory": int64(c.WatchHistory), "ApplyStallTimeout": int64(c.ApplyStallTimeout),
 		"MaxWatchers": int64(c.MaxWatchers), "MaxWatchersPerClient": int64(c.MaxWatchersPerClient),
 		"MaxEventSubscribers": int64(c.MaxEventSubscribers), "MaxEventSubscribersPerClient": int64(c.MaxEventSubscribersPerClient),
-		"StreamWriteTimeout": int64(c.StreamWriteTimeout),
-		"MaxLeasesPerOwner":  int64(c.MaxLeasesPerOwner), "MaxWaitersPerOwner": int64(c.MaxWaitersPerOwner),
+		"StreamWriteTimeout": int64(c.StreamWriteTimeout), "StreamUnackedBytes": int64(c.StreamUnackedBytes),
+		"MaxLeasesPerOwner": int64(c.MaxLeasesPerOwner), "MaxWaitersPerOwner": int64(c.MaxWaitersPerOwner),
 		"MaxWaiters": int64(c.MaxWaiters), "MaxWaitersPerClient": int64(c.MaxWaitersPerClient),
 		"MaxLeasesPerClient": int64(c.MaxLeasesPerClient), "MaxCallsPerClient": int64(c.MaxCallsPerClient),
 		"NetworkShare": int64(c.NetworkShare), "MaxCallsInProgress": int64(c.MaxCallsInProgress),

@@ -64,5 +64,7 @@ func (s *Server) newDashboard() *dashboard.Handler {
 		ReadSlot:     s.reads.Acquire,
 		FanoutSlot:   s.fanout.Acquire,
 		WriteTimeout: s.cfg.StreamWriteTimeout,
+		MaxUnacked:   s.cfg.StreamUnackedBytes,
+		Cut:          s.streamCut,
 	})
 }

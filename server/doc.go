@@ -33,7 +33,8 @@
 //     leadership confirmation that began after the read arrived.
 //   - Watch is served by every node from the transitions it applied, which
 //     are the same on every node, in log order, with the log index as
-//     revision; a watcher that falls behind is told so (RESYNC). A node
+//     revision; a watcher that falls behind, or leaves more than
+//     StreamUnackedBytes unread on its connection, is told so (RESYNC). A node
 //     starts Watch streams and dashboard snapshots only once it has applied
 //     the log it held at start (catchup.go): a restarted node never shows
 //     the leases of that log as gone.
@@ -110,7 +111,8 @@
 //     TLS, the auth policy, authentication and authorization, signing keys;
 //     internal/sharegate, internal/streamwrite, internal/logs: slots that
 //     keep reads and fan-out from starving writes, a stream's write
-//     control, raft's records into slog; internal/fanout: transitions to
+//     control and its bound on the bytes its client has not read, raft's
+//     records into slog; internal/fanout: transitions to
 //     watchers and dashboards.
 //   - internal/peers: the peer port and a member's identity;
 //     internal/admission: the per-client shares of the HTTP front;

@@ -30,9 +30,14 @@ func (s *Server) newHTTPServer() *http.Server {
 	srv := s.cfg.httpLimits().Server(failstore.WrapAckHandler(s.Handler()))
 	srv.Protocols = protocols
 	srv.BaseContext = func(net.Listener) context.Context { return s.baseContext() }
+	srv.ConnContext = streamwrite.ConnContext // for the streams' bound on unacknowledged bytes
 	srv.ErrorLog = s.httpErrorLog()
 	return srv
 }
+
+// streamCut counts a stream cut for leaving more than StreamUnackedBytes
+// unacknowledged, with the refusals of the other limits.
+func (s *Server) streamCut() { s.metrics.Refused("stream-unacked-bytes") }
 
 // httpErrorLog is where net/http reports what it cannot hand to a handler
 // (a failed TLS handshake, a malformed request): records of Logger at
@@ -81,7 +86,7 @@ func (s *Server) Handler() http.Handler { return s.handler(false) }
 func (s *Server) handler(peer bool) http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencedv1connect.NewLeaseServiceHandler(s.leaseService(), s.handlerOptions()...)
-	mux.Handle(path, s.limitCalls(admission.ExplainRefusals(streamwrite.Wrap(s.limitRPC(s.authenticate(limitBody(s.takeTurns(h), s.cfg.MaxBodyBytes), peer)), isStreamProcedure))))
+	mux.Handle(path, s.limitCalls(admission.ExplainRefusals(streamwrite.Wrap(s.limitRPC(s.authenticate(limitBody(s.takeTurns(h), s.cfg.MaxBodyBytes), peer)), isStreamProcedure, s.cfg.StreamUnackedBytes, s.streamCut))))
 	path, h = fencedv1connect.NewAdminServiceHandler(s.adminService(), s.handlerOptions()...)
 	mux.Handle(path, s.limitCalls(s.limitRPC(s.authenticate(limitBody(s.takeTurns(h), s.cfg.MaxBodyBytes), peer))))
 	mux.HandleFunc("GET /healthz", s.healthz)

@@ -22,6 +22,8 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 	f.IntVar(&cfg.MaxEventSubscribersPerClient, "max-event-subscribers-per-client", server.DefaultMaxEventSubscribersPerClient, "open dashboard streams allowed from one client IP")
 	f.DurationVar(&cfg.StreamWriteTimeout, "stream-write-timeout", server.DefaultStreamWriteTimeout,
 		"cut off a Watch or dashboard subscriber that takes longer than this to accept one send")
+	f.IntVar(&cfg.StreamUnackedBytes, "stream-unacked-bytes", server.DefaultStreamUnackedBytes,
+		"send RESYNC and end a Watch or dashboard stream whose connection holds more bytes than this unacknowledged by its client (Linux)")
 	f.Float64Var(&cfg.ReadShare, "read-share", server.DefaultReadShare,
 		"share of time each read slot may spend on Gets, Lists and dashboard snapshots while writes wait (1: no limit)")
 	f.Float64Var(&cfg.FanoutShare, "fanout-share", server.DefaultFanoutShare,

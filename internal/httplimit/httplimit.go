@@ -279,6 +279,9 @@ func (c *limitConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// NetConn returns the connection under the limits.
+func (c *limitConn) NetConn() net.Conn { return c.Conn }
+
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.give(c) })

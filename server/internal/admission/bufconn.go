@@ -27,3 +27,6 @@ type bufferedConn struct {
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// NetConn returns the connection under the buffer.
+func (c *bufferedConn) NetConn() net.Conn { return c.Conn }

@@ -19,7 +19,9 @@
 // 3 tries, an acquisition for what is left of its wait. KeepAlive answers
 // its requests in order, renewing those read while earlier ones were
 // renewed behind one confirmation. Watch is served by every node from the
-// transitions it applied.
+// transitions it applied; a watcher whose connection holds more than its
+// bound unacknowledged (streamwrite) is sent RESYNC, last, and its stream
+// ends.
 //
 // Not guaranteed: a retried acquisition may have been granted by the try
 // a leader change cut (unavailable with errMaybeGranted); the retry knows

@@ -193,6 +193,16 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 		after = v.State.Revision()
 	}
 	sendAll, resync := v.watchSenders(ctx, req, stream, &after)
+	// end ends the stream after err; a watcher that has left too much
+	// unacknowledged (streamwrite.ErrBehind) is sent RESYNC, last, while
+	// there is still room for it.
+	end := func(err error) error {
+		if !errors.Is(err, streamwrite.ErrBehind) {
+			return err
+		}
+		after = v.State.Revision()
+		return resync()
+	}
 	if req.Msg.GetRejections() {
 		defer v.Relay.Join()()
 	}
@@ -207,7 +217,7 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 	}
 	if len(replay) > 0 {
 		if err := sendAll(nil, replay); err != nil {
-			return err
+			return end(err)
 		}
 	}
 	for {
@@ -216,13 +226,13 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 			return nil
 		case <-sub.Ready():
 			if err := sendAll(sub, nil); err != nil {
-				return err
+				return end(err)
 			}
 		case <-sub.Lost():
 			// Fell behind: deliver what was queued, then say so and start
 			// again from now.
 			if err := sendAll(sub, nil); err != nil {
-				return err
+				return end(err)
 			}
 			// The RESYNC's revision is the new start: the transitions
 			// up to it that are still undispatched are not sent after it.
@@ -238,7 +248,8 @@ func (v *service) Watch(ctx context.Context, req *connect.Request[fencedv1.Watch
 
 // watchSenders returns a Watch stream's senders: sendAll sends the events
 // queued for sub (taken once a fan-out slot is free), or replay when sub
-// is nil, and resync a RESYNC event.
+// is nil, or returns streamwrite.ErrBehind once the watcher has left more
+// than its bound unacknowledged; resync sends a RESYNC event.
 func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv1.WatchRequest], stream *connect.ServerStream[fencedv1.WatchResponse],
 	after *uint64,
 ) (sendAll func(sub *fanout.Subscription, replay []*fanout.Event) error, resync func() error) {
@@ -247,21 +258,29 @@ func (v *service) watchSenders(ctx context.Context, req *connect.Request[fencedv
 	// A batch of queued events is flushed once, after its last event.
 	ctl := streamwrite.From(ctx)
 	sent := false // connect has sent the headers
-	send := func(m *fencedv1.WatchResponse, more bool) error {
+	// Events go out within the watcher's bound on unacknowledged bytes
+	// (ctl.Send); RESYNC, the last message when it is exceeded, goes
+	// out regardless.
+	sendAny := func(m *fencedv1.WatchResponse, more bool) error {
 		ctl.BeforeSend(v.StreamWriteTimeout, more)
 		sent = true
 		return stream.Send(m)
 	}
-	resync = func() error {
-		return send(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: *after}}, false)
+	send := func(m *fencedv1.WatchResponse, more bool) error {
+		return ctl.Send(func() error { return sendAny(m, more) })
 	}
-	// Once connect has sent the headers, a batch of events goes out in one
-	// write below connect, where the stream control allows it.
+	resync = func() error {
+		return sendAny(&fencedv1.WatchResponse{Event: &fencedv1.Event{Type: fencedv1.Event_RESYNC, Revision: *after}}, false)
+	}
+	// Once connect has sent the headers, a batch of events goes out in
+	// few writes below connect, where the stream control allows it.
 	var writeFlush func([]byte) error
 	if ctl != nil {
-		writeFlush = func(b []byte) error { return ctl.WriteFlush(v.StreamWriteTimeout, b) }
+		writeFlush = func(b []byte) error {
+			return ctl.Send(func() error { return ctl.WriteFlush(v.StreamWriteTimeout, b) })
+		}
 	}
-	batch := fanout.NewBatcher(req.Header().Get("Content-Type"), writeFlush)
+	batch := fanout.NewBatcher(req.Header().Get("Content-Type"), writeFlush, ctl.MaxWrite())
 	// The events are taken once a fan-out slot is ours (internal/sharegate): under
 	// overload this watcher falls behind, and is shed with RESYNC past
 	// WatchBuffer events, rather than the write path slowing down.

@@ -40,7 +40,7 @@ func TestSnapshotJSON(t *testing.T) {
 
 func TestNewWriterNeedsFlusher(t *testing.T) {
 	var w struct{ http.ResponseWriter }
-	if NewWriter(w, 0) != nil {
+	if NewWriter(w, 0, nil) != nil {
 		t.Error("a writer for a response that cannot flush")
 	}
 }
@@ -59,7 +59,7 @@ func frameOf(ev lease.Event) []byte {
 func streamEvents(t *testing.T, st func(ctx context.Context) Stream, until string) []string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st(r.Context()).Serve(r.Context(), NewWriter(w, time.Second))
+		st(r.Context()).Serve(r.Context(), NewWriter(w, time.Second, nil))
 	}))
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

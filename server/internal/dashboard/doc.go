@@ -18,7 +18,9 @@
 // spaced at least 50ms apart, the transitions of the meanwhile going out
 // together, and each write must finish within the stream's write timeout
 // or the stream ends. A stream whose subscription was cut off is sent
-// "resync" and ends. Tokens are JSON strings, exact beyond 2^53; lease IDs
+// "resync" and ends, as is one whose connection holds more than the node's
+// bound unacknowledged (Node.MaxUnacked): its writes are at most half the
+// bound, each made only while it holds less, so "resync" still fits. Tokens are JSON strings, exact beyond 2^53; lease IDs
 // are never sent. Every write of transitions waits for a fan-out slot.
 //
 // Not guaranteed: every transition reaches a dashboard; one that falls

@@ -9,6 +9,7 @@ import (
 	fencedv1 "github.com/fencedio/fenced/api/fenced/v1"
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/fanout"
+	"github.com/fencedio/fenced/server/internal/streamwrite"
 )
 
 // maxBuilds bounds the dashboard snapshots built at once; one per core of
@@ -44,6 +45,12 @@ type Node struct {
 	FanoutSlot func(ctx context.Context) (release func(), err error)
 	// WriteTimeout bounds each write to a stream (NewWriter).
 	WriteTimeout time.Duration
+	// MaxUnacked bounds the bytes a stream's connection may hold
+	// unacknowledged (streamwrite.NewUnacked): a stream past it is sent
+	// "resync" and ended.
+	MaxUnacked int
+	// Cut counts a stream cut for exceeding MaxUnacked.
+	Cut func()
 }
 
 // Handler serves the dashboard of a node: the page, GET /v1/stats and
@@ -81,7 +88,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 // not yet applied the log it held at start sends nothing until it has
 // (Node.CaughtUp).
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
-	wr := NewWriter(w, h.node.WriteTimeout)
+	wr := NewWriter(w, h.node.WriteTimeout, streamwrite.NewUnacked(r.Context(), h.node.MaxUnacked, h.node.Cut))
 	if wr == nil {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return

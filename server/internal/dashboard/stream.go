@@ -2,11 +2,13 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/fencedio/fenced/lease"
 	"github.com/fencedio/fenced/server/internal/fanout"
+	"github.com/fencedio/fenced/server/internal/streamwrite"
 )
 
 // eventsInterval is the least time between two writes to a dashboard
@@ -21,27 +23,62 @@ const eventsInterval = 50 * time.Millisecond
 // connection open through proxies.
 const keepaliveInterval = 15 * time.Second
 
+// errWrite: a write to a stream failed.
+var errWrite = errors.New("write failed")
+
 // Writer writes the frames of one event stream.
 type Writer struct {
 	w       http.ResponseWriter
 	flusher http.Flusher
 	rc      *http.ResponseController
 	timeout time.Duration
+	unacked *streamwrite.Unacked
 }
 
 // NewWriter returns the writer of an event stream to w, each write within
 // timeout (none when 0) so that a dashboard that stops reading is cut off
-// instead of holding its goroutine forever; nil when w cannot stream.
-func NewWriter(w http.ResponseWriter, timeout time.Duration) *Writer {
+// instead of holding its goroutine forever, and none once the connection
+// holds more than unacked allows (nil: no bound): then the stream is sent
+// "resync" and ends. It is nil when w cannot stream.
+func NewWriter(w http.ResponseWriter, timeout time.Duration, unacked *streamwrite.Unacked) *Writer {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		return nil
 	}
-	return &Writer{w: w, flusher: flusher, rc: http.NewResponseController(w), timeout: timeout}
+	return &Writer{w: w, flusher: flusher, rc: http.NewResponseController(w), timeout: timeout, unacked: unacked}
 }
 
-// write writes and flushes frames, and reports success.
+// write writes and flushes frames, in writes of at most the bound's
+// MaxWrite bytes (or of one frame, when larger), and reports success. A
+// client that has left more than its bound unacknowledged is sent "resync"
+// instead of the rest, and write reports failure: the stream is over.
 func (wr *Writer) write(frames ...[]byte) bool {
+	maxWrite := wr.unacked.MaxWrite()
+	for len(frames) > 0 {
+		n, size := 1, len(frames[0])
+		for n < len(frames) && (maxWrite == 0 || size+len(frames[n]) <= maxWrite) {
+			size += len(frames[n])
+			n++
+		}
+		err := wr.unacked.Send(func() error {
+			if !wr.writeFrames(frames[:n]...) {
+				return errWrite
+			}
+			return nil
+		})
+		if errors.Is(err, streamwrite.ErrBehind) {
+			wr.writeFrames(frame("resync", []byte("{}")))
+		}
+		if err != nil {
+			return false
+		}
+		frames = frames[n:]
+	}
+	return true
+}
+
+// writeFrames writes and flushes frames, and reports success.
+func (wr *Writer) writeFrames(frames ...[]byte) bool {
 	if wr.timeout > 0 {
 		wr.rc.SetWriteDeadline(time.Now().Add(wr.timeout))
 	}
@@ -102,7 +139,7 @@ func (st Stream) Serve(ctx context.Context, wr *Writer) {
 				return
 			}
 		case <-st.Sub.Lost():
-			wr.write(frame("resync", []byte("{}")))
+			wr.writeFrames(frame("resync", []byte("{}")))
 			return
 		case <-st.Sub.Ready():
 			if !st.sendTransitions(ctx, wr) || !pause(ctx, eventsInterval) {

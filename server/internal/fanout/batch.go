@@ -10,11 +10,13 @@ type Batcher func(evs []*Event, send func(ev *Event, more bool) error) error
 // NewBatcher returns how a Watch stream whose request has content type ct
 // sends a batch of events once its headers are out: the shared envelopes of
 // the events, copied into one buffer given to writeFlush at once, so that a
-// batch costs one write instead of one pass through connect per event.
+// batch costs one write instead of one pass through connect per event;
+// with maxWrite > 0, in writes of at most maxWrite bytes (or of one
+// envelope, when larger).
 // Rejections (whose message may be made for this watcher, see Message) go
 // through send, in order. Without writeFlush, or for a codec whose
 // encodings are not shared, every event goes through send.
-func NewBatcher(ct string, writeFlush func([]byte) error) Batcher {
+func NewBatcher(ct string, writeFlush func([]byte) error, maxWrite int) Batcher {
 	slot := envelopeSlot(ct)
 	var marshal func([]byte, any) ([]byte, error)
 	switch slot {
@@ -55,6 +57,11 @@ func NewBatcher(ct string, writeFlush func([]byte) error) Batcher {
 			env, err := ev.envelope(slot, marshal)
 			if err != nil {
 				return err
+			}
+			if maxWrite > 0 && len(buf)+len(env) > maxWrite {
+				if err := flush(); err != nil {
+					return err
+				}
 			}
 			buf = append(buf, env...)
 		}

@@ -106,7 +106,7 @@ func TestBatcherWritesEnvelopesTogether(t *testing.T) {
 		log = append(log, fmt.Sprint("send ", ev.Message(0).GetEvent().GetType(), " ", more))
 		return nil
 	}
-	if err := NewBatcher("application/grpc", writeFlush)([]*Event{evs[0], evs[1], rej, evs[2]}, send); err != nil {
+	if err := NewBatcher("application/grpc", writeFlush, 0)([]*Event{evs[0], evs[1], rej, evs[2]}, send); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"write [5 6]", "send REJECTED true", "write [7]"}
@@ -114,12 +114,44 @@ func TestBatcherWritesEnvelopesTogether(t *testing.T) {
 		t.Errorf("batched: %q, want %q", log, want)
 	}
 	log = nil
-	if err := NewBatcher("application/json", writeFlush)(evs, send); err != nil {
+	if err := NewBatcher("application/json", writeFlush, 0)(evs, send); err != nil {
 		t.Fatal(err)
 	}
 	want = []string{"send ACQUIRED true", "send ACQUIRED true", "send ACQUIRED false"}
 	if !slices.Equal(log, want) {
 		t.Errorf("a codec without shared encodings: %q, want %q", log, want)
+	}
+}
+
+// With maxWrite, a batch goes out in writes of at most maxWrite bytes of
+// whole envelopes; an envelope larger than maxWrite goes alone.
+func TestBatcherSplitsWrites(t *testing.T) {
+	_, evs := keptEvents(t, 8, 5, 6, 7)
+	var sizes []int
+	for _, ev := range evs {
+		env, err := ev.envelope(slotProto, protoCodec{}.MarshalAppend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(env))
+	}
+	var writes []int
+	writeFlush := func(b []byte) error { writes = append(writes, len(b)); return nil }
+	for _, c := range []struct {
+		maxWrite int
+		want     []int
+	}{
+		{0, []int{sizes[0] + sizes[1] + sizes[2]}},
+		{sizes[0] + sizes[1], []int{sizes[0] + sizes[1], sizes[2]}},
+		{1, sizes},
+	} {
+		writes = nil
+		if err := NewBatcher("application/grpc", writeFlush, c.maxWrite)(evs, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(writes, c.want) {
+			t.Errorf("envelopes of %v bytes with maxWrite %d: writes of %v bytes, want %v", sizes, c.maxWrite, writes, c.want)
+		}
 	}
 }
 
@@ -134,7 +166,7 @@ func TestBatcherPoolsBurstBuffers(t *testing.T) {
 		evs = append(evs, ev)
 	}
 	written := 0
-	batch := NewBatcher("application/grpc", func(b []byte) error { written += len(b); return nil })
+	batch := NewBatcher("application/grpc", func(b []byte) error { written += len(b); return nil }, 0)
 	send := func(*Event, bool) error { t.Fatal("an event sent through connect"); return nil }
 	var pooled *[]byte
 	// The pool may drop what it is given (it does at random under the race

@@ -59,7 +59,7 @@ type Metrics struct {
 // flag that sets each.
 var limitNames = []string{"max-leases", "max-lease-bytes", "max-leases-per-owner", "max-leases-per-client", "max-waiters",
 	"max-waiters-per-owner", "max-waiters-per-client", "max-calls-per-client", "max-conns-per-client", "max-watchers",
-	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client",
+	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client", "stream-unacked-bytes",
 	"max-leases-per-network", "max-waiters-per-network", "max-calls-per-network", "max-watchers-per-network",
 	"max-event-subscribers-per-network", "max-conns-per-network"}
 
@@ -103,7 +103,7 @@ func New(reg prometheus.Registerer, n Node) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 		}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fenced_limit_refusals_total", Help: "Requests and connections refused by a limit, by the flag that sets it.",
+			Name: "fenced_limit_refusals_total", Help: "Requests, connections and streams refused or cut by a limit, by the flag that sets it.",
 		}, []string{"limit"}),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fenced_request_duration_seconds",

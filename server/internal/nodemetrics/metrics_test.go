@@ -112,7 +112,7 @@ var served = []string{
 	`fenced_is_leader GAUGE "1 while this node is the leader and serving acquisitions." []`,
 	`fenced_lease_bytes GAUGE "What the current leases count against --max-lease-bytes: key, owner and a fixed overhead each." []`,
 	`fenced_leases_active GAUGE "Current leases." []`,
-	`fenced_limit_refusals_total COUNTER "Requests and connections refused by a limit, by the flag that sets it." [limit]`,
+	`fenced_limit_refusals_total COUNTER "Requests, connections and streams refused or cut by a limit, by the flag that sets it." [limit]`,
 	`fenced_raft_applied_index GAUGE "Index of the last log entry applied to the lease state machine." []`,
 	`fenced_raft_apply_duration_seconds HISTOGRAM "Time from submitting a command to the log until it is applied." []`,
 	`fenced_raft_commit_index GAUGE "Index of the last committed log entry known to this node." []`,

@@ -3,6 +3,7 @@ package streamwrite
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -14,6 +15,10 @@ type Control struct {
 	w  *batchingWriter
 	// deadline is the write deadline last set; zero when none is.
 	deadline time.Time
+	// bound makes the stream's Unacked on its first Send, so that a
+	// stream that never calls it (KeepAlive) leaves its connection's send
+	// buffer alone.
+	bound func() *Unacked
 }
 
 // batchingWriter skips Flush while hold is set. connect flushes after every
@@ -35,8 +40,9 @@ func (b *batchingWriter) Flush() {
 func (b *batchingWriter) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
 // Wrap gives the requests for which stream reports true a Control through
-// their context. Other requests pass through untouched.
-func Wrap(next http.Handler, stream func(*http.Request) bool) http.Handler {
+// their context, bounded to maxUnacked bytes unacknowledged (NewUnacked,
+// which calls exceeded). Other requests pass through untouched.
+func Wrap(next http.Handler, stream func(*http.Request) bool, maxUnacked int, exceeded func()) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !stream(r) {
 			next.ServeHTTP(w, r)
@@ -44,6 +50,7 @@ func Wrap(next http.Handler, stream func(*http.Request) bool) http.Handler {
 		}
 		bw := &batchingWriter{ResponseWriter: w}
 		ctl := &Control{rc: http.NewResponseController(w), w: bw}
+		ctl.bound = sync.OnceValue(func() *Unacked { return NewUnacked(r.Context(), maxUnacked, exceeded) })
 		next.ServeHTTP(bw, r.WithContext(context.WithValue(r.Context(), controlKey{}, ctl)))
 	})
 }
@@ -63,6 +70,25 @@ func (c *Control) BeforeSend(timeout time.Duration, more bool) {
 	}
 	c.armDeadline(timeout)
 	c.w.hold = more
+}
+
+// MaxWrite is the most bytes one write within Send may add
+// (Unacked.MaxWrite); 0: no limit.
+func (c *Control) MaxWrite() int {
+	if c == nil {
+		return 0
+	}
+	return c.bound().MaxWrite()
+}
+
+// Send calls write within the stream's bound on unacknowledged bytes
+// (Unacked.Send): past it, it returns ErrBehind. On a nil Control it
+// just calls write.
+func (c *Control) Send(write func() error) error {
+	if c == nil {
+		return write()
+	}
+	return c.bound().Send(write)
 }
 
 // armDeadline moves the write deadline to timeout from now when less than

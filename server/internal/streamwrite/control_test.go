@@ -35,7 +35,7 @@ func (r *recorder) SetReadDeadline(t time.Time) error {
 func serve(stream bool, handle func(http.ResponseWriter, *Control)) *recorder {
 	rec := &recorder{ResponseRecorder: httptest.NewRecorder()}
 	h := Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(w, From(r.Context())) }),
-		func(*http.Request) bool { return stream })
+		func(*http.Request) bool { return stream }, 0, nil)
 	h.ServeHTTP(rec, httptest.NewRequest("POST", "/", nil))
 	return rec
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package streamwrite
+
+const canTell = false
+
+func sendQueue(uintptr) int { return 0 }
