@@ -29,6 +29,15 @@ type Config struct {
 	// warning.
 	NoFencing bool
 
+	// StrictSequences refuses, with 409 and the problem type
+	// urn:fenced:problem:sequence-gap (fence.ErrSequenceGap), a write whose
+	// Fencing-Sequence is not the last one accepted under its token plus 1:
+	// for writers that want a lost write to stop the ones after it
+	// (docs/guard-spec.md, section 7). A write with a higher token, or
+	// without a sequence, is decided as without it. Default: off, a
+	// sequence may skip ahead.
+	StrictSequences bool
+
 	// MaxValueBytes limits the size of a value; larger PUTs get 413.
 	// Default DefaultMaxValueBytes (1 MiB).
 	MaxValueBytes int64

@@ -46,6 +46,8 @@ in one transaction of one embedded database.`,
 	fl.StringVar(&f.cfg.DataDir, "data-dir", "fenced-store-data", "directory of the store's database")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7430", "address to serve on")
 	fl.BoolVar(&f.cfg.NoFencing, "no-fencing", false, "accept every write, ignoring tokens (a negative control for demos and tests)")
+	fl.BoolVar(&f.cfg.StrictSequences, "strict-sequences", false,
+		"refuse (409 sequence-gap) a write whose Fencing-Sequence is not the last accepted under its token plus 1")
 	fl.StringVar(&f.authFile, "auth-file", "", "auth policy as fenced's: writes need a principal with acquire on their scope")
 	fl.StringVar(&f.tlsFiles.CertFile, "cert-file", "", "TLS certificate (PEM); the port then speaks only TLS")
 	fl.StringVar(&f.tlsFiles.KeyFile, "key-file", "", "private key of --cert-file (PEM)")
@@ -106,7 +108,7 @@ func (f *storeFlags) run(cmd *cobra.Command) error {
 		ln = tls.NewListener(ln, tlsConf.ServerConfig())
 	}
 	log := f.cfg.Logger
-	log.Info("fenced store serving", "listen", ln.Addr().String(), "data_dir", f.cfg.DataDir, "no_fencing", f.cfg.NoFencing)
+	log.Info("fenced store serving", "listen", ln.Addr().String(), "data_dir", f.cfg.DataDir, "no_fencing", f.cfg.NoFencing, "strict_sequences", f.cfg.StrictSequences)
 	if err := s.Serve(ctx, ln); err != nil && ctx.Err() == nil {
 		return err
 	}
