@@ -1,6 +1,7 @@
 package store
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,6 +97,13 @@ type Config struct {
 	// ErrUnauthenticated, 403 otherwise. fenced store sets it from
 	// --auth-file. Default: none, every writer is welcome.
 	Authorize func(r *http.Request, scope string) error
+
+	// TLS, if set, makes Serve speak only TLS on its listener, HTTP/1.1 and
+	// HTTP/2 as the client asks in ALPN; Serve wraps the listener itself,
+	// under its connection limits, so that net/http sees the TLS
+	// connection it negotiates HTTP/2 on. fenced store sets it from
+	// --cert-file. Default: none, plaintext HTTP/1.1.
+	TLS *tls.Config
 
 	// Now stamps audit records. Default time.Now.
 	Now func() time.Time

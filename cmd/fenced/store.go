@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"net"
 	"os"
 	"os/signal"
@@ -63,34 +62,38 @@ in one transaction of one embedded database.`,
 
 // config completes the store's configuration from the flags; an error is
 // a usage error.
-func (f *storeFlags) config() (*server.TLSReloader, error) {
+func (f *storeFlags) config() error {
 	log, err := f.logs.logger(os.Stderr)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	f.cfg.Logger = log
 	if f.keysFile != "" {
 		if f.cfg.Verifier, err = loadVerifier(f.keysFile); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if f.authFile != "" {
 		pol, err := server.LoadPolicy(f.authFile)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		f.cfg.Authorize = storeAuthorize(pol)
 	}
 	if err := f.tlsFiles.Validate(); err != nil || !f.tlsFiles.Enabled() {
-		return nil, err
+		return err
 	}
-	return server.NewTLSReloader(f.tlsFiles)
+	r, err := server.NewTLSReloader(f.tlsFiles)
+	if err != nil {
+		return err
+	}
+	f.cfg.TLS = r.ServerConfig()
+	return nil
 }
 
 // run serves the store until interrupted.
 func (f *storeFlags) run(cmd *cobra.Command) error {
-	tlsConf, err := f.config()
-	if err != nil {
+	if err := f.config(); err != nil {
 		return usage(cmd, err)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -103,9 +106,6 @@ func (f *storeFlags) run(cmd *cobra.Command) error {
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return listenErrorOf(err, "--listen", f.listen)
-	}
-	if tlsConf != nil {
-		ln = tls.NewListener(ln, tlsConf.ServerConfig())
 	}
 	log := f.cfg.Logger
 	log.Info("fenced store serving", "listen", ln.Addr().String(), "data_dir", f.cfg.DataDir, "no_fencing", f.cfg.NoFencing, "strict_sequences", f.cfg.StrictSequences)
