@@ -34,8 +34,11 @@ checks fencing tokens on every write.
   GET    /v1/objects/{name}   value, with the Fencing-Token of its write
 
 A stale token gets 409 (application/problem+json), a missing one 428, a
-malformed one 400, and with --trusted-keys-file one without a valid
-Fencing-Token-Signature 403; nothing is applied in any of these. Objects, the highest
+malformed one 400 (tokens are canonical decimal: "007" is not 7), and with
+--trusted-keys-file one without a valid Fencing-Token-Signature 403;
+nothing is applied in any of these. Without --trusted-keys-file any writer
+that reaches the store can present any token, 2^64-1 included, and block
+its scope for good. Objects, the highest
 token per scope and an audit of accepted writes (GET /v1/audit) are written
 in one transaction of one embedded database.`,
 		Args: noArgs,

@@ -333,7 +333,7 @@ def test_wsgi_middleware():
     assert _wsgi(mw)[0] == 428
     assert _wsgi(mw, FENCING_SCOPE="s", FENCING_TOKEN="abc")[0] == 400
     assert _wsgi(mw, FENCING_SCOPE="s", FENCING_TOKEN="0")[0] == 400
-    for bad in ("007", "+9", "9\xa0", "1_0"):  # one spelling per token: nothing else is 9 or 10
+    for bad in ("007", "+9", " 9 ", "9\t", "9\xa0", "1_0"):  # one spelling per token: nothing else is 9 or 10
         assert _wsgi(mw, FENCING_SCOPE="s", FENCING_TOKEN=bad)[0] == 400, bad
     assert _wsgi(mw, FENCING_SCOPE="s\x01", FENCING_TOKEN="9")[0] == 400
     assert _wsgi(mw, FENCING_TOKEN="9")[0] == 400

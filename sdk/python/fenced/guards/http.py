@@ -260,10 +260,9 @@ class WSGIMiddleware:
             v = environ.get("HTTP_" + name.upper().replace("-", "_"))
             if v is None:
                 return []
-            # WSGI servers join a repeated header with ", "; a token or a
-            # sequence has no comma, so a repeated one shows. Only the
-            # spaces and tabs of that join go (RFC 9110 OWS). A scope may hold commas.
-            return [x.strip(" \t") for x in v.split(",")] if name in (HEADER_TOKEN, HEADER_SEQUENCE) else [v]
+            # WSGI servers join a repeated header with ","; a token or a
+            # sequence has no comma, so a repeated one shows. A scope may hold commas.
+            return v.split(",") if name in (HEADER_TOKEN, HEADER_SEQUENCE) else [v]
 
         try:
             scope, token, owner, extra = _credentials(get)
