@@ -257,7 +257,7 @@ class WSGIMiddleware:
             return cast(Iterable[bytes], self.app(environ, start_response))
 
         def get(name: str) -> List[str]:
-            v = environ.get("HTTP_" + name.upper().replace("-", "_"))
+            v: Optional[str] = environ.get("HTTP_" + name.upper().replace("-", "_"))
             if v is None:
                 return []
             # WSGI servers join a repeated header with ","; a token or a
