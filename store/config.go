@@ -1,6 +1,7 @@
 package store
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,15 @@ type Config struct {
 	// negative control for demos and torture tests only; Open logs a loud
 	// warning.
 	NoFencing bool
+
+	// StrictSequences refuses, with 409 and the problem type
+	// urn:fenced:problem:sequence-gap (fence.ErrSequenceGap), a write whose
+	// Fencing-Sequence is not the last one accepted under its token plus 1:
+	// for writers that want a lost write to stop the ones after it
+	// (docs/guard-spec.md, section 7). A write with a higher token, or
+	// without a sequence, is decided as without it. Default: off, a
+	// sequence may skip ahead.
+	StrictSequences bool
 
 	// MaxValueBytes limits the size of a value; larger PUTs get 413.
 	// Default DefaultMaxValueBytes (1 MiB).
@@ -87,6 +97,13 @@ type Config struct {
 	// ErrUnauthenticated, 403 otherwise. fenced store sets it from
 	// --auth-file. Default: none, every writer is welcome.
 	Authorize func(r *http.Request, scope string) error
+
+	// TLS, if set, makes Serve speak only TLS on its listener, HTTP/1.1 and
+	// HTTP/2 as the client asks in ALPN; Serve wraps the listener itself,
+	// under its connection limits, so that net/http sees the TLS
+	// connection it negotiates HTTP/2 on. fenced store sets it from
+	// --cert-file. Default: none, plaintext HTTP/1.1.
+	TLS *tls.Config
 
 	// Now stamps audit records. Default time.Now.
 	Now func() time.Time

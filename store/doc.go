@@ -30,17 +30,20 @@
 //	GET    /metrics                                -> Prometheus exposition
 //
 // PUT and DELETE need the headers Fencing-Scope (the lease key) and
-// Fencing-Token (a decimal uint64 above 0), and may carry Fencing-Sequence
-// (docs/guard-spec.md, section 7): a write whose sequence is at or below the
-// last one accepted under its token is a duplicate, answered 409 with the
-// problem type urn:fenced:problem:duplicate-write, not applied, not
-// audited, and not counted as a stale rejection; the audit record of every
-// write carries its sequence (0: none); they are parsed and rejected by
-// package fence/fencehttp, so the store answers exactly like the fencehttp
-// middleware. An absent or empty Fencing-Token gives 428 Precondition
-// Required; a malformed token, or a missing or malformed scope, gives 400 Bad
-// Request; a token below the highest accepted for the scope gives 409
-// Conflict with an RFC 9457 application/problem+json body carrying scope,
+// Fencing-Token (a uint64 above 0 in canonical decimal: "007" and "+7" are
+// malformed, not 7), and may carry Fencing-Sequence (docs/guard-spec.md,
+// section 7). A write whose sequence is at or below the last one accepted
+// under its token is a duplicate, answered 409 with the problem type
+// urn:fenced:problem:duplicate-write, not applied, not audited, and not
+// counted as a stale rejection. With Config.StrictSequences a sequence other
+// than the last plus 1 under the current token is a gap, answered 409 with
+// urn:fenced:problem:sequence-gap, and not applied either. The audit record
+// of every write carries its sequence (0: none). The headers are parsed and
+// rejected by package fence/fencehttp, so the store answers exactly like the
+// fencehttp middleware. An absent or empty Fencing-Token gives 428
+// Precondition Required; a malformed token, or a missing or malformed scope,
+// gives 400 Bad Request; a token below the highest accepted for the scope
+// gives 409 Conflict with an RFC 9457 application/problem+json body carrying scope,
 // presentedToken and highestToken. A body above the configured limit gives
 // 413, an invalid object name 400. Nothing is applied or recorded in any of
 // these cases. The fencing check comes before the existence check, so a
@@ -67,9 +70,16 @@
 //     turn fencing off for the scope.
 //
 // Non-guarantees:
-//   - The store does not talk to the lease service. It trusts the token
-//     order: a writer that presents a token it never held is accepted if the
-//     token is high enough.
+//   - The store does not talk to the lease service. Without Config.Verifier
+//     it trusts the token order: a writer that presents a token it never
+//     held is accepted if the token is high enough. Any writer that can reach
+//     the store can present 2^64-1 and block its scope for good: every later
+//     token is stale, and the store has no way to lower a highest token.
+//     Config.Authorize (fenced store --auth-file) narrows this to the
+//     principals allowed to acquire the scope; Config.Verifier (fenced store
+//     --trusted-keys-file) refuses, with 403 and before anything is read or
+//     written, every token fenced did not sign for its scope, 2^64-1
+//     included.
 //   - A write whose answer was lost (connection cut, timeout) may or may not
 //     have been applied; read the object or the audit to find out.
 //   - The recent rejections list, the rejection count in logs and the

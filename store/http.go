@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -385,8 +386,15 @@ func (s *Store) Serve(ctx context.Context, ln net.Listener) error {
 	srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
 	limited := limits.Listener(ln, nil, 0, nil)
 	srv.RegisterOnShutdown(limited.CloseSilent)
+	var served net.Listener = limited
+	if s.cfg.TLS != nil {
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetHTTP2(true)
+		served = tls.NewListener(limited, s.cfg.TLS)
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(limited) }()
+	go func() { errc <- srv.Serve(served) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("store: serve: %w", err)

@@ -3,6 +3,7 @@ package store_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedio/fenced/internal/testpki"
 	"github.com/fencedio/fenced/store"
 )
 
@@ -184,4 +186,34 @@ func TestInFlightBytesCap(t *testing.T) {
 	}
 	until("127.0.0.1", http.StatusNoContent, "once the stalled PUTs are gone")
 	until("127.0.0.2", http.StatusNoContent, "once the stalled PUTs are gone")
+}
+
+// With Config.TLS, Serve speaks HTTP/2 to a client that asks for it in ALPN
+// and HTTP/1.1 to one that does not, each behind the connection limits;
+// plaintext HTTP gets no answer of the store's.
+func TestServeTLS(t *testing.T) {
+	ca := testpki.NewCA(t, "store")
+	cert := ca.Server(t, "store")
+	addr := serveStore(t, store.Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert.TLS}, NextProtos: []string{"h2", "http/1.1"}}})
+	for _, h2 := range []bool{true, false} {
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, ForceAttemptHTTP2: h2}}
+		req, _ := http.NewRequest(http.MethodPut, "https://"+addr+"/v1/objects/o", strings.NewReader("v"))
+		req.Header.Set("Fencing-Scope", "s")
+		req.Header.Set("Fencing-Token", "1")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("h2=%t: %v", h2, err)
+		}
+		resp.Body.Close()
+		if want := map[bool]int{true: 2, false: 1}[h2]; resp.StatusCode != http.StatusNoContent || resp.ProtoMajor != want {
+			t.Errorf("h2=%t: %s over %s, want 204 over HTTP/%d", h2, resp.Status, resp.Proto, want)
+		}
+	}
+	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plaintext GET /healthz on a TLS store: 200")
+		}
+	}
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -59,6 +60,51 @@ func TestSequences(t *testing.T) {
 	}
 	if n := e.s.RejectionCount(); n != 0 {
 		t.Fatalf("%d stale rejections counted for a duplicate", n)
+	}
+}
+
+// With StrictSequences a sequence that skips ahead under the current token
+// is refused (409 sequence-gap), with nothing applied or audited; without
+// it the same write is applied. A new token, or no sequence, is decided
+// as without it.
+func TestStrictSequences(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		t.Run(fmt.Sprintf("strict=%t", strict), func(t *testing.T) {
+			e := newEnv(t, store.Config{StrictSequences: strict})
+			put := func(token, seq uint64, value string) reply {
+				h := fencing("jobs/1", tok(token))
+				if seq != 0 {
+					h.Set(fencehttp.HeaderSequence, strconv.FormatUint(seq, 10))
+				}
+				return e.do(http.MethodPut, "/v1/objects/o", h, []byte(value))
+			}
+			mustStatus(t, "seq 1", put(5, 1, "a"), 204)
+			gap := put(5, 3, "c")
+			if !strict {
+				mustStatus(t, "seq 3 after 1", gap, 204)
+				return
+			}
+			mustStatus(t, "seq 3 after 1", gap, 409)
+			if p := gap.problem(t); p["type"] != fencehttp.ProblemSequenceGap || p["lastSequence"] != float64(1) {
+				t.Fatalf("gap problem %v", p)
+			}
+			e.wantObject("o", "jobs/1", 5, "a")
+			if n := len(e.audit()); n != 1 {
+				t.Fatalf("audit has %d records after a gap, want 1", n)
+			}
+			ctx := fence.WithSequence(context.Background(), 4)
+			if _, err := e.s.Put(ctx, "jobs/1", 5, "o", []byte("d")); !errors.Is(err, fence.ErrSequenceGap) {
+				t.Fatalf("Put with sequence 4 after 1 = %v, want ErrSequenceGap", err)
+			}
+			mustStatus(t, "seq 2", put(5, 2, "b"), 204)
+			mustStatus(t, "no sequence", put(5, 0, "n"), 204)
+			mustStatus(t, "new epoch, seq 9", put(6, 9, "e"), 204)
+			mustStatus(t, "seq 11 after 9", put(6, 11, "f"), 409)
+			e.wantObject("o", "jobs/1", 6, "e")
+			if n := e.s.RejectionCount(); n != 0 {
+				t.Fatalf("%d stale rejections counted for gaps", n)
+			}
+		})
 	}
 }
 

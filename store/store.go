@@ -155,7 +155,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store: create data dir: %w", err)
 	}
 	path := filepath.Join(cfg.DataDir, FileName)
-	guard, err := fencebolt.Open(path, fencebolt.Config{Bolt: &bbolt.Options{Timeout: openTimeout}})
+	guard, err := fencebolt.Open(path, fencebolt.Config{Bolt: &bbolt.Options{Timeout: openTimeout}, StrictSequences: cfg.StrictSequences})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("store: open %s: locked by another process: %w", path, err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"net"
 	"os"
 	"os/signal"
@@ -35,8 +34,11 @@ checks fencing tokens on every write.
   GET    /v1/objects/{name}   value, with the Fencing-Token of its write
 
 A stale token gets 409 (application/problem+json), a missing one 428, a
-malformed one 400, and with --trusted-keys-file one without a valid
-Fencing-Token-Signature 403; nothing is applied in any of these. Objects, the highest
+malformed one 400 (tokens are canonical decimal: "007" is not 7), and with
+--trusted-keys-file one without a valid Fencing-Token-Signature 403;
+nothing is applied in any of these. Without --trusted-keys-file any writer
+that reaches the store can present any token, 2^64-1 included, and block
+its scope for good. Objects, the highest
 token per scope and an audit of accepted writes (GET /v1/audit) are written
 in one transaction of one embedded database.`,
 		Args: noArgs,
@@ -46,6 +48,8 @@ in one transaction of one embedded database.`,
 	fl.StringVar(&f.cfg.DataDir, "data-dir", "fenced-store-data", "directory of the store's database")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7430", "address to serve on")
 	fl.BoolVar(&f.cfg.NoFencing, "no-fencing", false, "accept every write, ignoring tokens (a negative control for demos and tests)")
+	fl.BoolVar(&f.cfg.StrictSequences, "strict-sequences", false,
+		"refuse (409 sequence-gap) a write whose Fencing-Sequence is not the last accepted under its token plus 1")
 	fl.StringVar(&f.authFile, "auth-file", "", "auth policy as fenced's: writes need a principal with acquire on their scope")
 	fl.StringVar(&f.tlsFiles.CertFile, "cert-file", "", "TLS certificate (PEM); the port then speaks only TLS")
 	fl.StringVar(&f.tlsFiles.KeyFile, "key-file", "", "private key of --cert-file (PEM)")
@@ -61,34 +65,38 @@ in one transaction of one embedded database.`,
 
 // config completes the store's configuration from the flags; an error is
 // a usage error.
-func (f *storeFlags) config() (*server.TLSReloader, error) {
+func (f *storeFlags) config() error {
 	log, err := f.logs.logger(os.Stderr)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	f.cfg.Logger = log
 	if f.keysFile != "" {
 		if f.cfg.Verifier, err = loadVerifier(f.keysFile); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if f.authFile != "" {
 		pol, err := server.LoadPolicy(f.authFile)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		f.cfg.Authorize = storeAuthorize(pol)
 	}
 	if err := f.tlsFiles.Validate(); err != nil || !f.tlsFiles.Enabled() {
-		return nil, err
+		return err
 	}
-	return server.NewTLSReloader(f.tlsFiles)
+	r, err := server.NewTLSReloader(f.tlsFiles)
+	if err != nil {
+		return err
+	}
+	f.cfg.TLS = r.ServerConfig()
+	return nil
 }
 
 // run serves the store until interrupted.
 func (f *storeFlags) run(cmd *cobra.Command) error {
-	tlsConf, err := f.config()
-	if err != nil {
+	if err := f.config(); err != nil {
 		return usage(cmd, err)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -102,11 +110,8 @@ func (f *storeFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return listenErrorOf(err, "--listen", f.listen)
 	}
-	if tlsConf != nil {
-		ln = tls.NewListener(ln, tlsConf.ServerConfig())
-	}
 	log := f.cfg.Logger
-	log.Info("fenced store serving", "listen", ln.Addr().String(), "data_dir", f.cfg.DataDir, "no_fencing", f.cfg.NoFencing)
+	log.Info("fenced store serving", "listen", ln.Addr().String(), "data_dir", f.cfg.DataDir, "no_fencing", f.cfg.NoFencing, "strict_sequences", f.cfg.StrictSequences)
 	if err := s.Serve(ctx, ln); err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -19,7 +19,8 @@
 //	see fence.NewSignedGuard)
 //	guard failure                              503 Service Unavailable
 //
-// A token is 1*DIGIT in 1..2^64-1 (see ParseToken); a scope is a valid lease
+// A token is canonical decimal, without leading zeros, in 1..2^64-1 (see
+// ParseToken); a scope is a valid lease
 // key: 1 to 512 bytes of printable UTF-8 (see fence.ValidateScope). Tokens in
 // problem bodies are JSON numbers with the full uint64 range. FromHeader,
 // ProblemFor and WriteProblem let other servers give identical answers.

@@ -169,6 +169,7 @@ func TestMiddlewareRejectsBadCredentials(t *testing.T) {
 		{"empty token", http.Header{"Fencing-Scope": {"s"}, "Fencing-Token": {""}}, http.StatusPreconditionRequired, fencehttp.ProblemMissingToken},
 		{"token 0", fencedHeader("s", "0"), http.StatusBadRequest, fencehttp.ProblemInvalidToken},
 		{"leading plus", fencedHeader("s", "+5"), http.StatusBadRequest, fencehttp.ProblemInvalidToken},
+		{"leading zero", fencedHeader("s", "05"), http.StatusBadRequest, fencehttp.ProblemInvalidToken},
 		{"negative", fencedHeader("s", "-5"), http.StatusBadRequest, fencehttp.ProblemInvalidToken},
 		{"inner space", fencedHeader("s", "5 6"), http.StatusBadRequest, fencehttp.ProblemInvalidToken},
 		{"leading space", fencedHeader("s", " 5"), http.StatusBadRequest, fencehttp.ProblemInvalidToken},

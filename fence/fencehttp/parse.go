@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/internal/decimal"
 )
 
 // Header names of the pinned fencing wire contract. HTTP header
@@ -28,8 +29,9 @@ const (
 )
 
 // SequenceFromHeader returns the Fencing-Sequence of a request, 0 when
-// absent. A value that is not 1*DIGIT, is 0, is above fence.MaxSequence or
-// is given more than once matches fence.ErrInvalidSequence.
+// absent. A value that is not canonical decimal (as in ParseToken), is 0,
+// is above fence.MaxSequence or is given more than once matches
+// fence.ErrInvalidSequence.
 func SequenceFromHeader(h http.Header) (uint64, error) {
 	v, err := single(h, HeaderSequence)
 	if err != nil {
@@ -41,13 +43,11 @@ func SequenceFromHeader(h http.Header) (uint64, error) {
 		}
 		return 0, nil
 	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, fmt.Errorf("%w: %s is not a decimal number", fence.ErrInvalidSequence, quote(v))
-		}
+	q, reason, ok := decimal.Parse(v)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s %s", fence.ErrInvalidSequence, quote(v), reason)
 	}
-	q, err := strconv.ParseUint(v, 10, 64)
-	if err != nil || q == 0 || q > fence.MaxSequence {
+	if q == 0 || q > fence.MaxSequence {
 		return 0, fmt.Errorf("%w: %s is not between 1 and %d", fence.ErrInvalidSequence, quote(v), uint64(fence.MaxSequence))
 	}
 	return q, nil
@@ -66,15 +66,19 @@ func OwnerFromHeader(h http.Header) string {
 }
 
 // ErrInvalidToken is matched (with errors.Is) by every rejection of a
-// Fencing-Token value that is present but not a token: not 1*DIGIT, 0, or
-// above the uint64 range. An absent or empty value matches fence.ErrNoToken
-// instead, because the two get different answers (400 and 428).
+// Fencing-Token value that is present but not a token: not canonical
+// decimal, 0, or above the uint64 range. An absent or empty value matches
+// fence.ErrNoToken instead, because the two get different answers (400 and
+// 428).
 var ErrInvalidToken = errors.New("invalid fencing token")
 
-// ParseToken parses a Fencing-Token value: one or more ASCII digits (leading
-// zeros allowed, as in Content-Length) denoting a value from 1 to
-// 2^64-1. Signs, whitespace, underscores and other bases are refused: the
-// header is compared by machines, so there is one grammar and no guessing.
+// ParseToken parses a Fencing-Token value: canonical decimal, a digit from
+// 1 to 9 followed by ASCII digits, denoting a value from 1 to 2^64-1.
+// Leading zeros, signs, whitespace, underscores and other bases are
+// refused: the header is compared by machines, so each token has one
+// spelling and there is no guessing. (An HTTP/1.1 server removes spaces and
+// tabs around a field value before the handler sees it, RFC 9110 section
+// 5.5; over HTTP/2 they reach ParseToken and are refused.)
 //
 // The empty string returns an error matching fence.ErrNoToken; anything
 // else that is not a token returns an error matching ErrInvalidToken.
@@ -82,15 +86,9 @@ func ParseToken(s string) (uint64, error) {
 	if s == "" {
 		return 0, fmt.Errorf("%s: %w", HeaderToken, fence.ErrNoToken)
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, fmt.Errorf("%w: %s is not a decimal number", ErrInvalidToken, quote(s))
-		}
-	}
-	t, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		// Only a range error is possible after the digit check.
-		return 0, fmt.Errorf("%w: %s exceeds the uint64 range", ErrInvalidToken, quote(s))
+	t, reason, ok := decimal.Parse(s)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s %s", ErrInvalidToken, quote(s), reason)
 	}
 	if t == 0 {
 		return 0, fmt.Errorf("%w: 0 is never issued", ErrInvalidToken)

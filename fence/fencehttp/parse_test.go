@@ -22,11 +22,14 @@ func TestParseToken(t *testing.T) {
 	}{
 		{in: "1", want: 1},
 		{in: "42", want: 42},
-		{in: "007", want: 7},
+		{in: "10", want: 10},
 		{in: "18446744073709551615", want: 1<<64 - 1},
 		{in: "", err: fence.ErrNoToken},
 		{in: "0", err: fencehttp.ErrInvalidToken},
 		{in: "000", err: fencehttp.ErrInvalidToken},
+		{in: "007", err: fencehttp.ErrInvalidToken}, // one spelling per token
+		{in: "01", err: fencehttp.ErrInvalidToken},
+		{in: "018446744073709551615", err: fencehttp.ErrInvalidToken},
 		{in: "+1", err: fencehttp.ErrInvalidToken},
 		{in: "-1", err: fencehttp.ErrInvalidToken},
 		{in: " 1", err: fencehttp.ErrInvalidToken},

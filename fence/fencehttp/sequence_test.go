@@ -105,6 +105,9 @@ func TestSequenceHeader(t *testing.T) {
 		{[]string{""}, 0, true},
 		{[]string{"-1"}, 0, true},
 		{[]string{"1 "}, 0, true},
+		{[]string{"01"}, 0, true},
+		{[]string{"00"}, 0, true},
+		{[]string{"18446744073709551616"}, 0, true},
 		{[]string{"1", "2"}, 0, true},
 	} {
 		h := http.Header{}

@@ -21,7 +21,9 @@ func TestReadStamp(t *testing.T) {
 	}{
 		{"full", fencemsg.Map{"Fencing-Scope": "orders/7", "Fencing-Token": "42", "Fencing-Sequence": "3", "Fencing-Owner": "A", "Fencing-Token-Signature": "k.sig"},
 			fencemsg.Stamp{Scope: "orders/7", Token: 42, Sequence: 3, Owner: "A", Signature: "k.sig"}, nil},
-		{"no sequence", fencemsg.Map{"Fencing-Scope": "s", "Fencing-Token": "007"}, fencemsg.Stamp{Scope: "s", Token: 7}, nil},
+		{"no sequence", fencemsg.Map{"Fencing-Scope": "s", "Fencing-Token": "7"}, fencemsg.Stamp{Scope: "s", Token: 7}, nil},
+		{"token with a leading zero", fencemsg.Map{"Fencing-Scope": "s", "Fencing-Token": "007"}, fencemsg.Stamp{}, fencemsg.ErrInvalidToken},
+		{"sequence with a leading zero", fencemsg.Map{"Fencing-Scope": "s", "Fencing-Token": "1", "Fencing-Sequence": "03"}, fencemsg.Stamp{}, fence.ErrInvalidSequence},
 		{"bad owner dropped", fencemsg.Map{"Fencing-Scope": "s", "Fencing-Token": "1", "Fencing-Owner": "a\x00"}, fencemsg.Stamp{Scope: "s", Token: 1}, nil},
 		{"no headers", fencemsg.Map{}, fencemsg.Stamp{}, fence.ErrNoToken},
 		{"empty token", fencemsg.Map{"Fencing-Scope": "s", "Fencing-Token": ""}, fencemsg.Stamp{}, fence.ErrNoToken},

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/fencedio/fenced/fence"
+	"github.com/fencedio/fenced/fence/internal/decimal"
 )
 
 // Header names of a fenced message: the names of the HTTP headers
@@ -169,12 +170,9 @@ func parseToken(v string) (uint64, error) {
 	if v == "" {
 		return 0, fmt.Errorf("%s: %w", HeaderToken, fence.ErrNoToken)
 	}
-	if !digits(v) {
-		return 0, fmt.Errorf("%w: %s is not a decimal number", ErrInvalidToken, quote(v))
-	}
-	t, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s exceeds the uint64 range", ErrInvalidToken, quote(v))
+	t, reason, ok := decimal.Parse(v)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s %s", ErrInvalidToken, quote(v), reason)
 	}
 	if t == 0 {
 		return 0, fmt.Errorf("%w: 0 is never issued", ErrInvalidToken)
@@ -191,27 +189,14 @@ func parseSequence(h Header) (uint64, error) {
 		return 0, fmt.Errorf("%w: %s given %d times", fence.ErrInvalidSequence, HeaderSequence, len(vs))
 	}
 	v := vs[0]
-	if !digits(v) {
-		return 0, fmt.Errorf("%w: %s is not a decimal number", fence.ErrInvalidSequence, quote(v))
+	q, reason, ok := decimal.Parse(v)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s %s", fence.ErrInvalidSequence, quote(v), reason)
 	}
-	q, err := strconv.ParseUint(v, 10, 64)
-	if err != nil || q == 0 || q > fence.MaxSequence {
+	if q == 0 || q > fence.MaxSequence {
 		return 0, fmt.Errorf("%w: %s is not between 1 and %d", fence.ErrInvalidSequence, quote(v), uint64(fence.MaxSequence))
 	}
 	return q, nil
-}
-
-// digits reports whether v is one or more ASCII digits.
-func digits(v string) bool {
-	if v == "" {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // single returns the only value of key, "" when absent.

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import unicodedata
+from typing import Tuple
 
 from .errors import InvalidScope, NoToken, StaleToken
 
 MAX_SCOPE_BYTES = 512
 MAX_OWNER_BYTES = 256
 MAX_TOKEN = 2**64 - 1
+
+
+def parse_decimal(s: str) -> Tuple[int, str]:
+    """(value, "") when s is canonical decimal: "0", or a digit 1-9 then ASCII
+    digits, at most MAX_TOKEN; else (0, why). One spelling per number, as the
+    Go guards (docs/guard-spec.md, section 4): no sign, space or leading zero."""
+    if s == "":
+        return 0, "is empty"
+    if not (s.isascii() and s.isdigit()):
+        return 0, "is not a decimal number"
+    if len(s) > 1 and s[0] == "0":
+        return 0, "has a leading zero"
+    if len(s) > len(str(MAX_TOKEN)) or int(s) > MAX_TOKEN:  # the length first keeps int() below its limit on digits
+        return 0, "exceeds the uint64 range"
+    return int(s), ""
 
 
 def _graphic(ch: str) -> bool:

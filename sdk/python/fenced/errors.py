@@ -182,8 +182,8 @@ class NoToken(FencedError):
 
 
 class InvalidToken(InvalidArgument):
-    """A Fencing-Token header that is present but not a token: not decimal digits,
-    0, or above 2**64-1 (Go: fencemsg.ErrInvalidToken). An absent or empty one is
+    """A Fencing-Token header that is present but not a token: not canonical decimal
+    (a sign, a space, a leading zero), 0, or above 2**64-1 (Go: fencemsg.ErrInvalidToken). An absent or empty one is
     NoToken. Also an InvalidArgument, as the HTTP middleware's refusals are."""
 
     code = "invalid_token"

@@ -15,7 +15,7 @@ import pytest
 import conftest
 import fenced
 from fenced.guards import Decision
-from fenced.guards.http import ASGIMiddleware, WSGIMiddleware, fencing_headers, send, stale_from
+from fenced.guards.http import ASGIMiddleware, WSGIMiddleware, fencing_headers, parse_token, send, stale_from
 from fenced.guards.memory import MemoryGuard
 from fenced.guards.postgres import PostgresGuard, RowFence, create_table_sql
 from fenced.guards.redis import RedisGuard
@@ -304,6 +304,16 @@ def _wsgi(app, method="PUT", **headers):
     return int(out["status"].split()[0]), out["headers"], body
 
 
+def test_parse_token_takes_canonical_decimal_only():
+    assert [parse_token(s) for s in ("1", "10", "18446744073709551615")] == [1, 10, 2**64 - 1]
+    with pytest.raises(fenced.NoToken):
+        parse_token("")
+    for bad in ("0", "00", "007", "018446744073709551615", "18446744073709551616", "9" * 5000,
+                "+5", "-5", " 5", "5 ", "5\t", "1_000", "0x10", "1e3", "\u0663"):
+        with pytest.raises(fenced.InvalidArgument, match="invalid fencing token"):
+            parse_token(bad)
+
+
 def test_wsgi_middleware():
     calls = []
 
@@ -323,6 +333,8 @@ def test_wsgi_middleware():
     assert _wsgi(mw)[0] == 428
     assert _wsgi(mw, FENCING_SCOPE="s", FENCING_TOKEN="abc")[0] == 400
     assert _wsgi(mw, FENCING_SCOPE="s", FENCING_TOKEN="0")[0] == 400
+    for bad in ("007", "+9", " 9 ", "9\t", "9\xa0", "1_0"):  # one spelling per token: nothing else is 9 or 10
+        assert _wsgi(mw, FENCING_SCOPE="s", FENCING_TOKEN=bad)[0] == 400, bad
     assert _wsgi(mw, FENCING_SCOPE="s\x01", FENCING_TOKEN="9")[0] == 400
     assert _wsgi(mw, FENCING_TOKEN="9")[0] == 400
     assert _wsgi(mw, FENCING_SCOPE="s", FENCING_TOKEN="9", FAIL="1")[0] == 500
@@ -353,6 +365,10 @@ def test_asgi_middleware():
         assert await call("7") == (201, b"7")
         status, body = await call("6")
         assert status == 409 and json.loads(body)["presentedToken"] == 6
+        # What the server hands over is the value; over HTTP/2 spaces may remain, and are refused.
+        for bad in ("08", "+8", " 8 ", "8\t"):
+            status, body = await call(bad)
+            assert status == 400 and json.loads(body)["type"] == "urn:fenced:problem:invalid-token", bad
 
     asyncio.run(main())
 
@@ -510,11 +526,11 @@ def test_sequences_over_http_through_the_wsgi_middleware(key):
         with pytest.raises(fenced.SequenceGap):
             send(lease, "PUT", url, b"3", sequence=3)
         assert send(lease, "PUT", url, b"2", sequence=2)[0] == 204
-        for bad in ("0", "00", str(2**63), "9" * 5000, "1,2", "+3"):
+        # Canonical decimal only, as Fencing-Token (guard spec section 7): no leading zeros.
+        for bad in ("0", "00", "003", str(2**63), "9" * 5000, "1,2", "+3"):
             status, _, body = send(lease, "PUT", url, b"x", headers={"Fencing-Sequence": bad})
             assert status == 400 and json.loads(body)["type"] == "urn:fenced:problem:invalid-sequence", bad
-        # Leading zeros are allowed, as in Fencing-Token (guard spec section 7).
-        assert send(lease, "PUT", url, b"3", headers={"Fencing-Sequence": "003"})[0] == 204
+        assert send(lease, "PUT", url, b"3", headers={"Fencing-Sequence": "3"})[0] == 204
         req = urllib.request.Request(url, data=b"x", method="PUT", headers={"Fencing-Scope": key, "Fencing-Token": "9" * 5000})
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(req, timeout=5)

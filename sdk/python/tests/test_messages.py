@@ -105,8 +105,7 @@ def test_sequence_bounds():
     ok = {"Fencing-Scope": "s", "Fencing-Token": "1"}
     assert read_stamp({**ok, "Fencing-Sequence": "1"}).sequence == 1
     assert read_stamp({**ok, "Fencing-Sequence": str(2**63 - 1)}).sequence == 2**63 - 1
-    assert read_stamp({**ok, "Fencing-Sequence": "0" * 5000 + "12"}).sequence == 12
-    for bad in ("0", str(2**63), str(2**64), "1" * 5000, "-1", " 1", "", "\u0661"):
+    for bad in ("0", "012", "0" * 5000 + "12", str(2**63), str(2**64), "1" * 5000, "-1", " 1", "", "\u0661"):
         with pytest.raises(fenced.InvalidSequence):
             read_stamp({**ok, "Fencing-Sequence": bad})
     with pytest.raises(fenced.InvalidToken, match="exceeds the uint64 range"):

@@ -190,7 +190,8 @@ test("RabbitMQ: malformed stamps are rejected without requeue (dead-lettered), a
     ["sequence-0", { ...valid, "Fencing-Sequence": "0" }],
     ["sequence-2^63", { ...valid, "Fencing-Sequence": "9223372036854775808" }],
     ["token-above-bigint", { ...valid, "Fencing-Token": "9223372036854775808" }], // PgGuard's range
-    ["bytes", { "Fencing-Scope": Buffer.from(scope), "Fencing-Token": Buffer.from("0005"), "Fencing-Sequence": Buffer.from("1") }],
+    ["token-leading-zero", { ...valid, "Fencing-Token": "05" }],
+    ["bytes", { "Fencing-Scope": Buffer.from(scope), "Fencing-Token": Buffer.from("5"), "Fencing-Sequence": Buffer.from("1") }],
     ["flaky", { ...valid, "Fencing-Sequence": "2" }],
   ];
   const refused = messages.map(([id]) => id).filter((id) => id !== "bytes" && id !== "flaky");

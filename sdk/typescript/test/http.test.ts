@@ -34,6 +34,8 @@ test("middleware answers the pinned statuses; the fetch wrapper turns 409 into a
     assert.equal((await put({})).status, 428);
     assert.equal((await put({ "Fencing-Scope": key, "Fencing-Token": "x1" })).status, 400);
     assert.equal((await put({ "Fencing-Token": "5" })).status, 400);
+    // One spelling per token: a leading zero is refused, and raises nothing.
+    assert.equal((await put({ "Fencing-Scope": key, "Fencing-Token": "0" + (a.token + 9n).toString() })).status, 400);
     assert.equal((await fetch(srv.url + "/x")).status, 200); // safe methods pass
     const fa = fencedFetch(a);
     assert.equal((await fa(srv.url + "/x", { method: "PUT" })).status, 200);

@@ -177,24 +177,12 @@ def send(lease: Any, method: str, url: str, body: Optional[bytes] = None, header
 # ---------------------------------------------------------------- server side
 
 
-def _decimal(s: str) -> Optional[int]:
-    """The value of 1*DIGIT (leading zeros allowed), None if s is not one; a
-    value of over 20 digits is returned as MAX_TOKEN + 1 (int() refuses
-    very long strings)."""
-    if not s.isascii() or not s.isdigit():
-        return None
-    digits = s.lstrip("0")
-    return _scope.MAX_TOKEN + 1 if len(digits) > 20 else int(digits or "0")
-
-
 def parse_token(s: Optional[str]) -> int:
     if not s:
         raise NoToken("mutating requests need the Fencing-Scope and Fencing-Token headers")
-    t = _decimal(s)
-    if t is None:
-        raise InvalidArgument(f"invalid fencing token: {s[:40]!r} is not a decimal number")
-    if t > _scope.MAX_TOKEN:
-        raise InvalidArgument(f"invalid fencing token: {s[:40]!r} exceeds the uint64 range")
+    t, why = _scope.parse_decimal(s)
+    if why:
+        raise InvalidArgument(f"invalid fencing token: {s[:40]!r} {why}")
     if t == 0:
         raise InvalidArgument("invalid fencing token: 0 is never issued")
     return t
@@ -247,8 +235,8 @@ def _credentials(get: Callable[[str], List[str]]) -> Tuple[str, int, str, Dict[s
     extra: Dict[str, Any] = {"signature": sigs[0]} if len(sigs) == 1 and sigs[0] else {}
     seqs = get(HEADER_SEQUENCE)
     if seqs:
-        seq = _decimal(seqs[0]) if len(seqs) == 1 else None
-        if seq is None or seq == 0 or seq > MAX_SEQUENCE:
+        seq, why = _scope.parse_decimal(seqs[0]) if len(seqs) == 1 else (0, "given more than once")
+        if why or seq == 0 or seq > MAX_SEQUENCE:
             raise InvalidSequence(f"invalid fencing sequence: {HEADER_SEQUENCE} {','.join(seqs)[:40]!r}")
         extra["sequence"] = seq
     return scopes[0], token, owner, extra
@@ -269,12 +257,12 @@ class WSGIMiddleware:
             return cast(Iterable[bytes], self.app(environ, start_response))
 
         def get(name: str) -> List[str]:
-            v = environ.get("HTTP_" + name.upper().replace("-", "_"))
+            v: Optional[str] = environ.get("HTTP_" + name.upper().replace("-", "_"))
             if v is None:
                 return []
             # WSGI servers join a repeated header with ","; a token or a
             # sequence has no comma, so a repeated one shows. A scope may hold commas.
-            return [x.strip() for x in v.split(",")] if name in (HEADER_TOKEN, HEADER_SEQUENCE) else [v]
+            return v.split(",") if name in (HEADER_TOKEN, HEADER_SEQUENCE) else [v]
 
         try:
             scope, token, owner, extra = _credentials(get)

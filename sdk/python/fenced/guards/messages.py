@@ -171,15 +171,6 @@ def _single(headers: Mapping[str, Any], name: str, kind: type[FencedError], what
     return vs[0] if vs else None
 
 
-def _decimal(v: str, limit: int) -> Optional[int]:
-    """v (ASCII digits, leading zeros allowed) as an int, or None when above limit."""
-    d = v.lstrip("0") or "0"
-    if len(d) > len(str(limit)):  # also keeps int() below its limit on digits
-        return None
-    n = int(d)
-    return n if n <= limit else None
-
-
 def _quote(v: str) -> str:
     return repr(v[:40]) + ("..." if len(v) > 40 else "")
 
@@ -188,10 +179,10 @@ def read_stamp(headers: Optional[Mapping[str, Any]]) -> Stamp:
     """Read and check a message's stamp (guard-spec section 8, the consumer's step 1).
 
     Raises, in this order of checking: NoToken (no Fencing-Token, or an
-    empty one), InvalidToken (not decimal digits, 0, above 2**64-1, given
-    more than once, or not text), InvalidScope (missing or invalid),
-    InvalidSequence (empty, not digits, 0, above 2**63-1, given more than
-    once, or not text). An invalid owner is dropped, not refused; so is a
+    empty one), InvalidToken (not canonical decimal: a sign, a space or a
+    leading zero; 0, above 2**64-1, given more than once, or not text),
+    InvalidScope (missing or invalid), InvalidSequence (empty, not canonical
+    decimal, 0, above 2**63-1, given more than once, or not text). An invalid owner is dropped, not refused; so is a
     signature given more than once.
     """
     h: Mapping[str, Any] = headers if headers is not None else {}
@@ -199,11 +190,9 @@ def read_stamp(headers: Optional[Mapping[str, Any]]) -> Stamp:
     if not tok:
         raise NoToken(f"missing fencing token: no {HEADER_TOKEN} header" if tok is None
                       else f"missing fencing token: {HEADER_TOKEN} is empty")
-    if not (tok.isascii() and tok.isdigit()):
-        raise InvalidToken(f"invalid fencing token: {_quote(tok)} is not a decimal number")
-    token = _decimal(tok, _scope.MAX_TOKEN)
-    if token is None:
-        raise InvalidToken(f"invalid fencing token: {_quote(tok)} exceeds the uint64 range")
+    token, why = _scope.parse_decimal(tok)
+    if why:
+        raise InvalidToken(f"invalid fencing token: {_quote(tok)} {why}")
     if token == 0:
         raise InvalidToken("invalid fencing token: 0 is never issued")
     scope = _single(h, HEADER_SCOPE, InvalidScope, "scope")
@@ -213,10 +202,10 @@ def read_stamp(headers: Optional[Mapping[str, Any]]) -> Stamp:
     sequence = 0
     seq = _single(h, HEADER_SEQUENCE, InvalidSequence, "sequence")
     if seq is not None:
-        if not (seq.isascii() and seq.isdigit()):
-            raise InvalidSequence(f"invalid fencing sequence: {_quote(seq)} is not a decimal number")
-        q = _decimal(seq, MAX_SEQUENCE)
-        if not q:
+        q, why = _scope.parse_decimal(seq)
+        if why:
+            raise InvalidSequence(f"invalid fencing sequence: {_quote(seq)} {why}")
+        if q == 0 or q > MAX_SEQUENCE:
             raise InvalidSequence(f"invalid fencing sequence: {_quote(seq)} is not between 1 and {MAX_SEQUENCE}")
         sequence = q
     owners = _values(h, HEADER_OWNER)

@@ -60,10 +60,21 @@ export const PROBLEM_DUPLICATE = "urn:fenced:problem:duplicate-write";
 export const PROBLEM_SEQUENCE_GAP = "urn:fenced:problem:sequence-gap";
 export const PROBLEM_INVALID_SEQUENCE = "urn:fenced:problem:invalid-sequence";
 
-/** Parses a Fencing-Sequence value: absent is 0n (none); else 1*DIGIT in 1..2^63-1. */
+/**
+ * Why s is not canonical decimal ("0", or a digit 1-9 then ASCII digits), or
+ * "" if it is: one spelling per number, as in the Go guards (guard spec,
+ * section 4). No sign, space or leading zero.
+ */
+function notCanonical(s: string): string {
+  if (/^(0|[1-9][0-9]*)$/.test(s)) return "";
+  return /^[0-9]+$/.test(s) ? "has a leading zero" : "is not a decimal number";
+}
+
+/** Parses a Fencing-Sequence value: absent is 0n (none); else canonical decimal in 1..2^63-1. */
 export function parseSequence(s: string | undefined): bigint {
   if (s === undefined) return 0n;
-  if (!/^[0-9]+$/.test(s)) throw new InvalidSequenceError(`invalid fencing sequence: ${JSON.stringify(s.slice(0, 40))} is not a decimal number`);
+  const why = notCanonical(s);
+  if (why) throw new InvalidSequenceError(`invalid fencing sequence: ${JSON.stringify(s.slice(0, 40))} ${why}`);
   const q = BigInt(s);
   if (q === 0n || q > MAX_SEQUENCE) throw new InvalidSequenceError(`invalid fencing sequence: ${s.slice(0, 40)} is not in 1..2^63-1`);
   return q;
@@ -71,10 +82,16 @@ export function parseSequence(s: string | undefined): bigint {
 
 const printable = /^[\p{L}\p{M}\p{N}\p{P}\p{S}\p{Zs}]*$/u;
 
-/** Parses a Fencing-Token value: 1*DIGIT in 1..2^64-1. */
+/**
+ * Parses a Fencing-Token value: canonical decimal (no sign, space or leading
+ * zero) in 1..2^64-1. Node's HTTP/1.1 parser removes spaces and tabs around a
+ * field value (RFC 9110 section 5.5); anything that reaches here with them is
+ * refused.
+ */
 export function parseToken(s: string | undefined): bigint {
   if (s === undefined || s === "") throw new NoTokenError();
-  if (!/^[0-9]+$/.test(s)) throw new InvalidTokenError(`invalid fencing token: ${JSON.stringify(s.slice(0, 40))} is not a decimal number`);
+  const why = notCanonical(s);
+  if (why) throw new InvalidTokenError(`invalid fencing token: ${JSON.stringify(s.slice(0, 40))} ${why}`);
   const t = BigInt(s);
   if (t > MAX_TOKEN) throw new InvalidTokenError(`invalid fencing token: ${s.slice(0, 40)} exceeds the uint64 range`);
   if (t === 0n) throw new InvalidTokenError("invalid fencing token: 0 is never issued");

@@ -199,9 +199,10 @@ function single(h: MessageHeaders | null | undefined, name: string): Value {
 /**
  * Reads and validates a message's stamp (guard spec, section 8). Throws,
  * in this order of checking, NoTokenError (no Fencing-Token, or an empty
- * one), InvalidTokenError (not 1*DIGIT, 0, above 2^64-1, given twice, not
- * a string), InvalidScopeError (missing or invalid) and
- * InvalidSequenceError (empty, not 1*DIGIT, 0, above 2^63-1). An invalid
+ * one), InvalidTokenError (not canonical decimal: a sign, a space, a leading
+ * zero; 0, above 2^64-1, given twice, not a string), InvalidScopeError
+ * (missing or invalid) and InvalidSequenceError (empty, not canonical
+ * decimal, 0, above 2^63-1). An invalid
  * owner, and a signature that is not one string, are dropped.
  */
 export function readStamp(headers: MessageHeaders | null | undefined): Stamp {
