@@ -19,6 +19,10 @@ import (
 // A group that waits for the first time, or again after it was idle,
 // starts at the use of the group last served, so that time not asked for
 // earlier cannot be saved up and spent in a burst.
+//
+// Each freed place looks at every group with calls in the gate or waiting
+// (a linear scan): as many as the gate's capacity plus the networks whose
+// calls wait, each network's calls bounded by its slots.
 type FairGate struct {
 	capacity int
 	now      func() time.Time
