@@ -27,7 +27,8 @@ import (
 // well-behaved client's Acquire p99 and success rate quiet and under each
 // flood, what the flood got, and the server's resident memory; it fails
 // when the well-behaved client succeeded in fewer than 90% of its calls
-// or the flood was never held back.
+// or the flood was never refused (not checked under the race detector,
+// whose flood is too slow to fill its shares).
 //
 // The flood runs in a process of its own at the lowest CPU priority (nice
 // 19): a real flood comes from other machines, whose cores are not the
@@ -73,7 +74,10 @@ func TestFloodProbe(t *testing.T) {
 			if res.success() < 0.9 {
 				t.Errorf("the well-behaved client succeeded in %.1f%% of its calls under the flood: %v", 100*res.success(), res)
 			}
-			if got.Refused == 0 {
+			// Under the race detector the flood (this test binary,
+			// instrumented, at nice 19) cannot send fast enough to fill its
+			// shares: what it gets is logged, not checked.
+			if got.Refused == 0 && !raceEnabled {
 				t.Errorf("the flood was never refused: %v", got)
 			}
 		})

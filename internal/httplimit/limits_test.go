@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -170,8 +171,10 @@ func TestBodyErrorClosesConnection(t *testing.T) {
 		if !resp.Close {
 			t.Errorf("%s: answered %d without Connection: close", name, resp.StatusCode)
 		}
-		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-			t.Errorf("%s: after the answer %v, want the connection closed (EOF)", name, err)
+		// A trickled byte that arrived after the server's last read makes
+		// its close a reset: closed all the same.
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("%s: after the answer %v, want the connection closed (EOF or reset)", name, err)
 		}
 	}
 }
@@ -208,8 +211,10 @@ func TestEarlyAnswerBoundedByBodyDeadline(t *testing.T) {
 		if !closed {
 			return
 		}
-		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-			t.Errorf("%s: after the answer %v, want the connection closed (EOF)", name, err)
+		// A trickled byte that arrived after the server's last read makes
+		// its close a reset: closed all the same.
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("%s: after the answer %v, want the connection closed (EOF or reset)", name, err)
 		}
 	}
 	for _, path := range []string{"/refuse", "/silent"} {
