@@ -24,7 +24,8 @@ func TestUnreadStreamsEndWithResync(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the bound on unacknowledged bytes needs Linux")
 	}
-	s := newTestServer(t, Config{StreamUnackedBytes: 32 << 10, StreamWriteTimeout: time.Hour})
+	// A watcher buffer no churn here fills: only the bound may cut.
+	s := newTestServer(t, Config{StreamUnackedBytes: 32 << 10, StreamWriteTimeout: time.Hour, WatchBuffer: 1 << 16})
 	base := serveTest(t, s)
 	addr := strings.TrimPrefix(base, "http://")
 	// Large events, so that the sockets fill up after few of them.
