@@ -89,11 +89,13 @@ func TestAbuseSlowStreams(t *testing.T) {
 	queued, most := sendQueues(p.url, "127.0.0.2", "127.0.0.3")
 
 	var wg sync.WaitGroup
+	drainStart := time.Now()
 	results := make([]slowResult, len(streams))
 	for i, s := range streams {
 		wg.Go(func() { results[i] = s.drain(3 * time.Second) })
 	}
 	wg.Wait()
+	drained := time.Since(drainStart)
 	var cut, resyncLast int
 	var notCut, noResync []string
 	type tally struct{ n, cut, resyncLast int }
@@ -111,7 +113,7 @@ func TestAbuseSlowStreams(t *testing.T) {
 			cut++
 			k.cut++
 		} else {
-			notCut = append(notCut, streams[i].name())
+			notCut = append(notCut, fmt.Sprintf("%s (%d bytes read)", streams[i].name(), r.bytes))
 		}
 		if r.resyncLast {
 			resyncLast++
@@ -120,8 +122,8 @@ func TestAbuseSlowStreams(t *testing.T) {
 			noResync = append(noResync, fmt.Sprintf("%s (last message %.80q, %d bytes)", streams[i].name(), r.last, r.bytes))
 		}
 	}
-	t.Logf("%d slow streams for %v: the server counted %d cut for their unacknowledged bytes before any read, the last %v after they opened; read then: %d ended, %d with RESYNC last",
-		len(streams), slowStreamsFor, serverCut, lastCutAfter.Round(250*time.Millisecond), cut, resyncLast)
+	t.Logf("%d slow streams for %v: the server counted %d cut for their unacknowledged bytes before any read, the last %v after they opened; read then (in %v): %d ended, %d with RESYNC last",
+		len(streams), slowStreamsFor, serverCut, lastCutAfter.Round(250*time.Millisecond), drained.Round(time.Millisecond), cut, resyncLast)
 	for _, kind := range kinds {
 		k := byKind[kind]
 		t.Logf("  %s: %d, %d ended, %d with RESYNC last", kind, k.n, k.cut, k.resyncLast)
@@ -203,8 +205,9 @@ func wellBehavedFor(t *testing.T, url string, d time.Duration) (wellBehavedResul
 type slowStream interface {
 	kind() string // what stream, over which protocol
 	name() string
-	// drain reads the stream until it ends, or for at most d.
-	drain(d time.Duration) slowResult
+	// drain reads the stream until it ends, or until nothing arrives for
+	// idle (a backlog still arriving is not an open stream).
+	drain(idle time.Duration) slowResult
 }
 
 type slowResult struct {
@@ -250,9 +253,8 @@ func (s *h1Stream) kind() string {
 
 func (s *h1Stream) name() string { return s.kind() + " from " + s.c.LocalAddr().String() }
 
-func (s *h1Stream) drain(d time.Duration) slowResult {
-	s.c.SetReadDeadline(time.Now().Add(d))
-	resp, err := http.ReadResponse(bufio.NewReader(s.c), nil)
+func (s *h1Stream) drain(idle time.Duration) slowResult {
+	resp, err := http.ReadResponse(bufio.NewReader(newIdleReader(s.c, idle)), nil)
 	if err != nil {
 		return slowResult{ended: !isTimeout(err), last: err.Error()}
 	}
@@ -347,8 +349,8 @@ func (s *h2Stream) name() string {
 	return fmt.Sprintf("%s from %v, stream %d", s.kind(), s.conn.c.LocalAddr(), s.id)
 }
 
-func (s *h2Stream) drain(d time.Duration) slowResult {
-	s.conn.once.Do(func() { s.conn.read(d) })
+func (s *h2Stream) drain(idle time.Duration) slowResult {
+	s.conn.once.Do(func() { s.conn.read(idle) })
 	body := s.conn.data[s.id].Bytes()
 	r := slowResult{ended: s.conn.ended[s.id] || s.conn.closed, bytes: len(body)}
 	r.last, r.resyncLast = lastMessage(body, s.watch)
@@ -357,9 +359,8 @@ func (s *h2Stream) drain(d time.Duration) slowResult {
 
 // read reads the connection's frames for d, or until it closes or every
 // stream ended, keeping each stream's DATA.
-func (c *h2Conn) read(d time.Duration) {
-	c.c.SetReadDeadline(time.Now().Add(d))
-	br := bufio.NewReader(c.c)
+func (c *h2Conn) read(idle time.Duration) {
+	br := bufio.NewReader(newIdleReader(c.c, idle))
 	var hdr [9]byte
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
@@ -391,6 +392,30 @@ func (c *h2Conn) read(d time.Duration) {
 			return
 		}
 	}
+}
+
+// idleReader reads c, failing with a timeout once nothing has arrived for
+// idle, and in any case after drainAtMost.
+type idleReader struct {
+	c     net.Conn
+	idle  time.Duration
+	until time.Time
+}
+
+// drainAtMost bounds a drain that keeps receiving.
+const drainAtMost = 30 * time.Second
+
+func newIdleReader(c net.Conn, idle time.Duration) *idleReader {
+	return &idleReader{c: c, idle: idle, until: time.Now().Add(drainAtMost)}
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	deadline := time.Now().Add(r.idle)
+	if deadline.After(r.until) {
+		deadline = r.until
+	}
+	r.c.SetReadDeadline(deadline)
+	return r.c.Read(p)
 }
 
 // lastMessage returns the last message of a stream's body and whether it
