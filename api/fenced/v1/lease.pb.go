@@ -84,7 +84,7 @@ func (x Event_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Event_Type.Descriptor instead.
 func (Event_Type) EnumDescriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{15, 0}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{19, 0}
 }
 
 // Lease is one ownership epoch of a key.
@@ -532,6 +532,368 @@ func (x *KeepAliveResponse) GetTokenSignature() string {
 	return ""
 }
 
+// SessionRequest is one call on a Session stream.
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client; unique among this stream's calls that have not
+	// been answered. For cancel, the id of the call to cancel.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The call's deadline in milliseconds from its arrival; 0 for none (the
+	// stream's own). An Acquire's wait_ms is bounded by it.
+	TimeoutMs int64 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*SessionRequest_Acquire
+	//	*SessionRequest_Renew
+	//	*SessionRequest_Release
+	//	*SessionRequest_Cancel
+	Call          isSessionRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_fenced_v1_lease_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fenced_v1_lease_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SessionRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetCall() isSessionRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetCancel() *SessionCancel {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+type isSessionRequest_Call interface {
+	isSessionRequest_Call()
+}
+
+type SessionRequest_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,3,opt,name=acquire,proto3,oneof"`
+}
+
+type SessionRequest_Renew struct {
+	Renew *RenewRequest `protobuf:"bytes,4,opt,name=renew,proto3,oneof"`
+}
+
+type SessionRequest_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,5,opt,name=release,proto3,oneof"`
+}
+
+type SessionRequest_Cancel struct {
+	Cancel *SessionCancel `protobuf:"bytes,6,opt,name=cancel,proto3,oneof"`
+}
+
+func (*SessionRequest_Acquire) isSessionRequest_Call() {}
+
+func (*SessionRequest_Renew) isSessionRequest_Call() {}
+
+func (*SessionRequest_Release) isSessionRequest_Call() {}
+
+func (*SessionRequest_Cancel) isSessionRequest_Call() {}
+
+// SessionCancel asks the server to stop working on the call whose id the
+// request carries. The cancel itself gets no answer; the call is answered
+// once, either with its outcome (when it finished first) or with the error
+// code "canceled". A cancelled Acquire may still have been granted.
+type SessionCancel struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCancel) Reset() {
+	*x = SessionCancel{}
+	mi := &file_fenced_v1_lease_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCancel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCancel) ProtoMessage() {}
+
+func (x *SessionCancel) ProtoReflect() protoreflect.Message {
+	mi := &file_fenced_v1_lease_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCancel.ProtoReflect.Descriptor instead.
+func (*SessionCancel) Descriptor() ([]byte, []int) {
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{8}
+}
+
+// SessionResponse is the one answer to the call with the same id.
+type SessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SessionResponse_Acquire
+	//	*SessionResponse_Renew
+	//	*SessionResponse_Release
+	//	*SessionResponse_Error
+	Result        isSessionResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_fenced_v1_lease_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fenced_v1_lease_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SessionResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionResponse) GetResult() isSessionResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetError() *SessionError {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isSessionResponse_Result interface {
+	isSessionResponse_Result()
+}
+
+type SessionResponse_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type SessionResponse_Renew struct {
+	Renew *RenewResponse `protobuf:"bytes,3,opt,name=renew,proto3,oneof"`
+}
+
+type SessionResponse_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
+}
+
+type SessionResponse_Error struct {
+	Error *SessionError `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
+}
+
+func (*SessionResponse_Acquire) isSessionResponse_Result() {}
+
+func (*SessionResponse_Renew) isSessionResponse_Result() {}
+
+func (*SessionResponse_Release) isSessionResponse_Result() {}
+
+func (*SessionResponse_Error) isSessionResponse_Result() {}
+
+// SessionError is the error the unary call would have answered.
+type SessionError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Connect code, as a string ("not_found", "failed_precondition",
+	// "unavailable", ...).
+	Code    string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// With failed_precondition from Acquire: who holds the key.
+	Held          *LeaseHeld `protobuf:"bytes,3,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionError) Reset() {
+	*x = SessionError{}
+	mi := &file_fenced_v1_lease_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionError) ProtoMessage() {}
+
+func (x *SessionError) ProtoReflect() protoreflect.Message {
+	mi := &file_fenced_v1_lease_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
+func (*SessionError) Descriptor() ([]byte, []int) {
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SessionError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *SessionError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SessionError) GetHeld() *LeaseHeld {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
 type ReleaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -542,7 +904,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[7]
+	mi := &file_fenced_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +916,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[7]
+	mi := &file_fenced_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +929,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReleaseRequest) GetKey() string {
@@ -592,7 +954,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[8]
+	mi := &file_fenced_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +966,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[8]
+	mi := &file_fenced_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +979,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 type GetRequest struct {
@@ -629,7 +991,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[9]
+	mi := &file_fenced_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +1003,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[9]
+	mi := &file_fenced_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +1016,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -680,7 +1042,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[10]
+	mi := &file_fenced_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +1054,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[10]
+	mi := &file_fenced_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +1067,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetResponse) GetLease() *Lease {
@@ -741,7 +1103,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[11]
+	mi := &file_fenced_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +1115,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[11]
+	mi := &file_fenced_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +1128,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -798,7 +1160,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[12]
+	mi := &file_fenced_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +1172,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[12]
+	mi := &file_fenced_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +1185,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListResponse) GetLeases() []*Lease {
@@ -862,7 +1224,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[13]
+	mi := &file_fenced_v1_lease_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1236,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[13]
+	mi := &file_fenced_v1_lease_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1249,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -920,7 +1282,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[14]
+	mi := &file_fenced_v1_lease_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1294,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[14]
+	mi := &file_fenced_v1_lease_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1307,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -971,7 +1333,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[15]
+	mi := &file_fenced_v1_lease_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1345,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[15]
+	mi := &file_fenced_v1_lease_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1358,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Event) GetType() Event_Type {
@@ -1040,7 +1402,7 @@ type LeaseHeld struct {
 
 func (x *LeaseHeld) Reset() {
 	*x = LeaseHeld{}
-	mi := &file_fenced_v1_lease_proto_msgTypes[16]
+	mi := &file_fenced_v1_lease_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1414,7 @@ func (x *LeaseHeld) String() string {
 func (*LeaseHeld) ProtoMessage() {}
 
 func (x *LeaseHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_fenced_v1_lease_proto_msgTypes[16]
+	mi := &file_fenced_v1_lease_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1427,7 @@ func (x *LeaseHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseHeld.ProtoReflect.Descriptor instead.
 func (*LeaseHeld) Descriptor() ([]byte, []int) {
-	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{16}
+	return file_fenced_v1_lease_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaseHeld) GetKey() string {
@@ -1134,7 +1496,28 @@ const file_fenced_v1_lease_proto_rawDesc = "" +
 	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x12,\n" +
 	"\x0ftoken_signature\x18\x04 \x01(\tH\x00R\x0etokenSignature\x88\x01\x01B\x12\n" +
-	"\x10_token_signature\"=\n" +
+	"\x10_token_signature\"\x9a\x02\n" +
+	"\x0eSessionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x03R\ttimeoutMs\x125\n" +
+	"\aacquire\x18\x03 \x01(\v2\x19.fenced.v1.AcquireRequestH\x00R\aacquire\x12/\n" +
+	"\x05renew\x18\x04 \x01(\v2\x17.fenced.v1.RenewRequestH\x00R\x05renew\x125\n" +
+	"\arelease\x18\x05 \x01(\v2\x19.fenced.v1.ReleaseRequestH\x00R\arelease\x122\n" +
+	"\x06cancel\x18\x06 \x01(\v2\x18.fenced.v1.SessionCancelH\x00R\x06cancelB\x06\n" +
+	"\x04call\"\x0f\n" +
+	"\rSessionCancel\"\xfe\x01\n" +
+	"\x0fSessionResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
+	"\aacquire\x18\x02 \x01(\v2\x1a.fenced.v1.AcquireResponseH\x00R\aacquire\x120\n" +
+	"\x05renew\x18\x03 \x01(\v2\x18.fenced.v1.RenewResponseH\x00R\x05renew\x126\n" +
+	"\arelease\x18\x04 \x01(\v2\x1a.fenced.v1.ReleaseResponseH\x00R\arelease\x12/\n" +
+	"\x05error\x18\x05 \x01(\v2\x17.fenced.v1.SessionErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"f\n" +
+	"\fSessionError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
+	"\x04held\x18\x03 \x01(\v2\x14.fenced.v1.LeaseHeldR\x04held\"=\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\"\x11\n" +
@@ -1178,7 +1561,7 @@ const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
-	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs2\xd1\x03\n" +
+	"\fremaining_ms\x18\x04 \x01(\x03R\vremainingMs2\x97\x04\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.fenced.v1.AcquireRequest\x1a\x1a.fenced.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.fenced.v1.RenewRequest\x1a\x18.fenced.v1.RenewResponse\x12@\n" +
@@ -1186,7 +1569,8 @@ const file_fenced_v1_lease_proto_rawDesc = "" +
 	"\x03Get\x12\x15.fenced.v1.GetRequest\x1a\x16.fenced.v1.GetResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04List\x12\x16.fenced.v1.ListRequest\x1a\x17.fenced.v1.ListResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x05Watch\x12\x17.fenced.v1.WatchRequest\x1a\x18.fenced.v1.WatchResponse0\x01\x12J\n" +
-	"\tKeepAlive\x12\x1b.fenced.v1.KeepAliveRequest\x1a\x1c.fenced.v1.KeepAliveResponse(\x010\x01B3Z1github.com/fencedio/fenced/api/fenced/v1;fencedv1b\x06proto3"
+	"\tKeepAlive\x12\x1b.fenced.v1.KeepAliveRequest\x1a\x1c.fenced.v1.KeepAliveResponse(\x010\x01\x12D\n" +
+	"\aSession\x12\x19.fenced.v1.SessionRequest\x1a\x1a.fenced.v1.SessionResponse(\x010\x01B3Z1github.com/fencedio/fenced/api/fenced/v1;fencedv1b\x06proto3"
 
 var (
 	file_fenced_v1_lease_proto_rawDescOnce sync.Once
@@ -1201,7 +1585,7 @@ func file_fenced_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_fenced_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fenced_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_fenced_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_fenced_v1_lease_proto_goTypes = []any{
 	(Event_Type)(0),           // 0: fenced.v1.Event.Type
 	(*Lease)(nil),             // 1: fenced.v1.Lease
@@ -1211,47 +1595,62 @@ var file_fenced_v1_lease_proto_goTypes = []any{
 	(*RenewResponse)(nil),     // 5: fenced.v1.RenewResponse
 	(*KeepAliveRequest)(nil),  // 6: fenced.v1.KeepAliveRequest
 	(*KeepAliveResponse)(nil), // 7: fenced.v1.KeepAliveResponse
-	(*ReleaseRequest)(nil),    // 8: fenced.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),   // 9: fenced.v1.ReleaseResponse
-	(*GetRequest)(nil),        // 10: fenced.v1.GetRequest
-	(*GetResponse)(nil),       // 11: fenced.v1.GetResponse
-	(*ListRequest)(nil),       // 12: fenced.v1.ListRequest
-	(*ListResponse)(nil),      // 13: fenced.v1.ListResponse
-	(*WatchRequest)(nil),      // 14: fenced.v1.WatchRequest
-	(*WatchResponse)(nil),     // 15: fenced.v1.WatchResponse
-	(*Event)(nil),             // 16: fenced.v1.Event
-	(*LeaseHeld)(nil),         // 17: fenced.v1.LeaseHeld
-	(*Rejection)(nil),         // 18: fenced.v1.Rejection
+	(*SessionRequest)(nil),    // 8: fenced.v1.SessionRequest
+	(*SessionCancel)(nil),     // 9: fenced.v1.SessionCancel
+	(*SessionResponse)(nil),   // 10: fenced.v1.SessionResponse
+	(*SessionError)(nil),      // 11: fenced.v1.SessionError
+	(*ReleaseRequest)(nil),    // 12: fenced.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),   // 13: fenced.v1.ReleaseResponse
+	(*GetRequest)(nil),        // 14: fenced.v1.GetRequest
+	(*GetResponse)(nil),       // 15: fenced.v1.GetResponse
+	(*ListRequest)(nil),       // 16: fenced.v1.ListRequest
+	(*ListResponse)(nil),      // 17: fenced.v1.ListResponse
+	(*WatchRequest)(nil),      // 18: fenced.v1.WatchRequest
+	(*WatchResponse)(nil),     // 19: fenced.v1.WatchResponse
+	(*Event)(nil),             // 20: fenced.v1.Event
+	(*LeaseHeld)(nil),         // 21: fenced.v1.LeaseHeld
+	(*Rejection)(nil),         // 22: fenced.v1.Rejection
 }
 var file_fenced_v1_lease_proto_depIdxs = []int32{
 	1,  // 0: fenced.v1.AcquireResponse.lease:type_name -> fenced.v1.Lease
 	1,  // 1: fenced.v1.RenewResponse.lease:type_name -> fenced.v1.Lease
 	1,  // 2: fenced.v1.KeepAliveResponse.lease:type_name -> fenced.v1.Lease
-	1,  // 3: fenced.v1.GetResponse.lease:type_name -> fenced.v1.Lease
-	1,  // 4: fenced.v1.ListResponse.leases:type_name -> fenced.v1.Lease
-	16, // 5: fenced.v1.WatchResponse.event:type_name -> fenced.v1.Event
-	0,  // 6: fenced.v1.Event.type:type_name -> fenced.v1.Event.Type
-	1,  // 7: fenced.v1.Event.lease:type_name -> fenced.v1.Lease
-	18, // 8: fenced.v1.Event.rejection:type_name -> fenced.v1.Rejection
-	2,  // 9: fenced.v1.LeaseService.Acquire:input_type -> fenced.v1.AcquireRequest
-	4,  // 10: fenced.v1.LeaseService.Renew:input_type -> fenced.v1.RenewRequest
-	8,  // 11: fenced.v1.LeaseService.Release:input_type -> fenced.v1.ReleaseRequest
-	10, // 12: fenced.v1.LeaseService.Get:input_type -> fenced.v1.GetRequest
-	12, // 13: fenced.v1.LeaseService.List:input_type -> fenced.v1.ListRequest
-	14, // 14: fenced.v1.LeaseService.Watch:input_type -> fenced.v1.WatchRequest
-	6,  // 15: fenced.v1.LeaseService.KeepAlive:input_type -> fenced.v1.KeepAliveRequest
-	3,  // 16: fenced.v1.LeaseService.Acquire:output_type -> fenced.v1.AcquireResponse
-	5,  // 17: fenced.v1.LeaseService.Renew:output_type -> fenced.v1.RenewResponse
-	9,  // 18: fenced.v1.LeaseService.Release:output_type -> fenced.v1.ReleaseResponse
-	11, // 19: fenced.v1.LeaseService.Get:output_type -> fenced.v1.GetResponse
-	13, // 20: fenced.v1.LeaseService.List:output_type -> fenced.v1.ListResponse
-	15, // 21: fenced.v1.LeaseService.Watch:output_type -> fenced.v1.WatchResponse
-	7,  // 22: fenced.v1.LeaseService.KeepAlive:output_type -> fenced.v1.KeepAliveResponse
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	2,  // 3: fenced.v1.SessionRequest.acquire:type_name -> fenced.v1.AcquireRequest
+	4,  // 4: fenced.v1.SessionRequest.renew:type_name -> fenced.v1.RenewRequest
+	12, // 5: fenced.v1.SessionRequest.release:type_name -> fenced.v1.ReleaseRequest
+	9,  // 6: fenced.v1.SessionRequest.cancel:type_name -> fenced.v1.SessionCancel
+	3,  // 7: fenced.v1.SessionResponse.acquire:type_name -> fenced.v1.AcquireResponse
+	5,  // 8: fenced.v1.SessionResponse.renew:type_name -> fenced.v1.RenewResponse
+	13, // 9: fenced.v1.SessionResponse.release:type_name -> fenced.v1.ReleaseResponse
+	11, // 10: fenced.v1.SessionResponse.error:type_name -> fenced.v1.SessionError
+	21, // 11: fenced.v1.SessionError.held:type_name -> fenced.v1.LeaseHeld
+	1,  // 12: fenced.v1.GetResponse.lease:type_name -> fenced.v1.Lease
+	1,  // 13: fenced.v1.ListResponse.leases:type_name -> fenced.v1.Lease
+	20, // 14: fenced.v1.WatchResponse.event:type_name -> fenced.v1.Event
+	0,  // 15: fenced.v1.Event.type:type_name -> fenced.v1.Event.Type
+	1,  // 16: fenced.v1.Event.lease:type_name -> fenced.v1.Lease
+	22, // 17: fenced.v1.Event.rejection:type_name -> fenced.v1.Rejection
+	2,  // 18: fenced.v1.LeaseService.Acquire:input_type -> fenced.v1.AcquireRequest
+	4,  // 19: fenced.v1.LeaseService.Renew:input_type -> fenced.v1.RenewRequest
+	12, // 20: fenced.v1.LeaseService.Release:input_type -> fenced.v1.ReleaseRequest
+	14, // 21: fenced.v1.LeaseService.Get:input_type -> fenced.v1.GetRequest
+	16, // 22: fenced.v1.LeaseService.List:input_type -> fenced.v1.ListRequest
+	18, // 23: fenced.v1.LeaseService.Watch:input_type -> fenced.v1.WatchRequest
+	6,  // 24: fenced.v1.LeaseService.KeepAlive:input_type -> fenced.v1.KeepAliveRequest
+	8,  // 25: fenced.v1.LeaseService.Session:input_type -> fenced.v1.SessionRequest
+	3,  // 26: fenced.v1.LeaseService.Acquire:output_type -> fenced.v1.AcquireResponse
+	5,  // 27: fenced.v1.LeaseService.Renew:output_type -> fenced.v1.RenewResponse
+	13, // 28: fenced.v1.LeaseService.Release:output_type -> fenced.v1.ReleaseResponse
+	15, // 29: fenced.v1.LeaseService.Get:output_type -> fenced.v1.GetResponse
+	17, // 30: fenced.v1.LeaseService.List:output_type -> fenced.v1.ListResponse
+	19, // 31: fenced.v1.LeaseService.Watch:output_type -> fenced.v1.WatchResponse
+	7,  // 32: fenced.v1.LeaseService.KeepAlive:output_type -> fenced.v1.KeepAliveResponse
+	10, // 33: fenced.v1.LeaseService.Session:output_type -> fenced.v1.SessionResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_fenced_v1_lease_proto_init() }
@@ -1264,13 +1663,25 @@ func file_fenced_v1_lease_proto_init() {
 	file_fenced_v1_lease_proto_msgTypes[2].OneofWrappers = []any{}
 	file_fenced_v1_lease_proto_msgTypes[4].OneofWrappers = []any{}
 	file_fenced_v1_lease_proto_msgTypes[6].OneofWrappers = []any{}
+	file_fenced_v1_lease_proto_msgTypes[7].OneofWrappers = []any{
+		(*SessionRequest_Acquire)(nil),
+		(*SessionRequest_Renew)(nil),
+		(*SessionRequest_Release)(nil),
+		(*SessionRequest_Cancel)(nil),
+	}
+	file_fenced_v1_lease_proto_msgTypes[9].OneofWrappers = []any{
+		(*SessionResponse_Acquire)(nil),
+		(*SessionResponse_Renew)(nil),
+		(*SessionResponse_Release)(nil),
+		(*SessionResponse_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fenced_v1_lease_proto_rawDesc), len(file_fenced_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,8 @@ const (
 	LeaseServiceWatchProcedure = "/fenced.v1.LeaseService/Watch"
 	// LeaseServiceKeepAliveProcedure is the fully-qualified name of the LeaseService's KeepAlive RPC.
 	LeaseServiceKeepAliveProcedure = "/fenced.v1.LeaseService/KeepAlive"
+	// LeaseServiceSessionProcedure is the fully-qualified name of the LeaseService's Session RPC.
+	LeaseServiceSessionProcedure = "/fenced.v1.LeaseService/Session"
 )
 
 // LeaseServiceClient is a client for the fenced.v1.LeaseService service.
@@ -72,6 +74,16 @@ type LeaseServiceClient interface {
 	// request renews one lease like Renew, and the responses come in the
 	// order of the requests. A failed renewal does not end the stream.
 	KeepAlive(context.Context) *connect.BidiStreamForClient[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	// Session carries Acquire, Renew and Release over one long-lived stream
+	// (HTTP/2 only), so that a call costs a stream message, not a request.
+	// Each request carries an id chosen by the client; its one answer carries
+	// the same id, and answers come in any order. Each call behaves as the
+	// unary call it wraps: same validation, limits, auth, quotas and errors.
+	// When the stream ends after a request was sent and before its answer
+	// came, the outcome of that request is unknown (an Acquire may have been
+	// granted, a Release may have freed the key), as for a unary call cut
+	// after it was sent. A failed call does not end the stream.
+	Session(context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse]
 }
 
 // NewLeaseServiceClient constructs a client for the fenced.v1.LeaseService service. By default, it
@@ -129,6 +141,12 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("KeepAlive")),
 			connect.WithClientOptions(opts...),
 		),
+		session: connect.NewClient[v1.SessionRequest, v1.SessionResponse](
+			httpClient,
+			baseURL+LeaseServiceSessionProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("Session")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -141,6 +159,7 @@ type leaseServiceClient struct {
 	list      *connect.Client[v1.ListRequest, v1.ListResponse]
 	watch     *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	keepAlive *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	session   *connect.Client[v1.SessionRequest, v1.SessionResponse]
 }
 
 // Acquire calls fenced.v1.LeaseService.Acquire.
@@ -178,6 +197,11 @@ func (c *leaseServiceClient) KeepAlive(ctx context.Context) *connect.BidiStreamF
 	return c.keepAlive.CallBidiStream(ctx)
 }
 
+// Session calls fenced.v1.LeaseService.Session.
+func (c *leaseServiceClient) Session(ctx context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse] {
+	return c.session.CallBidiStream(ctx)
+}
+
 // LeaseServiceHandler is an implementation of the fenced.v1.LeaseService service.
 type LeaseServiceHandler interface {
 	// Acquire grants the key to the caller if it is free. With wait_ms > 0 the
@@ -201,6 +225,16 @@ type LeaseServiceHandler interface {
 	// request renews one lease like Renew, and the responses come in the
 	// order of the requests. A failed renewal does not end the stream.
 	KeepAlive(context.Context, *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error
+	// Session carries Acquire, Renew and Release over one long-lived stream
+	// (HTTP/2 only), so that a call costs a stream message, not a request.
+	// Each request carries an id chosen by the client; its one answer carries
+	// the same id, and answers come in any order. Each call behaves as the
+	// unary call it wraps: same validation, limits, auth, quotas and errors.
+	// When the stream ends after a request was sent and before its answer
+	// came, the outcome of that request is unknown (an Acquire may have been
+	// granted, a Release may have freed the key), as for a unary call cut
+	// after it was sent. A failed call does not end the stream.
+	Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error
 }
 
 // NewLeaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -254,6 +288,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("KeepAlive")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceSessionHandler := connect.NewBidiStreamHandler(
+		LeaseServiceSessionProcedure,
+		svc.Session,
+		connect.WithSchema(leaseServiceMethods.ByName("Session")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/fenced.v1.LeaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseServiceAcquireProcedure:
@@ -270,6 +310,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceWatchHandler.ServeHTTP(w, r)
 		case LeaseServiceKeepAliveProcedure:
 			leaseServiceKeepAliveHandler.ServeHTTP(w, r)
+		case LeaseServiceSessionProcedure:
+			leaseServiceSessionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -305,4 +347,8 @@ func (UnimplementedLeaseServiceHandler) Watch(context.Context, *connect.Request[
 
 func (UnimplementedLeaseServiceHandler) KeepAlive(context.Context, *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("fenced.v1.LeaseService.KeepAlive is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("fenced.v1.LeaseService.Session is not implemented"))
 }

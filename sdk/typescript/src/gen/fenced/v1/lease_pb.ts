@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fenced/v1/lease.proto.
  */
 export const file_fenced_v1_lease: GenFile = /*@__PURE__*/
-  fileDesc("ChVmZW5jZWQvdjEvbGVhc2UucHJvdG8SCWZlbmNlZC52MSJ8CgVMZWFzZRILCgNrZXkYASABKAkSFQoIbGVhc2VfaWQYAiABKAlIAIgBARINCgVvd25lchgDIAEoCRINCgV0b2tlbhgEIAEoBBIOCgZ0dGxfbXMYBSABKAMSFAoMcmVtYWluaW5nX21zGAYgASgDQgsKCV9sZWFzZV9pZCJNCg5BY3F1aXJlUmVxdWVzdBILCgNrZXkYASABKAkSDQoFb3duZXIYAiABKAkSDgoGdHRsX21zGAMgASgDEg8KB3dhaXRfbXMYBCABKAMiZAoPQWNxdWlyZVJlc3BvbnNlEh8KBWxlYXNlGAEgASgLMhAuZmVuY2VkLnYxLkxlYXNlEhwKD3Rva2VuX3NpZ25hdHVyZRgCIAEoCUgAiAEBQhIKEF90b2tlbl9zaWduYXR1cmUiLQoMUmVuZXdSZXF1ZXN0EgsKA2tleRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCSJiCg1SZW5ld1Jlc3BvbnNlEh8KBWxlYXNlGAEgASgLMhAuZmVuY2VkLnYxLkxlYXNlEhwKD3Rva2VuX3NpZ25hdHVyZRgCIAEoCUgAiAEBQhIKEF90b2tlbl9zaWduYXR1cmUiMQoQS2VlcEFsaXZlUmVxdWVzdBILCgNrZXkYASABKAkSEAoIbGVhc2VfaWQYAiABKAkikQEKEUtlZXBBbGl2ZVJlc3BvbnNlEh8KBWxlYXNlGAEgASgLMhAuZmVuY2VkLnYxLkxlYXNlEhIKCmVycm9yX2NvZGUYAiABKAkSFQoNZXJyb3JfbWVzc2FnZRgDIAEoCRIcCg90b2tlbl9zaWduYXR1cmUYBCABKAlIAIgBAUISChBfdG9rZW5fc2lnbmF0dXJlIi8KDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UiGQoKR2V0UmVxdWVzdBILCgNrZXkYASABKAkiVAoLR2V0UmVzcG9uc2USHwoFbGVhc2UYASABKAsyEC5mZW5jZWQudjEuTGVhc2USEgoKbGFzdF90b2tlbhgCIAEoBBIQCghyZXZpc2lvbhgDIAEoBCIsCgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSDQoFbGltaXQYAiABKAUiQgoMTGlzdFJlc3BvbnNlEiAKBmxlYXNlcxgBIAMoCzIQLmZlbmNlZC52MS5MZWFzZRIQCghyZXZpc2lvbhgCIAEoBCJKCgxXYXRjaFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEhYKDmFmdGVyX3JldmlzaW9uGAIgASgEEhIKCnJlamVjdGlvbnMYAyABKAgiMAoNV2F0Y2hSZXNwb25zZRIfCgVldmVudBgBIAEoCzIQLmZlbmNlZC52MS5FdmVudCLpAQoFRXZlbnQSIwoEdHlwZRgBIAEoDjIVLmZlbmNlZC52MS5FdmVudC5UeXBlEh8KBWxlYXNlGAIgASgLMhAuZmVuY2VkLnYxLkxlYXNlEhAKCHJldmlzaW9uGAMgASgEEicKCXJlamVjdGlvbhgEIAEoCzIULmZlbmNlZC52MS5SZWplY3Rpb24iXwoEVHlwZRIUChBUWVBFX1VOU1BFQ0lGSUVEEAASDAoIQUNRVUlSRUQQARIMCghSRUxFQVNFRBACEgsKB0VYUElSRUQQAxIKCgZSRVNZTkMQBBIMCghSRUpFQ1RFRBAFIkwKCUxlYXNlSGVsZBILCgNrZXkYASABKAkSDQoFb3duZXIYAiABKAkSDQoFdG9rZW4YAyABKAQSFAoMcmVtYWluaW5nX21zGAQgASgDMtEDCgxMZWFzZVNlcnZpY2USQAoHQWNxdWlyZRIZLmZlbmNlZC52MS5BY3F1aXJlUmVxdWVzdBoaLmZlbmNlZC52MS5BY3F1aXJlUmVzcG9uc2USOgoFUmVuZXcSFy5mZW5jZWQudjEuUmVuZXdSZXF1ZXN0GhguZmVuY2VkLnYxLlJlbmV3UmVzcG9uc2USQAoHUmVsZWFzZRIZLmZlbmNlZC52MS5SZWxlYXNlUmVxdWVzdBoaLmZlbmNlZC52MS5SZWxlYXNlUmVzcG9uc2USOQoDR2V0EhUuZmVuY2VkLnYxLkdldFJlcXVlc3QaFi5mZW5jZWQudjEuR2V0UmVzcG9uc2UiA5ACARI8CgRMaXN0EhYuZmVuY2VkLnYxLkxpc3RSZXF1ZXN0GhcuZmVuY2VkLnYxLkxpc3RSZXNwb25zZSIDkAIBEjwKBVdhdGNoEhcuZmVuY2VkLnYxLldhdGNoUmVxdWVzdBoYLmZlbmNlZC52MS5XYXRjaFJlc3BvbnNlMAESSgoJS2VlcEFsaXZlEhsuZmVuY2VkLnYxLktlZXBBbGl2ZVJlcXVlc3QaHC5mZW5jZWQudjEuS2VlcEFsaXZlUmVzcG9uc2UoATABQjNaMWdpdGh1Yi5jb20vZmVuY2VkaW8vZmVuY2VkL2FwaS9mZW5jZWQvdjE7ZmVuY2VkdjFiBnByb3RvMw", [file_fenced_v1_rejection]);
+  fileDesc("ChVmZW5jZWQvdjEvbGVhc2UucHJvdG8SCWZlbmNlZC52MSJ8CgVMZWFzZRILCgNrZXkYASABKAkSFQoIbGVhc2VfaWQYAiABKAlIAIgBARINCgVvd25lchgDIAEoCRINCgV0b2tlbhgEIAEoBBIOCgZ0dGxfbXMYBSABKAMSFAoMcmVtYWluaW5nX21zGAYgASgDQgsKCV9sZWFzZV9pZCJNCg5BY3F1aXJlUmVxdWVzdBILCgNrZXkYASABKAkSDQoFb3duZXIYAiABKAkSDgoGdHRsX21zGAMgASgDEg8KB3dhaXRfbXMYBCABKAMiZAoPQWNxdWlyZVJlc3BvbnNlEh8KBWxlYXNlGAEgASgLMhAuZmVuY2VkLnYxLkxlYXNlEhwKD3Rva2VuX3NpZ25hdHVyZRgCIAEoCUgAiAEBQhIKEF90b2tlbl9zaWduYXR1cmUiLQoMUmVuZXdSZXF1ZXN0EgsKA2tleRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCSJiCg1SZW5ld1Jlc3BvbnNlEh8KBWxlYXNlGAEgASgLMhAuZmVuY2VkLnYxLkxlYXNlEhwKD3Rva2VuX3NpZ25hdHVyZRgCIAEoCUgAiAEBQhIKEF90b2tlbl9zaWduYXR1cmUiMQoQS2VlcEFsaXZlUmVxdWVzdBILCgNrZXkYASABKAkSEAoIbGVhc2VfaWQYAiABKAkikQEKEUtlZXBBbGl2ZVJlc3BvbnNlEh8KBWxlYXNlGAEgASgLMhAuZmVuY2VkLnYxLkxlYXNlEhIKCmVycm9yX2NvZGUYAiABKAkSFQoNZXJyb3JfbWVzc2FnZRgDIAEoCRIcCg90b2tlbl9zaWduYXR1cmUYBCABKAlIAIgBAUISChBfdG9rZW5fc2lnbmF0dXJlIuoBCg5TZXNzaW9uUmVxdWVzdBIKCgJpZBgBIAEoBBISCgp0aW1lb3V0X21zGAIgASgDEiwKB2FjcXVpcmUYAyABKAsyGS5mZW5jZWQudjEuQWNxdWlyZVJlcXVlc3RIABIoCgVyZW5ldxgEIAEoCzIXLmZlbmNlZC52MS5SZW5ld1JlcXVlc3RIABIsCgdyZWxlYXNlGAUgASgLMhkuZmVuY2VkLnYxLlJlbGVhc2VSZXF1ZXN0SAASKgoGY2FuY2VsGAYgASgLMhguZmVuY2VkLnYxLlNlc3Npb25DYW5jZWxIAEIGCgRjYWxsIg8KDVNlc3Npb25DYW5jZWwi2gEKD1Nlc3Npb25SZXNwb25zZRIKCgJpZBgBIAEoBBItCgdhY3F1aXJlGAIgASgLMhouZmVuY2VkLnYxLkFjcXVpcmVSZXNwb25zZUgAEikKBXJlbmV3GAMgASgLMhguZmVuY2VkLnYxLlJlbmV3UmVzcG9uc2VIABItCgdyZWxlYXNlGAQgASgLMhouZmVuY2VkLnYxLlJlbGVhc2VSZXNwb25zZUgAEigKBWVycm9yGAUgASgLMhcuZmVuY2VkLnYxLlNlc3Npb25FcnJvckgAQggKBnJlc3VsdCJRCgxTZXNzaW9uRXJyb3ISDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEiIKBGhlbGQYAyABKAsyFC5mZW5jZWQudjEuTGVhc2VIZWxkIi8KDlJlbGVhc2VSZXF1ZXN0EgsKA2tleRgBIAEoCRIQCghsZWFzZV9pZBgCIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UiGQoKR2V0UmVxdWVzdBILCgNrZXkYASABKAkiVAoLR2V0UmVzcG9uc2USHwoFbGVhc2UYASABKAsyEC5mZW5jZWQudjEuTGVhc2USEgoKbGFzdF90b2tlbhgCIAEoBBIQCghyZXZpc2lvbhgDIAEoBCIsCgtMaXN0UmVxdWVzdBIOCgZwcmVmaXgYASABKAkSDQoFbGltaXQYAiABKAUiQgoMTGlzdFJlc3BvbnNlEiAKBmxlYXNlcxgBIAMoCzIQLmZlbmNlZC52MS5MZWFzZRIQCghyZXZpc2lvbhgCIAEoBCJKCgxXYXRjaFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEhYKDmFmdGVyX3JldmlzaW9uGAIgASgEEhIKCnJlamVjdGlvbnMYAyABKAgiMAoNV2F0Y2hSZXNwb25zZRIfCgVldmVudBgBIAEoCzIQLmZlbmNlZC52MS5FdmVudCLpAQoFRXZlbnQSIwoEdHlwZRgBIAEoDjIVLmZlbmNlZC52MS5FdmVudC5UeXBlEh8KBWxlYXNlGAIgASgLMhAuZmVuY2VkLnYxLkxlYXNlEhAKCHJldmlzaW9uGAMgASgEEicKCXJlamVjdGlvbhgEIAEoCzIULmZlbmNlZC52MS5SZWplY3Rpb24iXwoEVHlwZRIUChBUWVBFX1VOU1BFQ0lGSUVEEAASDAoIQUNRVUlSRUQQARIMCghSRUxFQVNFRBACEgsKB0VYUElSRUQQAxIKCgZSRVNZTkMQBBIMCghSRUpFQ1RFRBAFIkwKCUxlYXNlSGVsZBILCgNrZXkYASABKAkSDQoFb3duZXIYAiABKAkSDQoFdG9rZW4YAyABKAQSFAoMcmVtYWluaW5nX21zGAQgASgDMpcECgxMZWFzZVNlcnZpY2USQAoHQWNxdWlyZRIZLmZlbmNlZC52MS5BY3F1aXJlUmVxdWVzdBoaLmZlbmNlZC52MS5BY3F1aXJlUmVzcG9uc2USOgoFUmVuZXcSFy5mZW5jZWQudjEuUmVuZXdSZXF1ZXN0GhguZmVuY2VkLnYxLlJlbmV3UmVzcG9uc2USQAoHUmVsZWFzZRIZLmZlbmNlZC52MS5SZWxlYXNlUmVxdWVzdBoaLmZlbmNlZC52MS5SZWxlYXNlUmVzcG9uc2USOQoDR2V0EhUuZmVuY2VkLnYxLkdldFJlcXVlc3QaFi5mZW5jZWQudjEuR2V0UmVzcG9uc2UiA5ACARI8CgRMaXN0EhYuZmVuY2VkLnYxLkxpc3RSZXF1ZXN0GhcuZmVuY2VkLnYxLkxpc3RSZXNwb25zZSIDkAIBEjwKBVdhdGNoEhcuZmVuY2VkLnYxLldhdGNoUmVxdWVzdBoYLmZlbmNlZC52MS5XYXRjaFJlc3BvbnNlMAESSgoJS2VlcEFsaXZlEhsuZmVuY2VkLnYxLktlZXBBbGl2ZVJlcXVlc3QaHC5mZW5jZWQudjEuS2VlcEFsaXZlUmVzcG9uc2UoATABEkQKB1Nlc3Npb24SGS5mZW5jZWQudjEuU2Vzc2lvblJlcXVlc3QaGi5mZW5jZWQudjEuU2Vzc2lvblJlc3BvbnNlKAEwAUIzWjFnaXRodWIuY29tL2ZlbmNlZGlvL2ZlbmNlZC9hcGkvZmVuY2VkL3YxO2ZlbmNlZHYxYgZwcm90bzM", [file_fenced_v1_rejection]);
 
 /**
  * Lease is one ownership epoch of a key.
@@ -237,6 +237,165 @@ export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE_
   messageDesc(file_fenced_v1_lease, 6);
 
 /**
+ * SessionRequest is one call on a Session stream.
+ *
+ * @generated from message fenced.v1.SessionRequest
+ */
+export type SessionRequest = Message<"fenced.v1.SessionRequest"> & {
+  /**
+   * Chosen by the client; unique among this stream's calls that have not
+   * been answered. For cancel, the id of the call to cancel.
+   *
+   * @generated from field: uint64 id = 1;
+   */
+  id: bigint;
+
+  /**
+   * The call's deadline in milliseconds from its arrival; 0 for none (the
+   * stream's own). An Acquire's wait_ms is bounded by it.
+   *
+   * @generated from field: int64 timeout_ms = 2;
+   */
+  timeoutMs: bigint;
+
+  /**
+   * @generated from oneof fenced.v1.SessionRequest.call
+   */
+  call: {
+    /**
+     * @generated from field: fenced.v1.AcquireRequest acquire = 3;
+     */
+    value: AcquireRequest;
+    case: "acquire";
+  } | {
+    /**
+     * @generated from field: fenced.v1.RenewRequest renew = 4;
+     */
+    value: RenewRequest;
+    case: "renew";
+  } | {
+    /**
+     * @generated from field: fenced.v1.ReleaseRequest release = 5;
+     */
+    value: ReleaseRequest;
+    case: "release";
+  } | {
+    /**
+     * @generated from field: fenced.v1.SessionCancel cancel = 6;
+     */
+    value: SessionCancel;
+    case: "cancel";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message fenced.v1.SessionRequest.
+ * Use `create(SessionRequestSchema)` to create a new message.
+ */
+export const SessionRequestSchema: GenMessage<SessionRequest> = /*@__PURE__*/
+  messageDesc(file_fenced_v1_lease, 7);
+
+/**
+ * SessionCancel asks the server to stop working on the call whose id the
+ * request carries. The cancel itself gets no answer; the call is answered
+ * once, either with its outcome (when it finished first) or with the error
+ * code "canceled". A cancelled Acquire may still have been granted.
+ *
+ * @generated from message fenced.v1.SessionCancel
+ */
+export type SessionCancel = Message<"fenced.v1.SessionCancel"> & {
+};
+
+/**
+ * Describes the message fenced.v1.SessionCancel.
+ * Use `create(SessionCancelSchema)` to create a new message.
+ */
+export const SessionCancelSchema: GenMessage<SessionCancel> = /*@__PURE__*/
+  messageDesc(file_fenced_v1_lease, 8);
+
+/**
+ * SessionResponse is the one answer to the call with the same id.
+ *
+ * @generated from message fenced.v1.SessionResponse
+ */
+export type SessionResponse = Message<"fenced.v1.SessionResponse"> & {
+  /**
+   * @generated from field: uint64 id = 1;
+   */
+  id: bigint;
+
+  /**
+   * @generated from oneof fenced.v1.SessionResponse.result
+   */
+  result: {
+    /**
+     * @generated from field: fenced.v1.AcquireResponse acquire = 2;
+     */
+    value: AcquireResponse;
+    case: "acquire";
+  } | {
+    /**
+     * @generated from field: fenced.v1.RenewResponse renew = 3;
+     */
+    value: RenewResponse;
+    case: "renew";
+  } | {
+    /**
+     * @generated from field: fenced.v1.ReleaseResponse release = 4;
+     */
+    value: ReleaseResponse;
+    case: "release";
+  } | {
+    /**
+     * @generated from field: fenced.v1.SessionError error = 5;
+     */
+    value: SessionError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message fenced.v1.SessionResponse.
+ * Use `create(SessionResponseSchema)` to create a new message.
+ */
+export const SessionResponseSchema: GenMessage<SessionResponse> = /*@__PURE__*/
+  messageDesc(file_fenced_v1_lease, 9);
+
+/**
+ * SessionError is the error the unary call would have answered.
+ *
+ * @generated from message fenced.v1.SessionError
+ */
+export type SessionError = Message<"fenced.v1.SessionError"> & {
+  /**
+   * The Connect code, as a string ("not_found", "failed_precondition",
+   * "unavailable", ...).
+   *
+   * @generated from field: string code = 1;
+   */
+  code: string;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * With failed_precondition from Acquire: who holds the key.
+   *
+   * @generated from field: fenced.v1.LeaseHeld held = 3;
+   */
+  held?: LeaseHeld | undefined;
+};
+
+/**
+ * Describes the message fenced.v1.SessionError.
+ * Use `create(SessionErrorSchema)` to create a new message.
+ */
+export const SessionErrorSchema: GenMessage<SessionError> = /*@__PURE__*/
+  messageDesc(file_fenced_v1_lease, 10);
+
+/**
  * @generated from message fenced.v1.ReleaseRequest
  */
 export type ReleaseRequest = Message<"fenced.v1.ReleaseRequest"> & {
@@ -256,7 +415,7 @@ export type ReleaseRequest = Message<"fenced.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 7);
+  messageDesc(file_fenced_v1_lease, 11);
 
 /**
  * @generated from message fenced.v1.ReleaseResponse
@@ -269,7 +428,7 @@ export type ReleaseResponse = Message<"fenced.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 8);
+  messageDesc(file_fenced_v1_lease, 12);
 
 /**
  * @generated from message fenced.v1.GetRequest
@@ -286,7 +445,7 @@ export type GetRequest = Message<"fenced.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 9);
+  messageDesc(file_fenced_v1_lease, 13);
 
 /**
  * @generated from message fenced.v1.GetResponse
@@ -321,7 +480,7 @@ export type GetResponse = Message<"fenced.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 10);
+  messageDesc(file_fenced_v1_lease, 14);
 
 /**
  * @generated from message fenced.v1.ListRequest
@@ -347,7 +506,7 @@ export type ListRequest = Message<"fenced.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 11);
+  messageDesc(file_fenced_v1_lease, 15);
 
 /**
  * @generated from message fenced.v1.ListResponse
@@ -376,7 +535,7 @@ export type ListResponse = Message<"fenced.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 12);
+  messageDesc(file_fenced_v1_lease, 16);
 
 /**
  * @generated from message fenced.v1.WatchRequest
@@ -417,7 +576,7 @@ export type WatchRequest = Message<"fenced.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 13);
+  messageDesc(file_fenced_v1_lease, 17);
 
 /**
  * @generated from message fenced.v1.WatchResponse
@@ -434,7 +593,7 @@ export type WatchResponse = Message<"fenced.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 14);
+  messageDesc(file_fenced_v1_lease, 18);
 
 /**
  * Event is one lease transition.
@@ -473,7 +632,7 @@ export type Event = Message<"fenced.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export const EventSchema: GenMessage<Event> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 15);
+  messageDesc(file_fenced_v1_lease, 19);
 
 /**
  * @generated from enum fenced.v1.Event.Type
@@ -524,7 +683,7 @@ export enum Event_Type {
  * Describes the enum fenced.v1.Event.Type.
  */
 export const Event_TypeSchema: GenEnum<Event_Type> = /*@__PURE__*/
-  enumDesc(file_fenced_v1_lease, 15, 0);
+  enumDesc(file_fenced_v1_lease, 19, 0);
 
 /**
  * LeaseHeld is the error detail of a FAILED_PRECONDITION answer to Acquire.
@@ -558,7 +717,7 @@ export type LeaseHeld = Message<"fenced.v1.LeaseHeld"> & {
  * Use `create(LeaseHeldSchema)` to create a new message.
  */
 export const LeaseHeldSchema: GenMessage<LeaseHeld> = /*@__PURE__*/
-  messageDesc(file_fenced_v1_lease, 16);
+  messageDesc(file_fenced_v1_lease, 20);
 
 /**
  * LeaseService grants exclusive, time-bounded ownership of keys. Every grant
@@ -644,6 +803,24 @@ export const LeaseService: GenService<{
     methodKind: "bidi_streaming";
     input: typeof KeepAliveRequestSchema;
     output: typeof KeepAliveResponseSchema;
+  },
+  /**
+   * Session carries Acquire, Renew and Release over one long-lived stream
+   * (HTTP/2 only), so that a call costs a stream message, not a request.
+   * Each request carries an id chosen by the client; its one answer carries
+   * the same id, and answers come in any order. Each call behaves as the
+   * unary call it wraps: same validation, limits, auth, quotas and errors.
+   * When the stream ends after a request was sent and before its answer
+   * came, the outcome of that request is unknown (an Acquire may have been
+   * granted, a Release may have freed the key), as for a unary call cut
+   * after it was sent. A failed call does not end the stream.
+   *
+   * @generated from rpc fenced.v1.LeaseService.Session
+   */
+  session: {
+    methodKind: "bidi_streaming";
+    input: typeof SessionRequestSchema;
+    output: typeof SessionResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_fenced_v1_lease, 0);
