@@ -72,6 +72,9 @@ func (r *leaseRecorder) Do(req *http.Request) (*http.Response, error) {
 		// renewing with Renew.
 		return nil, errors.New("torture: KeepAlive streams are not recorded; renew with Renew")
 	}
+	if path.Base(req.URL.Path) == "Session" {
+		return r.session(req)
+	}
 	var body []byte
 	if req.Body != nil {
 		b, err := io.ReadAll(req.Body)
@@ -103,9 +106,6 @@ func (r *leaseRecorder) Do(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(data))
 	r.decodeResponse(op, resp, data)
-	if r.onAck != nil && op.Outcome == history.OK && (op.Kind == history.KindAcquire || op.Kind == history.KindRenew || op.Kind == history.KindRelease) {
-		r.onAck(op)
-	}
 	return resp, nil
 }
 
@@ -196,38 +196,47 @@ func (r *leaseRecorder) decodeResponse(op *history.Op, resp *http.Response, data
 		r.decodeError(op, resp.StatusCode, data)
 		return
 	}
-	var lease *fencedv1.Lease
+	var answer proto.Message
 	switch op.Kind {
 	case history.KindAcquire:
-		var m fencedv1.AcquireResponse
-		if err := proto.Unmarshal(data, &m); err != nil {
+		answer = new(fencedv1.AcquireResponse)
+	case history.KindRenew:
+		answer = new(fencedv1.RenewResponse)
+	case history.KindRelease:
+		answer = new(fencedv1.ReleaseResponse)
+	case history.KindGet:
+		answer = new(fencedv1.GetResponse)
+	}
+	if answer != nil {
+		if err := proto.Unmarshal(data, answer); err != nil {
 			r.rec.End(op, history.Unknown, history.CodeTransport, err)
 			return
 		}
-		lease = m.GetLease()
+	}
+	r.endOK(op, answer)
+}
+
+// endOK records op's success with what its answer says.
+func (r *leaseRecorder) endOK(op *history.Op, answer proto.Message) {
+	switch m := answer.(type) {
+	case *fencedv1.AcquireResponse:
+		lease := m.GetLease()
 		op.LeaseID, op.Token, op.TTLMs = lease.GetLeaseId(), lease.GetToken(), lease.GetTtlMs()
 		r.mu.Lock()
 		r.owners[lease.GetLeaseId()] = op.Owner
 		r.mu.Unlock()
-	case history.KindRenew:
-		var m fencedv1.RenewResponse
-		if err := proto.Unmarshal(data, &m); err != nil {
-			r.rec.End(op, history.Unknown, history.CodeTransport, err)
-			return
-		}
+	case *fencedv1.RenewResponse:
 		op.Token, op.TTLMs = m.GetLease().GetToken(), m.GetLease().GetTtlMs()
-	case history.KindGet:
-		var m fencedv1.GetResponse
-		if err := proto.Unmarshal(data, &m); err != nil {
-			r.rec.End(op, history.Unknown, history.CodeTransport, err)
-			return
-		}
+	case *fencedv1.GetResponse:
 		op.LastToken = m.GetLastToken()
 		if l := m.GetLease(); l != nil {
 			op.HasLease, op.Holder, op.HolderToken = true, l.GetOwner(), l.GetToken()
 		}
 	}
 	r.rec.End(op, history.OK, "", nil)
+	if r.onAck != nil && (op.Kind == history.KindAcquire || op.Kind == history.KindRenew || op.Kind == history.KindRelease) {
+		r.onAck(op)
+	}
 }
 
 func (r *leaseRecorder) decodeError(op *history.Op, status int, data []byte) {
@@ -236,19 +245,27 @@ func (r *leaseRecorder) decodeError(op *history.Op, status int, data []byte) {
 		r.rec.End(op, history.Unknown, history.CodeTransport, fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(data)))
 		return
 	}
-	err := errors.New(we.Code + ": " + we.Message)
-	switch we.Code {
-	case "failed_precondition":
-		for _, d := range we.Details {
-			if d.Type != "fenced.v1.LeaseHeld" {
-				continue
-			}
-			raw, derr := base64.RawStdEncoding.DecodeString(strings.TrimRight(d.Value, "="))
-			var held fencedv1.LeaseHeld
-			if derr == nil && proto.Unmarshal(raw, &held) == nil {
-				op.Holder, op.HolderToken = held.GetOwner(), held.GetToken()
-			}
+	var held *fencedv1.LeaseHeld
+	for _, d := range we.Details {
+		if d.Type != "fenced.v1.LeaseHeld" {
+			continue
 		}
+		raw, derr := base64.RawStdEncoding.DecodeString(strings.TrimRight(d.Value, "="))
+		var h fencedv1.LeaseHeld
+		if derr == nil && proto.Unmarshal(raw, &h) == nil {
+			held = &h
+		}
+	}
+	r.endError(op, we.Code, we.Message, held)
+}
+
+// endError records op's failure with a Connect error code: a failure when
+// the code proves that nothing was applied, unknown otherwise.
+func (r *leaseRecorder) endError(op *history.Op, code, message string, held *fencedv1.LeaseHeld) {
+	err := errors.New(code + ": " + message)
+	switch code {
+	case "failed_precondition":
+		op.Holder, op.HolderToken = held.GetOwner(), held.GetToken()
 		if op.Kind == history.KindAcquire && op.Holder != "" && op.Holder == op.Owner {
 			// Owners are unique per attempt, so the holder is this very
 			// acquisition, granted by a node that lost its leadership
@@ -261,16 +278,16 @@ func (r *leaseRecorder) decodeError(op *history.Op, status int, data []byte) {
 	case "not_found":
 		r.rec.End(op, history.Fail, history.CodeNotFound, err)
 	case "invalid_argument", "resource_exhausted":
-		r.rec.End(op, history.Fail, we.Code, err)
+		r.rec.End(op, history.Fail, code, err)
 	case "unavailable":
 		// Only "not ready" proves that nothing was written to the log; a
 		// leadership lost while applying leaves the outcome open.
-		if strings.Contains(we.Message, "not ready to serve") {
+		if strings.Contains(message, "not ready to serve") {
 			r.rec.End(op, history.Fail, history.CodeUnavailable, err)
 			return
 		}
-		r.rec.End(op, history.Unknown, we.Code, err)
+		r.rec.End(op, history.Unknown, code, err)
 	default:
-		r.rec.End(op, history.Unknown, we.Code, err)
+		r.rec.End(op, history.Unknown, code, err)
 	}
 }
