@@ -71,6 +71,9 @@ type Summary struct {
 	Renewals     Counts `json:"renewals"`
 	Releases     Counts `json:"releases"`
 	Gets         Counts `json:"gets"`
+	// SessionCalls counts the acquisitions, renewals and releases carried
+	// by Session streams (the others were unary calls).
+	SessionCalls int    `json:"sessionCalls"`
 	StoreWrites  Counts `json:"storeWrites"` // Refused = stale rejections seen by workers
 	SQLWrites    Counts `json:"sqlWrites"`
 	RedisWrites  Counts `json:"redisWrites"`
@@ -219,6 +222,9 @@ func (e *engine) check(h *history.History, ev *check.Evidence, elapsed time.Dura
 func (s *Summary) count(h *history.History, ev *check.Evidence) {
 	s.Operations = len(h.Ops)
 	for _, op := range h.Ops {
+		if op.Via == history.ViaSession {
+			s.SessionCalls++
+		}
 		switch op.Kind {
 		case history.KindAcquire:
 			s.Acquisitions.add(op, history.CodeHeld)
@@ -276,6 +282,7 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintln(w, "  kills are simulated power losses: writes not yet fsynced or committed are lost")
 	}
 	fmt.Fprintf(w, "  lease service %s: %d operations recorded\n", s.Endpoint, s.Operations)
+	fmt.Fprintf(w, "    acquisitions, renewals and releases: %d over Session streams, the others unary\n", s.SessionCalls)
 	fmt.Fprintf(w, "    acquisitions: %d attempts, %d grants, %d held, %d failed, %d unknown outcome\n",
 		s.Acquisitions.Total, s.Acquisitions.OK, s.Acquisitions.Refused, s.Acquisitions.Failed, s.Acquisitions.Unknown)
 	fmt.Fprintf(w, "    renewals: %d ok, %d refused, %d failed, %d unknown; releases: %d ok, %d not found, %d failed or unknown; reads: %d ok\n",

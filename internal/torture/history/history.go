@@ -40,6 +40,9 @@ const (
 	Unknown Outcome = "unknown"
 )
 
+// ViaSession marks a lease call carried by a Session stream.
+const ViaSession = "session"
+
 // Failure codes in Op.Code.
 const (
 	CodeHeld        = "held"
@@ -82,7 +85,8 @@ type Op struct {
 	Token uint64 `json:"token,omitempty"`
 	// Object names a write: the store object, or the row's object column.
 	Object string `json:"object,omitempty"`
-	// Via is "direct" or "proxy" for store writes.
+	// Via is "direct" or "proxy" for store writes, and "session" for lease
+	// calls carried by a Session stream (unary calls leave it empty).
 	Via string `json:"via,omitempty"`
 	// Deadline, for writes, is the writer's local deadline of its lease
 	// when the write began, as wall-clock Unix nanoseconds (0: not

@@ -89,6 +89,7 @@ func (s *sessionRecording) request(flags byte, msg []byte) error {
 		// touching any lease (the client's probe of a new stream).
 		return nil
 	}
+	op.Via = history.ViaSession
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.calls[m.GetId()]; dup {
