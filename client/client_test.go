@@ -179,6 +179,9 @@ type fakeService struct {
 	unary        bool          // KeepAlive is not implemented
 	onRenew      func()        // called as each successful renewal is answered
 	streams      int           // KeepAlive streams opened
+	noSession    bool          // Session is not implemented
+	sessions     int           // Session streams opened
+	sessionCalls int           // calls received on them, probes and cancels left out
 }
 
 func (f *fakeService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
@@ -313,6 +316,7 @@ func (p inProcess) Do(req *http.Request) (*http.Response, error) {
 		p.h.ServeHTTP(w, req)
 		w.WriteHeader(http.StatusOK) // a handler that wrote nothing
 		pw.Close()
+		req.Body.Close() // as a server does once its handler returns
 	}()
 	select {
 	case <-w.ready:

@@ -46,6 +46,7 @@ type endpoint struct {
 	admin   fencedv1connect.AdminServiceClient // Revoke
 	// rejections: ReportRejections, ListRejections
 	rejections fencedv1connect.RejectionServiceClient
+	session    *session // Acquire, Renew and Release; nil with Config.DisableSession
 }
 
 // endpointList is the client's endpoints and the one in use. The list is
