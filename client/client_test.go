@@ -182,11 +182,17 @@ type fakeService struct {
 	noSession    bool          // Session is not implemented
 	sessions     int           // Session streams opened
 	sessionCalls int           // calls received on them, probes and cancels left out
+	running      int           // Session calls being served
+	// acquireDelays, when set, is the delay of each key's grant, instead of acquireDelay.
+	acquireDelays map[string]time.Duration
 }
 
 func (f *fakeService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
 	f.mu.Lock()
 	wait := f.acquireDelay
+	if d, ok := f.acquireDelays[req.Msg.Key]; ok {
+		wait = d
+	}
 	f.mu.Unlock()
 	if err := pause(ctx, wait); err != nil {
 		return nil, err

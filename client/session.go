@@ -351,7 +351,9 @@ func (st *sessionStream) call(ctx context.Context, req *fencedv1.SessionRequest,
 	}
 	st.mu.Lock()
 	_, waiting := st.calls[req.Id]
-	c.abandoned = waiting
+	if waiting {
+		c.abandoned = true
+	}
 	st.mu.Unlock()
 	if !waiting { // answered, or the stream failed, meanwhile
 		a := <-c.ch
@@ -458,7 +460,13 @@ func answerError(ctx context.Context, e *fencedv1.SessionError) error {
 	if err := code.UnmarshalText([]byte(e.GetCode())); err != nil {
 		code = connect.CodeUnknown
 	}
-	if code == connect.CodeCanceled && ctx.Err() == nil {
+	if code == connect.CodeCanceled || code == connect.CodeDeadlineExceeded {
+		if err := ctx.Err(); err != nil {
+			// The answer to the caller's own cancel or deadline.
+			return contextError(err)
+		}
+	}
+	if code == connect.CodeCanceled {
 		// The server cancelled the call, not the caller (it is shutting
 		// down): as cutIsUnavailable does for a unary call.
 		code = connect.CodeUnavailable

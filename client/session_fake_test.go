@@ -47,10 +47,16 @@ func (f *fakeService) Session(ctx context.Context, stream *connect.BidiStream[fe
 		}
 		cancels[req.GetId()] = cancel
 		mu.Unlock()
+		f.mu.Lock()
+		f.running++
+		f.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			resp := f.serve(cctx, req)
+			f.mu.Lock()
+			f.running--
+			f.mu.Unlock()
 			mu.Lock()
 			defer mu.Unlock()
 			cancel()
@@ -106,4 +112,11 @@ func (f *fakeService) sessionCounts() (streams, calls int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.sessions, f.sessionCalls
+}
+
+// pending returns the number of Session calls being served.
+func (f *fakeService) pending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running
 }
