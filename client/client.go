@@ -417,9 +417,22 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 // Renew renews lease id of key once, for callers that manage renewal
 // themselves (fencectl renew). Leases from Acquire renew on their own.
 func (c *Client) Renew(ctx context.Context, key, id string) (Info, error) {
+	return c.renewBy(ctx, key, id, true)
+}
+
+// renewBy is Renew, over the Session stream only if session is set.
+func (c *Client) renewBy(ctx context.Context, key, id string, session bool) (Info, error) {
 	var resp *fencedv1.RenewResponse
 	err := c.eps.do(ctx, func(ep endpoint) (err error) {
-		resp, err = c.renewAt(ctx, ep, &fencedv1.RenewRequest{Key: key, LeaseId: id})
+		req := &fencedv1.RenewRequest{Key: key, LeaseId: id}
+		if session {
+			resp, err = c.renewAt(ctx, ep, req)
+			return err
+		}
+		r, err := ep.rpc.Renew(ctx, connect.NewRequest(req))
+		if err == nil {
+			resp = r.Msg
+		}
 		return err
 	})
 	if err != nil {
