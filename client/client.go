@@ -273,6 +273,7 @@ func New(cfg Config) (*Client, error) {
 	c.eps.timeout = cfg.FailoverTimeout
 	c.eps.roleClient = unary
 	c.eps.bg = &c.bg
+	c.eps.moved = c.leaveSessions
 	c.stop = make(chan struct{})
 	if cfg.AutoSyncInterval > 0 {
 		c.bg.goFn(func() { c.autoSync(cfg.AutoSyncInterval) })

@@ -169,20 +169,21 @@ func TestConfigValidate(t *testing.T) {
 // bubble where time is simulated.
 type fakeService struct {
 	fencedv1connect.UnimplementedLeaseServiceHandler
-	mu           sync.Mutex
-	failFrom     time.Time     // renewals at or after this fail as unavailable
-	delay        time.Duration // each renewal takes this long to answer
-	acquireDelay time.Duration // each acquisition is granted this long after it arrives (a wait)
-	renewals     []time.Time   // when each successful renewal arrived
-	releases     []string      // the lease IDs of the releases received
-	hangRelease  bool          // releases get no answer until their context ends
-	unary        bool          // KeepAlive is not implemented
-	onRenew      func()        // called as each successful renewal is answered
-	streams      int           // KeepAlive streams opened
-	noSession    bool          // Session is not implemented
-	sessions     int           // Session streams opened
-	sessionCalls int           // calls received on them, probes and cancels left out
-	running      int           // Session calls being served
+	mu            sync.Mutex
+	failFrom      time.Time     // renewals at or after this fail as unavailable
+	delay         time.Duration // each renewal takes this long to answer
+	acquireDelay  time.Duration // each acquisition is granted this long after it arrives (a wait)
+	renewals      []time.Time   // when each successful renewal arrived
+	releases      []string      // the lease IDs of the releases received
+	hangRelease   bool          // releases get no answer until their context ends
+	unary         bool          // KeepAlive is not implemented
+	onRenew       func()        // called as each successful renewal is answered
+	streams       int           // KeepAlive streams opened
+	noSession     bool          // Session is not implemented
+	sessions      int           // Session streams opened
+	sessionsEnded int           // and ended
+	sessionCalls  int           // calls received on them, probes and cancels left out
+	running       int           // Session calls being served
 	// acquireDelays, when set, is the delay of each key's grant, instead of acquireDelay.
 	acquireDelays map[string]time.Duration
 }

@@ -49,8 +49,10 @@ import (
 //   - An answer's error is the unary call's: its code, message and LeaseHeld
 //     detail make the same *connect.Error, mapped by fromRPC.
 //
-// Config.DisableSession sends every call unary. Close ends the streams;
-// CloseIdleConnections ends those that carry no call.
+// A stream ends when its endpoint is no longer the one in use (the client
+// moved to the leader, failed over, or synced the endpoint away), once its
+// calls are answered. Config.DisableSession sends every call unary. Close
+// ends the streams; CloseIdleConnections ends those that carry no call.
 
 // Pauses before an endpoint whose probe failed is probed again.
 const (
@@ -121,6 +123,19 @@ func (r *sessions) close() {
 		}
 	}
 	r.readers.Wait()
+}
+
+// leaveSessions ends the Session streams of the endpoints not in use once
+// their calls are answered (the client moved to the leader, or failed over),
+// so that a client keeps open only the stream it uses. A call that goes
+// there later opens a new one.
+func (c *Client) leaveSessions() {
+	_, cur := c.eps.pick()
+	for _, ep := range c.eps.list() {
+		if ep.url != cur.url && ep.session != nil {
+			ep.session.leave()
+		}
+	}
 }
 
 // session is one endpoint's Session stream, opened when a call needs it.
@@ -202,6 +217,18 @@ func (s *session) retire() *sessionStream {
 	st := s.cur
 	s.cur = nil
 	return st
+}
+
+// leave ends s's stream once no call waits on it; a later call opens a
+// new one.
+func (s *session) leave() {
+	s.mu.Lock()
+	st := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	if st != nil {
+		st.retire()
+	}
 }
 
 func (s *session) closeIdle() {

@@ -19,6 +19,11 @@ func (f *fakeService) Session(ctx context.Context, stream *connect.BidiStream[fe
 	f.sessions++
 	no := f.noSession
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.sessionsEnded++
+		f.mu.Unlock()
+	}()
 	if no {
 		return connect.NewError(connect.CodeUnimplemented, errors.New("no Session here"))
 	}

@@ -404,3 +404,61 @@ func TestSessionPipelinesCalls(t *testing.T) {
 		}
 	})
 }
+
+// withRole answers GET /v1/role as a leader or a follower, and passes the
+// rest to h.
+func withRole(h http.Handler, leader bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/role" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if leader {
+			fmt.Fprint(w, `{"role":"leader","ready":true}`)
+		} else {
+			fmt.Fprint(w, `{"role":"follower","ready":false}`)
+		}
+	})
+}
+
+// When the client moves to the leader, the stream at the endpoint it left
+// ends, and its calls go over a stream at the leader.
+func TestSessionFollowsTheLeader(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		follower, leader := &fakeService{}, &fakeService{}
+		_, f := fencedv1connect.NewLeaseServiceHandler(follower)
+		_, l := fencedv1connect.NewLeaseServiceHandler(leader)
+		c, err := client.New(client.Config{Endpoints: []string{"http://a.fenced.test", "http://b.fenced.test"},
+			HTTPClient: hosts{"a.fenced.test": withRole(f, false), "b.fenced.test": withRole(l, true)}, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		// The first call goes to the first endpoint and starts the search.
+		if _, err := c.Renew(ctx, "warm-up", "0123"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		for range 5 {
+			lease, err := c.Acquire(ctx, "lead/1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait() // the leader's stream answers its probe
+		}
+		follower.mu.Lock()
+		opened, ended := follower.sessions, follower.sessionsEnded
+		follower.mu.Unlock()
+		if opened != 1 || ended != 1 {
+			t.Errorf("follower: %d Session streams opened, %d ended; want the first one, ended", opened, ended)
+		}
+		if streams, calls := leader.sessionCounts(); streams != 1 || calls != 8 {
+			t.Errorf("leader: %d Session streams carried %d calls, want 1 carrying the 8 after the first", streams, calls)
+		}
+	})
+}
