@@ -67,10 +67,10 @@ type Config struct {
 	// endpoints while none can serve it (for example during an election).
 	// Default 5s.
 	FailoverTimeout time.Duration
-	// HTTPClient carries the requests; KeepAlive needs it to speak HTTP/2.
-	// Default: unary calls over a pool of reused HTTP/1.1 connections, and
-	// the Watch and KeepAlive streams over one HTTP/2 connection (h2c
-	// without TLS). On loopback a unary call over HTTP/1.1 costs client and
+	// HTTPClient carries the requests; the Session and KeepAlive streams
+	// need it to speak HTTP/2. Default: unary calls over a pool of reused
+	// HTTP/1.1 connections, and the Session, Watch and KeepAlive streams
+	// over one HTTP/2 connection (h2c without TLS). On loopback a unary call over HTTP/1.1 costs client and
 	// server about a third less CPU than over HTTP/2.
 	HTTPClient connect.HTTPClient
 	// TLS configures the default transports for an https Endpoint

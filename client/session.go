@@ -65,12 +65,35 @@ var (
 	errProbeTimeout  = errors.New("session stream: no answer to the probe in time")
 )
 
-// sessions is every endpoint's session, so that Close can end them.
+// sessions is every endpoint's session and every open stream, so that
+// Close can end them.
 type sessions struct {
-	mu      sync.Mutex
-	all     map[*session]struct{}
-	closed  bool
-	readers sync.WaitGroup // the streams' reading goroutines
+	mu     sync.Mutex
+	all    map[*session]struct{}
+	closed bool
+
+	// streams are the open streams, those that left their session while
+	// calls still wait on them included, until their readers return.
+	streamsMu sync.Mutex // taken with no other lock held after it
+	streams   map[*sessionStream]struct{}
+	readers   sync.WaitGroup
+}
+
+func (r *sessions) opened(st *sessionStream) {
+	r.streamsMu.Lock()
+	defer r.streamsMu.Unlock()
+	if r.streams == nil {
+		r.streams = make(map[*sessionStream]struct{})
+	}
+	r.streams[st] = struct{}{}
+	r.readers.Add(1)
+}
+
+func (r *sessions) gone(st *sessionStream) {
+	r.streamsMu.Lock()
+	delete(r.streams, st)
+	r.streamsMu.Unlock()
+	r.readers.Done()
 }
 
 // add records s; after Close, s opens no stream.
@@ -118,9 +141,16 @@ func (r *sessions) close() {
 	r.all = nil
 	r.mu.Unlock()
 	for s := range all {
-		if st := s.retire(); st != nil {
-			st.fail(errSessionClosed)
-		}
+		s.retire() // no session opens a stream from now on
+	}
+	r.streamsMu.Lock()
+	streams := make([]*sessionStream, 0, len(r.streams))
+	for st := range r.streams {
+		streams = append(streams, st)
+	}
+	r.streamsMu.Unlock()
+	for _, st := range streams {
+		st.fail(errSessionClosed)
 	}
 	r.readers.Wait()
 }
@@ -180,7 +210,7 @@ func (s *session) open() *sessionStream {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &sessionStream{s: s, stream: s.rpc.Session(ctx), cancel: cancel,
 		probed: make(chan struct{}), sendSem: make(chan struct{}, 1), calls: map[uint64]*sessionCall{}}
-	s.c.sessions.readers.Add(1)
+	s.c.sessions.opened(st)
 	go st.run()
 	return st
 }
@@ -274,7 +304,7 @@ type sessionAnswer struct {
 // run probes the stream, then hands each answer to its call until the
 // stream fails.
 func (st *sessionStream) run() {
-	defer st.s.c.sessions.readers.Done()
+	defer st.s.c.sessions.gone(st)
 	err := st.probe()
 	st.probeErr = err
 	close(st.probed)

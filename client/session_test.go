@@ -462,3 +462,41 @@ func TestSessionFollowsTheLeader(t *testing.T) {
 		}
 	})
 }
+
+// Close ends the streams at once, cutting the calls in flight on them: their
+// outcome is unknown, as for a unary call cut after sending.
+func TestSessionClose(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		fake := &fakeService{}
+		_, h := fencedv1connect.NewLeaseServiceHandler(fake)
+		c, err := client.New(client.Config{Endpoint: "http://fenced.test", HTTPClient: inProcess{h}, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Renew(context.Background(), "warm-up", "0123"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		fake.mu.Lock()
+		fake.acquireDelay = time.Hour
+		fake.mu.Unlock()
+		done := make(chan error)
+		go func() {
+			_, err := c.Acquire(context.Background(), "close/1")
+			done <- err
+		}()
+		synctest.Wait()
+		start := time.Now()
+		c.Close()
+		if err := <-done; !errors.Is(err, client.ErrUnavailable) {
+			t.Fatalf("acquire in flight at Close: %v, want ErrUnavailable", err)
+		}
+		if time.Since(start) != 0 {
+			t.Fatalf("Close took %v with a call in flight, want no wait", time.Since(start))
+		}
+		if streams, _ := fake.sessionCounts(); streams != 1 {
+			t.Fatalf("%d Session streams, want 1", streams)
+		}
+	})
+}
