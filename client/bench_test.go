@@ -18,20 +18,52 @@ import (
 // Connect handler and net/http server run in this process too, at a
 // constant cost).
 func benchClient(b *testing.B) *client.Client {
+	return benchClientConfig(b, &fakeService{}, client.Config{})
+}
+
+// benchClientConfig is benchClient with cfg, serving fake; with Session on,
+// it returns once calls go over the Session stream.
+func benchClientConfig(b *testing.B, fake *fakeService, cfg client.Config) *client.Client {
 	// As the server: small answers uncompressed.
-	_, h := fencedv1connect.NewLeaseServiceHandler(&fakeService{}, connect.WithCompressMinBytes(4<<10))
+	_, h := fencedv1connect.NewLeaseServiceHandler(fake, connect.WithCompressMinBytes(4<<10))
 	ts := httptest.NewUnstartedServer(h)
 	ts.Config.Protocols = new(http.Protocols)
 	ts.Config.Protocols.SetHTTP1(true)
 	ts.Config.Protocols.SetUnencryptedHTTP2(true)
 	ts.Start()
 	b.Cleanup(ts.Close)
-	c, err := client.New(client.Config{Endpoint: ts.URL, TTL: 10 * time.Second})
+	cfg.Endpoint, cfg.TTL = ts.URL, 10*time.Second
+	c, err := client.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(c.CloseIdleConnections)
+	b.Cleanup(func() { c.Close() })
+	// The first call opens the stream; calls go over it once it is probed.
+	for start := time.Now(); !cfg.DisableSession; time.Sleep(time.Millisecond) {
+		if _, calls := fake.sessionCounts(); calls > 0 {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			b.Fatal("no call over the Session stream after 5s")
+		}
+		c.Renew(context.Background(), "bench/warm-up", "0123")
+	}
 	return c
+}
+
+// transports runs f with calls over the Session stream and as unary calls
+// (Config.DisableSession), as sub-benchmarks that benchstat -col /transport
+// compares.
+func transports(b *testing.B, f func(b *testing.B, c *client.Client)) {
+	for _, disable := range []bool{false, true} {
+		name := "transport=session"
+		if disable {
+			name = "transport=unary"
+		}
+		b.Run(name, func(b *testing.B) {
+			f(b, benchClientConfig(b, &fakeService{}, client.Config{DisableSession: disable}))
+		})
+	}
 }
 
 // reportCPU reports the CPU time (user and system) of the process per
@@ -47,31 +79,33 @@ func reportCPU(b *testing.B) {
 }
 
 func BenchmarkClientAcquireRelease(b *testing.B) {
-	c := benchClient(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	reportCPU(b)
-	for b.Loop() {
-		l, err := c.Acquire(ctx, "bench/1")
-		if err != nil {
-			b.Fatal(err)
+	transports(b, func(b *testing.B, c *client.Client) {
+		ctx := context.Background()
+		b.ReportAllocs()
+		reportCPU(b)
+		for b.Loop() {
+			l, err := c.Acquire(ctx, "bench/1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if err := l.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	})
 }
 
 func BenchmarkClientRenew(b *testing.B) {
-	c := benchClient(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	reportCPU(b)
-	for b.Loop() {
-		if _, err := c.Renew(ctx, "bench/1", "0123456789abcdef0123456789abcdef"); err != nil {
-			b.Fatal(err)
+	transports(b, func(b *testing.B, c *client.Client) {
+		ctx := context.Background()
+		b.ReportAllocs()
+		reportCPU(b)
+		for b.Loop() {
+			if _, err := c.Renew(ctx, "bench/1", "0123456789abcdef0123456789abcdef"); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
 }
 
 // BenchmarkClientRenewStream renews as leases do, over the shared stream.

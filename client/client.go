@@ -67,10 +67,10 @@ type Config struct {
 	// endpoints while none can serve it (for example during an election).
 	// Default 5s.
 	FailoverTimeout time.Duration
-	// HTTPClient carries the requests; KeepAlive needs it to speak HTTP/2.
-	// Default: unary calls over a pool of reused HTTP/1.1 connections, and
-	// the Watch and KeepAlive streams over one HTTP/2 connection (h2c
-	// without TLS). On loopback a unary call over HTTP/1.1 costs client and
+	// HTTPClient carries the requests; the Session and KeepAlive streams
+	// need it to speak HTTP/2. Default: unary calls over a pool of reused
+	// HTTP/1.1 connections, and the Session, Watch and KeepAlive streams
+	// over one HTTP/2 connection (h2c without TLS). On loopback a unary call over HTTP/1.1 costs client and
 	// server about a third less CPU than over HTTP/2.
 	HTTPClient connect.HTTPClient
 	// TLS configures the default transports for an https Endpoint
@@ -93,8 +93,14 @@ type Config struct {
 	// longer one changes nothing. Default (zero): TTL/3 of each lease's own
 	// TTL, WithTTL included. Must be below TTL.
 	RenewInterval time.Duration
-	// RequestTimeout bounds each renewal and release request. Default 2s.
+	// RequestTimeout bounds each renewal and release request, and the
+	// probe of a new Session stream. Default 2s.
 	RequestTimeout time.Duration
+	// DisableSession sends Acquire, Renew and Release as unary calls
+	// instead of over a Session stream per endpoint (see session.go).
+	// Default false: calls go over the stream wherever the server and the
+	// HTTP client carry it (HTTP/2), and as unary calls elsewhere.
+	DisableSession bool
 
 	// ClockDrift bounds how much slower this process's monotonic clock may
 	// run than the server's, as a fraction of elapsed time. A lease's local
@@ -209,6 +215,7 @@ type Client struct {
 	newEndpoint func(url string) endpoint
 	transports  []*http.Transport // the defaults, if used
 	renewals    renewals          // the leases' shared renewal stream
+	sessions    sessions          // the endpoints' Session streams
 	stop        chan struct{}     // closed by Close
 	closeOnce   sync.Once
 	bg          background // what runs besides the callers' calls; Close waits for it
@@ -247,11 +254,16 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.newEndpoint = func(url string) endpoint {
 		u, st := pinnedClient{unary, url, pin}, pinnedClient{streams, url, pin}
-		return endpoint{url: url,
+		ep := endpoint{url: url,
 			rpc:        fencedv1connect.NewLeaseServiceClient(u, url, opts...),
 			streams:    fencedv1connect.NewLeaseServiceClient(st, url, opts...),
 			admin:      fencedv1connect.NewAdminServiceClient(u, url, opts...),
 			rejections: fencedv1connect.NewRejectionServiceClient(u, url, opts...)}
+		if !cfg.DisableSession {
+			ep.session = &session{c: c, rpc: ep.streams}
+			c.sessions.add(ep.session)
+		}
+		return ep
 	}
 	eps := make([]endpoint, len(cfg.Endpoints))
 	for i, url := range cfg.Endpoints {
@@ -261,6 +273,7 @@ func New(cfg Config) (*Client, error) {
 	c.eps.timeout = cfg.FailoverTimeout
 	c.eps.roleClient = unary
 	c.eps.bg = &c.bg
+	c.eps.moved = c.leaveSessions
 	c.stop = make(chan struct{})
 	if cfg.AutoSyncInterval > 0 {
 		c.bg.goFn(func() { c.autoSync(cfg.AutoSyncInterval) })
@@ -268,10 +281,11 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// CloseIdleConnections closes the default transports' connections that
-// carry no request; later requests open new ones. It does nothing when
-// Config.HTTPClient was given.
+// CloseIdleConnections closes the Session streams that carry no call and
+// the default transports' connections that carry no request; later calls
+// open new ones. Connections of Config.HTTPClient are left to it.
 func (c *Client) CloseIdleConnections() {
+	c.sessions.closeIdle()
 	for _, t := range c.transports {
 		t.CloseIdleConnections()
 	}
@@ -339,7 +353,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 	}
 	sent := time.Now()
 	var (
-		resp       *connect.Response[fencedv1.AcquireResponse]
+		resp       *fencedv1.AcquireResponse
 		unanswered error // the first failed attempt that may have been granted
 	)
 	// An attempt that got no answer may have been granted before the node
@@ -349,9 +363,9 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 	err := c.eps.do(ctx, func(ep endpoint) (err error) {
 		// The local deadline counts from the attempt that was answered.
 		sent = time.Now()
-		resp, err = ep.rpc.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{
+		resp, err = c.acquireAt(ctx, ep, &fencedv1.AcquireRequest{
 			Key: key, Owner: o.owner, TtlMs: o.ttl.Milliseconds(), WaitMs: max(o.wait-time.Since(start), 0).Milliseconds(),
-		}))
+		})
 		if err != nil && unanswered == nil && retryable(err) && mayHaveArrived(err) {
 			unanswered = err
 		}
@@ -366,8 +380,8 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 		}
 		return nil, fmt.Errorf("acquire %q: %w", key, err)
 	}
-	info := infoFromProto(resp.Msg.GetLease())
-	info.Signature = resp.Msg.GetTokenSignature()
+	info := infoFromProto(resp.GetLease())
+	info.Signature = resp.GetTokenSignature()
 	interval, window := c.cfg.renewInterval(info.TTL), c.cfg.window(info.TTL)
 	l := newLease(c, info, interval, window)
 	if !c.bg.hold(l) {
@@ -404,16 +418,29 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 // Renew renews lease id of key once, for callers that manage renewal
 // themselves (fencectl renew). Leases from Acquire renew on their own.
 func (c *Client) Renew(ctx context.Context, key, id string) (Info, error) {
-	var resp *connect.Response[fencedv1.RenewResponse]
+	return c.renewBy(ctx, key, id, true)
+}
+
+// renewBy is Renew, over the Session stream only if session is set.
+func (c *Client) renewBy(ctx context.Context, key, id string, session bool) (Info, error) {
+	var resp *fencedv1.RenewResponse
 	err := c.eps.do(ctx, func(ep endpoint) (err error) {
-		resp, err = ep.rpc.Renew(ctx, connect.NewRequest(&fencedv1.RenewRequest{Key: key, LeaseId: id}))
+		req := &fencedv1.RenewRequest{Key: key, LeaseId: id}
+		if session {
+			resp, err = c.renewAt(ctx, ep, req)
+			return err
+		}
+		r, err := ep.rpc.Renew(ctx, connect.NewRequest(req))
+		if err == nil {
+			resp = r.Msg
+		}
 		return err
 	})
 	if err != nil {
 		return Info{}, fmt.Errorf("renew %q: %w", key, fromRPC(err))
 	}
-	info := infoFromProto(resp.Msg.GetLease())
-	info.Signature = resp.Msg.GetTokenSignature()
+	info := infoFromProto(resp.GetLease())
+	info.Signature = resp.GetTokenSignature()
 	return info, nil
 }
 
@@ -427,7 +454,7 @@ func (c *Client) Renew(ctx context.Context, key, id string) (Info, error) {
 func (c *Client) Release(ctx context.Context, key, id string) error {
 	var unanswered error // the first failed attempt that may have been applied
 	err := c.eps.do(ctx, func(ep endpoint) error {
-		_, err := ep.rpc.Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: id}))
+		err := c.releaseAt(ctx, ep, &fencedv1.ReleaseRequest{Key: key, LeaseId: id})
 		if err != nil && unanswered == nil && retryable(err) && mayHaveArrived(err) {
 			unanswered = err
 		}

@@ -169,21 +169,31 @@ func TestConfigValidate(t *testing.T) {
 // bubble where time is simulated.
 type fakeService struct {
 	fencedv1connect.UnimplementedLeaseServiceHandler
-	mu           sync.Mutex
-	failFrom     time.Time     // renewals at or after this fail as unavailable
-	delay        time.Duration // each renewal takes this long to answer
-	acquireDelay time.Duration // each acquisition is granted this long after it arrives (a wait)
-	renewals     []time.Time   // when each successful renewal arrived
-	releases     []string      // the lease IDs of the releases received
-	hangRelease  bool          // releases get no answer until their context ends
-	unary        bool          // KeepAlive is not implemented
-	onRenew      func()        // called as each successful renewal is answered
-	streams      int           // KeepAlive streams opened
+	mu            sync.Mutex
+	failFrom      time.Time     // renewals at or after this fail as unavailable
+	delay         time.Duration // each renewal takes this long to answer
+	acquireDelay  time.Duration // each acquisition is granted this long after it arrives (a wait)
+	renewals      []time.Time   // when each successful renewal arrived
+	releases      []string      // the lease IDs of the releases received
+	hangRelease   bool          // releases get no answer until their context ends
+	unary         bool          // KeepAlive is not implemented
+	onRenew       func()        // called as each successful renewal is answered
+	streams       int           // KeepAlive streams opened
+	noSession     bool          // Session is not implemented
+	sessions      int           // Session streams opened
+	sessionsEnded int           // and ended
+	sessionCalls  int           // calls received on them, probes and cancels left out
+	running       int           // Session calls being served
+	// acquireDelays, when set, is the delay of each key's grant, instead of acquireDelay.
+	acquireDelays map[string]time.Duration
 }
 
 func (f *fakeService) Acquire(ctx context.Context, req *connect.Request[fencedv1.AcquireRequest]) (*connect.Response[fencedv1.AcquireResponse], error) {
 	f.mu.Lock()
 	wait := f.acquireDelay
+	if d, ok := f.acquireDelays[req.Msg.Key]; ok {
+		wait = d
+	}
 	f.mu.Unlock()
 	if err := pause(ctx, wait); err != nil {
 		return nil, err
@@ -313,6 +323,7 @@ func (p inProcess) Do(req *http.Request) (*http.Response, error) {
 		p.h.ServeHTTP(w, req)
 		w.WriteHeader(http.StatusOK) // a handler that wrote nothing
 		pw.Close()
+		req.Body.Close() // as a server does once its handler returns
 	}()
 	select {
 	case <-w.ready:

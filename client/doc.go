@@ -89,6 +89,16 @@
 //
 // # Cost
 //
+// Acquire, Renew and Release go over one Session stream per endpoint
+// (HTTP/2), shared by every call and answered in any order: a message on an
+// open stream instead of an HTTP request per call. The stream changes no
+// call's meaning: a call cut with it after it was sent fails as a unary call
+// cut after sending (ErrUnavailable, and ErrAcquireUncertain or a Release
+// reported done after a retry at another endpoint), a call it never sent
+// goes unary, and a grant that arrives for an Acquire whose context ended
+// is released in the background. Config.DisableSession sends every call
+// unary.
+//
 // A client's leases renew over one shared KeepAlive stream, each renewal
 // sent when due (TTL/3 by default), pipelined with the others: one stream
 // for the server instead of one request per renewal. No goroutine waits
@@ -97,9 +107,11 @@
 //
 // # Compatibility
 //
-// Against a server or an HTTP client without HTTP/2 or KeepAlive, renewals
-// go as unary Renew calls, and a server that does not answer /v1/role is
-// used without looking for the leader: the same leases, at a higher cost.
+// Against a server or an HTTP client without HTTP/2, Session or KeepAlive,
+// calls and renewals go as unary calls (the first call to an endpoint
+// always does, while its stream is probed), and a server that does not
+// answer /v1/role is used without looking for the leader: the same leases,
+// at a higher cost.
 // [Client.Watch] resumes on another endpoint after the last revision seen,
 // as revisions are the same on every node.
 package client

@@ -46,6 +46,7 @@ type endpoint struct {
 	admin   fencedv1connect.AdminServiceClient // Revoke
 	// rejections: ReportRejections, ListRejections
 	rejections fencedv1connect.RejectionServiceClient
+	session    *session // Acquire, Renew and Release; nil with Config.DisableSession
 }
 
 // endpointList is the client's endpoints and the one in use. The list is
@@ -62,6 +63,8 @@ type endpointList struct {
 	bg         *background // counts the searches for the leader
 	started    atomic.Bool // a first search was started
 	searching  atomic.Bool
+	// moved is called when another endpoint has become the one in use.
+	moved func()
 }
 
 // normalizeEndpoints merges Endpoint and Endpoints: Endpoints, else
@@ -119,6 +122,7 @@ func (l *endpointList) pick() (int, endpoint) {
 // and looks for the leader.
 func (l *endpointList) failedOver(i int) {
 	if l.current.CompareAndSwap(int32(i), int32((i+1)%len(l.list()))) {
+		l.moved()
 		l.lookForLeader()
 	}
 }

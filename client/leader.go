@@ -50,8 +50,8 @@ func (l *endpointList) lookForLeader() {
 		}
 		for range eps {
 			if i := <-found; i >= 0 {
-				if l.eps.Load() == p { // not replaced by a sync meanwhile
-					l.current.Store(int32(i))
+				if l.eps.Load() == p && l.current.Swap(int32(i)) != int32(i) { // not replaced by a sync meanwhile
+					l.moved()
 				}
 				return
 			}

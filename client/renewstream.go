@@ -135,7 +135,9 @@ func (c *Client) renew(ctx context.Context, by time.Time, key, id string) (Info,
 			return Info{}, fmt.Errorf("renew %q: %w", key, err)
 		}
 	}
-	return c.Renew(ctx, key, id)
+	// Unary: the Session stream shares the KeepAlive stream's HTTP/2
+	// connection, which may be what failed.
+	return c.renewBy(ctx, key, id, false)
 }
 
 // errNoAnswer marks stream errors that say nothing about the lease.

@@ -130,6 +130,11 @@ func (c *Client) setEndpoints(urls []string) {
 	}
 	c.eps.eps.Store(&eps)
 	c.eps.current.Store(int32(at))
+	for _, e := range old {
+		if !slices.ContainsFunc(eps, func(n endpoint) bool { return n.url == e.url }) {
+			c.sessions.retire(e.session) // once its calls in flight are answered
+		}
+	}
 	c.eps.lookForLeader()
 }
 
@@ -153,8 +158,11 @@ func (c *Client) autoSync(interval time.Duration) {
 // background to return, then closes idle connections. Every lease still
 // held is lost (its context's cause matches ErrLost and ErrClosed) and
 // released as after any loss, each release bounded by
-// Config.RequestTimeout; the background sync of the endpoints stops. Later
-// calls to Acquire return ErrClosed; the other calls still work.
+// Config.RequestTimeout; the background sync of the endpoints stops. Then
+// the Session streams end: a call still in flight on one fails as
+// unavailable, its outcome unknown, as a unary call cut after it was sent.
+// Later calls to Acquire return ErrClosed; the other calls still work, as
+// unary calls.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.stop)
@@ -162,7 +170,9 @@ func (c *Client) Close() error {
 			l.lose(ErrClosed)
 		}
 	})
-	c.bg.wait()
+	c.bg.wait() // the releases of those leases may use the Session streams
+	c.sessions.close()
+	c.bg.wait() // the releases of grants whose answers came late
 	c.CloseIdleConnections()
 	return nil
 }
