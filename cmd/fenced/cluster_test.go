@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -291,6 +292,7 @@ func TestClusterFormationAndForwarding(t *testing.T) {
 			t.Errorf("keepalive of a wrong id via %s: %v, want ErrNotHeld", via(1), err)
 		}
 		ka.Close()
+		sessionThrough(t, c.nodes[(i+1)%3], key, l)
 		if _, err := rpc(1).Release(ctx, connect.NewRequest(&fencedv1.ReleaseRequest{Key: key, LeaseId: l.GetLeaseId()})); err != nil {
 			t.Errorf("release via %s: %v", via(1), err)
 		}
@@ -763,4 +765,51 @@ func (c *testCluster) startJoining(i int) {
 	go func() { cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-p.exited })
 	nd.p = p
+}
+
+// sessionThrough checks that a Session stream through nd serves its calls
+// as the unary calls are served there (at the leader, forwarded from a
+// follower): key is held by l.
+func sessionThrough(t *testing.T, nd *clusterNode, key string, l *fencedv1.Lease) {
+	t.Helper()
+	protocols := new(http.Protocols)
+	protocols.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: protocols}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := fencedv1connect.NewLeaseServiceClient(&http.Client{Transport: tr}, nd.url).Session(ctx)
+	defer st.CloseResponse()
+	for _, req := range []*fencedv1.SessionRequest{
+		{Id: 1, Call: &fencedv1.SessionRequest_Renew{Renew: &fencedv1.RenewRequest{Key: key, LeaseId: l.GetLeaseId()}}},
+		{Id: 2, Call: &fencedv1.SessionRequest_Acquire{Acquire: &fencedv1.AcquireRequest{Key: key, Owner: "B", TtlMs: 10_000}}},
+		{Id: 3, Call: &fencedv1.SessionRequest_Release{Release: &fencedv1.ReleaseRequest{Key: key, LeaseId: "00"}}},
+	} {
+		if err := st.Send(req); err != nil {
+			t.Fatalf("session via %s: %v", nd.id, err)
+		}
+	}
+	if err := st.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]*fencedv1.SessionResponse{}
+	for range 3 {
+		resp, err := st.Receive()
+		if err != nil {
+			t.Fatalf("session via %s: %v", nd.id, err)
+		}
+		got[resp.GetId()] = resp
+	}
+	if r := got[1].GetRenew().GetLease(); r.GetToken() != l.GetToken() {
+		t.Errorf("session renewal via %s: %v", nd.id, got[1])
+	}
+	if e := got[2].GetError(); e.GetCode() != "failed_precondition" || e.GetHeld().GetOwner() != "A" || e.GetHeld().GetToken() != l.GetToken() {
+		t.Errorf("session acquisition of a held key via %s: %v, want failed_precondition naming A", nd.id, got[2])
+	}
+	if e := got[3].GetError(); e.GetCode() != "not_found" {
+		t.Errorf("session release of a stale lease via %s: %v, want not_found", nd.id, got[3])
+	}
+	if _, err := st.Receive(); !errors.Is(err, io.EOF) {
+		t.Errorf("end of the session via %s: %v", nd.id, err)
+	}
 }
