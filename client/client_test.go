@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -445,15 +446,28 @@ func TestKeepAliveStream(t *testing.T) {
 }
 
 // The default client sends unary calls over reused HTTP/1.1 connections
-// and streams over HTTP/2.
+// and streams (Session, KeepAlive) over HTTP/2; with DisableSession every
+// Acquire and Release is a unary call.
 func TestDefaultTransports(t *testing.T) {
 	t.Parallel()
+	for _, disable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DisableSession=%v", disable), func(t *testing.T) {
+			t.Parallel()
+			testDefaultTransports(t, disable)
+		})
+	}
+}
+
+func testDefaultTransports(t *testing.T, disableSession bool) {
 	srv := fencedtest.Start(t)
 	var mu sync.Mutex
 	protos := map[string]string{} // procedure -> protocol seen
 	conns := 0
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
+		if p, seen := protos[r.URL.Path]; seen && p != r.Proto {
+			t.Errorf("%s went over %s and %s", r.URL.Path, p, r.Proto)
+		}
 		protos[r.URL.Path] = r.Proto
 		mu.Unlock()
 		srv.Handler().ServeHTTP(w, r)
@@ -471,11 +485,11 @@ func TestDefaultTransports(t *testing.T) {
 	ts.Start()
 	defer ts.Close()
 
-	c, err := client.New(client.Config{Endpoint: ts.URL, TTL: 5 * time.Second})
+	c, err := client.New(client.Config{Endpoint: ts.URL, TTL: 5 * time.Second, DisableSession: disableSession})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.CloseIdleConnections()
+	defer c.Close()
 	ctx := context.Background()
 	for range 20 {
 		l, err := c.Acquire(ctx, "proto/1")
@@ -500,9 +514,22 @@ func TestDefaultTransports(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	want := map[string]string{
-		fencedv1connect.LeaseServiceAcquireProcedure:   "HTTP/1.1",
-		fencedv1connect.LeaseServiceReleaseProcedure:   "HTTP/1.1",
 		fencedv1connect.LeaseServiceKeepAliveProcedure: "HTTP/2.0",
+	}
+	if disableSession {
+		want[fencedv1connect.LeaseServiceAcquireProcedure] = "HTTP/1.1"
+		want[fencedv1connect.LeaseServiceReleaseProcedure] = "HTTP/1.1"
+		if _, used := protos[fencedv1connect.LeaseServiceSessionProcedure]; used {
+			t.Errorf("a Session stream was opened with DisableSession")
+		}
+	} else {
+		// The first calls go unary while the new stream is probed.
+		want[fencedv1connect.LeaseServiceSessionProcedure] = "HTTP/2.0"
+		for path, proto := range protos {
+			if path != fencedv1connect.LeaseServiceSessionProcedure && path != fencedv1connect.LeaseServiceKeepAliveProcedure && proto != "HTTP/1.1" {
+				t.Errorf("unary %s went over %s, want HTTP/1.1", path, proto)
+			}
+		}
 	}
 	for path, proto := range want {
 		if protos[path] != proto {
