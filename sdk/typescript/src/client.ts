@@ -2,7 +2,7 @@ import * as os from "node:os";
 import { readFileSync } from "node:fs";
 import { create } from "@bufbuild/protobuf";
 import type { Interceptor } from "@connectrpc/connect";
-import { EndpointList, newEndpoint, normalizeEndpoints, type TLSOptions } from "./endpoints.js";
+import { type Endpoint, EndpointList, newEndpoint, normalizeEndpoints, type TLSOptions } from "./endpoints.js";
 import {
   AcquireUncertainError,
   type ClusterMismatchError,
@@ -14,9 +14,11 @@ import {
   FencedError,
 } from "./errors.js";
 import {
+  type AcquireResponse,
   type Event as PBEvent,
   Event_Type,
   type Lease as PBLease,
+  type RenewResponse,
 } from "./gen/fenced/v1/lease_pb.js";
 import { StaleRejectionSchema } from "./gen/fenced/v1/rejection_pb.js";
 import { type TraceHook, traced } from "./internal.js";
@@ -24,6 +26,7 @@ import { Lease, type LeaseHost, type LeaseInfo } from "./lease.js";
 import { NoAnswerError, Renewals } from "./renewals.js";
 import { ClusterPin } from "./pin.js";
 import { fromRPC, mayHaveArrived, retryable } from "./rpc.js";
+import { type SessionStream, SessionStalledError } from "./session.js";
 
 export interface ClientOptions {
   /** Base URLs of the nodes, as an array or comma-separated. Default "http://127.0.0.1:7420". */
@@ -51,7 +54,13 @@ export interface ClientOptions {
   clockDrift?: number;
   /** Subtracted from every local deadline on top of clockDrift. Default 10 ms. */
   deadlineMarginMs?: number;
-  /** Renew over the KeepAlive stream (HTTP/2), falling back to unary Renew. Default true. */
+  /**
+   * Send Acquire, Renew and Release over one Session stream per endpoint
+   * (HTTP/2), falling back to unary calls where HTTP/2 or Session is not
+   * available. Default true.
+   */
+  session?: boolean;
+  /** Renew over the KeepAlive stream (HTTP/2) when the Session stream is off or unavailable, falling back to unary Renew. Default true. */
   keepAliveStream?: boolean;
   /**
    * Pins the client to the cluster with this ID (hex, as /v1/role and the
@@ -132,6 +141,11 @@ function infoFrom(l: PBLease | undefined): LeaseInfo {
     ttlMs: Number(l?.ttlMs ?? 0n),
     remainingMs: Number(l?.remainingMs ?? 0n),
   };
+}
+
+/** The timeout_ms of a Session call: what is left of the call's time, or 0 for none. */
+function timeoutLeft(deadline: number | undefined): number {
+  return deadline === undefined ? 0 : Math.max(deadline - performance.now(), 1);
 }
 
 /** Rethrows err as the package's error, a TimeoutError or AbortedError when the caller's signal ended. */
@@ -217,7 +231,10 @@ export class Client implements AsyncDisposable {
         return next(req);
       });
     }
-    this.#eps = new EndpointList(urls.map((u) => newEndpoint(u, o.tls, interceptors, pin)), failover);
+    // A healthy node answers the probe in a round trip; calls wait for it at
+    // most a quarter of the request timeout, then go unary.
+    const session = { enabled: o.session ?? true, probeTimeoutMs: this.requestTimeoutMs, probeWaitMs: this.requestTimeoutMs / 4, now: () => this.now() };
+    this.#eps = new EndpointList(urls.map((u) => newEndpoint(u, o.tls, interceptors, pin, session)), failover);
     this.#renewals = new Renewals(this.#eps, o.keepAliveStream ?? true);
     this.#host = {
       requestTimeoutMs: this.requestTimeoutMs,
@@ -277,6 +294,7 @@ export class Client implements AsyncDisposable {
     const wait = options.waitMs ?? 0;
     const owner = options.owner ?? this.owner;
     const signal = this.#callSignal(options, undefined);
+    const deadline = this.#deadline(options, undefined);
     if (!Number.isInteger(ttl) || ttl <= 0 || !Number.isInteger(wait) || wait < 0) {
       throw new InvalidArgumentError(`acquire ${JSON.stringify(key)}: ttlMs must be a positive and waitMs a non-negative whole number of milliseconds`);
     }
@@ -285,14 +303,18 @@ export class Client implements AsyncDisposable {
     let resp;
     try {
       resp = await this.#eps.do(signal, async (ep) => {
+        const s = await this.#sessionFor(ep, deadline, signal, undefined);
         const waitMs = Math.max(Math.floor(wait - (this.now() - start)), 0);
         try {
           return await traced(
             this.trace,
             { kind: "acquire", key, owner, ttlMs: ttl, waitMs },
-            () => {
+            (): Promise<AcquireResponse> => {
               sent = this.now();
-              return ep.rpc.acquire({ key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(waitMs) }, { signal });
+              const req = { key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(waitMs) };
+              return s
+                ? s.call({ case: "acquire", value: req }, timeoutLeft(deadline), signal, undefined).then((r) => r.value as AcquireResponse)
+                : ep.rpc.acquire(req, { signal });
             },
             (r) => ({ leaseId: r.lease?.leaseId, token: r.lease?.token, owner: r.lease?.owner, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
           );
@@ -333,12 +355,21 @@ export class Client implements AsyncDisposable {
     return lease;
   }
 
-  /** Renews over the stream when one is usable, else (or when it gives no answer) with unary Renew. */
+  /**
+   * Renews a held lease: over the Session stream unless it is off or
+   * pausing after failures at the current endpoint, else over the KeepAlive
+   * stream when one is usable; unary whenever the stream gives no answer
+   * within half the time left.
+   */
   async #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
     const t0 = this.now();
     let limit = timeoutMs / 2;
     if (by > 0) {
       limit = Math.min(limit, (by - t0) / 2);
+    }
+    if (this.#eps.pick()[1].session.available()) {
+      const info = await this.#renewCall(key, leaseId, { timeoutMs }, limit > 0 ? limit : undefined);
+      return { signature: info.signature };
     }
     const s = this.#renewals.stream();
     if (s && limit > 0) {
@@ -365,6 +396,24 @@ export class Client implements AsyncDisposable {
     return { signature: info.signature };
   }
 
+  /**
+   * The Session stream to send one attempt to ep on, or undefined to send
+   * it unary. A new stream's probe is waited for at most half the call's
+   * time left (and stallMs), and at most requestTimeoutMs.
+   */
+  #sessionFor(ep: Endpoint, deadline: number | undefined, signal: AbortSignal | undefined, stallMs: number | undefined): Promise<SessionStream | undefined> {
+    let wait = this.requestTimeoutMs;
+    if (deadline !== undefined) wait = Math.min(wait, (deadline - performance.now()) / 2);
+    if (stallMs !== undefined) wait = Math.min(wait, stallMs);
+    return ep.session.ready(wait, signal);
+  }
+
+  /** The end of a call on performance.now()'s clock (as its signal's timeout counts), or undefined for none. */
+  #deadline(options: CallOptions, defaultMs: number | undefined): number | undefined {
+    const ms = options.timeoutMs ?? defaultMs;
+    return ms === undefined ? undefined : performance.now() + ms;
+  }
+
   /** The signal of one call: options.signal, ended also after options.timeoutMs (or defaultMs; undefined: no limit). */
   #callSignal(options: CallOptions, defaultMs: number | undefined): AbortSignal | undefined {
     const ms = options.timeoutMs ?? defaultMs;
@@ -382,17 +431,39 @@ export class Client implements AsyncDisposable {
   }
 
   /** Renews lease leaseId of key once, for callers that renew by ID themselves. timeoutMs defaults to requestTimeoutMs. */
-  async renew(key: string, leaseId: string, options: CallOptions = {}): Promise<LeaseInfo & { signature: string }> {
+  renew(key: string, leaseId: string, options: CallOptions = {}): Promise<LeaseInfo & { signature: string }> {
+    return this.#renewCall(key, leaseId, options, undefined);
+  }
+
+  /**
+   * renew, where an attempt on the Session stream unanswered after stallMs
+   * is cancelled and sent again unary to the same endpoint (a Renew may go
+   * twice: it is idempotent).
+   */
+  async #renewCall(key: string, leaseId: string, options: CallOptions, stallMs: number | undefined): Promise<LeaseInfo & { signature: string }> {
     const signal = this.#callSignal(options, this.requestTimeoutMs);
+    const deadline = this.#deadline(options, this.requestTimeoutMs);
+    const req = { key, leaseId };
+    const result = (r: RenewResponse) => ({ leaseId, token: r.lease?.token, ttlMs: Number(r.lease?.ttlMs ?? 0n) });
     try {
-      const r = await this.#eps.do(signal, (ep) =>
-        traced(
-          this.trace,
-          { kind: "renew", key, leaseId },
-          () => ep.rpc.renew({ key, leaseId }, { signal }),
-          (r) => ({ leaseId, token: r.lease?.token, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
-        ),
-      );
+      const r = await this.#eps.do(signal, async (ep) => {
+        const s = await this.#sessionFor(ep, deadline, signal, stallMs);
+        if (s) {
+          try {
+            return await traced(
+              this.trace,
+              { kind: "renew", key, leaseId },
+              () => s.call({ case: "renew", value: req }, timeoutLeft(deadline), signal, stallMs).then((r) => r.value as RenewResponse),
+              result,
+            );
+          } catch (err) {
+            if (!(err instanceof SessionStalledError)) {
+              throw err;
+            }
+          }
+        }
+        return traced(this.trace, { kind: "renew", key, leaseId }, () => ep.rpc.renew(req, { signal }), result);
+      });
       return { ...infoFrom(r.lease), signature: r.tokenSignature ?? "" };
     } catch (err) {
       throw callError(err, `renew ${JSON.stringify(key)}`, signal);
@@ -410,11 +481,21 @@ export class Client implements AsyncDisposable {
    */
   async release(key: string, leaseId: string, options: CallOptions = {}): Promise<void> {
     const signal = this.#callSignal(options, this.requestTimeoutMs);
+    const deadline = this.#deadline(options, this.requestTimeoutMs);
     let unanswered: unknown; // the first failed attempt that may have been applied
     try {
       await this.#eps.do(signal, async (ep) => {
+        const s = await this.#sessionFor(ep, deadline, signal, undefined);
         try {
-          return await traced(this.trace, { kind: "release", key, leaseId }, () => ep.rpc.release({ key, leaseId }, { signal }), () => ({ leaseId }));
+          const req = { key, leaseId };
+          return await traced(
+            this.trace,
+            { kind: "release", key, leaseId },
+            async () => {
+              await (s ? s.call({ case: "release", value: req }, timeoutLeft(deadline), signal, undefined) : ep.rpc.release(req, { signal }));
+            },
+            () => ({ leaseId }),
+          );
         } catch (err) {
           if (unanswered === undefined && retryable(err) && mayHaveArrived(err)) {
             unanswered = err;
