@@ -91,7 +91,7 @@ export interface SessionOptions {
  * stream) would leave that event unhandled and crash the process. The
  * manager's own listener still sees every error.
  */
-class GuardedSessionManager extends Http2SessionManager {
+export class GuardedSessionManager extends Http2SessionManager {
   readonly #guarded = new WeakSet<http2.Http2Session>();
 
   override async request(...args: Parameters<Http2SessionManager["request"]>): Promise<http2.ClientHttp2Stream> {
