@@ -6,7 +6,7 @@
 // id, and the server answers each once, in any order.
 //
 // The stream changes how a call travels, never what it means
-// (docs/client-algorithm.md, section 5a):
+// (docs/client-algorithm.md):
 //
 //   - A new stream is trusted only after a probe: a Renew of the empty key,
 //     which the server must refuse as invalid_argument. Until the probe is
