@@ -75,6 +75,8 @@ export function parseEndpoints(s: string): string[] {
   return s.split(",").map((e) => e.trim()).filter((e) => e !== "");
 }
 
+const sessionPath = `/${LeaseService.typeName}/${LeaseService.method.session.name}`;
+
 /** How an endpoint's Session stream is used (session.ts). */
 export interface SessionOptions {
   enabled: boolean;
@@ -85,11 +87,18 @@ export interface SessionOptions {
 
 /**
  * An Http2SessionManager whose connections always have an 'error'
- * listener. The manager removes its own listener when it leaves a state;
- * a connection destroyed by a protocol error emits 'error' on the next
- * tick, so abort() in between (closing the client right after a broken
- * stream) would leave that event unhandled and crash the process. The
- * manager's own listener still sees every error.
+ * listener, and which lets the process exit while a Session stream is open.
+ *
+ * The manager removes its own listener when it leaves a state; a
+ * connection destroyed by a protocol error emits 'error' on the next tick,
+ * so abort() in between (closing the client right after a broken stream)
+ * would leave that event unhandled and crash the process. The manager's own
+ * listener still sees every error.
+ *
+ * The manager keeps the process alive while a stream is open, but the
+ * Session stream stays open between calls: session.ts keeps the process
+ * alive while a call waits for its answer instead, as Watch does while it
+ * waits for events and a lease's timers do for its renewals.
  */
 export class GuardedSessionManager extends Http2SessionManager {
   readonly #guarded = new WeakSet<http2.Http2Session>();
@@ -100,6 +109,9 @@ export class GuardedSessionManager extends Http2SessionManager {
     if (conn && !this.#guarded.has(conn)) {
       this.#guarded.add(conn);
       conn.on("error", () => {});
+    }
+    if (conn && args[1] === sessionPath) {
+      conn.unref();
     }
     return stream;
   }
