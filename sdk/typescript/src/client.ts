@@ -2,7 +2,7 @@ import * as os from "node:os";
 import { readFileSync } from "node:fs";
 import { create } from "@bufbuild/protobuf";
 import type { Interceptor } from "@connectrpc/connect";
-import { type Endpoint, EndpointList, newEndpoint, normalizeEndpoints, type TLSOptions } from "./endpoints.js";
+import { EndpointList, newEndpoint, normalizeEndpoints, type TLSOptions } from "./endpoints.js";
 import {
   AcquireUncertainError,
   type ClusterMismatchError,
@@ -26,7 +26,7 @@ import { Lease, type LeaseHost, type LeaseInfo } from "./lease.js";
 import { NoAnswerError, Renewals } from "./renewals.js";
 import { ClusterPin } from "./pin.js";
 import { fromRPC, mayHaveArrived, retryable } from "./rpc.js";
-import { type SessionStream, SessionStalledError } from "./session.js";
+import type { SessionResult } from "./session.js";
 
 export interface ClientOptions {
   /** Base URLs of the nodes, as an array or comma-separated. Default "http://127.0.0.1:7420". */
@@ -60,7 +60,7 @@ export interface ClientOptions {
    * available. Default true.
    */
   session?: boolean;
-  /** Renew over the KeepAlive stream (HTTP/2) when the Session stream is off or unavailable, falling back to unary Renew. Default true. */
+  /** Renew held leases over the KeepAlive stream (HTTP/2), falling back to unary Renew. Default true. */
   keepAliveStream?: boolean;
   /**
    * Pins the client to the cluster with this ID (hex, as /v1/role and the
@@ -231,9 +231,7 @@ export class Client implements AsyncDisposable {
         return next(req);
       });
     }
-    // A healthy node answers the probe in a round trip; calls wait for it at
-    // most a quarter of the request timeout, then go unary.
-    const session = { enabled: o.session ?? true, probeTimeoutMs: this.requestTimeoutMs, probeWaitMs: this.requestTimeoutMs / 4, now: () => this.now() };
+    const session = { enabled: o.session ?? true, probeTimeoutMs: this.requestTimeoutMs, now: () => this.now() };
     this.#eps = new EndpointList(urls.map((u) => newEndpoint(u, o.tls, interceptors, pin, session)), failover);
     this.#renewals = new Renewals(this.#eps, o.keepAliveStream ?? true);
     this.#host = {
@@ -303,7 +301,7 @@ export class Client implements AsyncDisposable {
     let resp;
     try {
       resp = await this.#eps.do(signal, async (ep) => {
-        const s = await this.#sessionFor(ep, deadline, signal, undefined);
+        const s = ep.session.ready();
         const waitMs = Math.max(Math.floor(wait - (this.now() - start)), 0);
         try {
           return await traced(
@@ -313,7 +311,7 @@ export class Client implements AsyncDisposable {
               sent = this.now();
               const req = { key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(waitMs) };
               return s
-                ? s.call({ case: "acquire", value: req }, timeoutLeft(deadline), signal, undefined).then((r) => r.value as AcquireResponse)
+                ? s.call({ case: "acquire", value: req }, timeoutLeft(deadline), signal, (r) => this.#releaseUnheld(key, r)).then((r) => r.value as AcquireResponse)
                 : ep.rpc.acquire(req, { signal });
             },
             (r) => ({ leaseId: r.lease?.leaseId, token: r.lease?.token, owner: r.lease?.owner, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
@@ -356,20 +354,16 @@ export class Client implements AsyncDisposable {
   }
 
   /**
-   * Renews a held lease: over the Session stream unless it is off or
-   * pausing after failures at the current endpoint, else over the KeepAlive
-   * stream when one is usable; unary whenever the stream gives no answer
-   * within half the time left.
+   * Renews a held lease over the KeepAlive stream when one is usable, else
+   * (or when it gives no answer) with a unary Renew: not over the Session
+   * stream, which shares the KeepAlive stream's connection, perhaps what
+   * failed.
    */
   async #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
     const t0 = this.now();
     let limit = timeoutMs / 2;
     if (by > 0) {
       limit = Math.min(limit, (by - t0) / 2);
-    }
-    if (this.#eps.pick()[1].session.available()) {
-      const info = await this.#renewCall(key, leaseId, { timeoutMs }, limit > 0 ? limit : undefined);
-      return { signature: info.signature };
     }
     const s = this.#renewals.stream();
     if (s && limit > 0) {
@@ -392,20 +386,23 @@ export class Client implements AsyncDisposable {
     if (left <= 0) {
       throw new TimeoutError(`renew ${JSON.stringify(key)}: no answer within ${timeoutMs}ms`);
     }
-    const info = await this.renew(key, leaseId, { timeoutMs: left });
+    const info = await this.#renewBy(key, leaseId, { timeoutMs: left }, false);
     return { signature: info.signature };
   }
 
-  /**
-   * The Session stream to send one attempt to ep on, or undefined to send
-   * it unary. A new stream's probe is waited for at most half the call's
-   * time left (and stallMs), and at most requestTimeoutMs.
-   */
-  #sessionFor(ep: Endpoint, deadline: number | undefined, signal: AbortSignal | undefined, stallMs: number | undefined): Promise<SessionStream | undefined> {
-    let wait = this.requestTimeoutMs;
-    if (deadline !== undefined) wait = Math.min(wait, (deadline - performance.now()) / 2);
-    if (stallMs !== undefined) wait = Math.min(wait, stallMs);
-    return ep.session.ready(wait, signal);
+  /** Releases, in the background, a lease granted to an Acquire that was cancelled: nobody holds it. */
+  #releaseUnheld(key: string, r: SessionResult): void {
+    const leaseId = r.case === "acquire" ? r.value.lease?.leaseId : undefined;
+    if (leaseId && !this.#closed) {
+      const p = this.release(key, leaseId, { timeoutMs: this.requestTimeoutMs }).catch(() => {});
+      this.#background.add(p);
+      void p.finally(() => this.#background.delete(p));
+    }
+  }
+
+  /** @internal For tests: opens every endpoint's Session stream and resolves whether each answered its probe. */
+  probeSessions(): Promise<boolean[]> {
+    return Promise.all(this.#eps.eps.map((ep) => ep.session.probe()));
   }
 
   /** The end of a call on performance.now()'s clock (as its signal's timeout counts), or undefined for none. */
@@ -432,37 +429,23 @@ export class Client implements AsyncDisposable {
 
   /** Renews lease leaseId of key once, for callers that renew by ID themselves. timeoutMs defaults to requestTimeoutMs. */
   renew(key: string, leaseId: string, options: CallOptions = {}): Promise<LeaseInfo & { signature: string }> {
-    return this.#renewCall(key, leaseId, options, undefined);
+    return this.#renewBy(key, leaseId, options, true);
   }
 
-  /**
-   * renew, where an attempt on the Session stream unanswered after stallMs
-   * is cancelled and sent again unary to the same endpoint (a Renew may go
-   * twice: it is idempotent).
-   */
-  async #renewCall(key: string, leaseId: string, options: CallOptions, stallMs: number | undefined): Promise<LeaseInfo & { signature: string }> {
+  /** renew, over the Session stream only if session is set. */
+  async #renewBy(key: string, leaseId: string, options: CallOptions, session: boolean): Promise<LeaseInfo & { signature: string }> {
     const signal = this.#callSignal(options, this.requestTimeoutMs);
     const deadline = this.#deadline(options, this.requestTimeoutMs);
     const req = { key, leaseId };
-    const result = (r: RenewResponse) => ({ leaseId, token: r.lease?.token, ttlMs: Number(r.lease?.ttlMs ?? 0n) });
     try {
-      const r = await this.#eps.do(signal, async (ep) => {
-        const s = await this.#sessionFor(ep, deadline, signal, stallMs);
-        if (s) {
-          try {
-            return await traced(
-              this.trace,
-              { kind: "renew", key, leaseId },
-              () => s.call({ case: "renew", value: req }, timeoutLeft(deadline), signal, stallMs).then((r) => r.value as RenewResponse),
-              result,
-            );
-          } catch (err) {
-            if (!(err instanceof SessionStalledError)) {
-              throw err;
-            }
-          }
-        }
-        return traced(this.trace, { kind: "renew", key, leaseId }, () => ep.rpc.renew(req, { signal }), result);
+      const r = await this.#eps.do(signal, (ep) => {
+        const s = session ? ep.session.ready() : undefined;
+        return traced(
+          this.trace,
+          { kind: "renew", key, leaseId },
+          () => (s ? s.call({ case: "renew", value: req }, timeoutLeft(deadline), signal).then((r) => r.value as RenewResponse) : ep.rpc.renew(req, { signal })),
+          (r) => ({ leaseId, token: r.lease?.token, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
+        );
       });
       return { ...infoFrom(r.lease), signature: r.tokenSignature ?? "" };
     } catch (err) {
@@ -485,14 +468,14 @@ export class Client implements AsyncDisposable {
     let unanswered: unknown; // the first failed attempt that may have been applied
     try {
       await this.#eps.do(signal, async (ep) => {
-        const s = await this.#sessionFor(ep, deadline, signal, undefined);
+        const s = ep.session.ready();
         try {
           const req = { key, leaseId };
           return await traced(
             this.trace,
             { kind: "release", key, leaseId },
             async () => {
-              await (s ? s.call({ case: "release", value: req }, timeoutLeft(deadline), signal, undefined) : ep.rpc.release(req, { signal }));
+              await (s ? s.call({ case: "release", value: req }, timeoutLeft(deadline), signal) : ep.rpc.release(req, { signal }));
             },
             () => ({ leaseId }),
           );

@@ -81,7 +81,6 @@ const sessionPath = `/${LeaseService.typeName}/${LeaseService.method.session.nam
 export interface SessionOptions {
   enabled: boolean;
   probeTimeoutMs: number;
-  probeWaitMs: number;
   now: () => number;
 }
 
@@ -130,7 +129,7 @@ export function newEndpoint(url: string, tls: TLSOptions | undefined, intercepto
     url,
     rpc: createClient(LeaseService, unary),
     streams: streamClient,
-    session: new Session((requests, signal) => streamClient.session(requests, { signal }), session.enabled, session.probeTimeoutMs, session.probeWaitMs, session.now),
+    session: new Session((requests, signal) => streamClient.session(requests, { signal }), session.enabled, session.probeTimeoutMs, session.now),
     rejections: createClient(RejectionService, unary),
     leads(timeoutMs) {
       return new Promise((resolve) => {

@@ -8,22 +8,28 @@
 // The stream changes how a call travels, never what it means
 // (docs/client-algorithm.md):
 //
-//   - A new stream is trusted only after a probe: a Renew of the empty key,
-//     which the server must refuse as invalid_argument. Until the probe is
-//     answered calls wait for it (at most half their time); a call that
-//     cannot wait, or whose stream is not trusted, goes unary and nothing
-//     of it was sent on the stream.
+//   - A new stream carries no call until it has answered a probe (id 0, a
+//     Renew of the empty key, which a server serving Session refuses as
+//     invalid_argument, or for want of credentials). The first call to an
+//     endpoint opens the stream and goes unary, as do the calls after it
+//     until the probe is answered: no call waits for a probe (a server
+//     without Session may hold the stream unanswered).
 //   - When the probe fails (no HTTP/2, a server without Session, a proxy
-//     that speaks HTTP/1.1 only) or a stream breaks, calls to that endpoint
-//     go unary and the next stream opens after a pause that grows from 1 s
-//     to 1 min while streams keep failing.
+//     that speaks HTTP/1.1 only, no answer within the request timeout),
+//     calls to that endpoint go unary and the next stream opens after a
+//     pause that grows from 1 s to 1 min while probes keep failing. A
+//     trusted stream that breaks is replaced at the next call.
 //   - A stream that ends after a call was sent and before its answer leaves
 //     that call's outcome unknown, exactly like a unary call cut after it was
 //     sent: the call fails with an unavailable ConnectError that may have
 //     arrived (rpc.ts), which the failover and the uncertain rules handle.
 //   - The call's deadline travels as timeout_ms; an aborted call sends
-//     cancel{id} and fails at once, like an aborted unary call (a cancelled
-//     Acquire may still have been granted).
+//     cancel{id} and fails at once, like an aborted unary call. An Acquire
+//     whose grant comes all the same (it raced the cancel) is handed to
+//     onLateGrant, which releases it: nobody holds it.
+//   - An answer's error is the unary call's (code, message, LeaseHeld), but
+//     "canceled" when the caller did not cancel (the server cancelled the
+//     call) is unavailable, as a unary call cut by the server is.
 //
 // Non-guarantees: a call that went unary because the stream was not usable
 // costs a request; answers of a broken stream are never waited for again.
@@ -39,6 +45,9 @@ import {
 } from "./gen/fenced/v1/lease_pb.js";
 import { Pushable } from "./internal.js";
 
+/** The probe's answers that prove the server serves Session: refusals of the empty key. */
+const probeRefusals = new Set(["invalid_argument", "unauthenticated", "permission_denied"]);
+
 const minPauseMs = 1000;
 const maxPauseMs = 60_000;
 
@@ -52,14 +61,6 @@ export type SessionResult = Exclude<SessionResponse["result"], { case: "error" }
 
 /** Opens one Session stream: the requests to send, and a signal that ends it. */
 export type OpenSession = (requests: AsyncIterable<SessionRequest>, signal: AbortSignal) => AsyncIterable<SessionResponse>;
-
-/** A call on the stream got no answer within its stall limit; it was cancelled and may be sent again (renewals only). */
-export class SessionStalledError extends Error {
-  constructor(ms: number) {
-    super(`no answer on the session stream within ${Math.round(ms)}ms`);
-    this.name = "SessionStalledError";
-  }
-}
 
 type Answer = { resp: SessionResponse } | { err: unknown };
 
@@ -75,17 +76,16 @@ class Stream {
   readonly #ac = new AbortController();
   readonly #requests = new Pushable<SessionRequest>();
   readonly #waiting = new Map<bigint, (a: Answer) => void>();
+  /** Cancelled calls whose answer may still be a grant, by id; they keep nothing alive. */
+  readonly #late = new Map<bigint, (resp: SessionResponse) => void>();
   #nextId = 1n;
   #err: unknown;
   /** Keeps the process alive while a call waits (connect-node does not for a stream). */
   #alive: NodeJS.Timeout | undefined;
   /** Resolves true once the probe was answered as it must be, false when the stream failed first. */
   readonly trusted: Promise<boolean>;
-  /** When the stream was opened, on the session's clock. */
-  readonly opened: number;
 
-  constructor(open: OpenSession, probeTimeoutMs: number, now: number, onEnd: (s: Stream, wasTrusted: boolean) => void) {
-    this.opened = now;
+  constructor(open: OpenSession, probeTimeoutMs: number, onEnd: (s: Stream, wasTrusted: boolean) => void) {
     void this.#receive(open(this.#requests, this.#ac.signal));
     this.trusted = this.#probe(probeTimeoutMs).then((ok) => (this.#trusted = ok));
     this.#ac.signal.addEventListener("abort", () => onEnd(this, this.#trusted), { once: true });
@@ -104,16 +104,16 @@ class Stream {
 
   async #probe(timeoutMs: number): Promise<boolean> {
     const timer = setTimeout(() => this.fail(new Error(`probe unanswered within ${timeoutMs}ms`)), timeoutMs);
-    const a = await this.#send({ case: "renew", value: { key: "", leaseId: "" } }, 0);
+    const a = await this.#send({ case: "renew", value: { key: "", leaseId: "" } }, 0, 0n);
     clearTimeout(timer);
     if ("err" in a) {
       return false;
     }
     const r = a.resp.result;
-    if (r.case === "error" && r.value.code === "invalid_argument") {
+    if (r.case === "error" && probeRefusals.has(r.value.code)) {
       return true;
     }
-    this.fail(new Error(`probe answered ${r.case === "error" ? r.value.code : r.case ?? "nothing"}, not invalid_argument`));
+    this.fail(new Error(`probe answered ${r.case === "error" ? r.value.code : r.case ?? "nothing"}, not a refusal`));
     return false;
   }
 
@@ -121,11 +121,14 @@ class Stream {
     try {
       for await (const resp of responses) {
         const w = this.#waiting.get(resp.id);
-        // An answer to a call no longer waited for (cancelled, stalled) is dropped.
         if (w) {
           this.#waiting.delete(resp.id);
           this.#idle();
           w({ resp });
+        } else {
+          const late = this.#late.get(resp.id);
+          this.#late.delete(resp.id);
+          late?.(resp);
         }
       }
       this.fail(new Error("stream ended by the server"));
@@ -142,6 +145,7 @@ class Stream {
     this.#err = err ?? new Error("failed");
     const waiting = [...this.#waiting.values()];
     this.#waiting.clear();
+    this.#late.clear();
     this.#idle();
     this.#requests.end();
     this.#ac.abort(this.#err);
@@ -157,23 +161,24 @@ class Stream {
     }
   }
 
-  /** Sends call with a fresh id; the promise has its answer, or the stream's error. */
-  #send(call: CallInit, timeoutMs: number, onId?: (id: bigint) => void): Promise<Answer> {
+  /** Sends call with id; the promise has its answer, or the stream's error. */
+  #send(call: CallInit, timeoutMs: number, id: bigint): Promise<Answer> {
     if (this.#err !== undefined) {
       return Promise.resolve({ err: this.#err });
     }
-    const id = this.#nextId++;
-    onId?.(id);
     const answer = new Promise<Answer>((resolve) => this.#waiting.set(id, resolve));
     this.#alive ??= setInterval(() => {}, 1 << 30);
     this.#requests.push(create(SessionRequestSchema, { id, timeoutMs: BigInt(Math.max(Math.ceil(timeoutMs), 0)), call }));
     return answer;
   }
 
-  /** Stops waiting for call id and asks the server to stop working on it. */
-  #cancel(id: bigint): void {
+  /** Stops waiting for call id and asks the server to stop working on it; late gets the answer if one still comes. */
+  #cancel(id: bigint, late?: (resp: SessionResponse) => void): void {
     if (this.#waiting.delete(id)) {
       this.#idle();
+      if (late) {
+        this.#late.set(id, late);
+      }
       if (this.#err === undefined) {
         this.#requests.push(create(SessionRequestSchema, { id, call: { case: "cancel", value: {} } }));
       }
@@ -184,39 +189,34 @@ class Stream {
    * Sends one call and waits for its answer. Rejects with the server's
    * error as a ConnectError; with an unavailable ConnectError when the
    * stream ended before the answer (the call may have been applied); with a
-   * canceled ConnectError when signal aborted (cancel{id} sent); with a
-   * SessionStalledError after stallMs (cancel{id} sent).
+   * canceled ConnectError when signal aborted (cancel{id} sent: an answer
+   * that still comes as a grant goes to onLateGrant).
    */
-  async call(call: SessionCall, timeoutMs: number, signal: AbortSignal | undefined, stallMs: number | undefined): Promise<SessionResult> {
-    let id = 0n;
+  async call(call: SessionCall, timeoutMs: number, signal: AbortSignal | undefined, onLateGrant?: (r: SessionResult) => void): Promise<SessionResult> {
+    signal?.throwIfAborted();
+    const id = this.#nextId++;
     let stop: ((a: Answer) => void) | undefined;
     const stopped = new Promise<Answer>((r) => (stop = r));
+    const late = onLateGrant && ((resp: SessionResponse) => void (resp.result.case === call.case && onLateGrant(resp.result as SessionResult)));
     const onAbort = () => {
-      this.#cancel(id);
+      this.#cancel(id, late);
       stop!({ err: new ConnectError("the call was aborted; cancel sent on the session stream", Code.Canceled) });
     };
     signal?.addEventListener("abort", onAbort, { once: true });
-    const stall =
-      stallMs === undefined
-        ? undefined
-        : setTimeout(() => {
-            this.#cancel(id);
-            stop!({ err: new SessionStalledError(stallMs) });
-          }, stallMs);
     try {
-      signal?.throwIfAborted();
-      const a = await Promise.race([this.#send(call, timeoutMs, (i) => (id = i)), stopped]);
+      const a = await Promise.race([this.#send(call, timeoutMs, id), stopped]);
       if ("err" in a) {
         if (a.err instanceof ConnectError && a.err.code === Code.Canceled && signal?.aborted) {
-          throw a.err;
-        }
-        if (a.err instanceof SessionStalledError) {
           throw a.err;
         }
         // Sent, and the stream ended before the answer: the outcome is unknown.
         throw new ConnectError(`session stream ended before the answer, the call may have been applied: ${String(a.err)}`, Code.Unavailable);
       }
       const r = a.resp.result;
+      if (r.case === "error" && r.value.code === "canceled") {
+        // Not asked for: the server cut the call, as it cuts a unary one.
+        throw new ConnectError(`the server cancelled the call, which may have been applied: ${r.value.message}`, Code.Unavailable);
+      }
       if (r.case === "error") {
         throw answerError(r.value);
       }
@@ -225,7 +225,6 @@ class Stream {
       }
       return r as SessionResult;
     } finally {
-      clearTimeout(stall);
       signal?.removeEventListener("abort", onAbort);
     }
   }
@@ -238,70 +237,45 @@ export class Session {
   #pause = 0;
   #closed = false;
 
-  /**
-   * open opens a stream; probeTimeoutMs bounds the probe, after which the
-   * stream counts as failed; calls wait for a probe at most probeWaitMs
-   * after the stream opened, then go unary.
-   */
+  /** open opens a stream; probeTimeoutMs bounds the probe, after which the stream counts as failed. */
   constructor(
     private readonly open: OpenSession,
     private readonly enabled: boolean,
     private readonly probeTimeoutMs: number,
-    private readonly probeWaitMs: number,
     private readonly now: () => number = () => performance.now(),
   ) {}
 
-  /** Whether calls may go over the stream now: it is on, and not pausing after failed streams. */
-  available(): boolean {
-    return this.enabled && !this.#closed && ((this.#cur !== undefined && !this.#cur.ended) || this.now() >= this.#retryAt);
-  }
-
   /**
-   * The stream to send a call on, once trusted, waiting for the probe at
-   * most waitMs (and until probeWaitMs after the stream opened); undefined:
-   * send the call unary (nothing was sent).
+   * The stream to send a call on, if one is open and trusted; undefined:
+   * send the call unary (nothing of it was sent). Opens a stream, probed in
+   * the background, when none is open and no pause is under way.
    */
-  async ready(waitMs: number, signal?: AbortSignal): Promise<Stream | undefined> {
-    if (!this.enabled || this.#closed || waitMs <= 0) {
+  ready(): Stream | undefined {
+    if (!this.enabled || this.#closed) {
       return undefined;
     }
     if (this.#cur === undefined || this.#cur.ended) {
       if (this.now() < this.#retryAt) {
         return undefined;
       }
-      this.#cur = new Stream(this.open, this.probeTimeoutMs, this.now(), (s, wasTrusted) => this.#ended(s, wasTrusted));
+      this.#cur = new Stream(this.open, this.probeTimeoutMs, (s, wasTrusted) => this.#ended(s, wasTrusted));
     }
-    const s = this.#cur;
-    if (s.usable) {
-      return s;
-    }
-    waitMs = Math.min(waitMs, s.opened + this.probeWaitMs - this.now());
-    if (waitMs <= 0) {
-      return undefined;
-    }
-    let timer: NodeJS.Timeout | undefined;
-    let onAbort: (() => void) | undefined;
-    const gaveUp = new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), waitMs);
-      onAbort = () => resolve(false);
-      signal?.addEventListener("abort", onAbort, { once: true });
-    });
-    try {
-      const ok = await Promise.race([s.trusted, gaveUp]);
-      return ok && s.usable ? s : undefined;
-    } finally {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort!);
-    }
+    return this.#cur.usable ? this.#cur : undefined;
   }
 
-  /** A stream ended: the next one opens after a pause, unless it was trusted and lived long. */
+  /** @internal For tests: opens the stream as ready does and resolves whether its probe was answered. */
+  async probe(): Promise<boolean> {
+    this.ready();
+    return (await this.#cur?.trusted) === true && this.#cur?.usable === true;
+  }
+
+  /** A stream ended: the next one opens after a pause unless its probe had been answered. */
   #ended(s: Stream, wasTrusted: boolean): void {
     if (this.#cur === s) {
       this.#cur = undefined;
     }
     if (wasTrusted) {
-      // Calls go on over a new stream, probed first; only streams that keep failing pause.
+      // A new stream opens at the next call, probed first; only probes that keep failing pause.
       this.#pause = 0;
       return;
     }

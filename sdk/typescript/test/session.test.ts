@@ -124,6 +124,8 @@ test("session used: acquire, renew and release go over one HTTP/2 connection, er
   const t = await tap(port(), { http1: "drop" });
   const c = track(new Client({ endpoints: t.url, owner: "s-a" }));
   const other = track(new Client({ endpoints: t.url, owner: "s-b" }));
+  // Calls go unary until the stream's probe is answered; the tap drops HTTP/1.1.
+  assert.deepEqual([await c.probeSessions(), await other.probeSessions()], [[true], [true]]);
   const key = unique("session");
   const l1 = await c.acquire(key, { ttlMs: 3000 });
   assert.ok(l1.token > 0n);
@@ -146,43 +148,30 @@ test("session used: acquire, renew and release go over one HTTP/2 connection, er
   assert.equal(t.h2, 2, "one HTTP/2 connection per client");
 });
 
-test("a lease renews over the session stream past its TTL", async () => {
-  const t = await tap(port(), { http1: "drop" });
-  const c = track(new Client({ endpoints: t.url, keepAliveStream: false }));
-  let renewals = 0;
-  let renewedThrice!: () => void;
-  const thrice = new Promise<void>((r) => (renewedThrice = r));
-  c.trace = (call) => (call.kind !== "renew" ? () => {} : (r) => void (!r.error && ++renewals === 3 && renewedThrice()));
-  const l = await c.acquire(unique("renew"), { ttlMs: 1500 });
-  const t0 = performance.now();
-  await thrice; // about 1.5 s: a TTL
-  assert.equal(l.held, true);
-  assert.ok(l.deadline > t0 + 1500, "the deadline did not move");
-  await l.release();
-  assert.equal(t.http1, 0, "a call went unary");
-});
-
 test("fallback: where HTTP/2 is not spoken, calls go unary, and the stream is probed again after 1 s, then 2 s", async () => {
   const t = await tap(port(), { h2: false });
   let skew = 0;
   const c = track(new Client({ endpoints: t.url, keepAliveStream: false, clock: () => performance.now() + skew }));
-  const cycle = async () => {
+  // Each step: probe (opening a stream unless pausing), then calls, all unary.
+  const step = async () => {
+    assert.deepEqual(await c.probeSessions(), [false]);
     const l = await c.acquire(unique("fallback"), { ttlMs: 3000 });
+    await c.renew(l.key, l.leaseId);
     await l.release();
   };
-  await cycle();
+  await step();
   assert.equal(t.h2, 1);
   assert.ok(t.http1 >= 1, "no call went unary");
-  await cycle();
+  await step();
   assert.equal(t.h2, 1, "probed again within the pause");
   skew += 1100;
-  await cycle();
+  await step();
   assert.equal(t.h2, 2, "not probed again after the pause");
   skew += 1100;
-  await cycle();
+  await step();
   assert.equal(t.h2, 2, "the pause did not double");
   skew += 1000;
-  await cycle();
+  await step();
   assert.equal(t.h2, 3);
 });
 
@@ -202,7 +191,8 @@ test("a stream cut after the send: acquire is uncertain (one endpoint: unavailab
   const [a, b] = [await tap(port(), { http1: "drop" }), await tap(port(), { http1: "drop" })];
   const c = track(new Client({ endpoints: [a.url, b.url], owner: "unsure" }));
   const check = track(new Client({ endpoints: f.url }));
-  const warm = await c.acquire(unique("warm"), { ttlMs: 30_000 }); // a's stream, trusted
+  assert.deepEqual(await c.probeSessions(), [true, true]);
+  const warm = await c.acquire(unique("warm"), { ttlMs: 30_000 });
   // The grant is made and its answer cut; the retry at b finds the key held by this owner.
   const key = unique("cut");
   const cut = a.cutNextAnswer();
@@ -213,6 +203,7 @@ test("a stream cut after the send: acquire is uncertain (one endpoint: unavailab
   });
   await cut;
   assert.equal((await check.get(key)).lease?.owner, "unsure");
+  assert.deepEqual(await c.probeSessions(), [true, true]); // a new stream at a
   // The release is applied and its answer cut at b; the retry at a finds the lease gone.
   const cutB = b.cutNextAnswer();
   await warm.release();
@@ -221,7 +212,7 @@ test("a stream cut after the send: acquire is uncertain (one endpoint: unavailab
   await assert.rejects(c.release(warm.key, warm.leaseId), NotHeldError);
   // With one endpoint the cut acquire is unavailable, and may have been granted.
   const one = track(new Client({ endpoints: a.url, owner: "unsure" }));
-  await one.acquire(unique("warm"), { ttlMs: 30_000 });
+  assert.deepEqual(await one.probeSessions(), [true]);
   const cutOne = a.cutNextAnswer();
   const key2 = unique("cut");
   await assert.rejects(one.acquire(key2, { ttlMs: 30_000 }), UnavailableError);
@@ -236,7 +227,7 @@ test("an aborted or timed-out acquire waiting in line is cancelled on the server
   const check = track(new Client({ endpoints: f.url }));
   const key = unique("cancel");
   const held = await holder.acquire(key, { ttlMs: 30_000 });
-  await (await c.acquire(unique("warm"), { ttlMs: 3000 })).release(); // the stream is trusted
+  assert.deepEqual(await c.probeSessions(), [true]);
   const ac = new AbortController();
   // Abort once the Acquire is on the stream: the trace hook runs just before it is sent.
   c.trace = (call) => {
@@ -257,6 +248,7 @@ test("pipelining: calls on one stream are answered in any order, a waiting acqui
   const t = await tap(port(), { http1: "drop" });
   const holder = track(new Client({ endpoints: f.url, owner: "holder" }));
   const c = track(new Client({ endpoints: t.url }));
+  assert.deepEqual(await c.probeSessions(), [true]);
   const key = unique("line");
   const held = await holder.acquire(key, { ttlMs: 30_000 });
   let waited: Lease | undefined;
@@ -304,6 +296,7 @@ test("an open session stream lets the process exit, and a call waiting on it kee
   const script = `
     import { Client } from ${JSON.stringify(index)};
     const c = new Client({ endpoints: ${JSON.stringify(f.url)}, keepAliveStream: false });
+    if ((await c.probeSessions())[0] !== true) throw new Error("no session stream");
     const l = await c.acquire(${JSON.stringify(unique("exit"))}, { ttlMs: 3000 });
     await l.release();
     c.acquire(${JSON.stringify(unique("exit"))}, { ttlMs: 3000, waitMs: 1 }).then((l) => { console.log("answered"); l.orphan(); });
