@@ -48,6 +48,9 @@ import { Pushable } from "./internal.js";
 /** The probe's answers that prove the server serves Session: refusals of the empty key. */
 const probeRefusals = new Set(["invalid_argument", "unauthenticated", "permission_denied"]);
 
+/** The probe's id; calls count from 1. */
+const probeId = 0n;
+
 const minPauseMs = 1000;
 const maxPauseMs = 60_000;
 
@@ -80,7 +83,7 @@ class Stream {
   readonly #late = new Map<bigint, (resp: SessionResponse) => void>();
   #nextId = 1n;
   #err: unknown;
-  /** Keeps the process alive while a call waits (connect-node does not for a stream). */
+  /** Keeps the process alive while a call waits (the stream's connection does not); the probe does not. */
   #alive: NodeJS.Timeout | undefined;
   /** Resolves true once the probe was answered as it must be, false when the stream failed first. */
   readonly trusted: Promise<boolean>;
@@ -103,8 +106,8 @@ class Stream {
   }
 
   async #probe(timeoutMs: number): Promise<boolean> {
-    const timer = setTimeout(() => this.fail(new Error(`probe unanswered within ${timeoutMs}ms`)), timeoutMs);
-    const a = await this.#send({ case: "renew", value: { key: "", leaseId: "" } }, 0, 0n);
+    const timer = setTimeout(() => this.fail(new Error(`probe unanswered within ${timeoutMs}ms`)), timeoutMs).unref();
+    const a = await this.#send({ case: "renew", value: { key: "", leaseId: "" } }, 0, probeId);
     clearTimeout(timer);
     if ("err" in a) {
       return false;
@@ -155,7 +158,7 @@ class Stream {
   }
 
   #idle(): void {
-    if (this.#waiting.size === 0 && this.#alive !== undefined) {
+    if (this.#waiting.size === (this.#waiting.has(probeId) ? 1 : 0) && this.#alive !== undefined) {
       clearInterval(this.#alive);
       this.#alive = undefined;
     }
@@ -167,7 +170,9 @@ class Stream {
       return Promise.resolve({ err: this.#err });
     }
     const answer = new Promise<Answer>((resolve) => this.#waiting.set(id, resolve));
-    this.#alive ??= setInterval(() => {}, 1 << 30);
+    if (id !== probeId) {
+      this.#alive ??= setInterval(() => {}, 1 << 30);
+    }
     this.#requests.push(create(SessionRequestSchema, { id, timeoutMs: BigInt(Math.max(Math.ceil(timeoutMs), 0)), call }));
     return answer;
   }
@@ -266,7 +271,12 @@ export class Session {
   /** @internal For tests: opens the stream as ready does and resolves whether its probe was answered. */
   async probe(): Promise<boolean> {
     this.ready();
-    return (await this.#cur?.trusted) === true && this.#cur?.usable === true;
+    const alive = setInterval(() => {}, 1 << 30); // the probe itself keeps nothing alive
+    try {
+      return (await this.#cur?.trusted) === true && this.#cur?.usable === true;
+    } finally {
+      clearInterval(alive);
+    }
   }
 
   /** A stream ended: the next one opens after a pause unless its probe had been answered. */

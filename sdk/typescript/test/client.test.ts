@@ -55,9 +55,9 @@ test("bad input is refused before or by the server", async () => {
   assert.throws(() => new Client({ endpoints: [f.url, f.url] }), /listed twice/);
 });
 
-for (const transport of [{}, { session: false }, { session: false, keepAliveStream: false }]) {
-  test(`renewals keep the lease past its TTL (${JSON.stringify(transport)})`, async () => {
-    const c = track(new Client({ endpoints: f.url, ...transport }));
+for (const keepAliveStream of [true, false]) {
+  test(`renewals keep the lease past its TTL (keepAliveStream ${keepAliveStream})`, async () => {
+    const c = track(new Client({ endpoints: f.url, keepAliveStream }));
     const key = unique("renew");
     const l = await c.acquire(key, { ttlMs: 1500 });
     await new Promise((r) => setTimeout(r, 3500));
