@@ -35,6 +35,8 @@ func (s *Server) apiDeps() *api.Deps {
 		Reads:              s.reads,
 		Fanout:             s.fanout,
 		Watchers:           s.watchers,
+		Sessions:           s.sessions,
+		AdmitCall:          s.admitStreamCall,
 		ListLimit:          s.cfg.ListLimit,
 		StreamWriteTimeout: s.cfg.StreamWriteTimeout,
 	}

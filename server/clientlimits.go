@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -56,9 +57,10 @@ func (s *Server) checkClientLeases(addr string) error {
 //
 // An acquisition waiting in line for a held key is not in progress: it
 // gives its slot back while it waits (admission.ReleaseSlot; waiters have
-// limits of their own). Streams (Watch, KeepAlive) take no slot either;
-// their per-client limits bound them. Calls without a client address (the
-// Go API) are not counted.
+// limits of their own). Streams (Watch, KeepAlive, Session) take no slot
+// either; their per-client limits bound them. Each call a Session stream
+// carries is admitted as a unary call is (admitStreamCall). Calls without
+// a client address (the Go API) are not counted.
 
 // limitCalls refuses a unary call from a client address that already has
 // Config.MaxCallsPerClient calls in progress, before anything else is done
@@ -67,13 +69,33 @@ func (s *Server) checkClientLeases(addr string) error {
 func (s *Server) limitCalls(h http.Handler) http.Handler {
 	refuse := connect.NewErrorWriter(s.handlerOptions()...)
 	return admission.LimitCalls(h, s.calls, isStreamProcedure, func(w http.ResponseWriter, r *http.Request, why admission.CallRefusal) {
-		quota, of, limit := "max-calls-per-client", "client address", s.cfg.MaxCallsPerClient
-		if why.Network {
-			quota, of, limit = "max-calls-per-network", "client network", s.cfg.MaxCallsPerClient*s.cfg.NetworkShare
-		}
-		s.metrics.Refused(quota)
-		_ = refuse.Write(w, r, apierr.Connect(&apierr.QuotaError{Quota: quota, Of: of, Owner: why.Client, Used: why.Used, Limit: limit}))
+		_ = refuse.Write(w, r, s.callRefused(why))
 	})
+}
+
+// callRefused counts a call refused by its client's share of calls in
+// progress, and returns its answer (resource_exhausted naming the share).
+func (s *Server) callRefused(why admission.CallRefusal) error {
+	quota, of, limit := "max-calls-per-client", "client address", s.cfg.MaxCallsPerClient
+	if why.Network {
+		quota, of, limit = "max-calls-per-network", "client network", s.cfg.MaxCallsPerClient*s.cfg.NetworkShare
+	}
+	s.metrics.Refused(quota)
+	return apierr.Connect(&apierr.QuotaError{Quota: quota, Of: of, Owner: why.Client, Used: why.Used, Limit: limit})
+}
+
+// admitStreamCall admits one call a Session stream carries as limitCalls
+// and takeTurns admit a unary call: within its client's shares of calls in
+// progress, then once it has a place among MaxCallsInProgress.
+func (s *Server) admitStreamCall(ctx context.Context) (context.Context, func(), error) {
+	callCtx, leave, why, err := s.calls.EnterCall(ctx)
+	if why != nil {
+		return nil, nil, s.callRefused(*why)
+	}
+	if err != nil {
+		return nil, nil, apierr.Connect(err)
+	}
+	return callCtx, leave, nil
 }
 
 // takeTurns lets a unary call be worked on once its body has arrived and

@@ -127,7 +127,7 @@ type Config struct {
 	ClientNetworkV4, ClientNetworkV6 int
 	// NetworkShare sizes the shares of a client network: on top of each
 	// share of one client address (MaxConnsPerClient, MaxCallsPerClient, MaxWaitersPerClient,
-	// MaxLeasesPerClient, MaxWatchersPerClient,
+	// MaxLeasesPerClient, MaxWatchersPerClient, MaxSessionsPerClient,
 	// MaxEventSubscribersPerClient), a network may take NetworkShare
 	// times as much (no more than the whole); beyond it calls are refused
 	// with resource_exhausted naming the share's flag with -per-network
@@ -160,6 +160,12 @@ type Config struct {
 	// MaxWatchersPerClient those from one client IP address; more are
 	// refused with resource_exhausted. Defaults 10,000 and 1,000.
 	MaxWatchers, MaxWatchersPerClient int
+	// MaxSessions caps open Session streams on this server, and
+	// MaxSessionsPerClient those from one client IP address; more are
+	// refused with resource_exhausted. Each call a stream carries is
+	// admitted as a unary call is (MaxCallsPerClient, MaxCallsInProgress
+	// and the quotas). Defaults 10,000 and 256.
+	MaxSessions, MaxSessionsPerClient int
 	// MaxEventSubscribers caps open dashboard streams (/v1/events), and
 	// MaxEventSubscribersPerClient those from one client IP address; more
 	// are refused with 429. Defaults 1,000 and 100.
@@ -323,6 +329,8 @@ const (
 	DefaultWatchHistory                 = 4096
 	DefaultMaxWatchers                  = 10_000
 	DefaultMaxWatchersPerClient         = 1_000
+	DefaultMaxSessions                  = 10_000
+	DefaultMaxSessionsPerClient         = 256
 	DefaultMaxEventSubscribers          = 1_000
 	DefaultMaxEventSubscribersPerClient = 100
 	DefaultStreamWriteTimeout           = 10 * time.Second
@@ -381,6 +389,8 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.WatchHistory, DefaultWatchHistory)
 	setDefault(&c.MaxWatchers, DefaultMaxWatchers)
 	setDefault(&c.MaxWatchersPerClient, DefaultMaxWatchersPerClient)
+	setDefault(&c.MaxSessions, DefaultMaxSessions)
+	setDefault(&c.MaxSessionsPerClient, DefaultMaxSessionsPerClient)
 	setDefault(&c.MaxEventSubscribers, DefaultMaxEventSubscribers)
 	setDefault(&c.MaxEventSubscribersPerClient, DefaultMaxEventSubscribersPerClient)
 	setDefault(&c.StreamWriteTimeout, DefaultStreamWriteTimeout)
@@ -445,6 +455,7 @@ func (c Config) Validate() error {
 		"MaxLeaseBytes": c.MaxLeaseBytes, "MaxIdleKeys": int64(c.MaxIdleKeys), "ListLimit": int64(c.ListLimit), "WatchBuffer": int64(c.WatchBuffer),
 		"WatchHistory": int64(c.WatchHistory), "ApplyStallTimeout": int64(c.ApplyStallTimeout),
 		"MaxWatchers": int64(c.MaxWatchers), "MaxWatchersPerClient": int64(c.MaxWatchersPerClient),
+		"MaxSessions": int64(c.MaxSessions), "MaxSessionsPerClient": int64(c.MaxSessionsPerClient),
 		"MaxEventSubscribers": int64(c.MaxEventSubscribers), "MaxEventSubscribersPerClient": int64(c.MaxEventSubscribersPerClient),
 		"StreamWriteTimeout": int64(c.StreamWriteTimeout), "StreamUnackedBytes": int64(c.StreamUnackedBytes),
 		"MaxLeasesPerOwner": int64(c.MaxLeasesPerOwner), "MaxWaitersPerOwner": int64(c.MaxWaitersPerOwner),

@@ -69,10 +69,14 @@ func (s *Server) limitRPC(h http.Handler) http.Handler {
 }
 
 // isStreamProcedure reports whether r calls a streaming procedure, whose
-// body may legitimately stay open (KeepAlive) and whose request context a
-// read deadline must not end (Watch over HTTP/1.1).
+// body may legitimately stay open (KeepAlive, Session) and whose request
+// context a read deadline must not end (Watch over HTTP/1.1).
 func isStreamProcedure(r *http.Request) bool {
-	return r.URL.Path == fencedv1connect.LeaseServiceWatchProcedure || r.URL.Path == fencedv1connect.LeaseServiceKeepAliveProcedure
+	switch r.URL.Path {
+	case fencedv1connect.LeaseServiceWatchProcedure, fencedv1connect.LeaseServiceKeepAliveProcedure, fencedv1connect.LeaseServiceSessionProcedure:
+		return true
+	}
+	return false
 }
 
 // Handler returns the HTTP handler of the lease API, /healthz and /metrics.

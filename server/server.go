@@ -114,8 +114,9 @@ type Server struct {
 	// writes have been pending without progress for ApplyStallTimeout.
 	applyPending  atomic.Int64
 	applyProgress atomic.Int64
-	// watchers and subscribers cap Watch and /v1/events streams.
-	watchers, subscribers *admission.StreamLimiter
+	// watchers, sessions and subscribers cap Watch, Session and
+	// /v1/events streams.
+	watchers, sessions, subscribers *admission.StreamLimiter
 	// reads bounds the Gets, Lists and dashboard snapshots answered at
 	// once, to half the cores (at least one): more readers wait for a
 	// slot, parked, instead of taking every core and the scheduler's queue
@@ -215,6 +216,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.watchers = admission.NewStreamLimiter("watchers", "max-watchers", cfg.MaxWatchers, cfg.MaxWatchersPerClient,
 		cfg.networkShare(cfg.MaxWatchersPerClient, cfg.MaxWatchers), s.calls.Networks, s.metrics.Refused)
+	s.sessions = admission.NewStreamLimiter("sessions", "max-sessions", cfg.MaxSessions, cfg.MaxSessionsPerClient,
+		cfg.networkShare(cfg.MaxSessionsPerClient, cfg.MaxSessions), s.calls.Networks, s.metrics.Refused)
 	s.subscribers = admission.NewStreamLimiter("event subscribers", "max-event-subscribers", cfg.MaxEventSubscribers, cfg.MaxEventSubscribersPerClient,
 		cfg.networkShare(cfg.MaxEventSubscribersPerClient, cfg.MaxEventSubscribers), s.calls.Networks, s.metrics.Refused)
 	s.dashboard = s.newDashboard()

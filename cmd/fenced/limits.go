@@ -18,6 +18,8 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 		"/healthz answers 503 when log writes are pending this long without progress")
 	f.IntVar(&cfg.MaxWatchers, "max-watchers", server.DefaultMaxWatchers, "open Watch streams allowed on this server")
 	f.IntVar(&cfg.MaxWatchersPerClient, "max-watchers-per-client", server.DefaultMaxWatchersPerClient, "open Watch streams allowed from one client IP")
+	f.IntVar(&cfg.MaxSessions, "max-sessions", server.DefaultMaxSessions, "open Session streams allowed on this server")
+	f.IntVar(&cfg.MaxSessionsPerClient, "max-sessions-per-client", server.DefaultMaxSessionsPerClient, "open Session streams allowed from one client IP")
 	f.IntVar(&cfg.MaxEventSubscribers, "max-event-subscribers", server.DefaultMaxEventSubscribers, "open dashboard streams (/v1/events) allowed on this server")
 	f.IntVar(&cfg.MaxEventSubscribersPerClient, "max-event-subscribers-per-client", server.DefaultMaxEventSubscribersPerClient, "open dashboard streams allowed from one client IP")
 	f.DurationVar(&cfg.StreamWriteTimeout, "stream-write-timeout", server.DefaultStreamWriteTimeout,
@@ -37,11 +39,11 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *server.Config) {
 	f.IntVar(&cfg.MaxLeasesPerClient, "max-leases-per-client", 0,
 		"refuse new leases for a client IP holding this many (resource_exhausted; 0: a tenth of --max-leases, at least 1000)")
 	f.IntVar(&cfg.MaxCallsPerClient, "max-calls-per-client", server.DefaultMaxCallsPerClient,
-		"unary API calls from one client IP worked on at once; more are refused (resource_exhausted; waiting in line for a key does not count)")
+		"API calls (unary, and those Session streams carry) from one client IP worked on at once; more are refused (resource_exhausted; waiting in line for a key does not count)")
 	f.IntVar(&cfg.NetworkShare, "network-share", server.DefaultNetworkShare,
 		"a client network (see --client-network-v4, -v6) may take this many times each per-client share (calls, waiters, leases, streams)")
 	f.IntVar(&cfg.MaxCallsInProgress, "max-calls-in-progress", server.DefaultMaxCallsInProgress,
-		"unary API calls worked on at once from all clients; more wait, in turns by client network (weighted-fair: the network that used the server least goes first)")
+		"API calls (unary, and those Session streams carry) worked on at once from all clients; more wait, in turns by client network (weighted-fair: the network that used the server least goes first)")
 	f.IntVar(&cfg.ClientNetworkV4, "client-network-v4", server.DefaultClientNetworkV4,
 		"prefix length grouping IPv4 client addresses into one network for shares and turns (32: each address its own)")
 	f.IntVar(&cfg.ClientNetworkV6, "client-network-v6", server.DefaultClientNetworkV6,

@@ -34,9 +34,13 @@ func (w *refusalWriter) WriteHeader(code int) {
 	case http.StatusUnsupportedMediaType:
 		msg = unsupportedMediaType(w.r)
 	case http.StatusHTTPVersionNotSupported:
+		instead := "renew with the unary Renew method, which works over HTTP/1.1"
+		if method(w.r) == "Session" {
+			instead = "use the unary Acquire, Renew and Release methods, which work over HTTP/1.1"
+		}
 		msg = fmt.Sprintf("fenced: %s is a bidirectional stream and needs HTTP/2, but this request came over %s.\n"+
 			"Use HTTP/2 without TLS (h2c: curl --http2-prior-knowledge, or any gRPC client), "+
-			"or renew with the unary Renew method, which works over HTTP/1.1.\n", method(w.r), w.r.Proto)
+			"or %s.\n", method(w.r), w.r.Proto, instead)
 	}
 	if msg == "" {
 		w.ResponseWriter.WriteHeader(code)
@@ -72,7 +76,7 @@ func unsupportedMediaType(r *http.Request) string {
 	m := method(r)
 	var what string
 	switch m {
-	case "Watch", "KeepAlive":
+	case "Watch", "KeepAlive", "Session":
 		what = fmt.Sprintf("%s is a stream: send Content-Type application/connect+json (or application/connect+proto), "+
 			"with every message in a 5-byte envelope (a flags byte, then the length as a big-endian uint32)", m)
 	default:

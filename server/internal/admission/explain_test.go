@@ -41,6 +41,8 @@ func TestExplainRefusals(t *testing.T) {
 			[]string{"Watch is a stream", "application/connect+json", "envelope"}},
 		{"KeepAlive over HTTP/1.1", "KeepAlive", "application/connect+json", http.StatusHTTPVersionNotSupported,
 			[]string{"KeepAlive is a bidirectional stream", "HTTP/1.1", "HTTP/2", "Renew"}},
+		{"Session over HTTP/1.1", "Session", "application/connect+json", http.StatusHTTPVersionNotSupported,
+			[]string{"Session is a bidirectional stream", "HTTP/1.1", "HTTP/2", "unary Acquire, Renew and Release"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := post(t, tc.method, tc.contentType)

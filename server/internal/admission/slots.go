@@ -116,3 +116,40 @@ func (b *readBody) Read(p []byte) (int, error) {
 }
 
 func (b *readBody) Close() error { return nil }
+
+// EnterCall admits one call that a stream of ctx's request carries (a
+// Session's Acquire, Renew or Release) as LimitCalls and TakeTurns admit a
+// unary call: it takes a slot of the caller's address and one of its
+// network, then waits for a place in the gate, in its network's line. The
+// call's context carries its own slots and place, which ReleaseSlot gives
+// back early, and leave gives back, once. refused says which share was
+// full (nothing is taken then); err is ctx's error when ctx ended while the
+// call waited for its place. A request without an address takes nothing.
+func (l CallLimits) EnterCall(ctx context.Context) (callCtx context.Context, leave func(), refused *CallRefusal, err error) {
+	stream := callOf(ctx)
+	if stream == nil || stream.addr == "" {
+		return ctx, func() {}, nil, nil
+	}
+	c := &call{addr: stream.addr, auth: stream.auth, authed: stream.authed}
+	network := l.Networks.Of(c.addr)
+	ok, n := l.PerClient.Take(c.addr, &c.slot)
+	if !ok {
+		return nil, nil, &CallRefusal{Client: c.addr, Used: n}, nil
+	}
+	if ok, n = l.PerNetwork.Take(network, &c.networkSlot); !ok {
+		c.slot.Release()
+		return nil, nil, &CallRefusal{Client: network, Network: true, Used: n}, nil
+	}
+	place, err := l.Gate.Enter(ctx, network)
+	if err != nil {
+		c.slot.Release()
+		c.networkSlot.Release()
+		return nil, nil, nil, err
+	}
+	c.place.Store(place)
+	return context.WithValue(ctx, callKey{}, c), func() {
+		c.slot.Release()
+		c.networkSlot.Release()
+		place.Leave()
+	}, nil, nil
+}

@@ -1,13 +1,17 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/fencedio/fenced/server/internal/security"
 )
 
 // LimitCalls gives each unary call from an address one of its slots for
@@ -184,4 +188,100 @@ func TestTakeTurns(t *testing.T) {
 	}
 	proceed <- struct{}{}
 	<-done
+}
+
+// EnterCall gives each call a stream carries slots of its own, against
+// the stream's address and network, and a place in the gate: a full
+// address or network refuses the call and takes nothing; the call's
+// context carries its caller and auth, and ReleaseSlot on it gives back
+// only its own slots; a call whose context ends while it waits for a place
+// gets the context's error and holds nothing.
+func TestEnterCall(t *testing.T) {
+	limits := CallLimits{PerClient: NewCallSlots(2), PerNetwork: NewCallSlots(2), Networks: Networks{V4: 24, V6: 64}, Gate: NewFairGate(2, nil)}
+	stream := func(ip string) context.Context {
+		r := httptest.NewRequest("POST", "/s", nil)
+		r.RemoteAddr = ip + ":4242"
+		var ctx context.Context
+		WithCallerAddr(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			ctx = WithAuth(r, security.AuthResult{}).Context()
+		}), false).ServeHTTP(httptest.NewRecorder(), r)
+		return ctx
+	}
+	a := stream("192.0.2.7")
+	ctx1, leave1, why, err := limits.EnterCall(a)
+	if why != nil || err != nil {
+		t.Fatalf("first call: refused %+v, %v", why, err)
+	}
+	if ClientAddr(ctx1) != "192.0.2.7" {
+		t.Errorf("the call's address %q, want the stream's", ClientAddr(ctx1))
+	}
+	if _, ok := AuthOf(ctx1); !ok {
+		t.Error("the call lost what authentication found for its stream")
+	}
+	ctx2, leave2, why, err := limits.EnterCall(a)
+	if why != nil || err != nil {
+		t.Fatalf("second call: refused %+v, %v", why, err)
+	}
+	if _, _, why, _ := limits.EnterCall(a); why == nil || why.Network || why.Used != 2 {
+		t.Fatalf("third call of a full address: refused %+v, want the address with 2 in use", why)
+	}
+	// Waiting in line gives back the call's slots, not the stream's
+	// other call's.
+	ReleaseSlot(ctx2)
+	if n := limits.PerClient.InUse("192.0.2.7"); n != 1 {
+		t.Fatalf("after one call gave its slot back, %d in use, want 1", n)
+	}
+	if r, w := limits.Gate.Running(); r != 1 || w != 0 {
+		t.Fatalf("gate: %d running, %d waiting; want 1, 0", r, w)
+	}
+	// The network has 2 slots: .8 takes the second, and its next call is
+	// refused as the network's.
+	b := stream("192.0.2.8")
+	_, leave3, why, err := limits.EnterCall(b)
+	if why != nil || err != nil {
+		t.Fatalf("call of another address: refused %+v, %v", why, err)
+	}
+	ctx4, leave4, why, err := limits.EnterCall(b)
+	if why == nil || !why.Network || why.Client != "192.0.2.0/24" || ctx4 != nil || leave4 != nil || err != nil {
+		t.Fatalf("call beyond the network's share: refused %+v, %v", why, err)
+	}
+	if n := limits.PerClient.InUse("192.0.2.8"); n != 1 {
+		t.Fatalf("a refused call holds a slot of its address: %d in use, want 1", n)
+	}
+	// The gate is full (two places): a call waits, and ends with its
+	// context, holding nothing.
+	leave2()
+	c := stream("198.51.100.1")
+	cctx, cancel := context.WithCancel(c)
+	done := make(chan error, 1)
+	go func() {
+		_, _, _, err := limits.EnterCall(cctx)
+		done <- err
+	}()
+	for {
+		if _, w := limits.Gate.Running(); w == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call whose context ended in line: %v, want canceled", err)
+	}
+	if n := limits.PerClient.InUse("198.51.100.1"); n != 0 {
+		t.Fatalf("a call that never got a place holds %d slots", n)
+	}
+	leave1()
+	leave1() // twice: given back once
+	leave3()
+	if r, w := limits.Gate.Running(); r != 0 || w != 0 || limits.PerClient.InUse("192.0.2.7") != 0 || limits.PerNetwork.InUse("192.0.2.0/24") != 0 {
+		t.Fatalf("after every call left: gate %d running, %d waiting; slots %d, network %d", r, w,
+			limits.PerClient.InUse("192.0.2.7"), limits.PerNetwork.InUse("192.0.2.0/24"))
+	}
+	// Without an address (the Go API) nothing is taken.
+	bare, leave, why, err := limits.EnterCall(context.Background())
+	if bare == nil || why != nil || err != nil {
+		t.Fatalf("a call without an address: %v %+v %v", bare, why, err)
+	}
+	leave()
 }

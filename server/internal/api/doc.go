@@ -18,12 +18,22 @@
 // because it did not, or no longer, lead goes to the leader instead, up to
 // 3 tries, an acquisition for what is left of its wait. KeepAlive answers
 // its requests in order, renewing those read while earlier ones were
-// renewed behind one confirmation. Watch is served by every node from the
+// renewed behind one confirmation. Session serves each Acquire, Renew and
+// Release it carries through the unary method (so where and how it is
+// served, its checks and its errors are the unary call's), each in its own
+// goroutine, admitted as a unary call (Deps.AdmitCall), and answers each
+// once, in the order they end; at most sessionAhead calls of a stream are
+// in progress, and the stream is not read beyond them. Its end (the server
+// shutting down, the client gone) ends the reading at once and cancels the
+// calls in progress. Watch is served by every node from the
 // transitions it applied; a watcher whose connection holds more than its
 // bound unacknowledged (streamwrite) is sent RESYNC, last, and its stream
 // ends.
 //
-// Not guaranteed: a retried acquisition may have been granted by the try
+// Not guaranteed: the outcome of a Session call whose answer the stream's
+// end cut off (as a unary call's whose connection broke), nor that of a
+// call answered "canceled": a call forwarded to the leader may have taken
+// effect there when the cancel cut it off. A retried acquisition may have been granted by the try
 // a leader change cut (unavailable with errMaybeGranted); the retry knows
 // the grants the call wrote (Proposals), and answers so at once when one
 // of them holds the key rather than wait behind it; stale reads

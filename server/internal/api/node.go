@@ -111,6 +111,10 @@ type Counts interface {
 	CountAcquisition(err error)
 	CountRenewal(err error)
 	CountRelease(err error)
+	// ObserveRequest records the latency d of a call of method (Acquire,
+	// Renew, Release) that a Session stream carried; unary calls are
+	// observed by the node's interceptor.
+	ObserveRequest(method string, d time.Duration)
 }
 
 // Deps are what the handlers use of the node: the narrow interfaces above,
@@ -128,6 +132,12 @@ type Deps struct {
 	// AwaitCatchUp waits until the node has caught up with the log it held
 	// at start, and reports false if ctx ends first.
 	AwaitCatchUp func(ctx context.Context) bool
+	// AdmitCall admits one call a Session stream carries as the node
+	// admits a unary call (its per-client shares and its turns), and
+	// returns the call's context and leave, which ends its admission; an
+	// error (resource_exhausted, or the context's) refuses the call. Nil
+	// admits every call.
+	AdmitCall func(ctx context.Context) (callCtx context.Context, leave func(), err error)
 	// ServeRelay serves another node's relay of rejections (a Watch with
 	// rejections.RelayHeader).
 	ServeRelay func(ctx context.Context, stream *connect.ServerStream[fencedv1.WatchResponse]) error
@@ -137,6 +147,7 @@ type Deps struct {
 	Reads    *sharegate.Gate          // slots for Get and List
 	Fanout   *sharegate.Gate          // slots for sends to watchers
 	Watchers *admission.StreamLimiter // caps Watch streams
+	Sessions *admission.StreamLimiter // caps Session streams; nil: no cap
 
 	ListLimit          int           // Config.ListLimit
 	StreamWriteTimeout time.Duration // Config.StreamWriteTimeout

@@ -156,3 +156,5 @@ func (n *fakeNode) count(what string) {
 func (n *fakeNode) CountAcquisition(error) { n.count("acquisition") }
 func (n *fakeNode) CountRenewal(error)     { n.count("renewal") }
 func (n *fakeNode) CountRelease(error)     { n.count("release") }
+
+func (n *fakeNode) ObserveRequest(method string, _ time.Duration) { n.count("observed " + method) }

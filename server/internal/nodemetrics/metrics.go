@@ -35,7 +35,7 @@ type Node struct {
 	// Waiters is the number of acquisitions waiting for a held key
 	// (fenced_waiters).
 	Waiters func() int
-	// Calls is the number of unary calls worked on (fenced_calls_in_progress)
+	// Calls is the number of API calls worked on (fenced_calls_in_progress)
 	// and of those waiting for their turn (fenced_calls_waiting).
 	Calls func() (inProgress, waiting int)
 	// Raft is the node's raft, nil while it has none (the fenced_raft_*
@@ -61,7 +61,8 @@ var limitNames = []string{"max-leases", "max-lease-bytes", "max-leases-per-owner
 	"max-waiters-per-owner", "max-waiters-per-client", "max-calls-per-client", "max-conns-per-client", "max-watchers",
 	"max-watchers-per-client", "max-event-subscribers", "max-event-subscribers-per-client", "stream-unacked-bytes",
 	"max-leases-per-network", "max-waiters-per-network", "max-calls-per-network", "max-watchers-per-network",
-	"max-event-subscribers-per-network", "max-conns-per-network"}
+	"max-event-subscribers-per-network", "max-conns-per-network", "max-sessions", "max-sessions-per-client",
+	"max-sessions-per-network"}
 
 // Refused counts a refusal by the limit named (one of limitNames).
 func (m *Metrics) Refused(limit string) { m.refusals.WithLabelValues(limit).Inc() }
@@ -149,10 +150,10 @@ func New(reg prometheus.Registerer, n Node) (*Metrics, error) {
 		Name: "fenced_waiters", Help: "Acquisitions waiting for a held key.",
 	}, func() float64 { return float64(n.Waiters()) })
 	callsInProgress := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fenced_calls_in_progress", Help: "Unary API calls being worked on (at most --max-calls-in-progress).",
+		Name: "fenced_calls_in_progress", Help: "API calls being worked on, unary and carried by Session streams (at most --max-calls-in-progress).",
 	}, func() float64 { n, _ := n.Calls(); return float64(n) })
 	callsWaiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fenced_calls_waiting", Help: "Unary API calls waiting for their turn to be worked on.",
+		Name: "fenced_calls_waiting", Help: "API calls waiting for their turn to be worked on, unary and carried by Session streams.",
 	}, func() float64 { _, n := n.Calls(); return float64(n) })
 	collectors := []prometheus.Collector{m.refusals, m.acquisitions, m.renewals, m.releases, expirations, takeovers,
 		tokens, m.requests, m.apply, m.fsync, leaderGauge, active, leaseBytes, waiters, callsInProgress, callsWaiting}

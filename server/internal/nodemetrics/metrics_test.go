@@ -106,8 +106,8 @@ func diff(want, got map[string]float64) []string {
 // and docs/observability.md name them; none may change.
 var served = []string{
 	`fenced_acquisitions_total COUNTER "Acquire requests by result." [result]`,
-	`fenced_calls_in_progress GAUGE "Unary API calls being worked on (at most --max-calls-in-progress)." []`,
-	`fenced_calls_waiting GAUGE "Unary API calls waiting for their turn to be worked on." []`,
+	`fenced_calls_in_progress GAUGE "API calls being worked on, unary and carried by Session streams (at most --max-calls-in-progress)." []`,
+	`fenced_calls_waiting GAUGE "API calls waiting for their turn to be worked on, unary and carried by Session streams." []`,
 	`fenced_expirations_total COUNTER "Leases expired by the leader." []`,
 	`fenced_is_leader GAUGE "1 while this node is the leader and serving acquisitions." []`,
 	`fenced_lease_bytes GAUGE "What the current leases count against --max-lease-bytes: key, owner and a fixed overhead each." []`,
