@@ -14,9 +14,11 @@ import {
   FencedError,
 } from "./errors.js";
 import {
+  type AcquireResponse,
   type Event as PBEvent,
   Event_Type,
   type Lease as PBLease,
+  type RenewResponse,
 } from "./gen/fenced/v1/lease_pb.js";
 import { StaleRejectionSchema } from "./gen/fenced/v1/rejection_pb.js";
 import { type TraceHook, traced } from "./internal.js";
@@ -24,6 +26,7 @@ import { Lease, type LeaseHost, type LeaseInfo } from "./lease.js";
 import { NoAnswerError, Renewals } from "./renewals.js";
 import { ClusterPin } from "./pin.js";
 import { fromRPC, mayHaveArrived, retryable } from "./rpc.js";
+import type { SessionResult } from "./session.js";
 
 export interface ClientOptions {
   /** Base URLs of the nodes, as an array or comma-separated. Default "http://127.0.0.1:7420". */
@@ -51,7 +54,13 @@ export interface ClientOptions {
   clockDrift?: number;
   /** Subtracted from every local deadline on top of clockDrift. Default 10 ms. */
   deadlineMarginMs?: number;
-  /** Renew over the KeepAlive stream (HTTP/2), falling back to unary Renew. Default true. */
+  /**
+   * Send Acquire, Renew and Release over one Session stream per endpoint
+   * (HTTP/2), falling back to unary calls where HTTP/2 or Session is not
+   * available. Default true.
+   */
+  session?: boolean;
+  /** Renew held leases over the KeepAlive stream (HTTP/2), falling back to unary Renew. Default true. */
   keepAliveStream?: boolean;
   /**
    * Pins the client to the cluster with this ID (hex, as /v1/role and the
@@ -132,6 +141,11 @@ function infoFrom(l: PBLease | undefined): LeaseInfo {
     ttlMs: Number(l?.ttlMs ?? 0n),
     remainingMs: Number(l?.remainingMs ?? 0n),
   };
+}
+
+/** The timeout_ms of a Session call: what is left of the call's time, or 0 for none. */
+function timeoutLeft(deadline: number | undefined): number {
+  return deadline === undefined ? 0 : Math.max(deadline - performance.now(), 1);
 }
 
 /** Rethrows err as the package's error, a TimeoutError or AbortedError when the caller's signal ended. */
@@ -217,7 +231,8 @@ export class Client implements AsyncDisposable {
         return next(req);
       });
     }
-    this.#eps = new EndpointList(urls.map((u) => newEndpoint(u, o.tls, interceptors, pin)), failover);
+    const session = { enabled: o.session ?? true, probeTimeoutMs: this.requestTimeoutMs, now: () => this.now() };
+    this.#eps = new EndpointList(urls.map((u) => newEndpoint(u, o.tls, interceptors, pin, session)), failover);
     this.#renewals = new Renewals(this.#eps, o.keepAliveStream ?? true);
     this.#host = {
       requestTimeoutMs: this.requestTimeoutMs,
@@ -277,6 +292,7 @@ export class Client implements AsyncDisposable {
     const wait = options.waitMs ?? 0;
     const owner = options.owner ?? this.owner;
     const signal = this.#callSignal(options, undefined);
+    const deadline = this.#deadline(options, undefined);
     if (!Number.isInteger(ttl) || ttl <= 0 || !Number.isInteger(wait) || wait < 0) {
       throw new InvalidArgumentError(`acquire ${JSON.stringify(key)}: ttlMs must be a positive and waitMs a non-negative whole number of milliseconds`);
     }
@@ -285,14 +301,18 @@ export class Client implements AsyncDisposable {
     let resp;
     try {
       resp = await this.#eps.do(signal, async (ep) => {
+        const s = ep.session.ready();
         const waitMs = Math.max(Math.floor(wait - (this.now() - start)), 0);
         try {
           return await traced(
             this.trace,
             { kind: "acquire", key, owner, ttlMs: ttl, waitMs },
-            () => {
+            (): Promise<AcquireResponse> => {
               sent = this.now();
-              return ep.rpc.acquire({ key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(waitMs) }, { signal });
+              const req = { key, owner, ttlMs: BigInt(ttl), waitMs: BigInt(waitMs) };
+              return s
+                ? s.call({ case: "acquire", value: req }, timeoutLeft(deadline), signal, (r) => this.#releaseUnheld(key, r)).then((r) => r.value as AcquireResponse)
+                : ep.rpc.acquire(req, { signal });
             },
             (r) => ({ leaseId: r.lease?.leaseId, token: r.lease?.token, owner: r.lease?.owner, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
           );
@@ -333,7 +353,12 @@ export class Client implements AsyncDisposable {
     return lease;
   }
 
-  /** Renews over the stream when one is usable, else (or when it gives no answer) with unary Renew. */
+  /**
+   * Renews a held lease over the KeepAlive stream when one is usable, else
+   * (or when it gives no answer) with a unary Renew: not over the Session
+   * stream, which shares the KeepAlive stream's connection, perhaps what
+   * failed.
+   */
   async #renew(key: string, leaseId: string, by: number, timeoutMs: number): Promise<{ signature: string }> {
     const t0 = this.now();
     let limit = timeoutMs / 2;
@@ -361,8 +386,29 @@ export class Client implements AsyncDisposable {
     if (left <= 0) {
       throw new TimeoutError(`renew ${JSON.stringify(key)}: no answer within ${timeoutMs}ms`);
     }
-    const info = await this.renew(key, leaseId, { timeoutMs: left });
+    const info = await this.#renewBy(key, leaseId, { timeoutMs: left }, false);
     return { signature: info.signature };
+  }
+
+  /** Releases, in the background, a lease granted to an Acquire that was cancelled: nobody holds it. */
+  #releaseUnheld(key: string, r: SessionResult): void {
+    const leaseId = r.case === "acquire" ? r.value.lease?.leaseId : undefined;
+    if (leaseId && !this.#closed) {
+      const p = this.release(key, leaseId, { timeoutMs: this.requestTimeoutMs }).catch(() => {});
+      this.#background.add(p);
+      void p.finally(() => this.#background.delete(p));
+    }
+  }
+
+  /** @internal For tests: opens every endpoint's Session stream and resolves whether each answered its probe. */
+  probeSessions(): Promise<boolean[]> {
+    return Promise.all(this.#eps.eps.map((ep) => ep.session.probe()));
+  }
+
+  /** The end of a call on performance.now()'s clock (as its signal's timeout counts), or undefined for none. */
+  #deadline(options: CallOptions, defaultMs: number | undefined): number | undefined {
+    const ms = options.timeoutMs ?? defaultMs;
+    return ms === undefined ? undefined : performance.now() + ms;
   }
 
   /** The signal of one call: options.signal, ended also after options.timeoutMs (or defaultMs; undefined: no limit). */
@@ -382,17 +428,25 @@ export class Client implements AsyncDisposable {
   }
 
   /** Renews lease leaseId of key once, for callers that renew by ID themselves. timeoutMs defaults to requestTimeoutMs. */
-  async renew(key: string, leaseId: string, options: CallOptions = {}): Promise<LeaseInfo & { signature: string }> {
+  renew(key: string, leaseId: string, options: CallOptions = {}): Promise<LeaseInfo & { signature: string }> {
+    return this.#renewBy(key, leaseId, options, true);
+  }
+
+  /** renew, over the Session stream only if session is set. */
+  async #renewBy(key: string, leaseId: string, options: CallOptions, session: boolean): Promise<LeaseInfo & { signature: string }> {
     const signal = this.#callSignal(options, this.requestTimeoutMs);
+    const deadline = this.#deadline(options, this.requestTimeoutMs);
+    const req = { key, leaseId };
     try {
-      const r = await this.#eps.do(signal, (ep) =>
-        traced(
+      const r = await this.#eps.do(signal, (ep) => {
+        const s = session ? ep.session.ready() : undefined;
+        return traced(
           this.trace,
           { kind: "renew", key, leaseId },
-          () => ep.rpc.renew({ key, leaseId }, { signal }),
+          () => (s ? s.call({ case: "renew", value: req }, timeoutLeft(deadline), signal).then((r) => r.value as RenewResponse) : ep.rpc.renew(req, { signal })),
           (r) => ({ leaseId, token: r.lease?.token, ttlMs: Number(r.lease?.ttlMs ?? 0n) }),
-        ),
-      );
+        );
+      });
       return { ...infoFrom(r.lease), signature: r.tokenSignature ?? "" };
     } catch (err) {
       throw callError(err, `renew ${JSON.stringify(key)}`, signal);
@@ -410,11 +464,21 @@ export class Client implements AsyncDisposable {
    */
   async release(key: string, leaseId: string, options: CallOptions = {}): Promise<void> {
     const signal = this.#callSignal(options, this.requestTimeoutMs);
+    const deadline = this.#deadline(options, this.requestTimeoutMs);
     let unanswered: unknown; // the first failed attempt that may have been applied
     try {
       await this.#eps.do(signal, async (ep) => {
+        const s = ep.session.ready();
         try {
-          return await traced(this.trace, { kind: "release", key, leaseId }, () => ep.rpc.release({ key, leaseId }, { signal }), () => ({ leaseId }));
+          const req = { key, leaseId };
+          return await traced(
+            this.trace,
+            { kind: "release", key, leaseId },
+            async () => {
+              await (s ? s.call({ case: "release", value: req }, timeoutLeft(deadline), signal) : ep.rpc.release(req, { signal }));
+            },
+            () => ({ leaseId }),
+          );
         } catch (err) {
           if (unanswered === undefined && retryable(err) && mayHaveArrived(err)) {
             unanswered = err;

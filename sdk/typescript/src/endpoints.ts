@@ -8,6 +8,7 @@
 // other error is retried. With one endpoint nothing is retried.
 
 import * as http from "node:http";
+import type * as http2 from "node:http2";
 import * as https from "node:https";
 import { createClient, type Client as RPCClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
@@ -15,6 +16,7 @@ import { LeaseService } from "./gen/fenced/v1/lease_pb.js";
 import { RejectionService } from "./gen/fenced/v1/rejection_pb.js";
 import { CLUSTER_ID_HEADER, type ClusterPin } from "./pin.js";
 import { retryable } from "./rpc.js";
+import { Session } from "./session.js";
 
 /** TLS settings for https endpoints; PEM text or buffers. */
 export interface TLSOptions {
@@ -32,8 +34,10 @@ export interface Endpoint {
   url: string;
   /** Unary calls, over HTTP/1.1 with reused connections. */
   rpc: RPCClient<typeof LeaseService>;
-  /** Watch and KeepAlive, over one HTTP/2 connection. */
+  /** Watch, KeepAlive and Session, over one HTTP/2 connection. */
   streams: RPCClient<typeof LeaseService>;
+  /** Acquire, Renew and Release over the Session stream (session.ts). */
+  session: Session;
   rejections: RPCClient<typeof RejectionService>;
   /** Whether the node says it leads and serves acquisitions (GET /v1/role). */
   leads(timeoutMs: number): Promise<boolean>;
@@ -71,18 +75,61 @@ export function parseEndpoints(s: string): string[] {
   return s.split(",").map((e) => e.trim()).filter((e) => e !== "");
 }
 
-export function newEndpoint(url: string, tls: TLSOptions | undefined, interceptors: Interceptor[], pin: ClusterPin): Endpoint {
+const sessionPath = `/${LeaseService.typeName}/${LeaseService.method.session.name}`;
+
+/** How an endpoint's Session stream is used (session.ts). */
+export interface SessionOptions {
+  enabled: boolean;
+  probeTimeoutMs: number;
+  now: () => number;
+}
+
+/**
+ * An Http2SessionManager whose connections always have an 'error'
+ * listener, and which lets the process exit while a Session stream is open.
+ *
+ * The manager removes its own listener when it leaves a state; a
+ * connection destroyed by a protocol error emits 'error' on the next tick,
+ * so abort() in between (closing the client right after a broken stream)
+ * would leave that event unhandled and crash the process. The manager's own
+ * listener still sees every error.
+ *
+ * The manager keeps the process alive while a stream is open, but the
+ * Session stream stays open between calls: session.ts keeps the process
+ * alive while a call waits for its answer instead, as Watch does while it
+ * waits for events and a lease's timers do for its renewals.
+ */
+export class GuardedSessionManager extends Http2SessionManager {
+  readonly #guarded = new WeakSet<http2.Http2Session>();
+
+  override async request(...args: Parameters<Http2SessionManager["request"]>): Promise<http2.ClientHttp2Stream> {
+    const stream = await super.request(...args);
+    const conn = stream.session;
+    if (conn && !this.#guarded.has(conn)) {
+      this.#guarded.add(conn);
+      conn.on("error", () => {});
+    }
+    if (conn && args[1] === sessionPath) {
+      conn.unref();
+    }
+    return stream;
+  }
+}
+
+export function newEndpoint(url: string, tls: TLSOptions | undefined, interceptors: Interceptor[], pin: ClusterPin, session: SessionOptions): Endpoint {
   interceptors = [...interceptors, pin.interceptor(url)];
   const secure = url.startsWith("https:");
   const tlsOpts = secure && tls ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.servername } : {};
   const agent = secure ? new https.Agent({ keepAlive: true, ...tlsOpts }) : new http.Agent({ keepAlive: true });
-  const h2 = new Http2SessionManager(url, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000, idleConnectionTimeoutMs: 60_000 }, tlsOpts);
+  const h2 = new GuardedSessionManager(url, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000, idleConnectionTimeoutMs: 60_000 }, tlsOpts);
   const unary = createConnectTransport({ baseUrl: url, httpVersion: "1.1", nodeOptions: { agent }, interceptors });
   const streams = createConnectTransport({ baseUrl: url, httpVersion: "2", sessionManager: h2, interceptors });
+  const streamClient = createClient(LeaseService, streams);
   return {
     url,
     rpc: createClient(LeaseService, unary),
-    streams: createClient(LeaseService, streams),
+    streams: streamClient,
+    session: new Session((requests, signal) => streamClient.session(requests, { signal }), session.enabled, session.probeTimeoutMs, session.now),
     rejections: createClient(RejectionService, unary),
     leads(timeoutMs) {
       return new Promise((resolve) => {
@@ -108,6 +155,7 @@ export function newEndpoint(url: string, tls: TLSOptions | undefined, intercepto
       });
     },
     close() {
+      this.session.close();
       h2.abort();
       agent.destroy();
     },

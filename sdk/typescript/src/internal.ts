@@ -1,5 +1,6 @@
-// What a client tells a tracer of its calls (the torture harness's worker,
-// tests): not part of the API.
+// Internals of the client, not part of the API: what it tells a tracer of
+// its calls (the torture harness's worker, tests), and the request queue of
+// its streams.
 
 /** A lease call as the client is about to send it. */
 export interface TraceCall {
@@ -42,5 +43,35 @@ export async function traced<T>(hook: TraceHook | undefined, call: TraceCall, fn
   } catch (error) {
     done({ error });
     throw error;
+  }
+}
+
+/** An async iterable fed by push, ended by end. */
+export class Pushable<T> implements AsyncIterable<T> {
+  private items: T[] = [];
+  private wake?: () => void;
+  private ended = false;
+
+  push(v: T): void {
+    this.items.push(v);
+    this.wake?.();
+  }
+
+  end(): void {
+    this.ended = true;
+    this.wake?.();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<T> {
+    for (;;) {
+      if (this.items.length > 0) {
+        yield this.items.shift()!;
+      } else if (this.ended) {
+        return;
+      } else {
+        await new Promise<void>((r) => (this.wake = r));
+        this.wake = undefined;
+      }
+    }
   }
 }

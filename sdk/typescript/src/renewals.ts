@@ -20,6 +20,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { EndpointList } from "./endpoints.js";
 import { type KeepAliveRequest, KeepAliveRequestSchema, type KeepAliveResponse } from "./gen/fenced/v1/lease_pb.js";
 import { codeFromString } from "@connectrpc/connect/protocol-connect";
+import { Pushable } from "./internal.js";
 import { fromRPC } from "./rpc.js";
 
 const minStreamPauseMs = 1000;
@@ -33,36 +34,6 @@ export class NoAnswerError extends Error {
   ) {
     super(`no answer on the renewal stream: ${message}`, options);
     this.name = "NoAnswerError";
-  }
-}
-
-/** An async iterable fed by push, ended by end. */
-class Pushable<T> implements AsyncIterable<T> {
-  private items: T[] = [];
-  private wake?: () => void;
-  private ended = false;
-
-  push(v: T): void {
-    this.items.push(v);
-    this.wake?.();
-  }
-
-  end(): void {
-    this.ended = true;
-    this.wake?.();
-  }
-
-  async *[Symbol.asyncIterator](): AsyncIterator<T> {
-    for (;;) {
-      if (this.items.length > 0) {
-        yield this.items.shift()!;
-      } else if (this.ended) {
-        return;
-      } else {
-        await new Promise<void>((r) => (this.wake = r));
-        this.wake = undefined;
-      }
-    }
   }
 }
 

@@ -249,8 +249,9 @@ test("an acquire whose answer was lost, retried on the next endpoint, is uncerta
 
 test("a release whose answer was lost, retried on the next endpoint, is done, never NotHeldError", async () => {
   // Two proxies in front of the node that pass everything on, except the
-  // answer to the first Release (at either one): the node releases, then the
-  // connection is cut, and the retry at the other proxy finds the lease gone.
+  // answer to the first unary Release (at either one): the node releases,
+  // then the connection is cut, and the retry at the other proxy finds the
+  // lease gone. (session.test.ts cuts a Release on the Session stream.)
   const { createServer, connect } = await import("node:net");
   const port = Number(new URL(f.url).port);
   let cut = 0;
@@ -281,7 +282,7 @@ test("a release whose answer was lost, retried on the next endpoint, is done, ne
   const proxies = [proxy(), proxy()];
   await Promise.all(proxies.map((p) => new Promise<void>((r) => p.listen(0, "127.0.0.1", r))));
   try {
-    const c = track(new Client({ endpoints: proxies.map((p) => `http://127.0.0.1:${(p.address() as AddressInfo).port}`) }));
+    const c = track(new Client({ endpoints: proxies.map((p) => `http://127.0.0.1:${(p.address() as AddressInfo).port}`), session: false }));
     const key = unique("release-cut");
     const lease = await c.acquire(key, { ttlMs: 5000 });
     await lease.release(); // before the fix: NotHeldError
