@@ -183,6 +183,8 @@ func (e *engine) workerSpec(id int, history string) worker.Spec {
 		DelayedWriteTimeout: cfg.TTL / 2,
 		History:             history,
 		Seed:                cfg.Seed,
+		// Half the workers call over their Session stream, half unary.
+		Unary: id%2 == 1,
 	}
 	if e.proxy != nil {
 		s.ProxyURL = e.proxy.URL()

@@ -44,13 +44,50 @@ func h2cServer(h http.Handler) *httptest.Server {
 	return s
 }
 
+// untilSessionCarries makes calls until c's Session stream carries them:
+// a client's first calls go unary while its new stream is probed.
+func untilSessionCarries(t *testing.T, c *client.Client, buf *syncBuffer) {
+	t.Helper()
+	ctx := context.Background()
+	testutil.Eventually(t, 10*time.Second, func() error {
+		l, err := c.Acquire(ctx, "warm-up")
+		if err != nil {
+			return err
+		}
+		if err := l.Release(ctx); err != nil {
+			return err
+		}
+		for _, op := range buf.history(t).Ops {
+			if op.Via == history.ViaSession {
+				return nil
+			}
+		}
+		return errors.New("no call over the Session stream yet")
+	})
+}
+
 func TestLeaseRecorderRecordsTheWire(t *testing.T) {
+	for _, session := range []bool{true, false} {
+		name := "unary"
+		if session {
+			name = "session"
+		}
+		t.Run(name, func(t *testing.T) { testLeaseRecorderRecordsTheWire(t, session) })
+	}
+}
+
+func testLeaseRecorderRecordsTheWire(t *testing.T, session bool) {
 	srv := fencedtest.Start(t)
 	var buf syncBuffer
 	rec := history.NewRecorder(&buf, 1, 0)
 	lr := newLeaseRecorder(rec, time.Second)
-	c := srv.Client(t, client.Config{HTTPClient: lr, TTL: 300 * time.Millisecond})
+	c := srv.Client(t, client.Config{HTTPClient: lr, TTL: 300 * time.Millisecond, DisableSession: !session})
+	defer c.Close()
 	ctx := context.Background()
+	if session {
+		untilSessionCarries(t, c, &buf)
+	}
+	wantVia := map[bool]string{true: history.ViaSession, false: ""}[session]
 
 	l, err := c.Acquire(ctx, "k", client.WithOwner("w1-1"))
 	if err != nil {
@@ -80,6 +117,9 @@ func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 
 	var acq, held, get, renew, rel, refused *history.Op
 	for _, op := range buf.history(t).Ops {
+		if op.Key == "warm-up" {
+			continue
+		}
 		switch {
 		case op.Kind == history.KindAcquire && op.Outcome == history.OK:
 			acq = op
@@ -101,6 +141,13 @@ func TestLeaseRecorderRecordsTheWire(t *testing.T) {
 		}
 		if op.Call == 0 || op.Return < op.Call || op.Worker != 1 {
 			t.Errorf("%s: bad stamps %+v", name, op)
+		}
+	}
+	// Renewals the lease sends on its own are unary (the KeepAlive
+	// stream is refused by the recorder); the calls made here are not.
+	for name, op := range map[string]*history.Op{"grant": acq, "held": held, "release": rel, "refused renewal": refused} {
+		if op.Via != wantVia {
+			t.Errorf("%s recorded via %q, want %q", name, op.Via, wantVia)
 		}
 	}
 	if acq.Owner != "w1-1" || acq.Token != l.Token() || acq.LeaseID != l.ID() || acq.TTLMs != 300 {
@@ -218,5 +265,47 @@ func TestLeaseRecorderHeldBySelfIsUnknown(t *testing.T) {
 	}
 	if op := acquisitions[1]; op.Outcome != history.Unknown || op.Holder != "w1-1" {
 		t.Fatalf("acquisition held by its own owner recorded as %+v, want unknown", op)
+	}
+}
+
+// TestSessionRecorderCutIsUnknown: a call sent on a Session stream that
+// ends before its answer may have taken effect, so it is recorded unknown.
+func TestSessionRecorderCutIsUnknown(t *testing.T) {
+	srv := fencedtest.Start(t)
+	var buf syncBuffer
+	c := srv.Client(t, client.Config{HTTPClient: newLeaseRecorder(history.NewRecorder(&buf, 1, 0), time.Second), TTL: 5 * time.Second})
+	defer c.Close()
+	untilSessionCarries(t, c, &buf)
+	ctx := context.Background()
+	if _, err := c.Acquire(ctx, "k", client.WithOwner("w1-1")); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "k", client.WithOwner("w1-2"), client.WithWait(time.Minute))
+		waited <- err
+	}()
+	waiting := func() *history.Op {
+		for _, op := range buf.history(t).Ops {
+			if op.Owner == "w1-2" {
+				return op
+			}
+		}
+		return nil
+	}
+	testutil.Eventually(t, 10*time.Second, func() error {
+		if op := waiting(); op == nil || op.Via != history.ViaSession {
+			return errors.New("the waiting acquisition is not on the Session stream yet")
+		}
+		return nil
+	})
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err == nil {
+		t.Fatal("the waiting acquisition succeeded after the node closed")
+	}
+	if op := waiting(); !op.Finished() || op.Outcome != history.Unknown {
+		t.Fatalf("cut acquisition recorded as %+v, want unknown", op)
 	}
 }

@@ -85,6 +85,9 @@ type Spec struct {
 	// after the resource acted: their outcome is unknown, and the write is
 	// resent.
 	LostAnswerShare float64 `json:"lostAnswerShare,omitempty"`
+	// Unary makes the worker's client send Acquire, Renew and Release as
+	// unary calls instead of over its Session stream.
+	Unary bool `json:"unary,omitempty"`
 	// AbandonProbability is the chance that a worker drops a lease without
 	// releasing it, so that it expires on the server.
 	AbandonProbability float64       `json:"abandonProbability"`
@@ -168,13 +171,14 @@ func Run(ctx context.Context, spec Spec, events io.Writer) error {
 		Owner:          spec.name(),
 		TTL:            spec.TTL,
 		RequestTimeout: max(spec.TTL/2, 100*time.Millisecond),
+		DisableSession: spec.Unary,
 	})
 	if err != nil {
 		return fmt.Errorf("worker %d: %w", spec.ID, err)
 	}
 	for _, ep := range spec.Endpoints {
 		c, err := client.New(client.Config{Endpoint: ep, HTTPClient: w.leases, Owner: spec.name(), TTL: spec.TTL,
-			RequestTimeout: max(spec.TTL/2, 100*time.Millisecond)})
+			RequestTimeout: max(spec.TTL/2, 100*time.Millisecond), DisableSession: spec.Unary})
 		if err != nil {
 			return fmt.Errorf("worker %d: %w", spec.ID, err)
 		}
