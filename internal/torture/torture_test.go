@@ -120,6 +120,7 @@ func requireFaults(t *testing.T, rep *Report) {
 		"acknowledged store writes": rep.StoreWrites.OK, "committed SQL writes": rep.SQLWrites.OK, "acknowledged Redis writes": rep.RedisWrites.OK,
 		"node crashes": rep.Crashes, "pauses": rep.Pauses, "delayed writes": rep.DelayedWrites.Delivered,
 		"snapshots": rep.SnapshotsTaken, "snapshot restores": rep.SnapshotRestores,
+		"lease calls over Session streams": rep.SessionCalls,
 	} {
 		if n == 0 {
 			t.Errorf("the run had no %s", what)
