@@ -100,15 +100,15 @@ func Restore(r io.Reader, maxIdle int) (*State, error) {
 	s.applied = d.uvarint()
 	n := d.uvarint()
 	// The builder changes the index in place: no path copies per lease.
-	index := immutable.NewSortedMapBuilder[string, *Lease](keyOrder{})
+	index := immutable.NewSortedMapBuilder[string, *Held](keyOrder{})
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		l := &Lease{Key: d.string(), ID: d.string(), Owner: d.string(), Token: d.uvarint()}
-		l.TTL = d.millis()
-		if _, dup := index.Get(l.Key); dup {
-			return nil, fmt.Errorf("%w: key %q appears twice", ErrBadSnapshot, l.Key)
+		h := &Held{Lease: Lease{Key: d.string(), ID: d.string(), Owner: d.string(), Token: d.uvarint()}}
+		h.TTL = d.millis()
+		if _, dup := index.Get(h.Key); dup {
+			return nil, fmt.Errorf("%w: key %q appears twice", ErrBadSnapshot, h.Key)
 		}
-		s.own(l)
-		index.Set(l.Key, l)
+		s.own(&h.Lease)
+		index.Set(h.Key, h)
 	}
 	s.index = index.Map()
 	if failpoint.Enabled(failpoint.RestoreDropsLeases) {

@@ -37,15 +37,34 @@ type Event struct {
 	// holder released it or it expired. A revocation is a Released event.
 	By string
 
-	shared *Lease // the state's own copy of an Acquired lease
+	held *Held // the state's record of the lease
 }
 
-// Shared returns, for an Acquired event, the state's own copy of the lease
-// it granted, and nil for other events. It is read-only and shared with
-// the state, its views and snapshots: keeping it instead of a copy of
-// Lease costs one pointer, which matters for whatever holds every current
-// lease (the leader's deadlines).
-func (e Event) Shared() *Lease { return e.shared }
+// Held returns the state's record of the event's lease: the one granted
+// for Acquired, the one ended for Released and Expired. Whoever tracks
+// every current lease (the leader's deadlines) keeps it instead of a
+// copy of Lease.
+func (e Event) Held() *Held { return e.held }
+
+// Held is the state's record of a current lease. Its Lease is written
+// before the record is stored and never changed after: the record is
+// shared, as it is, by the state, its views and snapshots and the events
+// that granted and ended it.
+//
+// The other fields are room for what a node keeps of each current lease
+// beside the state machine, so that a million leases need no map of their
+// own there: the state machine never reads or writes them, snapshots
+// leave them out, and a restored state's records start with them zero.
+// Each has one owner, which guards it with a lock of its own. Readers of
+// the lease copy Lease, never the whole record.
+type Held struct {
+	Lease
+	// Deadline is when the lease is due, in nanoseconds on the node's
+	// monotonic clock, and Slot its place among the deadlines plus one
+	// (0: not tracked). Package expiry's, under its Expirer's lock.
+	Deadline int64
+	Slot     int
+}
 
 // Result is the outcome of applying one command.
 type Result struct {
@@ -75,9 +94,9 @@ type State struct {
 	// makes a new version and leaves older versions intact, so a View
 	// taken under the caller's lock stays valid, unchanged, after the lock
 	// is released, and List costs O(log n + answer) instead of a copy and
-	// sort of every lease. The leases it holds are never modified once
-	// stored: views, snapshots and Event.Shared share them.
-	index *immutable.SortedMap[string, *Lease]
+	// sort of every lease. The records it holds are shared with views,
+	// snapshots and events (Held).
+	index *immutable.SortedMap[string, *Held]
 	// owners counts current leases per owner, for quotas, and holds the
 	// one copy of each owner's name that its leases share.
 	owners  map[string]owned
@@ -107,7 +126,7 @@ func New(maxIdle int) *State {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdleKeys
 	}
-	return &State{index: immutable.NewSortedMap[string, *Lease](keyOrder{}),
+	return &State{index: immutable.NewSortedMap[string, *Held](keyOrder{}),
 		owners: make(map[string]owned), idle: make(map[string]uint64), maxIdle: maxIdle}
 }
 
@@ -119,16 +138,16 @@ type keyOrder struct{}
 func (keyOrder) Compare(a, b string) int { return strings.Compare(a, b) }
 
 // lookup returns the current lease of key, nil if there is none.
-func (s *State) lookup(key string) *Lease {
-	l, _ := s.index.Get(key)
-	return l
+func (s *State) lookup(key string) *Held {
+	h, _ := s.index.Get(key)
+	return h
 }
 
-// put makes l the current lease of its key.
-func (s *State) put(l *Lease) {
-	s.own(l)
-	s.index = s.index.Set(l.Key, l)
-	delete(s.idle, l.Key)
+// put makes h the current lease of its key.
+func (s *State) put(h *Held) {
+	s.own(&h.Lease)
+	s.index = s.index.Set(h.Key, h)
+	delete(s.idle, h.Key)
 }
 
 // own counts l against its owner and makes l.Owner the owner's shared
@@ -145,7 +164,7 @@ func (s *State) own(l *Lease) {
 }
 
 // drop removes the current lease l.
-func (s *State) drop(l *Lease) {
+func (s *State) drop(l *Held) {
 	s.index = s.index.Delete(l.Key)
 	s.bytes -= Cost(l.Key, l.Owner)
 	if o := s.owners[l.Owner]; o.count <= 1 {
@@ -180,9 +199,9 @@ func (s *State) Apply(index, term uint64, c Command) Result {
 			s.drop(l) // the mutant: the holder is evicted, the key granted
 			s.remember(l.Key, l.Token)
 		}
-		l := &Lease{Key: c.Key, ID: c.ID, Owner: c.Owner, Token: index, TTL: c.TTL}
-		s.put(l)
-		return Result{Event: Event{Type: Acquired, Lease: *l, Revision: index, shared: l}}
+		h := &Held{Lease: Lease{Key: c.Key, ID: c.ID, Owner: c.Owner, Token: index, TTL: c.TTL}}
+		s.put(h)
+		return Result{Event: Event{Type: Acquired, Lease: h.Lease, Revision: index, held: h}}
 	case OpRelease:
 		return s.end(index, Released, Expiry{Key: c.Key, ID: c.ID, NextID: c.NextID, Owner: c.Owner, TTL: c.TTL})
 	case OpExpire:
@@ -218,14 +237,14 @@ func (s *State) end(index uint64, t EventType, e Expiry) Result {
 	}
 	s.drop(l)
 	s.remember(l.Key, l.Token)
-	res := Result{Event: Event{Type: t, Lease: *l, Revision: index}}
+	res := Result{Event: Event{Type: t, Lease: l.Lease, Revision: index, held: l}}
 	if e.NextID != "" {
-		next := &Lease{Key: e.Key, ID: e.NextID, Owner: e.Owner, Token: index, TTL: e.TTL}
+		next := &Held{Lease: Lease{Key: e.Key, ID: e.NextID, Owner: e.Owner, Token: index, TTL: e.TTL}}
 		if failpoint.Enabled(failpoint.HandoverOldToken) {
 			next.Token = l.Token
 		}
 		s.put(next)
-		res.Next = Event{Type: Acquired, Lease: *next, Revision: index, shared: next}
+		res.Next = Event{Type: Acquired, Lease: next.Lease, Revision: index, held: next}
 	}
 	return res
 }
@@ -255,8 +274,12 @@ func (s *State) Get(key string) (Lease, bool) {
 	if l == nil {
 		return Lease{}, false
 	}
-	return *l, true
+	return l.Lease, true
 }
+
+// Held returns the state's record of the current lease of key, nil if
+// there is none.
+func (s *State) Held(key string) *Held { return s.lookup(key) }
 
 // LastToken returns the last token issued for key, or 0 if key is unknown or
 // was forgotten.
@@ -274,7 +297,7 @@ func (s *State) Len() int { return s.index.Len() }
 func (s *State) Bytes() int64 { return s.bytes }
 
 // LeaseOverhead is what a current lease costs a node besides its key and
-// owner: the lease and its ID, its entries in the state's index and owner
+// owner: its record and ID, its entries in the state's index and owner
 // counts, the leader's deadline for it and what the leader remembers of
 // its grant (its client address, its grant for rejection reports). It is
 // measured, not derived: 430 to 490 bytes of live heap per lease at 50,000
@@ -309,7 +332,7 @@ func (s *State) View() View {
 // View is a read-only, frozen view of a State's leases at one revision. It
 // is safe for concurrent use.
 type View struct {
-	index   *immutable.SortedMap[string, *Lease]
+	index   *immutable.SortedMap[string, *Held]
 	applied uint64
 }
 
@@ -336,17 +359,32 @@ func (v View) List(prefix string, limit int) []Lease {
 	return out
 }
 
+// ListHeld is List with the state's records of the leases (Held).
+func (v View) ListHeld(prefix string, limit int) []*Held {
+	var out []*Held
+	v.ScanHeld(prefix, func(h *Held) bool {
+		out = append(out, h)
+		return limit <= 0 || len(out) < limit
+	})
+	return out
+}
+
 // Scan calls fn for each lease whose key starts with prefix, in key order,
 // until fn returns false.
 func (v View) Scan(prefix string, fn func(Lease) bool) {
+	v.ScanHeld(prefix, func(h *Held) bool { return fn(h.Lease) })
+}
+
+// ScanHeld is Scan with the state's records of the leases (Held).
+func (v View) ScanHeld(prefix string, fn func(*Held) bool) {
 	if v.index == nil {
 		return
 	}
 	it := v.index.Iterator()
 	it.Seek(prefix)
 	for !it.Done() {
-		k, l, _ := it.Next()
-		if !strings.HasPrefix(k, prefix) || !fn(*l) {
+		k, h, _ := it.Next()
+		if !strings.HasPrefix(k, prefix) || !fn(h) {
 			return
 		}
 	}
@@ -356,14 +394,13 @@ func (v View) Scan(prefix string, fn func(Lease) bool) {
 // false.
 func (s *State) Each(fn func(Lease) bool) { s.View().Scan("", fn) }
 
-// EachShared calls fn with the state's own copy of every current lease, in
-// key order, until fn returns false. The leases are shared (see
-// Event.Shared): fn and whoever it gives them to must not modify them.
-func (s *State) EachShared(fn func(*Lease) bool) {
+// EachHeld calls fn with the state's record of every current lease, in
+// key order, until fn returns false.
+func (s *State) EachHeld(fn func(*Held) bool) {
 	it := s.index.Iterator()
 	for !it.Done() {
-		_, l, _ := it.Next()
-		if !fn(l) {
+		_, h, _ := it.Next()
+		if !fn(h) {
 			return
 		}
 	}
@@ -376,5 +413,5 @@ func (s *State) Current(key, id string) (Lease, error) {
 	if l == nil || l.ID != id {
 		return Lease{}, ErrNotHeld
 	}
-	return *l, nil
+	return l.Lease, nil
 }

@@ -28,7 +28,7 @@ func BenchmarkLiveLeaseMemory(b *testing.B) {
 	f := fsm.New(0, fsm.Hooks{Events: func(events []lease.Event) {
 		for _, ev := range events {
 			if ev.Type == lease.Acquired {
-				e.Add(ev.Shared(), time.Now())
+				e.Add(ev.Held(), time.Now())
 				g.Record(ev, time.Time{})
 				clients.Add("127.0.0.1", ev.Lease.Key, ev.Lease.ID, func() bool { return true })
 			}
