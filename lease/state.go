@@ -2,8 +2,8 @@ package lease
 
 import (
 	"strings"
+	"sync/atomic"
 
-	"github.com/benbjohnson/immutable"
 	"github.com/fencedio/fenced/internal/failpoint"
 )
 
@@ -95,8 +95,13 @@ type State struct {
 	// taken under the caller's lock stays valid, unchanged, after the lock
 	// is released, and List costs O(log n + answer) instead of a copy and
 	// sort of every lease. The records it holds are shared with views,
-	// snapshots and events (Held).
-	index *immutable.SortedMap[string, *Held]
+	// snapshots and events (Held). index.go says how.
+	index index
+	// gen is the generation of the state's changes to index: the nodes
+	// made in it are the state's alone, changed in place, until a view
+	// shares them (shared), and the next change starts a new one.
+	gen    uint64
+	shared atomic.Bool // set under the caller's read lock by View
 	// owners counts current leases per owner, for quotas, and holds the
 	// one copy of each owner's name that its leases share.
 	owners  map[string]owned
@@ -126,27 +131,26 @@ func New(maxIdle int) *State {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdleKeys
 	}
-	return &State{index: immutable.NewSortedMap[string, *Held](keyOrder{}),
-		owners: make(map[string]owned), idle: make(map[string]uint64), maxIdle: maxIdle}
+	return &State{gen: newGeneration(), owners: make(map[string]owned), idle: make(map[string]uint64), maxIdle: maxIdle}
 }
 
-// keyOrder orders the index by key with one comparison of the two keys
-// where the library's default makes two: a lookup compares keys at every
-// level of the index.
-type keyOrder struct{}
-
-func (keyOrder) Compare(a, b string) int { return strings.Compare(a, b) }
+// writeGen returns the generation to change index in: a new one if a view
+// shares the nodes of the current one.
+func (s *State) writeGen() uint64 {
+	if s.shared.Load() {
+		s.gen = newGeneration()
+		s.shared.Store(false)
+	}
+	return s.gen
+}
 
 // lookup returns the current lease of key, nil if there is none.
-func (s *State) lookup(key string) *Held {
-	h, _ := s.index.Get(key)
-	return h
-}
+func (s *State) lookup(key string) *Held { return s.index.get(key) }
 
 // put makes h the current lease of its key.
 func (s *State) put(h *Held) {
 	s.own(&h.Lease)
-	s.index = s.index.Set(h.Key, h)
+	s.index.set(h, s.writeGen())
 	delete(s.idle, h.Key)
 }
 
@@ -165,7 +169,7 @@ func (s *State) own(l *Lease) {
 
 // drop removes the current lease l.
 func (s *State) drop(l *Held) {
-	s.index = s.index.Delete(l.Key)
+	s.index.remove(l.Key, s.writeGen())
 	s.bytes -= Cost(l.Key, l.Owner)
 	if o := s.owners[l.Owner]; o.count <= 1 {
 		delete(s.owners, l.Owner)
@@ -291,7 +295,7 @@ func (s *State) LastToken(key string) uint64 {
 }
 
 // Len returns the number of current leases.
-func (s *State) Len() int { return s.index.Len() }
+func (s *State) Len() int { return s.index.len }
 
 // Bytes returns the Cost of the current leases, summed.
 func (s *State) Bytes() int64 { return s.bytes }
@@ -320,19 +324,27 @@ func (s *State) OwnerLen(owner string) int { return s.owners[owner].count }
 
 // List returns up to limit current leases whose keys start with prefix,
 // sorted by key (all of them when limit <= 0). It costs O(log n + answer).
-func (s *State) List(prefix string, limit int) []Lease { return s.View().List(prefix, limit) }
+func (s *State) List(prefix string, limit int) []Lease { return s.view().List(prefix, limit) }
 
 // View returns a frozen view of the current leases. Taking it costs O(1);
 // the view never changes, so the caller may release its lock and read the
-// view at leisure while the state moves on.
+// view at leisure while the state moves on. It may be taken under a read
+// lock, concurrently with other readers.
 func (s *State) View() View {
-	return View{index: s.index, applied: s.applied}
+	if !s.shared.Load() {
+		s.shared.Store(true) // the next change copies what the view can reach
+	}
+	return s.view()
 }
+
+// view is a View to read under the caller's lock only: the state's next
+// change may change it.
+func (s *State) view() View { return View{index: s.index, applied: s.applied} }
 
 // View is a read-only, frozen view of a State's leases at one revision. It
 // is safe for concurrent use.
 type View struct {
-	index   *immutable.SortedMap[string, *Held]
+	index   index
 	applied uint64
 }
 
@@ -340,12 +352,7 @@ type View struct {
 func (v View) Applied() uint64 { return v.applied }
 
 // Len returns the number of leases in the view.
-func (v View) Len() int {
-	if v.index == nil {
-		return 0
-	}
-	return v.index.Len()
-}
+func (v View) Len() int { return v.index.len }
 
 // List returns up to limit leases whose keys start with prefix, sorted by
 // key (all of them when limit <= 0). It seeks to prefix and stops at the
@@ -377,34 +384,18 @@ func (v View) Scan(prefix string, fn func(Lease) bool) {
 
 // ScanHeld is Scan with the state's records of the leases (Held).
 func (v View) ScanHeld(prefix string, fn func(*Held) bool) {
-	if v.index == nil {
-		return
-	}
-	it := v.index.Iterator()
-	it.Seek(prefix)
-	for !it.Done() {
-		k, h, _ := it.Next()
-		if !strings.HasPrefix(k, prefix) || !fn(h) {
-			return
-		}
-	}
+	v.index.ascend(prefix, func(h *Held) bool {
+		return strings.HasPrefix(h.Key, prefix) && fn(h)
+	})
 }
 
 // Each calls fn for every current lease, in key order, until fn returns
 // false.
-func (s *State) Each(fn func(Lease) bool) { s.View().Scan("", fn) }
+func (s *State) Each(fn func(Lease) bool) { s.view().Scan("", fn) }
 
 // EachHeld calls fn with the state's record of every current lease, in
 // key order, until fn returns false.
-func (s *State) EachHeld(fn func(*Held) bool) {
-	it := s.index.Iterator()
-	for !it.Done() {
-		_, h, _ := it.Next()
-		if !fn(h) {
-			return
-		}
-	}
-}
+func (s *State) EachHeld(fn func(*Held) bool) { s.index.ascend("", fn) }
 
 // Current returns the lease of key if id is its current lease, and
 // ErrNotHeld otherwise. Renewal uses it: a renewed lease keeps its token.
