@@ -64,6 +64,10 @@ type Held struct {
 	// (0: not tracked). Package expiry's, under its Expirer's lock.
 	Deadline int64
 	Slot     int
+	// Client is the address of the caller this node granted the lease
+	// to, while the lease counts against it; empty when it counts against
+	// none. Package admission's, under its Leases' lock.
+	Client string
 }
 
 // Result is the outcome of applying one command.

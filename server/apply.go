@@ -50,7 +50,7 @@ func (s *Server) applied(ev lease.Event) {
 			s.logTransition("lease acquired", l, slog.Duration("ttl", l.TTL))
 		}
 	case lease.Released:
-		s.clientLeases.Ended(l.Key, l.ID)
+		s.clientLeases.Ended(ev.Held())
 		s.expirer.Remove(ev.Held())
 		s.expired.take(l.Key)
 		s.waiters.Freed(l.Key)
@@ -63,7 +63,7 @@ func (s *Server) applied(ev lease.Event) {
 			}
 		}
 	case lease.Expired:
-		s.clientLeases.Ended(l.Key, l.ID)
+		s.clientLeases.Ended(ev.Held())
 		s.expirer.Remove(ev.Held())
 		s.expired.put(l)
 		s.waiters.Freed(l.Key)

@@ -31,9 +31,17 @@ func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.
 		s.overrides.Add(holder, l.Key, l.ID, s.fsm.Read)
 	}
 	if err == nil {
-		s.clientLeases.Add(admission.ClientAddr(ctx), l.Key, l.ID, func() bool { return s.fsm.IsCurrent(l.Key, l.ID) })
+		s.countClientLease(admission.ClientAddr(ctx), l)
 	}
 	return l, err
+}
+
+// countClientLease counts l, just granted, against the client address
+// addr until it ends; a lease that has ended already counts against none.
+func (s *Server) countClientLease(addr string, l lease.Lease) {
+	if h := s.fsm.Held(l.Key, l.ID); h != nil {
+		s.clientLeases.Add(addr, h, func() bool { return s.fsm.Held(h.Key, h.ID) == h })
+	}
 }
 
 // acquire is Acquire counted against holder's quotas (quota.go).

@@ -30,7 +30,7 @@ func BenchmarkLiveLeaseMemory(b *testing.B) {
 			if ev.Type == lease.Acquired {
 				e.Add(ev.Held(), time.Now())
 				g.Record(ev, time.Time{})
-				clients.Add("127.0.0.1", ev.Lease.Key, ev.Lease.ID, func() bool { return true })
+				clients.Add("127.0.0.1", ev.Held(), func() bool { return true })
 			}
 		}
 	}})
