@@ -305,13 +305,15 @@ func (s *State) Len() int { return s.index.len }
 func (s *State) Bytes() int64 { return s.bytes }
 
 // LeaseOverhead is what a current lease costs a node besides its key and
-// owner: its record and ID, its entries in the state's index and owner
-// counts, the leader's deadline for it and what the leader remembers of
-// its grant (its client address, its grant for rejection reports). It is
-// measured, not derived: 430 to 490 bytes of live heap per lease at 50,000
-// to 100,000 leases of the largest key and owner, each under an owner of
-// its own; 640 leaves room for the maps' growth steps. cmd/fenced's
-// TestAbuseLeaseBytes fails when a lease takes more than Cost says.
+// owner: its record (with the leader's deadline and the client address it
+// counts against) and ID, its entries in the state's index, the leader's
+// deadlines and the owner counts, and what the leader remembers of its
+// grant for rejection reports. It is measured, not derived: 290 to 360
+// bytes of live heap per lease at 100,000 to 50,000 leases of the largest
+// key and owner, each under an owner of its own, and 570 at 20,000, where
+// the node's bounded memory of recent grants weighs more per lease; 640
+// leaves room for the maps' growth steps. cmd/fenced's TestAbuseLeaseBytes
+// fails when a lease takes more than Cost says.
 const LeaseOverhead = 640
 
 // Cost is what a lease of key and owner counts against a budget of bytes
