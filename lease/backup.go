@@ -58,7 +58,7 @@ func (s *State) Rebase(at uint64) error {
 		return fmt.Errorf("%w: %d is not above %d", ErrRebase, at, s.applied)
 	}
 	ended := make([]idleKey, 0, s.Len())
-	s.EachShared(func(l *Lease) bool {
+	s.EachHeld(func(l *Held) bool {
 		ended = append(ended, idleKey{l.Key, l.Token})
 		return true
 	})

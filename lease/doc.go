@@ -68,7 +68,9 @@
 //   - [State.LastToken] of a key freed long ago may be 0 once the key was
 //     forgotten.
 //   - Renewal is not a command: deadlines live with the leader, outside the
-//     state machine.
+//     state machine. The leader keeps them in the state's records of the
+//     leases ([Held]), in fields the state machine never reads or writes
+//     and snapshots leave out.
 //   - Single [OpExpire] entries, which logs written before expiry batches
 //     may hold, carry no term and apply in any term.
 //   - I1 across a restore from a backup ([Snapshot.Backup], [State.Rebase])
@@ -81,9 +83,10 @@
 // O(log n), [State.View] takes a frozen view in O(1), which stays valid and
 // unchanged while the state moves on, and [State.List] costs
 // O(log n + answer). Snapshots write leases in key order, so equal states
-// write equal bytes. A stored lease is never modified; Event.Shared and
-// [State.EachShared] hand out the state's own copy, for holders of every
-// current lease that should not keep a copy of each.
+// write equal bytes. A lease's record ([Held]) is stored once and its
+// Lease never modified; [Event.Held] and [State.EachHeld] hand out the
+// record itself, for holders of every current lease that should not keep
+// a copy of each.
 //
 // # Compatibility
 //

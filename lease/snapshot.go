@@ -8,7 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/benbjohnson/immutable"
 	"github.com/fencedio/fenced/internal/failpoint"
 )
 
@@ -99,18 +98,16 @@ func Restore(r io.Reader, maxIdle int) (*State, error) {
 	s := New(maxIdle)
 	s.applied = d.uvarint()
 	n := d.uvarint()
-	// The builder changes the index in place: no path copies per lease.
-	index := immutable.NewSortedMapBuilder[string, *Lease](keyOrder{})
+	// Nothing shares the new state's index yet: it is built in place, and
+	// leases come in key order, which fills its leaves.
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		l := &Lease{Key: d.string(), ID: d.string(), Owner: d.string(), Token: d.uvarint()}
-		l.TTL = d.millis()
-		if _, dup := index.Get(l.Key); dup {
-			return nil, fmt.Errorf("%w: key %q appears twice", ErrBadSnapshot, l.Key)
+		h := &Held{Lease: Lease{Key: d.string(), ID: d.string(), Owner: d.string(), Token: d.uvarint()}}
+		h.TTL = d.millis()
+		s.own(&h.Lease)
+		if s.index.set(h, s.gen) != nil {
+			return nil, fmt.Errorf("%w: key %q appears twice", ErrBadSnapshot, h.Key)
 		}
-		s.own(l)
-		index.Set(l.Key, l)
 	}
-	s.index = index.Map()
 	if failpoint.Enabled(failpoint.RestoreDropsLeases) {
 		applied := s.applied
 		s = New(maxIdle)

@@ -2,8 +2,8 @@ package lease
 
 import (
 	"strings"
+	"sync/atomic"
 
-	"github.com/benbjohnson/immutable"
 	"github.com/fencedio/fenced/internal/failpoint"
 )
 
@@ -37,15 +37,38 @@ type Event struct {
 	// holder released it or it expired. A revocation is a Released event.
 	By string
 
-	shared *Lease // the state's own copy of an Acquired lease
+	held *Held // the state's record of the lease
 }
 
-// Shared returns, for an Acquired event, the state's own copy of the lease
-// it granted, and nil for other events. It is read-only and shared with
-// the state, its views and snapshots: keeping it instead of a copy of
-// Lease costs one pointer, which matters for whatever holds every current
-// lease (the leader's deadlines).
-func (e Event) Shared() *Lease { return e.shared }
+// Held returns the state's record of the event's lease: the one granted
+// for Acquired, the one ended for Released and Expired. Whoever tracks
+// every current lease (the leader's deadlines) keeps it instead of a
+// copy of Lease.
+func (e Event) Held() *Held { return e.held }
+
+// Held is the state's record of a current lease. Its Lease is written
+// before the record is stored and never changed after: the record is
+// shared, as it is, by the state, its views and snapshots and the events
+// that granted and ended it.
+//
+// The other fields are room for what a node keeps of each current lease
+// beside the state machine, so that a million leases need no map of their
+// own there: the state machine never reads or writes them, snapshots
+// leave them out, and a restored state's records start with them zero.
+// Each has one owner, which guards it with a lock of its own. Readers of
+// the lease copy Lease, never the whole record.
+type Held struct {
+	Lease
+	// Deadline is when the lease is due, in nanoseconds on the node's
+	// monotonic clock, and Slot its place among the deadlines plus one
+	// (0: not tracked). Package expiry's, under its Expirer's lock.
+	Deadline int64
+	Slot     int
+	// Client is the address of the caller this node granted the lease
+	// to, while the lease counts against it; empty when it counts against
+	// none. Package admission's, under its Leases' lock.
+	Client string
+}
 
 // Result is the outcome of applying one command.
 type Result struct {
@@ -75,9 +98,14 @@ type State struct {
 	// makes a new version and leaves older versions intact, so a View
 	// taken under the caller's lock stays valid, unchanged, after the lock
 	// is released, and List costs O(log n + answer) instead of a copy and
-	// sort of every lease. The leases it holds are never modified once
-	// stored: views, snapshots and Event.Shared share them.
-	index *immutable.SortedMap[string, *Lease]
+	// sort of every lease. The records it holds are shared with views,
+	// snapshots and events (Held). index.go says how.
+	index index
+	// gen is the generation of the state's changes to index: the nodes
+	// made in it are the state's alone, changed in place, until a view
+	// shares them (shared), and the next change starts a new one.
+	gen    uint64
+	shared atomic.Bool // set under the caller's read lock by View
 	// owners counts current leases per owner, for quotas, and holds the
 	// one copy of each owner's name that its leases share.
 	owners  map[string]owned
@@ -107,28 +135,27 @@ func New(maxIdle int) *State {
 	if maxIdle <= 0 {
 		maxIdle = DefaultMaxIdleKeys
 	}
-	return &State{index: immutable.NewSortedMap[string, *Lease](keyOrder{}),
-		owners: make(map[string]owned), idle: make(map[string]uint64), maxIdle: maxIdle}
+	return &State{gen: newGeneration(), owners: make(map[string]owned), idle: make(map[string]uint64), maxIdle: maxIdle}
 }
 
-// keyOrder orders the index by key with one comparison of the two keys
-// where the library's default makes two: a lookup compares keys at every
-// level of the index.
-type keyOrder struct{}
-
-func (keyOrder) Compare(a, b string) int { return strings.Compare(a, b) }
+// writeGen returns the generation to change index in: a new one if a view
+// shares the nodes of the current one.
+func (s *State) writeGen() uint64 {
+	if s.shared.Load() {
+		s.gen = newGeneration()
+		s.shared.Store(false)
+	}
+	return s.gen
+}
 
 // lookup returns the current lease of key, nil if there is none.
-func (s *State) lookup(key string) *Lease {
-	l, _ := s.index.Get(key)
-	return l
-}
+func (s *State) lookup(key string) *Held { return s.index.get(key) }
 
-// put makes l the current lease of its key.
-func (s *State) put(l *Lease) {
-	s.own(l)
-	s.index = s.index.Set(l.Key, l)
-	delete(s.idle, l.Key)
+// put makes h the current lease of its key.
+func (s *State) put(h *Held) {
+	s.own(&h.Lease)
+	s.index.set(h, s.writeGen())
+	delete(s.idle, h.Key)
 }
 
 // own counts l against its owner and makes l.Owner the owner's shared
@@ -145,8 +172,8 @@ func (s *State) own(l *Lease) {
 }
 
 // drop removes the current lease l.
-func (s *State) drop(l *Lease) {
-	s.index = s.index.Delete(l.Key)
+func (s *State) drop(l *Held) {
+	s.index.remove(l.Key, s.writeGen())
 	s.bytes -= Cost(l.Key, l.Owner)
 	if o := s.owners[l.Owner]; o.count <= 1 {
 		delete(s.owners, l.Owner)
@@ -180,9 +207,9 @@ func (s *State) Apply(index, term uint64, c Command) Result {
 			s.drop(l) // the mutant: the holder is evicted, the key granted
 			s.remember(l.Key, l.Token)
 		}
-		l := &Lease{Key: c.Key, ID: c.ID, Owner: c.Owner, Token: index, TTL: c.TTL}
-		s.put(l)
-		return Result{Event: Event{Type: Acquired, Lease: *l, Revision: index, shared: l}}
+		h := &Held{Lease: Lease{Key: c.Key, ID: c.ID, Owner: c.Owner, Token: index, TTL: c.TTL}}
+		s.put(h)
+		return Result{Event: Event{Type: Acquired, Lease: h.Lease, Revision: index, held: h}}
 	case OpRelease:
 		return s.end(index, Released, Expiry{Key: c.Key, ID: c.ID, NextID: c.NextID, Owner: c.Owner, TTL: c.TTL})
 	case OpExpire:
@@ -218,14 +245,14 @@ func (s *State) end(index uint64, t EventType, e Expiry) Result {
 	}
 	s.drop(l)
 	s.remember(l.Key, l.Token)
-	res := Result{Event: Event{Type: t, Lease: *l, Revision: index}}
+	res := Result{Event: Event{Type: t, Lease: l.Lease, Revision: index, held: l}}
 	if e.NextID != "" {
-		next := &Lease{Key: e.Key, ID: e.NextID, Owner: e.Owner, Token: index, TTL: e.TTL}
+		next := &Held{Lease: Lease{Key: e.Key, ID: e.NextID, Owner: e.Owner, Token: index, TTL: e.TTL}}
 		if failpoint.Enabled(failpoint.HandoverOldToken) {
 			next.Token = l.Token
 		}
 		s.put(next)
-		res.Next = Event{Type: Acquired, Lease: *next, Revision: index, shared: next}
+		res.Next = Event{Type: Acquired, Lease: next.Lease, Revision: index, held: next}
 	}
 	return res
 }
@@ -255,8 +282,12 @@ func (s *State) Get(key string) (Lease, bool) {
 	if l == nil {
 		return Lease{}, false
 	}
-	return *l, true
+	return l.Lease, true
 }
+
+// Held returns the state's record of the current lease of key, nil if
+// there is none.
+func (s *State) Held(key string) *Held { return s.lookup(key) }
 
 // LastToken returns the last token issued for key, or 0 if key is unknown or
 // was forgotten.
@@ -268,19 +299,21 @@ func (s *State) LastToken(key string) uint64 {
 }
 
 // Len returns the number of current leases.
-func (s *State) Len() int { return s.index.Len() }
+func (s *State) Len() int { return s.index.len }
 
 // Bytes returns the Cost of the current leases, summed.
 func (s *State) Bytes() int64 { return s.bytes }
 
 // LeaseOverhead is what a current lease costs a node besides its key and
-// owner: the lease and its ID, its entries in the state's index and owner
-// counts, the leader's deadline for it and what the leader remembers of
-// its grant (its client address, its grant for rejection reports). It is
-// measured, not derived: 430 to 490 bytes of live heap per lease at 50,000
-// to 100,000 leases of the largest key and owner, each under an owner of
-// its own; 640 leaves room for the maps' growth steps. cmd/fenced's
-// TestAbuseLeaseBytes fails when a lease takes more than Cost says.
+// owner: its record (with the leader's deadline and the client address it
+// counts against) and ID, its entries in the state's index, the leader's
+// deadlines and the owner counts, and what the leader remembers of its
+// grant for rejection reports. It is measured, not derived: 290 to 360
+// bytes of live heap per lease at 100,000 to 50,000 leases of the largest
+// key and owner, each under an owner of its own, and 570 at 20,000, where
+// the node's bounded memory of recent grants weighs more per lease; 640
+// leaves room for the maps' growth steps. cmd/fenced's TestAbuseLeaseBytes
+// fails when a lease takes more than Cost says.
 const LeaseOverhead = 640
 
 // Cost is what a lease of key and owner counts against a budget of bytes
@@ -297,19 +330,27 @@ func (s *State) OwnerLen(owner string) int { return s.owners[owner].count }
 
 // List returns up to limit current leases whose keys start with prefix,
 // sorted by key (all of them when limit <= 0). It costs O(log n + answer).
-func (s *State) List(prefix string, limit int) []Lease { return s.View().List(prefix, limit) }
+func (s *State) List(prefix string, limit int) []Lease { return s.view().List(prefix, limit) }
 
 // View returns a frozen view of the current leases. Taking it costs O(1);
 // the view never changes, so the caller may release its lock and read the
-// view at leisure while the state moves on.
+// view at leisure while the state moves on. It may be taken under a read
+// lock, concurrently with other readers.
 func (s *State) View() View {
-	return View{index: s.index, applied: s.applied}
+	if !s.shared.Load() {
+		s.shared.Store(true) // the next change copies what the view can reach
+	}
+	return s.view()
 }
+
+// view is a View to read under the caller's lock only: the state's next
+// change may change it.
+func (s *State) view() View { return View{index: s.index, applied: s.applied} }
 
 // View is a read-only, frozen view of a State's leases at one revision. It
 // is safe for concurrent use.
 type View struct {
-	index   *immutable.SortedMap[string, *Lease]
+	index   index
 	applied uint64
 }
 
@@ -317,12 +358,7 @@ type View struct {
 func (v View) Applied() uint64 { return v.applied }
 
 // Len returns the number of leases in the view.
-func (v View) Len() int {
-	if v.index == nil {
-		return 0
-	}
-	return v.index.Len()
-}
+func (v View) Len() int { return v.index.len }
 
 // List returns up to limit leases whose keys start with prefix, sorted by
 // key (all of them when limit <= 0). It seeks to prefix and stops at the
@@ -336,38 +372,36 @@ func (v View) List(prefix string, limit int) []Lease {
 	return out
 }
 
+// ListHeld is List with the state's records of the leases (Held).
+func (v View) ListHeld(prefix string, limit int) []*Held {
+	var out []*Held
+	v.ScanHeld(prefix, func(h *Held) bool {
+		out = append(out, h)
+		return limit <= 0 || len(out) < limit
+	})
+	return out
+}
+
 // Scan calls fn for each lease whose key starts with prefix, in key order,
 // until fn returns false.
 func (v View) Scan(prefix string, fn func(Lease) bool) {
-	if v.index == nil {
-		return
-	}
-	it := v.index.Iterator()
-	it.Seek(prefix)
-	for !it.Done() {
-		k, l, _ := it.Next()
-		if !strings.HasPrefix(k, prefix) || !fn(*l) {
-			return
-		}
-	}
+	v.ScanHeld(prefix, func(h *Held) bool { return fn(h.Lease) })
+}
+
+// ScanHeld is Scan with the state's records of the leases (Held).
+func (v View) ScanHeld(prefix string, fn func(*Held) bool) {
+	v.index.ascend(prefix, func(h *Held) bool {
+		return strings.HasPrefix(h.Key, prefix) && fn(h)
+	})
 }
 
 // Each calls fn for every current lease, in key order, until fn returns
 // false.
-func (s *State) Each(fn func(Lease) bool) { s.View().Scan("", fn) }
+func (s *State) Each(fn func(Lease) bool) { s.view().Scan("", fn) }
 
-// EachShared calls fn with the state's own copy of every current lease, in
-// key order, until fn returns false. The leases are shared (see
-// Event.Shared): fn and whoever it gives them to must not modify them.
-func (s *State) EachShared(fn func(*Lease) bool) {
-	it := s.index.Iterator()
-	for !it.Done() {
-		_, l, _ := it.Next()
-		if !fn(l) {
-			return
-		}
-	}
-}
+// EachHeld calls fn with the state's record of every current lease, in
+// key order, until fn returns false.
+func (s *State) EachHeld(fn func(*Held) bool) { s.index.ascend("", fn) }
 
 // Current returns the lease of key if id is its current lease, and
 // ErrNotHeld otherwise. Renewal uses it: a renewed lease keeps its token.
@@ -376,5 +410,5 @@ func (s *State) Current(key, id string) (Lease, error) {
 	if l == nil || l.ID != id {
 		return Lease{}, ErrNotHeld
 	}
-	return *l, nil
+	return l.Lease, nil
 }

@@ -509,34 +509,43 @@ func modelList(holder map[string]lease.Lease, prefix string) []lease.Lease {
 	return out
 }
 
-// Event.Shared is the state's own copy of a granted lease: equal to the
-// event's lease, listed by EachShared, and never changed by later entries,
-// so that the leader's deadlines may keep it instead of a copy.
-func TestSharedLease(t *testing.T) {
+// Event.Held is the state's record of the event's lease: the one granted,
+// listed by EachHeld, then the one ended, and its lease never changes
+// after, so that the leader's deadlines may keep it instead of a copy.
+func TestHeldRecord(t *testing.T) {
 	t.Parallel()
 	s := lease.New(0)
 	res := s.Apply(1, 0, lease.Command{Op: lease.OpAcquire, Key: "k", ID: "a", Owner: "A", TTL: time.Second})
-	shared := res.Event.Shared()
-	if shared == nil || *shared != res.Event.Lease {
-		t.Fatalf("Shared() = %v, want the granted lease %+v", shared, res.Event.Lease)
+	held := res.Event.Held()
+	if held == nil || held.Lease != res.Event.Lease || s.Held("k") != held {
+		t.Fatalf("Held() = %v, want the granted lease %+v, the state's record of k", held, res.Event.Lease)
 	}
-	var listed []*lease.Lease
-	s.EachShared(func(l *lease.Lease) bool { listed = append(listed, l); return true })
-	if len(listed) != 1 || listed[0] != shared {
-		t.Fatalf("EachShared listed %v, want only %p", listed, shared)
+	var listed []*lease.Held
+	s.EachHeld(func(h *lease.Held) bool { listed = append(listed, h); return true })
+	if len(listed) != 1 || listed[0] != held {
+		t.Fatalf("EachHeld listed %v, want only %p", listed, held)
 	}
-	granted := *shared
+	if got := s.View().ListHeld("", 0); len(got) != 1 || got[0] != held {
+		t.Fatalf("ListHeld = %v, want only %p", got, held)
+	}
+	granted := held.Lease
 	rel := s.Apply(2, 0, lease.Command{Op: lease.OpRelease, Key: "k", ID: "a", NextID: "b", Owner: "B", TTL: time.Minute})
-	if rel.Event.Shared() != nil {
-		t.Errorf("a Released event has Shared() = %v, want nil", rel.Event.Shared())
+	if rel.Event.Held() != held {
+		t.Errorf("the Released event has Held() = %v, want the ended record %p", rel.Event.Held(), held)
 	}
-	if next := rel.Next.Shared(); next == nil || *next != rel.Next.Lease {
-		t.Errorf("handover Shared() = %v, want %+v", next, rel.Next.Lease)
+	next := rel.Next.Held()
+	if next == nil || next.Lease != rel.Next.Lease || s.Held("k") != next {
+		t.Errorf("handover Held() = %v, want %+v", next, rel.Next.Lease)
 	}
-	s.Apply(3, 0, lease.Command{Op: lease.OpExpire, Key: "k", ID: "b"})
+	if exp := s.Apply(3, 0, lease.Command{Op: lease.OpExpire, Key: "k", ID: "b"}); exp.Event.Held() != next {
+		t.Errorf("the Expired event has Held() = %v, want the ended record %p", exp.Event.Held(), next)
+	}
+	if s.Held("k") != nil {
+		t.Errorf("Held(k) = %v after the expiry, want nil", s.Held("k"))
+	}
 	s.Apply(4, 0, lease.Command{Op: lease.OpAcquire, Key: "k", ID: "c", Owner: "A", TTL: time.Hour})
-	if *shared != granted {
-		t.Fatalf("the shared lease changed to %+v, want %+v", *shared, granted)
+	if held.Lease != granted {
+		t.Fatalf("the record's lease changed to %+v, want %+v", held.Lease, granted)
 	}
 }
 

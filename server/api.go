@@ -135,13 +135,11 @@ func (n apiNode) Get(key string) (l lease.Lease, ok bool, last, rev uint64) {
 
 func (n apiNode) List(prefix string, limit int) ([]lease.Lease, []time.Duration, uint64) {
 	view := n.fsm.View()
-	leases := view.List(prefix, limit)
-	return leases, n.expirer.RemainingOf(leases, n.expirer.Now()), view.Applied()
+	leases, remaining := n.listRemaining(view, prefix, limit)
+	return leases, remaining, view.Applied()
 }
 
-func (n apiNode) Remaining(key string) time.Duration {
-	return n.expirer.Remaining(key, n.expirer.Now())
-}
+func (n apiNode) Remaining(key string) time.Duration { return n.remaining(key) }
 
 func (n apiNode) Revision() uint64 { return n.fsm.Revision() }
 

@@ -35,7 +35,7 @@ func (s *Server) applied(ev lease.Event) {
 	replay := ev.Revision <= s.replayedTo
 	switch ev.Type {
 	case lease.Acquired:
-		s.expirer.Add(ev.Shared(), s.expirer.Now())
+		s.expirer.Add(ev.Held(), s.expirer.Now())
 		s.grants.Record(ev, rejections.GrantTime(replay))
 		s.waiters.Granted(l)
 		prev, tookOver := s.expired.take(l.Key)
@@ -50,8 +50,8 @@ func (s *Server) applied(ev lease.Event) {
 			s.logTransition("lease acquired", l, slog.Duration("ttl", l.TTL))
 		}
 	case lease.Released:
-		s.clientLeases.Ended(l.Key, l.ID)
-		s.expirer.Remove(l.Key, l.ID)
+		s.clientLeases.Ended(ev.Held())
+		s.expirer.Remove(ev.Held())
 		s.expired.take(l.Key)
 		s.waiters.Freed(l.Key)
 		if !replay {
@@ -63,8 +63,8 @@ func (s *Server) applied(ev lease.Event) {
 			}
 		}
 	case lease.Expired:
-		s.clientLeases.Ended(l.Key, l.ID)
-		s.expirer.Remove(l.Key, l.ID)
+		s.clientLeases.Ended(ev.Held())
+		s.expirer.Remove(ev.Held())
 		s.expired.put(l)
 		s.waiters.Freed(l.Key)
 		if !replay {
@@ -100,10 +100,10 @@ func (s *Server) restored(st *lease.State) {
 // resetDeadlines gives every current lease of st a full TTL from now and
 // returns how many there are.
 func (s *Server) resetDeadlines(st *lease.State) int {
-	leases := make([]*lease.Lease, 0, st.Len())
-	st.EachShared(func(l *lease.Lease) bool { leases = append(leases, l); return true })
-	s.expirer.Reset(leases, s.expirer.Now())
-	return len(leases)
+	held := make([]*lease.Held, 0, st.Len())
+	st.EachHeld(func(h *lease.Held) bool { held = append(held, h); return true })
+	s.expirer.Reset(held, s.expirer.Now())
+	return len(held)
 }
 
 // expireLeases writes the expiry of due, decided by the leader of term, to

@@ -138,7 +138,7 @@ func TestAuthDenyPaths(t *testing.T) {
 	// A renewal moves the deadline without a log entry: as seen from a
 	// fixed instant, alice's lease must keep the time it had left.
 	at := time.Now()
-	left := s.expirer.Remaining("a/1", at)
+	left := s.remainingAt("a/1", at)
 
 	acquire := func(c caller, key, owner string) error {
 		_, err := c.lease.Acquire(ctx, connect.NewRequest(&fencedv1.AcquireRequest{Key: key, Owner: owner, TtlMs: 60_000}))
@@ -249,7 +249,7 @@ func TestAuthDenyPaths(t *testing.T) {
 			if !ok || cur.ID != l.GetLeaseId() || cur.Token != l.GetToken() {
 				t.Fatalf("alice's lease changed: %+v %v", cur, ok)
 			}
-			if got := s.expirer.Remaining("a/1", at); got != left {
+			if got := s.remainingAt("a/1", at); got != left {
 				t.Fatalf("alice's lease was renewed: %v left at a fixed instant, was %v", got, left)
 			}
 			for _, k := range []string{"a/2", "b/1"} {

@@ -58,7 +58,7 @@ func TestBecomeLeaderKeepsLeasesGrantedMeanwhile(t *testing.T) {
 				t.Fatal(hookErr)
 			}
 			for _, key := range []string{"early", "late"} {
-				if s.expirer.Remaining(key, time.Now()) == 0 {
+				if s.remainingAt(key, time.Now()) == 0 {
 					t.Errorf("lease on %q is not tracked for expiry after becomeLeader", key)
 				}
 			}

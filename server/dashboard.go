@@ -50,8 +50,7 @@ func (s *Server) newDashboard() *dashboard.Handler {
 		Hub:      s.hub,
 		Leases: func(prefix string) ([]*fencedv1.Lease, uint64) {
 			view := s.fsm.View()
-			leases := view.List(prefix, s.cfg.ListLimit)
-			remaining := s.expirer.RemainingOf(leases, s.expirer.Now())
+			leases, remaining := s.listRemaining(view, prefix, s.cfg.ListLimit)
 			wire := make([]*fencedv1.Lease, len(leases))
 			for i, l := range leases {
 				wire[i] = api.WireLease(l, remaining[i], api.PublicView)
@@ -59,7 +58,7 @@ func (s *Server) newDashboard() *dashboard.Handler {
 			return wire, view.Applied()
 		},
 		Lease: func(l lease.Lease) *fencedv1.Lease {
-			return api.WireLease(l, s.expirer.Remaining(l.Key, s.expirer.Now()), api.PublicView)
+			return api.WireLease(l, s.remaining(l.Key), api.PublicView)
 		},
 		ReadSlot:     s.reads.Acquire,
 		FanoutSlot:   s.fanout.Acquire,

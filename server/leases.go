@@ -31,9 +31,17 @@ func (s *Server) Acquire(ctx context.Context, key, owner string, ttl, wait time.
 		s.overrides.Add(holder, l.Key, l.ID, s.fsm.Read)
 	}
 	if err == nil {
-		s.clientLeases.Add(admission.ClientAddr(ctx), l.Key, l.ID, func() bool { return s.fsm.IsCurrent(l.Key, l.ID) })
+		s.countClientLease(admission.ClientAddr(ctx), l)
 	}
 	return l, err
+}
+
+// countClientLease counts l, just granted, against the client address
+// addr until it ends; a lease that has ended already counts against none.
+func (s *Server) countClientLease(addr string, l lease.Lease) {
+	if h := s.fsm.Held(l.Key, l.ID); h != nil {
+		s.clientLeases.Add(addr, h, func() bool { return s.fsm.Held(h.Key, h.ID) == h })
+	}
 }
 
 // acquire is Acquire counted against holder's quotas (quota.go).
@@ -197,7 +205,7 @@ func (s *Server) tryAcquire(ctx context.Context, c lease.Command, holder string)
 			return lease.Lease{}, err
 		}
 		return lease.Lease{}, &lease.HeldError{Key: cur.Key, Owner: cur.Owner, Token: cur.Token,
-			Remaining: s.expirer.Remaining(cur.Key, s.expirer.Now())}
+			Remaining: s.remaining(cur.Key)}
 	}
 	if count >= s.cfg.MaxLeases {
 		return lease.Lease{}, fmt.Errorf("%w: the server holds %d leases (limit %d)", apierr.ErrTooManyLeases, count, s.cfg.MaxLeases)
@@ -232,7 +240,7 @@ func (s *Server) refreshHeld(key string, err error) error {
 		var ok bool
 		s.fsm.Read(func(st *lease.State) { cur, ok = st.Get(key) })
 		if ok {
-			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.Remaining(key, s.expirer.Now())}
+			return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.remaining(key)}
 		}
 	}
 	return err
@@ -277,6 +285,21 @@ func (s *Server) renewBatch(ctx context.Context, b []api.Renewal) {
 		}
 		return
 	}
+	// The records of the keys' current leases, which hold their deadlines.
+	var one [1]*lease.Held
+	held := one[:0]
+	if len(b) > len(one) {
+		held = make([]*lease.Held, 0, len(b))
+	}
+	s.fsm.Read(func(st *lease.State) {
+		for i := range b {
+			var h *lease.Held
+			if b[i].Err == nil {
+				h = st.Held(b[i].Key)
+			}
+			held = append(held, h)
+		}
+	})
 	debug := s.log.Enabled(ctx, slog.LevelDebug)
 	for i := range b {
 		r := &b[i]
@@ -286,7 +309,7 @@ func (s *Server) renewBatch(ctx context.Context, b []api.Renewal) {
 		// The deadline counts from before the leadership check: a renewal
 		// never outlives what the confirmed leadership covers. It counts
 		// only in the term confirmed.
-		l, err := s.expirer.Renew(r.Key, r.ID, start, term)
+		l, err := s.expirer.Renew(held[i], r.ID, start, term)
 		if errors.Is(err, expiry.ErrOtherTerm) {
 			err = apierr.ErrNotReady
 		}
@@ -380,6 +403,28 @@ func (s *Server) Revoke(ctx context.Context, key, by string) (lease.Lease, error
 		return lease.Lease{}, &freeKeyError{key: key}
 	}
 	return res.Event.Lease, nil
+}
+
+// remaining returns how long the current lease of key has left by this
+// node's deadlines, 0 if it has none or the deadline is not tracked.
+func (s *Server) remaining(key string) time.Duration { return s.remainingAt(key, s.expirer.Now()) }
+
+// remainingAt is remaining as of now.
+func (s *Server) remainingAt(key string, now time.Time) time.Duration {
+	var h *lease.Held
+	s.fsm.Read(func(st *lease.State) { h = st.Held(key) })
+	return s.expirer.Remaining(h, now)
+}
+
+// listRemaining returns up to limit leases of view whose keys start with
+// prefix, in key order (lease.View.List), and how long each has left.
+func (s *Server) listRemaining(view lease.View, prefix string, limit int) ([]lease.Lease, []time.Duration) {
+	held := view.ListHeld(prefix, limit)
+	leases := make([]lease.Lease, len(held))
+	for i, h := range held {
+		leases[i] = h.Lease
+	}
+	return leases, s.expirer.RemainingOf(held, s.expirer.Now())
 }
 
 func (s *Server) currentOf(key string) (lease.Lease, bool) {

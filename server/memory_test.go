@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencedio/fenced/lease"
+	"github.com/fencedio/fenced/server/internal/admission"
 	"github.com/fencedio/fenced/server/internal/expiry"
 	"github.com/fencedio/fenced/server/internal/fsm"
 	"github.com/fencedio/fenced/server/internal/rejections"
@@ -14,19 +15,22 @@ import (
 )
 
 // BenchmarkLiveLeaseMemory measures the heap a node keeps per live lease:
-// the state machine and the leader's deadlines, fed through the FSM the way
-// raft feeds a node, with the keys, owners and lease IDs of the bench/
-// memory workload (an owner per 50,000 leases). It reports live heap bytes
-// per lease after a collection; -benchtime=1000000x gives the million of
-// issue #13, and -memprofile shows where the bytes are.
+// the state machine, the leader's deadlines and the count of leases per
+// client address, fed through the FSM the way raft feeds a node, with the
+// keys, owners and lease IDs of the bench/ memory workload (an owner per
+// 50,000 leases, every lease granted to one client address). It reports
+// live heap bytes per lease after a collection; -benchtime=1000000x gives
+// a million leases, and -memprofile shows where the bytes are.
 func BenchmarkLiveLeaseMemory(b *testing.B) {
 	e := expiry.New(func(uint64, []lease.Lease) {})
 	g := rejections.NewGrantMemory()
+	clients := admission.NewLeases(admission.Networks{V4: DefaultClientNetworkV4, V6: DefaultClientNetworkV6})
 	f := fsm.New(0, fsm.Hooks{Events: func(events []lease.Event) {
 		for _, ev := range events {
 			if ev.Type == lease.Acquired {
-				e.Add(ev.Shared(), time.Now())
+				e.Add(ev.Held(), time.Now())
 				g.Record(ev, time.Time{})
+				clients.Add("127.0.0.1", ev.Held(), func() bool { return true })
 			}
 		}
 	}})
@@ -52,7 +56,7 @@ func BenchmarkLiveLeaseMemory(b *testing.B) {
 		b.Fatalf("%d leases, want %d", f.View().Len(), b.N)
 	}
 	b.ReportMetric(float64(liveHeap()-before)/float64(b.N), "heapB/lease")
-	liveLeases = []any{f, e, g} // still live when -memprofile is written
+	liveLeases = []any{f, e, g, clients} // still live when -memprofile is written
 }
 
 // liveLeases keeps the last BenchmarkLiveLeaseMemory's structures reachable

@@ -72,7 +72,7 @@ func (s *Server) quotaRefusal(ctx context.Context, key, owner string, err error)
 	if !ok || cur.Owner != owner || api.ProposalsOf(ctx).Any() {
 		return err
 	}
-	return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.expirer.Remaining(key, s.expirer.Now())}
+	return &lease.HeldError{Key: key, Owner: cur.Owner, Token: cur.Token, Remaining: s.remaining(key)}
 }
 
 // holderKind says what a quota holder is, for apierr.QuotaError.

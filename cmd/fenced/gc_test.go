@@ -11,8 +11,10 @@ func TestGCPercent(t *testing.T) {
 		{1 << 20, 400},  // tiny heap: capped
 		{16 << 20, 400}, // 64 MiB headroom is 400%
 		{32 << 20, 200}, // 64 MiB headroom is 200%
-		{128 << 20, 50}, // half the live heap equals the headroom
-		{400 << 20, 50}, // large heap: GOGC=50
+		{128 << 20, 50}, // 64 MiB headroom is 50%
+		{200 << 20, 32}, // a million leases: 64 MiB headroom
+		{256 << 20, 25}, // a quarter of the live heap equals the headroom
+		{1 << 30, 25},   // large heap: GOGC=25
 		{100 << 20, 64}, // in between
 	} {
 		if got := gcPercent(c.live); got != c.want {

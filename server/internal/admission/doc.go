@@ -39,9 +39,9 @@
 // call waits only while the gate is full or others wait before it. LimitCalls answers a call beyond its address's slots before
 // its body is read and, over HTTP/1.1, closes the connection after the
 // answer; a call it admits holds its slot until it ends or gives it back.
-// Leases counts each lease of a key once, against the address it was last
-// granted to, until it ends; a lease that ended before it was recorded is
-// not counted. OwnerOverrides counts only leases still current in the
+// Leases counts each lease once, against the address it was granted to,
+// until it ends; a lease that ended before it was recorded is not
+// counted. OwnerOverrides counts only leases still current in the
 // state it is given once they could decide a refusal (they reach the room
 // asked about), and looks again at a principal's entries each time they
 // double (from 64), so that they stay within about twice its current

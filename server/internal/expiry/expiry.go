@@ -13,7 +13,9 @@ import (
 
 // Expirer holds the leader's view of lease deadlines, on the monotonic
 // clock. It mirrors the current leases of the state machine (fed by applied
-// events) and decides expiry; the expiry itself goes through the log.
+// events) and decides expiry; the expiry itself goes through the log. A
+// lease's deadline lives in the state's record of it (lease.Held), so
+// tracking a lease costs one slot of the Expirer's heap.
 //
 // Every node tracks deadlines, but only the leader acts on them. On gaining
 // leadership the node gives every lease a fresh full TTL (Reset), because it
@@ -26,8 +28,7 @@ import (
 // be renewed there. Goroutines and memory stay flat however many are due.
 type Expirer struct {
 	mu     sync.Mutex
-	byKey  map[string]*tracked
-	heap   deadlineHeap
+	heap   deadlineHeap // the records tracked; each one's Slot is its place here plus one
 	active bool
 	// term is the leadership term whose deadlines these are, stamped on
 	// every expiry decided while active.
@@ -72,15 +73,6 @@ const (
 // the one whose deadlines the Expirer holds (Renew).
 var ErrOtherTerm = errors.New("renewal of another term than the deadlines'")
 
-// tracked is kept per lease, so it is kept small: 24 bytes. The lease
-// itself is the state machine's own copy (lease.Event.Shared), read-only
-// and shared, not a copy of its own.
-type tracked struct {
-	lease    *lease.Lease
-	deadline monoTime
-	index    int // position in heap
-}
-
 // monoTime is a point on the monotonic clock, as nanoseconds since the
 // process's epoch: 8 bytes where a time.Time takes 24.
 type monoTime int64
@@ -96,7 +88,7 @@ func (m monoTime) add(d time.Duration) monoTime { return m + monoTime(d) }
 // applied or has failed; Run calls it without the Expirer's lock held, from
 // at most a few goroutines at once.
 func New(expire func(term uint64, due []lease.Lease)) *Expirer {
-	return &Expirer{byKey: make(map[string]*tracked), earliestMoved: make(chan struct{}, 1), expire: expire,
+	return &Expirer{earliestMoved: make(chan struct{}, 1), expire: expire,
 		maxBatch: defaultBatch, maxInflight: defaultInflight}
 }
 
@@ -137,44 +129,51 @@ func (e *Expirer) wake() {
 	}
 }
 
-// Add tracks a newly granted lease with a full TTL from now. l is shared
-// with the state machine (lease.Event.Shared) and never modified.
-func (e *Expirer) Add(l *lease.Lease, now time.Time) {
+// Add tracks a newly granted lease with a full TTL from now. h is the
+// state's record of it (lease.Event.Held), whose Deadline and Slot the
+// Expirer owns from now on.
+func (e *Expirer) Add(h *lease.Held, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if old, ok := e.byKey[l.Key]; ok {
-		heap.Remove(&e.heap, old.index)
+	if e.tracks(h) {
+		heap.Remove(&e.heap, h.Slot-1)
 	}
-	t := &tracked{lease: l, deadline: mono(now).add(l.TTL)}
+	h.Deadline = int64(mono(now).add(h.TTL))
 	if failpoint.Enabled(failpoint.ExpireHalfTTL) {
-		t.deadline = mono(now).add(l.TTL / 2)
+		h.Deadline = int64(mono(now).add(h.TTL / 2))
 	}
-	e.byKey[l.Key] = t
-	heap.Push(&e.heap, t)
-	if t.index == 0 && t.deadline < e.nextLook {
+	heap.Push(&e.heap, h)
+	if h.Slot == 1 && monoTime(h.Deadline) < e.nextLook {
 		e.wake()
 	}
 }
 
-// Remove stops tracking lease id of key, if it is tracked.
-func (e *Expirer) Remove(key, id string) {
+// tracks reports whether h is tracked. Its Slot alone does not tell: a
+// record of a state that Reset replaced may still carry one.
+func (e *Expirer) tracks(h *lease.Held) bool {
+	return h != nil && h.Slot > 0 && h.Slot <= len(e.heap) && e.heap[h.Slot-1] == h
+}
+
+// Remove stops tracking the lease h records (the state's record of an
+// ended lease, lease.Event.Held), if it is tracked.
+func (e *Expirer) Remove(h *lease.Held) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if t, ok := e.byKey[key]; ok && t.lease.ID == id {
-		delete(e.byKey, key)
-		heap.Remove(&e.heap, t.index)
+	if e.tracks(h) {
+		heap.Remove(&e.heap, h.Slot-1)
 	}
 }
 
-// Renew extends lease id of key to a full TTL from now, the moment the
-// renewal was accepted in term, the leadership term that confirmed it. A
+// Renew extends lease id to a full TTL from now, the moment the renewal
+// was accepted in term, the leadership term that confirmed it; h is the
+// state's record of the current lease of the key (nil if none). A
 // deadline only moves forward: a renewal that lands after a later one
 // changes nothing. A renewal of another term than the deadlines' is
 // refused (ErrOtherTerm): the deadlines were reset since, and the node may
 // have missed the lease's end in between. A lease whose deadline passed
 // cannot be renewed, whether its expiry is being written or still waits
-// for a free submission slot.
-func (e *Expirer) Renew(key, id string, now time.Time, term uint64) (lease.Lease, error) {
+// for a free submission slot, and neither can one no longer tracked.
+func (e *Expirer) Renew(h *lease.Held, id string, now time.Time, term uint64) (lease.Lease, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if failpoint.Enabled(failpoint.DeposedLeaderRenews) {
@@ -183,63 +182,67 @@ func (e *Expirer) Renew(key, id string, now time.Time, term uint64) (lease.Lease
 	if term != e.term {
 		return lease.Lease{}, ErrOtherTerm
 	}
-	t, ok := e.byKey[key]
-	if !ok || t.lease.ID != id || t.deadline <= mono(now) {
+	if !e.tracks(h) || h.ID != id || monoTime(h.Deadline) <= mono(now) {
 		return lease.Lease{}, lease.ErrNotHeld
 	}
 	if failpoint.Enabled(failpoint.RenewNoExtend) {
-		return *t.lease, nil
+		return h.Lease, nil
 	}
-	ttl := t.lease.TTL
+	ttl := h.TTL
 	if failpoint.Enabled(failpoint.ExpireHalfTTL) {
 		ttl /= 2
 	}
-	if d := mono(now).add(ttl); d > t.deadline {
-		t.deadline = d
-		heap.Fix(&e.heap, t.index)
+	if d := mono(now).add(ttl); d > monoTime(h.Deadline) {
+		h.Deadline = int64(d)
+		heap.Fix(&e.heap, h.Slot-1)
 	}
-	return *t.lease, nil
+	return h.Lease, nil
 }
 
-// Remaining returns how long the lease of key has left, 0 if untracked.
-func (e *Expirer) Remaining(key string, now time.Time) time.Duration {
+// Remaining returns how long the lease h records has left, 0 if it is not
+// tracked (or h is nil).
+func (e *Expirer) Remaining(h *lease.Held, now time.Time) time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if t, ok := e.byKey[key]; ok {
-		return max(time.Duration(t.deadline-mono(now)), 0)
-	}
-	return 0
+	return e.remaining(h, now)
 }
 
-// RemainingOf returns Remaining for each lease of leases. It takes the
+func (e *Expirer) remaining(h *lease.Held, now time.Time) time.Duration {
+	if !e.tracks(h) {
+		return 0
+	}
+	return max(time.Duration(monoTime(h.Deadline)-mono(now)), 0)
+}
+
+// RemainingOf returns Remaining for each record of held. It takes the
 // lock once per chunk rather than once per lease, and lets go between
 // chunks so that a long list never holds up the apply path for long.
-func (e *Expirer) RemainingOf(leases []lease.Lease, now time.Time) []time.Duration {
-	out := make([]time.Duration, len(leases))
+func (e *Expirer) RemainingOf(held []*lease.Held, now time.Time) []time.Duration {
+	out := make([]time.Duration, len(held))
 	const chunk = 256
-	for start := 0; start < len(leases); start += chunk {
+	for start := 0; start < len(held); start += chunk {
 		e.mu.Lock()
-		for i := start; i < min(start+chunk, len(leases)); i++ {
-			if t, ok := e.byKey[leases[i].Key]; ok {
-				out[i] = max(time.Duration(t.deadline-mono(now)), 0)
-			}
+		for i := start; i < min(start+chunk, len(held)); i++ {
+			out[i] = e.remaining(held[i], now)
 		}
 		e.mu.Unlock()
 	}
 	return out
 }
 
-// Reset replaces the tracked set with leases, each with a full TTL from
-// now. The leases are shared, as those given to Add.
-func (e *Expirer) Reset(leases []*lease.Lease, now time.Time) {
+// Reset replaces the tracked set with held, the records of the current
+// leases (as given to Add), each with a full TTL from now.
+func (e *Expirer) Reset(held []*lease.Held, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.byKey = make(map[string]*tracked, len(leases))
-	e.heap = make(deadlineHeap, 0, len(leases))
-	for _, l := range leases {
-		t := &tracked{lease: l, deadline: mono(now).add(l.TTL), index: len(e.heap)}
-		e.byKey[l.Key] = t
-		e.heap = append(e.heap, t)
+	for _, h := range e.heap {
+		h.Slot = 0
+	}
+	e.heap = make(deadlineHeap, 0, len(held))
+	for _, h := range held {
+		h.Deadline = int64(mono(now).add(h.TTL))
+		e.heap = append(e.heap, h)
+		h.Slot = len(e.heap)
 	}
 	heap.Init(&e.heap)
 	e.wake()
@@ -274,12 +277,11 @@ func (e *Expirer) Run(done <-chan struct{}) {
 		e.mu.Lock()
 		now := mono(e.Now())
 		if e.active {
-			for e.inflight < e.maxInflight && len(e.heap) > 0 && e.heap[0].deadline <= now {
+			for e.inflight < e.maxInflight && len(e.heap) > 0 && monoTime(e.heap[0].Deadline) <= now {
 				due := make([]lease.Lease, 0, min(e.maxBatch, len(e.heap)))
-				for len(due) < e.maxBatch && len(e.heap) > 0 && e.heap[0].deadline <= now {
-					t := heap.Pop(&e.heap).(*tracked)
-					delete(e.byKey, t.lease.Key)
-					due = append(due, *t.lease)
+				for len(due) < e.maxBatch && len(e.heap) > 0 && monoTime(e.heap[0].Deadline) <= now {
+					h := heap.Pop(&e.heap).(*lease.Held)
+					due = append(due, h.Lease)
 				}
 				e.inflight++
 				e.submitting.Add(1)
@@ -287,7 +289,7 @@ func (e *Expirer) Run(done <-chan struct{}) {
 			}
 			// With every slot taken, the next one to free up kicks.
 			if len(e.heap) > 0 && e.inflight < e.maxInflight {
-				wait = time.Duration(e.heap[0].deadline - now)
+				wait = time.Duration(monoTime(e.heap[0].Deadline) - now)
 			}
 		}
 		// An empty heap keeps the timer of the last deadline seen (when
@@ -317,24 +319,27 @@ func (e *Expirer) submit(term uint64, due []lease.Lease) {
 	e.wake()
 }
 
-type deadlineHeap []*tracked
+// deadlineHeap orders the tracked records by deadline; each record's Slot
+// is its index plus one, 0 once it leaves.
+type deadlineHeap []*lease.Held
 
 func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].Deadline < h[j].Deadline }
 func (h deadlineHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
+	h[i].Slot = i + 1
+	h[j].Slot = j + 1
 }
 func (h *deadlineHeap) Push(x any) {
-	t := x.(*tracked)
-	t.index = len(*h)
-	*h = append(*h, t)
+	r := x.(*lease.Held)
+	*h = append(*h, r)
+	r.Slot = len(*h)
 }
 func (h *deadlineHeap) Pop() any {
 	old := *h
-	t := old[len(old)-1]
+	r := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	return t
+	r.Slot = 0
+	return r
 }

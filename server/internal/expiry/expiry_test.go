@@ -19,17 +19,36 @@ type expiryHarness struct {
 	e       *Expirer
 	expired chan string // "key/id" per expire call
 	start   time.Time
+	// cur is the state's record of each key's current lease, as the node
+	// finds it when a renewal comes in.
+	cur map[string]*lease.Held
+}
+
+// add tracks l as the current lease of its key.
+func (h *expiryHarness) add(l *lease.Held, now time.Time) *lease.Held {
+	h.cur[l.Key] = l
+	h.e.Add(l, now)
+	return l
+}
+
+// reset replaces the current leases and the tracked set with held.
+func (h *expiryHarness) reset(held ...*lease.Held) {
+	clear(h.cur)
+	for _, l := range held {
+		h.cur[l.Key] = l
+	}
+	h.e.Reset(held, time.Now())
 }
 
 // runExpirer starts e.Run in the bubble; the returned stop ends it and waits
 // for it to return, which the bubble requires before it ends.
 func runExpirer(t *testing.T) (*expiryHarness, func()) {
-	h := &expiryHarness{t: t, expired: make(chan string, 100), start: time.Now()}
+	h := &expiryHarness{t: t, expired: make(chan string, 100), start: time.Now(), cur: map[string]*lease.Held{}}
 	h.e = New(func(term uint64, due []lease.Lease) {
 		for _, l := range due {
 			// expire is documented to run without the lock held: taking it
 			// here would deadlock the bubble otherwise.
-			_ = h.e.Remaining(l.Key, time.Now())
+			_ = h.e.Remaining(nil, time.Now())
 			h.expired <- l.Key + "/" + l.ID
 		}
 	})
@@ -62,8 +81,8 @@ func (h *expiryHarness) expect(want ...string) {
 	}
 }
 
-func testLease(key, id string, ttl time.Duration) *lease.Lease {
-	return &lease.Lease{Key: key, ID: id, Owner: "o", Token: 7, TTL: ttl}
+func testLease(key, id string, ttl time.Duration) *lease.Held {
+	return &lease.Held{Lease: lease.Lease{Key: key, ID: id, Owner: "o", Token: 7, TTL: ttl}}
 }
 
 func TestExpirer(t *testing.T) {
@@ -72,20 +91,20 @@ func TestExpirer(t *testing.T) {
 		run  func(h *expiryHarness)
 	}{
 		{"expires at the deadline, not before", func(h *expiryHarness) {
-			h.e.Add(testLease("k", "id1", 10*time.Second), time.Now())
+			h.add(testLease("k", "id1", 10*time.Second), time.Now())
 			h.sleepUntil(4 * time.Second)
-			if got := h.e.Remaining("k", time.Now()); got != 6*time.Second {
+			if got := h.e.Remaining(h.cur["k"], time.Now()); got != 6*time.Second {
 				h.t.Fatalf("remaining at 4s = %v, want 6s", got)
 			}
 			h.sleepUntil(10*time.Second - time.Nanosecond)
 			h.expect()
 			h.sleepUntil(10 * time.Second)
 			h.expect("k/id1")
-			if got := h.e.Remaining("k", time.Now()); got != 0 {
+			if got := h.e.Remaining(h.cur["k"], time.Now()); got != 0 {
 				h.t.Fatalf("remaining after expiry = %v", got)
 			}
 			// Once expired, the lease cannot be renewed back to life.
-			if _, err := h.e.Renew("k", "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := h.e.Renew(h.cur["k"], "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 				h.t.Fatalf("renew after expiry: %v, want ErrNotHeld", err)
 			}
 			h.sleepUntil(time.Hour)
@@ -93,10 +112,10 @@ func TestExpirer(t *testing.T) {
 		}},
 		{"renew postpones by a full TTL", func(h *expiryHarness) {
 			l := testLease("k", "id1", 10*time.Second)
-			h.e.Add(l, time.Now())
+			h.add(l, time.Now())
 			h.sleepUntil(6 * time.Second)
-			got, err := h.e.Renew("k", "id1", time.Now(), 1)
-			if err != nil || got != *l {
+			got, err := h.e.Renew(h.cur["k"], "id1", time.Now(), 1)
+			if err != nil || got != l.Lease {
 				h.t.Fatalf("renew = %+v, %v, want %+v", got, err, l)
 			}
 			h.sleepUntil(16*time.Second - time.Nanosecond)
@@ -105,10 +124,10 @@ func TestExpirer(t *testing.T) {
 			h.expect("k/id1")
 		}},
 		{"renew with a wrong id changes nothing", func(h *expiryHarness) {
-			h.e.Add(testLease("k", "id1", 10*time.Second), time.Now())
+			h.add(testLease("k", "id1", 10*time.Second), time.Now())
 			h.sleepUntil(6 * time.Second)
 			for _, tc := range []struct{ key, id string }{{"k", "id2"}, {"other", "id1"}, {"k", ""}} {
-				if _, err := h.e.Renew(tc.key, tc.id, time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
+				if _, err := h.e.Renew(h.cur[tc.key], tc.id, time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 					h.t.Fatalf("renew(%q, %q): %v, want ErrNotHeld", tc.key, tc.id, err)
 				}
 			}
@@ -116,24 +135,43 @@ func TestExpirer(t *testing.T) {
 			h.expect("k/id1")
 		}},
 		{"remove stops expiry", func(h *expiryHarness) {
-			h.e.Add(testLease("a", "id1", 10*time.Second), time.Now())
-			h.e.Add(testLease("b", "id2", 10*time.Second), time.Now())
+			h.add(testLease("a", "id1", 10*time.Second), time.Now())
+			h.add(testLease("b", "id2", 10*time.Second), time.Now())
 			h.sleepUntil(5 * time.Second)
-			h.e.Remove("a", "id1")
-			h.e.Remove("b", "not-b") // another epoch's id leaves b alone
+			h.e.Remove(h.cur["a"])
+			h.e.Remove(testLease("b", "not-b", 10*time.Second)) // another epoch's record leaves b alone
 			h.sleepUntil(10 * time.Second)
 			h.expect("b/id2")
 			h.sleepUntil(time.Hour)
 			h.expect()
-			if _, err := h.e.Renew("a", "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := h.e.Renew(h.cur["a"], "id1", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
 				h.t.Fatalf("renew of a removed lease: %v, want ErrNotHeld", err)
 			}
 		}},
+		{"a record tracked elsewhere is neither renewed nor removed here", func(h *expiryHarness) {
+			h.add(testLease("k", "id", 10*time.Second), time.Now())
+			// A record of another expirer (or of a state that Reset
+			// replaced) may carry the slot k has here.
+			other := testLease("x", "id", 10*time.Second)
+			New(func(uint64, []lease.Lease) {}).Add(other, time.Now())
+			if other.Slot != h.cur["k"].Slot {
+				h.t.Fatalf("slots %d and %d, want the same", other.Slot, h.cur["k"].Slot)
+			}
+			h.e.Remove(other)
+			if _, err := h.e.Renew(other, "id", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
+				h.t.Fatalf("renew of another expirer's record: %v, want ErrNotHeld", err)
+			}
+			if got := h.e.Remaining(other, time.Now()); got != 0 {
+				h.t.Fatalf("remaining of another expirer's record = %v, want 0", got)
+			}
+			h.sleepUntil(10 * time.Second)
+			h.expect("k/id")
+		}},
 		{"leases expire in deadline order", func(h *expiryHarness) {
-			h.e.Add(testLease("c", "3", 3*time.Second), time.Now())
-			h.e.Add(testLease("a", "1", 1*time.Second), time.Now())
-			h.e.Add(testLease("b", "2", 2*time.Second), time.Now())
-			h.e.Add(testLease("a2", "1b", 1*time.Second), time.Now())
+			h.add(testLease("c", "3", 3*time.Second), time.Now())
+			h.add(testLease("a", "1", 1*time.Second), time.Now())
+			h.add(testLease("b", "2", 2*time.Second), time.Now())
+			h.add(testLease("a2", "1b", 1*time.Second), time.Now())
 			h.sleepUntil(1 * time.Second)
 			got := []string{<-h.expired, <-h.expired}
 			slices.Sort(got)
@@ -146,12 +184,15 @@ func TestExpirer(t *testing.T) {
 			h.sleepUntil(3 * time.Second)
 			h.expect("c/3")
 		}},
-		{"a new grant of a key replaces the old one", func(h *expiryHarness) {
-			h.e.Add(testLease("k", "old", 2*time.Second), time.Now())
+		{"an ended lease is not renewed once its key is granted again", func(h *expiryHarness) {
+			old := h.add(testLease("k", "old", 2*time.Second), time.Now())
 			h.sleepUntil(time.Second)
-			h.e.Add(testLease("k", "new", 10*time.Second), time.Now())
-			if _, err := h.e.Renew("k", "old", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
-				h.t.Fatalf("renew of the replaced lease: %v", err)
+			h.e.Remove(old)
+			h.add(testLease("k", "new", 10*time.Second), time.Now())
+			for _, l := range []*lease.Held{old, h.cur["k"]} {
+				if _, err := h.e.Renew(l, "old", time.Now(), 1); !errors.Is(err, lease.ErrNotHeld) {
+					h.t.Fatalf("renew of the ended lease with record %+v: %v", l.Lease, err)
+				}
 			}
 			h.sleepUntil(10 * time.Second)
 			h.expect()
@@ -160,12 +201,12 @@ func TestExpirer(t *testing.T) {
 		}},
 		{"reset gives every lease a full TTL from now", func(h *expiryHarness) {
 			a, b := testLease("a", "1", 10*time.Second), testLease("b", "2", 3*time.Second)
-			h.e.Add(a, time.Now())
-			h.e.Add(testLease("gone", "3", 6*time.Second), time.Now())
+			h.add(a, time.Now())
+			h.add(testLease("gone", "3", 6*time.Second), time.Now())
 			h.sleepUntil(5 * time.Second)
 			// A new leader does not know when leases were last renewed.
-			h.e.Reset([]*lease.Lease{a, b}, time.Now())
-			if got := h.e.Remaining("a", time.Now()); got != 10*time.Second {
+			h.reset(a, b)
+			if got := h.e.Remaining(h.cur["a"], time.Now()); got != 10*time.Second {
 				h.t.Fatalf("remaining after reset = %v, want the full 10s", got)
 			}
 			h.sleepUntil(8*time.Second - time.Nanosecond)
@@ -180,18 +221,18 @@ func TestExpirer(t *testing.T) {
 			h.expect()
 		}},
 		{"a late renewal never moves the deadline back", func(h *expiryHarness) {
-			h.e.Add(testLease("k", "id", 10*time.Second), time.Now())
+			h.add(testLease("k", "id", 10*time.Second), time.Now())
 			// A renewal starts at 1s, then stalls (its goroutine starved, a
 			// stream renewal stuck) while another starts at 5s and lands.
 			early := time.Now().Add(time.Second)
 			h.sleepUntil(5 * time.Second)
-			if _, err := h.e.Renew("k", "id", time.Now(), 1); err != nil {
+			if _, err := h.e.Renew(h.cur["k"], "id", time.Now(), 1); err != nil {
 				h.t.Fatal(err)
 			}
-			if _, err := h.e.Renew("k", "id", early, 1); err != nil {
+			if _, err := h.e.Renew(h.cur["k"], "id", early, 1); err != nil {
 				h.t.Fatal(err)
 			}
-			if got := h.e.Remaining("k", time.Now()); got != 10*time.Second {
+			if got := h.e.Remaining(h.cur["k"], time.Now()); got != 10*time.Second {
 				h.t.Fatalf("remaining after the late renewal = %v, want the later one's 10s", got)
 			}
 			h.sleepUntil(15*time.Second - time.Nanosecond)
@@ -200,13 +241,13 @@ func TestExpirer(t *testing.T) {
 			h.expect("k/id")
 		}},
 		{"a renewal accepted in an earlier term changes nothing", func(h *expiryHarness) {
-			h.e.Add(testLease("k", "id", 10*time.Second), time.Now())
+			h.add(testLease("k", "id", 10*time.Second), time.Now())
 			h.sleepUntil(2 * time.Second)
 			h.e.Deactivate()
-			h.e.Reset([]*lease.Lease{testLease("k", "id", 10*time.Second)}, time.Now())
+			h.reset(testLease("k", "id", 10*time.Second))
 			h.e.Activate(3)
 			h.sleepUntil(4 * time.Second)
-			if _, err := h.e.Renew("k", "id", time.Now(), 1); !errors.Is(err, ErrOtherTerm) {
+			if _, err := h.e.Renew(h.cur["k"], "id", time.Now(), 1); !errors.Is(err, ErrOtherTerm) {
 				h.t.Fatalf("renewal of term 1 in term 3: %v, want ErrOtherTerm", err)
 			}
 			h.sleepUntil(12*time.Second - time.Nanosecond)
@@ -215,10 +256,10 @@ func TestExpirer(t *testing.T) {
 			h.expect("k/id")
 		}},
 		{"renewals still move deadlines while inactive", func(h *expiryHarness) {
-			h.e.Add(testLease("k", "id", 10*time.Second), time.Now())
+			h.add(testLease("k", "id", 10*time.Second), time.Now())
 			h.e.Deactivate()
 			h.sleepUntil(8 * time.Second)
-			if _, err := h.e.Renew("k", "id", time.Now(), 1); err != nil {
+			if _, err := h.e.Renew(h.cur["k"], "id", time.Now(), 1); err != nil {
 				h.t.Fatal(err)
 			}
 			h.e.Activate(1)
@@ -228,11 +269,11 @@ func TestExpirer(t *testing.T) {
 			h.expect("k/id")
 		}},
 		{"a grant due after the armed timer does not wake the loop, and still expires", func(h *expiryHarness) {
-			h.e.Add(testLease("k", "id1", 10*time.Second), time.Now())
+			h.add(testLease("k", "id1", 10*time.Second), time.Now())
 			synctest.Wait() // the loop arms its timer for +10s
-			h.e.Remove("k", "id1")
+			h.e.Remove(h.cur["k"])
 			h.sleepUntil(time.Second)
-			h.e.Add(testLease("k", "id2", 10*time.Second), time.Now())
+			h.add(testLease("k", "id2", 10*time.Second), time.Now())
 			synctest.Wait()
 			h.e.mu.Lock()
 			next := h.e.nextLook
@@ -263,8 +304,8 @@ func TestExpirerInactive(t *testing.T) {
 		h, stop := runExpirer(t)
 		defer stop()
 		// A new expirer is inactive: only the leader acts on deadlines.
-		h.e.Add(testLease("a", "1", time.Second), time.Now())
-		h.e.Add(testLease("b", "2", 30*time.Second), time.Now())
+		h.add(testLease("a", "1", time.Second), time.Now())
+		h.add(testLease("b", "2", 30*time.Second), time.Now())
 		h.sleepUntil(10 * time.Second)
 		h.expect()
 
@@ -297,10 +338,10 @@ func TestExpirerSetClock(t *testing.T) {
 		if got := h.e.Term(); got != 5 {
 			t.Fatalf("Term() = %d after Activate(5)", got)
 		}
-		h.e.Add(testLease("k", "id", 10*time.Second), h.e.Now())
+		h.add(testLease("k", "id", 10*time.Second), h.e.Now())
 		h.sleepUntil(time.Hour) // the wall clock moves, the set one does not
 		h.expect()
-		if got := h.e.Remaining("k", h.e.Now()); got != 10*time.Second {
+		if got := h.e.Remaining(h.cur["k"], h.e.Now()); got != 10*time.Second {
 			t.Fatalf("remaining on the set clock = %v, want 10s", got)
 		}
 		mu.Lock()
@@ -334,7 +375,7 @@ func TestExpirerBatchesAndBounds(t *testing.T) {
 		go func() { defer close(exited); e.Run(done) }()
 		defer func() { close(done); <-exited }()
 
-		var all []*lease.Lease
+		var all []*lease.Held
 		for i := range 10 {
 			l := testLease(fmt.Sprintf("k%d", i), fmt.Sprintf("id%d", i), 5*time.Second)
 			all = append(all, l)
@@ -376,7 +417,7 @@ func TestExpirerBatchesAndBounds(t *testing.T) {
 			if seen[l.Key] {
 				continue
 			}
-			if _, err := e.Renew(l.Key, l.ID, time.Now(), 7); !errors.Is(err, lease.ErrNotHeld) {
+			if _, err := e.Renew(l, l.ID, time.Now(), 7); !errors.Is(err, lease.ErrNotHeld) {
 				t.Fatalf("renew of %s, due and waiting for a slot: %v, want ErrNotHeld", l.Key, err)
 			}
 		}
@@ -425,7 +466,7 @@ func BenchmarkExpirerCycle(b *testing.B) {
 	for i := range 100_000 {
 		e.Add(testLease(fmt.Sprintf("live/%08d", i), fmt.Sprint(i), time.Hour), now)
 	}
-	ls := make([]*lease.Lease, 1024)
+	ls := make([]*lease.Held, 1024)
 	for i := range ls {
 		ls[i] = testLease(fmt.Sprintf("bench/%d", i), fmt.Sprint(i), time.Minute)
 	}
@@ -433,9 +474,9 @@ func BenchmarkExpirerCycle(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		l := ls[i%len(ls)]
 		e.Add(l, now)
-		if _, err := e.Renew(l.Key, l.ID, now, 1); err != nil {
+		if _, err := e.Renew(l, l.ID, now, e.Term()); err != nil {
 			b.Fatal(err)
 		}
-		e.Remove(l.Key, l.ID)
+		e.Remove(l)
 	}
 }

@@ -191,12 +191,15 @@ func (f *FSM) Read(fn func(*lease.State)) {
 	fn(f.state)
 }
 
-// IsCurrent reports whether lease id of key is current.
-func (f *FSM) IsCurrent(key, id string) bool {
+// Held returns the state's record of lease id of key if that lease is
+// current, nil otherwise.
+func (f *FSM) Held(key, id string) *lease.Held {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	_, err := f.state.Current(key, id)
-	return err == nil
+	if h := f.state.Held(key); h != nil && h.ID == id {
+		return h
+	}
+	return nil
 }
 
 // View returns a frozen view of the leases, taken in O(1) under the read

@@ -109,8 +109,8 @@ func TestApplyBatchResultsAndHooks(t *testing.T) {
 	if !slices.Equal(calls, want) {
 		t.Errorf("hooks %q, want %q", calls, want)
 	}
-	if !f.IsCurrent("a", leaseID(3)) || f.IsCurrent("a", leaseID(1)) {
-		t.Error("IsCurrent does not see the handover")
+	if h := f.Held("a", leaseID(3)); h == nil || h.ID != leaseID(3) || f.Held("a", leaseID(1)) != nil {
+		t.Error("Held does not see the handover")
 	}
 	f.Read(func(st *lease.State) {
 		if got := ReadRevision(st); got != 5 {
