@@ -33,7 +33,7 @@ func (s *Server) Stats() Stats {
 		Acquired: s.counts.Acquired.Load(), Released: s.counts.Released.Load(),
 		Expired: s.counts.Expired.Load(), Takeovers: s.counts.Takeovers.Load(),
 	}
-	st.Leases = s.fsm.View().Len()
+	s.fsm.Read(func(ls *lease.State) { st.Leases = ls.Len() })
 	return st
 }
 

@@ -204,7 +204,9 @@ func (f *FSM) Held(key, id string) *lease.Held {
 
 // View returns a frozen view of the leases, taken in O(1) under the read
 // lock; reading it needs no lock, so lists and snapshots for the dashboard
-// never hold up the apply path however long they are.
+// never hold up the apply path however long they are. A view makes the
+// next command copy the index nodes it changes (lease.State.View), so a
+// count or a revision is read with Read instead.
 func (f *FSM) View() lease.View {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -213,7 +215,11 @@ func (f *FSM) View() lease.View {
 
 // Revision is the revision a read of the state now reflects
 // (ReadRevision): Watch from it neither misses nor repeats an event.
-func (f *FSM) Revision() uint64 { return max(f.View().Applied(), 1) }
+func (f *FSM) Revision() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return ReadRevision(f.state)
+}
 
 // ReadRevision is the revision a read of st reflects, for Get and List: the
 // log index of the last applied command. Every event of a command is
