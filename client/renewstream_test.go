@@ -303,8 +303,10 @@ func TestStreamFailsOverBetweenEndpoints(t *testing.T) {
 
 // Held leases cost no goroutine each: a process holding thousands of
 // leases has a few goroutines for their renewals, not thousands.
+//
+// Not parallel: the count is the process's, and other tests' servers and
+// streams would move it.
 func TestHeldLeasesCostNoGoroutineEach(t *testing.T) {
-	t.Parallel()
 	srv := fencedtest.Start(t)
 	c := srv.Client(t, client.Config{TTL: time.Minute})
 	defer c.CloseIdleConnections()
@@ -315,6 +317,13 @@ func TestHeldLeasesCostNoGoroutineEach(t *testing.T) {
 			l.Release(ctx)
 		}
 	}()
+	// The first lease opens what every lease shares (the connections, the
+	// Session and KeepAlive streams and their goroutines on both sides).
+	first, err := c.Acquire(ctx, "g/first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases = append(leases, first)
 	before := runtime.NumGoroutine()
 	const n = 300
 	for i := range n {
@@ -324,7 +333,9 @@ func TestHeldLeasesCostNoGoroutineEach(t *testing.T) {
 		}
 		leases = append(leases, l)
 	}
-	if grown := runtime.NumGoroutine() - before; grown > n/10 {
-		t.Errorf("%d goroutines more with %d leases held", grown, n)
+	grown := runtime.NumGoroutine() - before
+	t.Logf("%d goroutines more with %d more leases held", grown, n)
+	if grown > n/10 {
+		t.Errorf("%d goroutines more with %d more leases held", grown, n)
 	}
 }
