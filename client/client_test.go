@@ -300,6 +300,9 @@ func pause(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return connect.NewError(connect.CodeDeadlineExceeded, ctx.Err()) // as fenced answers
+		}
 		return connect.NewError(connect.CodeCanceled, ctx.Err())
 	}
 }

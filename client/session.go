@@ -522,6 +522,11 @@ func answerError(ctx context.Context, e *fencedv1.SessionError) error {
 			// The answer to the caller's own cancel or deadline.
 			return contextError(err)
 		}
+		if dl, ok := ctx.Deadline(); ok && code == connect.CodeDeadlineExceeded && !time.Now().Before(dl) {
+			// The call's deadline on the server is the caller's: its
+			// answer may come before the caller's own timer fires.
+			return contextError(context.DeadlineExceeded)
+		}
 	}
 	if code == connect.CodeCanceled {
 		// The server cancelled the call, not the caller (it is shutting
