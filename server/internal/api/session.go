@@ -48,19 +48,20 @@ func (r *routedService) Session(ctx context.Context, stream *sessionStream) erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s := &session{r: r, ctx: ctx, cancel: cancel, ahead: make(chan struct{}, sessionAhead),
-		calls: make(map[uint64]context.CancelFunc), wake: make(chan struct{}, 1)}
+		calls: make(map[uint64]context.CancelFunc), wake: make(chan struct{}, 1),
+		send: stream.Send, ctl: streamwrite.From(ctx)}
 	// net/http forbids reading the body once the handler has returned, and
 	// the reader may wait for a request that never comes: when ctx ends,
 	// whatever ends it, end the reader's wait at once.
-	ctl, readsEnded := streamwrite.From(ctx), make(chan struct{})
-	stop := context.AfterFunc(ctx, func() { ctl.EndReads(); close(readsEnded) })
+	readsEnded := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { s.ctl.EndReads(); close(readsEnded) })
 	defer func() {
 		if !stop() {
 			<-readsEnded // EndReads must not outlive the handler
 		}
 	}()
 	go s.read(stream.Receive)
-	return s.answer(stream.Send)
+	return s.wait()
 }
 
 // session is the state of one Session stream: the calls in progress and
@@ -73,13 +74,18 @@ type session struct {
 	// yet answered: at most sessionAhead.
 	ahead chan struct{}
 
+	send func(*fencedv1.SessionResponse) error // the stream's; one sender at a time
+	ctl  *streamwrite.Control
+
 	mu       sync.Mutex
 	calls    map[uint64]context.CancelFunc // the calls running, by id
 	running  int                           // calls started and not yet answered (in calls, or answered in queued)
 	queued   []*fencedv1.SessionResponse   // answers to send, each holding a token of ahead
+	sending  bool                          // a goroutine is sending the queued answers
+	sendErr  error                         // the first failed send's error; later answers are dropped
 	readDone bool                          // the reader has returned
 	readErr  error                         // why it returned; io.EOF when the client closed its side
-	wake     chan struct{}                 // signalled when queued grows or reading ends
+	wake     chan struct{}                 // signalled when the stream may be done
 }
 
 // read reads requests while fewer than sessionAhead calls are in
@@ -139,35 +145,75 @@ func (s *session) start(req *fencedv1.SessionRequest) {
 		invalid = apierr.Invalidf("session call %d: timeout_ms %d is negative", id, req.GetTimeoutMs())
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, dup := s.calls[id]; dup && invalid == nil {
 		invalid = apierr.Invalidf("session call %d: a call with this id is in progress", id)
 	}
 	s.running++
 	if invalid != nil {
-		s.queueLocked(&fencedv1.SessionResponse{Id: id, Result: sessionError(apierr.Connect(invalid))})
+		send := s.queueLocked(&fencedv1.SessionResponse{Id: id, Result: sessionError(apierr.Connect(invalid))})
+		s.mu.Unlock()
+		if send {
+			s.sendQueued()
+		}
 		return
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := s.ctx, context.CancelFunc(nil)
 	if t := req.GetTimeoutMs(); t > 0 {
-		ctx, cancel = withTimeout(ctx, cancel, time.Duration(t)*time.Millisecond)
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Millisecond)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
 	}
 	s.calls[id] = cancel
+	s.mu.Unlock()
 	go s.run(ctx, cancel, req)
 }
 
-// withTimeout is ctx with a deadline d from now, and a cancel that ends
-// both it and ctx's own.
-func withTimeout(ctx context.Context, cancel context.CancelFunc, d time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancelTimeout := context.WithTimeout(ctx, d)
-	return ctx, func() { cancelTimeout(); cancel() }
-}
-
-// queueLocked queues the answer of a call counted in running.
-func (s *session) queueLocked(resp *fencedv1.SessionResponse) {
+// queueLocked queues the answer of a call counted in running, and
+// reports whether the caller is to send the queue (sendQueued): nobody
+// else is sending it. The goroutine whose call ended sends, and goes on
+// with the answers queued meanwhile, so that an answer costs no hand-off
+// to another goroutine.
+func (s *session) queueLocked(resp *fencedv1.SessionResponse) (send bool) {
 	s.running--
 	s.queued = append(s.queued, resp)
-	s.signal()
+	if s.sending {
+		return false
+	}
+	s.sending = true
+	return true
+}
+
+// sendQueued sends the queued answers until none is left, holding back
+// the flush while more are queued, so that those that ended together leave
+// together. After a failed send the calls are cancelled and the answers
+// dropped. Only the goroutine that set sending calls it.
+func (s *session) sendQueued() {
+	s.mu.Lock()
+	for len(s.queued) > 0 {
+		resp := s.queued[0]
+		s.queued[0] = nil
+		s.queued = s.queued[1:]
+		more := len(s.queued) > 0
+		failed := s.sendErr != nil
+		s.mu.Unlock()
+		if !failed {
+			s.ctl.BeforeSend(0, more)
+			if err := s.send(resp); err != nil {
+				s.mu.Lock()
+				s.sendErr = err
+				s.mu.Unlock()
+				s.cancel() // nobody to answer: stop every call, and the reader
+			}
+		}
+		<-s.ahead
+		s.mu.Lock()
+	}
+	s.sending = false
+	done := s.readDone && s.running == 0
+	s.mu.Unlock()
+	if done {
+		s.signal()
+	}
 }
 
 // run serves one call and queues its answer.
@@ -178,9 +224,12 @@ func (s *session) run(ctx context.Context, cancel context.CancelFunc, req *fence
 	s.r.Counts.ObserveRequest(method, time.Since(start))
 	s.mu.Lock()
 	delete(s.calls, req.GetId())
-	s.queueLocked(resp)
+	send := s.queueLocked(resp)
 	s.mu.Unlock()
 	cancel()
+	if send {
+		s.sendQueued()
+	}
 }
 
 // serve serves one call, once admitted as a unary call would be, through
@@ -244,39 +293,19 @@ func sessionError(err error) *fencedv1.SessionResponse_Error {
 	return &fencedv1.SessionResponse_Error{Error: out}
 }
 
-// answer sends the answers as they are queued, holding back the flush
-// while more are queued, so that those that ended together leave together.
-// It returns once the reader has returned and every call is answered: nil
-// when the client closed its side, the reading's error otherwise, or the
-// first failed send's error (after which the calls are cancelled and their
-// answers dropped).
-func (s *session) answer(send func(*fencedv1.SessionResponse) error) error {
-	ctl := streamwrite.From(s.ctx)
-	var sendErr error
+// wait returns once the reader has returned and every call is answered:
+// nil when the client closed its side, the reading's error otherwise, or
+// the first failed send's error.
+func (s *session) wait() error {
 	for {
 		s.mu.Lock()
-		for len(s.queued) == 0 {
-			if s.readDone && s.running == 0 {
-				readErr := s.readErr
-				s.mu.Unlock()
-				return s.end(sendErr, readErr)
-			}
+		if s.readDone && s.running == 0 && !s.sending {
+			sendErr, readErr := s.sendErr, s.readErr
 			s.mu.Unlock()
-			<-s.wake
-			s.mu.Lock()
+			return s.end(sendErr, readErr)
 		}
-		resp := s.queued[0]
-		s.queued[0] = nil
-		s.queued = s.queued[1:]
-		more := len(s.queued) > 0
 		s.mu.Unlock()
-		if sendErr == nil {
-			ctl.BeforeSend(0, more)
-			if sendErr = send(resp); sendErr != nil {
-				s.cancel() // nobody to answer: stop every call, and the reader
-			}
-		}
-		<-s.ahead
+		<-s.wake
 	}
 }
 
