@@ -254,7 +254,8 @@ func startFenced(ctx context.Context, bin, dir string, maxLeases int, env []stri
 
 // perClientLimits lifts fenced's limits per client address, which the
 // harness would hit by design: every benchmark client comes from
-// 127.0.0.1, up to 256 of them with a call each in flight, and the memory
+// 127.0.0.1, up to 256 of them with a call each in flight and a Session
+// stream each (more while the last run's streams end), and the memory
 // workload holds all its leases from there (ZooKeeper gets
 // maxClientCnxns=0 for the same reason). Builds older than a flag do not
 // get it.
@@ -264,6 +265,7 @@ func perClientLimits(bin string, maxLeases int) []string {
 	for _, f := range []struct{ flag, value string }{
 		{"--max-calls-per-client", "1000000"},
 		{"--max-leases-per-client", strconv.Itoa(maxLeases)},
+		{"--max-sessions-per-client", "10000"},
 	} {
 		if bytes.Contains(help, []byte(f.flag+" ")) {
 			args = append(args, f.flag, f.value)
