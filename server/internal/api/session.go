@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,6 +19,13 @@ import (
 // and not yet answered. Beyond it the stream is not read, and HTTP/2 flow
 // control holds the client back.
 const sessionAhead = 256
+
+// sessionIdleWorkers bounds the goroutines of one Session stream that wait
+// for its next call. A call runs on a worker that served an earlier one
+// when one waits: its stack has already grown to what a call takes, where
+// a new goroutine's grows, copied at each doubling, on every call (5% of
+// the server's CPU at 256 clients).
+const sessionIdleWorkers = 4
 
 type sessionStream = connect.BidiStream[fencedv1.SessionRequest, fencedv1.SessionResponse]
 
@@ -48,7 +56,7 @@ func (r *routedService) Session(ctx context.Context, stream *sessionStream) erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s := &session{r: r, ctx: ctx, cancel: cancel, ahead: make(chan struct{}, sessionAhead),
-		calls: make(map[uint64]context.CancelFunc), wake: make(chan struct{}, 1),
+		calls: make(map[uint64]context.CancelFunc), wake: make(chan struct{}, 1), work: make(chan sessionCall),
 		send: stream.Send, ctl: streamwrite.From(ctx)}
 	// net/http forbids reading the body once the handler has returned, and
 	// the reader may wait for a request that never comes: when ctx ends,
@@ -76,6 +84,9 @@ type session struct {
 
 	send func(*fencedv1.SessionResponse) error // the stream's; one sender at a time
 	ctl  *streamwrite.Control
+
+	work chan sessionCall // to an idle worker; unbuffered
+	idle atomic.Int32     // workers waiting on work, or about to
 
 	mu       sync.Mutex
 	calls    map[uint64]context.CancelFunc // the calls running, by id
@@ -165,7 +176,38 @@ func (s *session) start(req *fencedv1.SessionRequest) {
 	}
 	s.calls[id] = cancel
 	s.mu.Unlock()
-	go s.run(ctx, cancel, req)
+	c := sessionCall{ctx, cancel, req}
+	select {
+	case s.work <- c:
+	default:
+		go s.worker(c)
+	}
+}
+
+// sessionCall is a call started and not yet run.
+type sessionCall struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	req    *fencedv1.SessionRequest
+}
+
+// worker runs c, then the calls it is handed while it waits, until the
+// stream ends or sessionIdleWorkers others wait already.
+func (s *session) worker(c sessionCall) {
+	for {
+		s.run(c.ctx, c.cancel, c.req)
+		if s.idle.Add(1) > sessionIdleWorkers {
+			s.idle.Add(-1)
+			return
+		}
+		select {
+		case c = <-s.work:
+			s.idle.Add(-1)
+		case <-s.ctx.Done():
+			s.idle.Add(-1)
+			return
+		}
+	}
 }
 
 // queueLocked queues the answer of a call counted in running, and
