@@ -1,11 +1,13 @@
-// Command anatomy takes one acquire+release cycle at one client apart: it
-// starts fenced with --pprof, loops one client, and reports the client's
-// clock, fenced's histograms and both sides' CPU time per cycle, then
-// captures execution traces and CPU profiles of both sides into -dir, with
-// anatomy.json, and prints the split and each goroutine's time; see
-// bench/README.md ("Anatomy of one cycle").
+// Command anatomy takes one acquire+release cycle apart: it starts fenced
+// with --pprof, loops -clients clients (each its own connection and key),
+// and reports the clients' clocks, fenced's histograms and both sides' CPU
+// time per cycle, then captures execution traces and CPU profiles of both
+// sides into -dir, with anatomy.json, and prints the split, each
+// goroutine's time and each side's CPU by part; see bench/README.md
+// ("Anatomy of one cycle").
 //
 //	cd bench && go run ./cmd/anatomy -dir /tmp/anatomy
+//	cd bench && go run ./cmd/anatomy -dir /tmp/anatomy-64 -clients 64
 package main
 
 import (
@@ -34,6 +36,7 @@ func run() error {
 	var cfg bench.AnatomyConfig
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for fenced's data and log and the captures (required)")
 	flag.StringVar(&cfg.FencedBin, "fenced-bin", "", "fenced binary (default: build ../cmd/fenced into -dir)")
+	flag.IntVar(&cfg.Clients, "clients", 1, "clients looping at once, each on its own connection and key")
 	flag.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "unmeasured cycles first")
 	flag.DurationVar(&cfg.Window, "window", 3*time.Second, "each window: clocks and histograms, traces, CPU profiles (whole seconds)")
 	flag.Parse()
