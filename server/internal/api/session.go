@@ -30,9 +30,10 @@ const sessionIdleWorkers = 4
 type sessionStream = connect.BidiStream[fencedv1.SessionRequest, fencedv1.SessionResponse]
 
 // Session serves the Acquire, Renew and Release calls one stream carries,
-// each in its own goroutine through the same methods as the unary calls
-// (routing to the leader, validation, auth, limits and errors included),
-// and answers each once, when it ends, in any order. A cancel ends the
+// each on a goroutine of its own while it runs (a worker of the stream)
+// through the same methods as the unary calls (routing to the leader,
+// validation, auth, limits and errors included), and answers each once,
+// when it ends, in any order. A cancel ends the
 // call it names; a call's timeout_ms is its deadline.
 //
 // The stream ends once the client has closed its side and every call is
