@@ -205,12 +205,20 @@ func TestPausedProducer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.NumPending != 0 || info.NumAckPending != 0 {
-		t.Errorf("consumer has %d messages pending and %d unacked, want 0 (every message settled)", info.NumPending, info.NumAckPending)
+	// An ack is a publish the server takes in its own time: wait for the
+	// last ones to be counted.
+	for settleBy := time.Now().Add(10 * time.Second); ; {
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(settleBy) {
+			t.Fatalf("consumer has %d messages pending and %d unacked after 10s, want 0 (every message settled)", info.NumPending, info.NumAckPending)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if h, err := sink.Guard.Highest(ctx, scope); err != nil || h != leaseB.Token() {
 		t.Errorf("highest = %d, %v; want B's token %d", h, err, leaseB.Token())
