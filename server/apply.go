@@ -15,6 +15,7 @@ import (
 	"github.com/fencedio/fenced/server/internal/apierr"
 	"github.com/fencedio/fenced/server/internal/rejections"
 	"github.com/fencedio/fenced/server/internal/waiters"
+	"github.com/hashicorp/raft"
 )
 
 // appliedBatch hands on the transitions of one applied batch in log order,
@@ -150,11 +151,18 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		if err == nil && len(res.Items) == 1 {
 			next = res.Items[0].Next
 		}
-		s.waiters.Settle(h.key, h.w, next.Lease, next.Type == lease.Acquired)
+		s.waiters.Settle(h.key, h.w, next.Lease, next.Type == lease.Acquired, outcomeUnknown(err))
 		if err != nil {
 			s.log.Warn("expiry not applied", "scope", h.key, "term", term, "err", err)
 		}
 	}
+}
+
+// outcomeUnknown reports whether an entry whose apply failed with err may
+// still be committed: every error but those that say it was never written.
+func outcomeUnknown(err error) bool {
+	return err != nil && !errors.Is(err, apierr.ErrNotReady) && !errors.Is(err, raft.ErrNotLeader) &&
+		!errors.Is(err, raft.ErrEnqueueTimeout)
 }
 
 // applyHandover applies a release c, and hands the key over in the same log
@@ -172,7 +180,7 @@ func (s *Server) applyHandover(ctx context.Context, c lease.Command) (lease.Resu
 	}
 	return s.await(ctx, func() (lease.Result, error) {
 		res, err := wait()
-		s.waiters.Settle(c.Key, w, res.Next.Lease, err == nil && res.Next.Type == lease.Acquired)
+		s.waiters.Settle(c.Key, w, res.Next.Lease, err == nil && res.Next.Type == lease.Acquired, outcomeUnknown(err))
 		return res, err
 	})
 }

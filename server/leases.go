@@ -152,6 +152,11 @@ func (s *Server) giveUp(key string, w *waiters.Waiter, err error) (lease.Lease, 
 		}
 		<-w.Ready() // Settle signals once the handover is decided
 	}
+	if s.waiters.MaybeGranted(w) {
+		// A handover to this call failed with its outcome unknown and may
+		// yet be committed: "held" or any other failure would hide a grant.
+		return lease.Lease{}, fmt.Errorf("a handover to this acquisition may have been written when the leader changed: %w", apierr.ErrMaybeGranted)
+	}
 	if errors.Is(err, lease.ErrHeld) {
 		err = s.refreshHeld(key, err)
 	}

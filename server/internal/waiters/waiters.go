@@ -48,6 +48,7 @@ type Waiter struct {
 	nextID  string       // the lease ID the claiming handover grants
 	grant   *lease.Lease // the lease a handover gave this waiter
 	offered []string     // the lease IDs of every handover that claimed it
+	maybe   bool         // a handover to it failed with its outcome unknown
 }
 
 // New returns empty queues. newID returns a fresh lease ID: the one a
@@ -164,6 +165,15 @@ func (q *Queues) Claim(key string) *Waiter {
 	return ws[0]
 }
 
+// MaybeGranted reports whether a handover to wt failed with its outcome
+// unknown: wt may hold the key under one of the Offered IDs, and a caller
+// that gives up must not answer that it was not granted.
+func (q *Queues) MaybeGranted(wt *Waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return wt.maybe
+}
+
 // Offered returns the lease IDs of every handover that claimed wt: each
 // may have granted it the key, even one settled as failed (a handover
 // written when the leader lost its leadership may still be committed).
@@ -175,15 +185,18 @@ func (q *Queues) Offered(wt *Waiter) []string {
 
 // Settle ends a claim of key's head: with ok the waiter is handed l and
 // leaves the line (the next waiter gets its turn), otherwise it gets its
-// turn back. Either way the waiter is signalled; Settle never blocks. A
-// waiter already handed its lease stays as it is.
-func (q *Queues) Settle(key string, wt *Waiter, l lease.Lease, ok bool) {
+// turn back; unknown says the handover failed with its outcome unknown (it
+// may still be committed: MaybeGranted). Either way the waiter is
+// signalled; Settle never blocks. A waiter already handed its lease stays
+// as it is.
+func (q *Queues) Settle(key string, wt *Waiter, l lease.Lease, ok, unknown bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if wt.grant != nil {
 		return
 	}
 	wt.claimed = false
+	wt.maybe = wt.maybe || (!ok && unknown)
 	if ok {
 		wt.grant = &l
 		q.remove(key, wt)

@@ -129,7 +129,7 @@ func TestWaitQueueHandover(t *testing.T) {
 		if _, granted, head := q.NextStep("k", w); granted || head {
 			t.Fatal("a claimed waiter was told to try on its own")
 		}
-		q.Settle("k", w, lease.Lease{Key: "k", Token: 9}, true)
+		q.Settle("k", w, lease.Lease{Key: "k", Token: 9}, true, false)
 		l, granted, _ := q.NextStep("k", w)
 		if !granted || l.Token != 9 || !signalled(w) {
 			t.Fatalf("nextStep after a handover = %+v, %v, want the signalled grant", l, granted)
@@ -164,7 +164,7 @@ func TestWaitQueueHandover(t *testing.T) {
 			t.Fatalf("nextStep after the applied grant = %+v, %v, len %d", l, granted, q.Len())
 		}
 		// The writer's settle, whatever it learned, changes nothing.
-		q.Settle("k", w, lease.Lease{}, false)
+		q.Settle("k", w, lease.Lease{}, false, false)
 		if l, granted, _ := q.NextStep("k", w); !granted || l.Token != 9 || signalled(w) {
 			t.Fatalf("nextStep after the writer's settle = %+v, %v", l, granted)
 		}
@@ -176,7 +176,7 @@ func TestWaitQueueHandover(t *testing.T) {
 		if _, granted, inFlight := q.Abandon("k", w); granted || !inFlight || q.Len() != 1 {
 			t.Fatal("a claimed waiter left the line")
 		}
-		q.Settle("k", w, lease.Lease{}, false)
+		q.Settle("k", w, lease.Lease{}, false, false)
 		if !signalled(w) {
 			t.Fatal("a failed handover did not give the waiter its turn back")
 		}
@@ -196,10 +196,10 @@ func TestWaitQueueHandover(t *testing.T) {
 			if q.Claim("k") != w {
 				t.Fatalf("round %d: no claim", i)
 			}
-			q.Settle("k", w, lease.Lease{}, false)
+			q.Settle("k", w, lease.Lease{}, false, false)
 		}
 		q.Claim("k")
-		q.Settle("k", w, lease.Lease{Token: 4}, true)
+		q.Settle("k", w, lease.Lease{Token: 4}, true, false)
 		if l, granted, _ := q.NextStep("k", w); !granted || l.Token != 4 {
 			t.Fatalf("grant %+v, %v", l, granted)
 		}
@@ -254,7 +254,7 @@ func TestWaitLimits(t *testing.T) {
 	if q.Claim("k") != b {
 		t.Fatal("b is not the head after a left")
 	}
-	q.Settle("k", b, lease.Lease{Key: "k", Token: 3}, true)
+	q.Settle("k", b, lease.Lease{Key: "k", Token: 3}, true, false)
 	if n := q.OfHolder("bob"); n != 0 {
 		t.Fatalf("bob still counted as %d waiters", n)
 	}
@@ -306,9 +306,29 @@ func TestOfferedNamesEveryClaim(t *testing.T) {
 		t.Fatalf("offered before any claim: %v", got)
 	}
 	q.Claim("k")
-	q.Settle("k", wt, lease.Lease{}, false) // the handover failed: its turn back
+	q.Settle("k", wt, lease.Lease{}, false, false) // the handover failed: its turn back
 	q.Claim("k")
 	if got := q.Offered(wt); len(got) != 2 || got[0] != "id1" || got[1] != "id2" {
 		t.Fatalf("offered %v, want [id1 id2]", got)
+	}
+}
+
+// A handover that failed with its outcome unknown leaves the waiter maybe
+// granted, whatever comes after, short of a grant; one that was never
+// written does not.
+func TestMaybeGranted(t *testing.T) {
+	q := newTestQueues()
+	wt := q.enqueue("k", &lease.Command{Op: lease.OpAcquire, Key: "k", Owner: "B"})
+	q.Claim("k")
+	q.Settle("k", wt, lease.Lease{}, false, false) // never written
+	if q.MaybeGranted(wt) {
+		t.Fatal("maybe granted after a handover that was never written")
+	}
+	q.Claim("k")
+	q.Settle("k", wt, lease.Lease{}, false, true) // leadership lost while it was written
+	q.Claim("k")
+	q.Settle("k", wt, lease.Lease{}, false, false)
+	if !q.MaybeGranted(wt) {
+		t.Fatal("not maybe granted after a handover whose outcome is unknown")
 	}
 }
