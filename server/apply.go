@@ -144,6 +144,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 	}
 	for _, h := range handovers {
 		res, err := s.await(s.ctx, h.wait)
+		unknown := outcomeUnknown(err) // a refusal by the state machine is an outcome
 		if err == nil {
 			err = res.Err
 		}
@@ -151,7 +152,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 		if err == nil && len(res.Items) == 1 {
 			next = res.Items[0].Next
 		}
-		s.waiters.Settle(h.key, h.w, next.Lease, next.Type == lease.Acquired, outcomeUnknown(err))
+		s.waiters.Settle(h.key, h.w, next.Lease, next.Type == lease.Acquired, unknown)
 		if err != nil {
 			s.log.Warn("expiry not applied", "scope", h.key, "term", term, "err", err)
 		}
@@ -162,7 +163,7 @@ func (s *Server) expireLeases(term uint64, due []lease.Lease) {
 // still be committed: every error but those that say it was never written.
 func outcomeUnknown(err error) bool {
 	return err != nil && !errors.Is(err, apierr.ErrNotReady) && !errors.Is(err, raft.ErrNotLeader) &&
-		!errors.Is(err, raft.ErrEnqueueTimeout)
+		!errors.Is(err, raft.ErrEnqueueTimeout) && !errors.Is(err, raft.ErrLeadershipTransferInProgress)
 }
 
 // applyHandover applies a release c, and hands the key over in the same log
@@ -225,9 +226,15 @@ func (s *Server) applyAsync(ctx context.Context, c lease.Command) func() (lease.
 		s.applyProgress.Store(start.UnixNano()) // idle until now: not a stall
 	}
 	f := s.raft.Apply(data, timeout)
+	outcome := f.Error
+	if s.cfg.applyLost != nil {
+		if err := s.cfg.applyLost(c); err != nil {
+			outcome = func() error { return err }
+		}
+	}
 	var once sync.Once
 	return func() (lease.Result, error) {
-		err := f.Error()
+		err := outcome()
 		once.Do(func() { s.applyPending.Add(-1) })
 		if err != nil {
 			return lease.Result{}, err

@@ -296,6 +296,11 @@ type Config struct {
 	// wrapLogStore, if set, wraps the raft log store: tests use it to make
 	// writes fail.
 	wrapLogStore func(raft.LogStore) raft.LogStore
+	// applyLost, if set, is asked about each entry as it is written: an
+	// error makes the write answer that error at once while the entry is
+	// still written and may commit, as when a leader steps down with
+	// entries in flight. Tests use it to lose an entry's outcome.
+	applyLost func(lease.Command) error
 	// beforeApply, if set, runs before the state machine applies each
 	// batch of entries: tests use it to hold a node in its replay.
 	beforeApply func()

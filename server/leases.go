@@ -82,6 +82,9 @@ func (s *Server) acquire(ctx context.Context, key, owner string, ttl, wait time.
 		if granted {
 			return l, nil
 		}
+		if s.waiters.MaybeGranted(w) {
+			return s.giveUp(key, w, nil) // a handover to it may have been written
+		}
 		if head {
 			// The caller's context, not the wait's: a grant being written
 			// when waitMs ends is still this caller's.

@@ -10,7 +10,10 @@
 // leave (Abandon says so) until the handover is settled (Settle, or
 // Granted as soon as its grant is applied), so that a grant always reaches
 // its waiter. Offered names the lease IDs of every handover that claimed a
-// waiter, also those settled as failed: each may yet have been committed. A waiter is counted against its holder, its client address
+// waiter, also those settled as failed; a waiter whose handover failed
+// with its outcome unknown leaves the line (MaybeGranted) and is offered
+// no other grant, so that one waiter never gets two. A waiter is counted
+// against its holder, its client address
 // and the total (Limits) under the same lock that adds it, and refused
 // with a *LimitError beyond any of them; it stops counting when it leaves
 // or is handed its lease. No method blocks while holding the lock:

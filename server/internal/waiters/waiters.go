@@ -166,8 +166,9 @@ func (q *Queues) Claim(key string) *Waiter {
 }
 
 // MaybeGranted reports whether a handover to wt failed with its outcome
-// unknown: wt may hold the key under one of the Offered IDs, and a caller
-// that gives up must not answer that it was not granted.
+// unknown: wt may hold the key under one of the Offered IDs, and has left
+// the line (Settle). Its caller must answer that outcome, never that it
+// was not granted, and must not try for another grant.
 func (q *Queues) MaybeGranted(wt *Waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -185,10 +186,11 @@ func (q *Queues) Offered(wt *Waiter) []string {
 
 // Settle ends a claim of key's head: with ok the waiter is handed l and
 // leaves the line (the next waiter gets its turn), otherwise it gets its
-// turn back; unknown says the handover failed with its outcome unknown (it
-// may still be committed: MaybeGranted). Either way the waiter is
-// signalled; Settle never blocks. A waiter already handed its lease stays
-// as it is.
+// turn back. unknown says the handover failed with its outcome unknown: it
+// may still be committed, so the waiter leaves the line too, granted
+// perhaps (MaybeGranted), and is never offered another grant, which would
+// make one acquisition two grants. Either way the waiter is signalled;
+// Settle never blocks. A waiter already handed its lease stays as it is.
 func (q *Queues) Settle(key string, wt *Waiter, l lease.Lease, ok, unknown bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -196,9 +198,12 @@ func (q *Queues) Settle(key string, wt *Waiter, l lease.Lease, ok, unknown bool)
 		return
 	}
 	wt.claimed = false
-	wt.maybe = wt.maybe || (!ok && unknown)
-	if ok {
+	switch {
+	case ok:
 		wt.grant = &l
+		q.remove(key, wt)
+	case unknown:
+		wt.maybe = true
 		q.remove(key, wt)
 	}
 	wt.signal()

@@ -324,11 +324,19 @@ func TestMaybeGranted(t *testing.T) {
 	if q.MaybeGranted(wt) {
 		t.Fatal("maybe granted after a handover that was never written")
 	}
+	next := q.enqueue("k", &lease.Command{Op: lease.OpAcquire, Key: "k", Owner: "C"})
 	q.Claim("k")
 	q.Settle("k", wt, lease.Lease{}, false, true) // leadership lost while it was written
-	q.Claim("k")
-	q.Settle("k", wt, lease.Lease{}, false, false)
 	if !q.MaybeGranted(wt) {
 		t.Fatal("not maybe granted after a handover whose outcome is unknown")
+	}
+	if _, granted, head := q.NextStep("k", wt); granted || head {
+		t.Fatalf("maybe granted waiter: granted %v, head %v; want out of line", granted, head)
+	}
+	if got := q.Claim("k"); got != next {
+		t.Fatal("the next handover does not go to the next waiter: one waiter could get two grants")
+	}
+	if !q.MaybeGranted(wt) || q.MaybeGranted(next) {
+		t.Fatal("maybe granted changed by another waiter's claim")
 	}
 }
