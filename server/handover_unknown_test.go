@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,10 +39,6 @@ func TestHandoverWithUnknownOutcome(t *testing.T) {
 				},
 			})
 			ctx := context.Background()
-			gate := make(chan struct{})
-			var open sync.Once
-			letThrough := func() { open.Do(func() { close(gate) }) }
-			t.Cleanup(letThrough) // before Close
 
 			ttl := time.Minute
 			if ending == "expiry" {
@@ -53,20 +48,7 @@ func TestHandoverWithUnknownOutcome(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			type answer struct {
-				l   *fencedv1.Lease
-				err error
-			}
-			done := make(chan answer, 1)
-			go func() {
-				req := connect.NewRequest(&fencedv1.AcquireRequest{Key: "k", Owner: "B", TtlMs: 60_000, WaitMs: 20_000})
-				resp, err := s.leaseService().Acquire(ctx, req)
-				if err != nil {
-					done <- answer{nil, err}
-					return
-				}
-				done <- answer{resp.Msg.GetLease(), nil}
-			}()
+			done := acquireAsync(ctx, s, &fencedv1.AcquireRequest{Key: "k", Owner: "B", TtlMs: 60_000, WaitMs: 20_000})
 			testutil.Eventually(t, 10*time.Second, func() error {
 				if n := s.waiters.Waiting("k"); n != 1 {
 					return fmt.Errorf("%d waiting, want B", n)
@@ -75,14 +57,14 @@ func TestHandoverWithUnknownOutcome(t *testing.T) {
 			})
 
 			// The handover's write is held, and its outcome lost.
-			store.gate <- gate
+			letThrough := store.hold(t)
 			lose.Store(true)
 			if ending == "release" {
 				if err := s.Release(ctx, "k", a.ID); !errors.Is(err, raft.ErrLeadershipLost) {
 					t.Fatalf("release: %v, want its outcome lost", err)
 				}
 			}
-			var b answer
+			var b acquireAnswer
 			select {
 			case b = <-done:
 			case <-time.After(15 * time.Second):

@@ -19,6 +19,17 @@ type gatedLogStore struct {
 	gate chan chan struct{} // receives a channel to wait on while held
 }
 
+// hold makes the next append wait until the returned letThrough is called,
+// which the test's cleanup also does (before the node closes).
+func (s *gatedLogStore) hold(t testing.TB) (letThrough func()) {
+	gate := make(chan struct{})
+	var open sync.Once
+	letThrough = func() { open.Do(func() { close(gate) }) }
+	t.Cleanup(letThrough)
+	s.gate <- gate
+	return letThrough
+}
+
 func (s *gatedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
 func (s *gatedLogStore) StoreLogs(logs []*raft.Log) error {

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,26 +35,8 @@ func TestContinuedWaitFindsItsOwnGrant(t *testing.T) {
 		wrapLogStore: func(ls raft.LogStore) raft.LogStore { store.LogStore = ls; return store },
 	})
 	ctx := context.Background()
-	gate := make(chan struct{})
-	var open sync.Once
-	letThrough := func() { open.Do(func() { close(gate) }) }
-	t.Cleanup(letThrough) // before Close
-	store.gate <- gate
-
-	type answer struct {
-		l   *fencedv1.Lease
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		req := connect.NewRequest(&fencedv1.AcquireRequest{Key: "k", Owner: "o", TtlMs: 1100, WaitMs: 20_000})
-		resp, err := s.leaseService().Acquire(ctx, req)
-		if err != nil {
-			done <- answer{nil, err}
-			return
-		}
-		done <- answer{resp.Msg.GetLease(), nil}
-	}()
+	letThrough := store.hold(t)
+	done := acquireAsync(ctx, s, &fencedv1.AcquireRequest{Key: "k", Owner: "o", TtlMs: 1100, WaitMs: 20_000})
 	testutil.Eventually(t, 10*time.Second, func() error {
 		if len(store.gate) != 0 {
 			return errors.New("the grant's write has not started")
@@ -95,7 +76,7 @@ func TestContinuedWaitFindsItsOwnGrant(t *testing.T) {
 		t.Fatal("the node did not serve")
 	}
 
-	var a answer
+	var a acquireAnswer
 	select {
 	case a = <-done:
 	case <-time.After(15 * time.Second):
@@ -110,6 +91,27 @@ func TestContinuedWaitFindsItsOwnGrant(t *testing.T) {
 	if cur, ok := s.currentOf("k"); !ok || cur.ID != unseen.ID {
 		t.Errorf("the key is held by %+v, want the unseen grant still", cur)
 	}
+}
+
+// acquireAnswer is the answer to an Acquire through a node's API.
+type acquireAnswer struct {
+	l   *fencedv1.Lease
+	err error
+}
+
+// acquireAsync calls Acquire through s's API (forwarding included) and
+// delivers its answer.
+func acquireAsync(ctx context.Context, s *Server, req *fencedv1.AcquireRequest) <-chan acquireAnswer {
+	done := make(chan acquireAnswer, 1)
+	go func() {
+		resp, err := s.leaseService().Acquire(ctx, connect.NewRequest(req))
+		if err != nil {
+			done <- acquireAnswer{nil, err}
+			return
+		}
+		done <- acquireAnswer{resp.Msg.GetLease(), nil}
+	}()
+	return done
 }
 
 // A continued acquisition tells its own grants (api.Proposals) from other
