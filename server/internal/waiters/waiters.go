@@ -15,9 +15,11 @@ import (
 // A release or expiry may also claim the head and hand the key over to it in
 // the same log entry (see lease.Command.NextID). A claimed waiter stays in
 // line until the handover is applied or has failed (Settle); then it holds
-// the lease (grant) or gets its turn back. A claimed waiter cannot leave: its
-// lease may be granted at any moment, and a grant nobody receives would keep
-// the key held, under an ID nobody knows, for a full TTL.
+// the lease (grant), gets its turn back, or, when the outcome is unknown,
+// leaves the line perhaps granted (MaybeGranted). A claimed waiter cannot
+// leave: its lease may be granted at any moment, and a grant nobody
+// receives would keep the key held, under an ID nobody knows, for a full
+// TTL.
 //
 // Every outcome is recorded under mu and announced through ready, a
 // coalescing signal, so nothing here ever blocks while holding mu.
