@@ -33,8 +33,8 @@ type sessionStream = connect.BidiStream[fencedv1.SessionRequest, fencedv1.Sessio
 // each on a goroutine of its own while it runs (a worker of the stream)
 // through the same methods as the unary calls (routing to the leader,
 // validation, auth, limits and errors included), and answers each once,
-// when it ends, in any order. A cancel ends the
-// call it names; a call's timeout_ms is its deadline.
+// when it ends, in any order. A cancel ends the call it names; a call's
+// timeout_ms is its deadline.
 //
 // The stream ends once the client has closed its side and every call is
 // answered, or when a send fails. When its context ends (the server shuts

@@ -13,11 +13,11 @@
 // waiter, also those settled as failed; a waiter whose handover failed
 // with its outcome unknown leaves the line (MaybeGranted) and is offered
 // no other grant, so that one waiter never gets two. A waiter is counted
-// against its holder, its client address
-// and the total (Limits) under the same lock that adds it, and refused
-// with a *LimitError beyond any of them; it stops counting when it leaves
-// or is handed its lease. No method blocks while holding the lock:
-// signals coalesce, one may stand for several.
+// against its holder, its client address and the total (Limits) under the
+// same lock that adds it, and refused with a *LimitError beyond any of
+// them; it stops counting when it leaves or is handed its lease. No method
+// blocks while holding the lock: signals coalesce, one may stand for
+// several.
 //
 // Not guaranteed: the queues know nothing of the state machine: whether a
 // key is free is the node's to say, and a signalled head must still try to
